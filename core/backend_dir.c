@@ -1,0 +1,414 @@
+/*
+ * The directory backend: the seed tool's protocol, made safe.
+ *
+ * A lock NAME is held exactly while an entry DIR/NAME.lock exists (the
+ * seed's `mkdir DIR/NAME.lock`).  lockfs builds the lock directory with its
+ * record inside under a temporary name, then renames it into place with
+ * RENAME_NOREPLACE: one indivisible step that fails with EEXIST if anyone,
+ * lockfs or the seed's script, holds NAME, and that never shows a lock
+ * without its record.  Release renames the lock aside first (it disappears
+ * at once, whole), then clears the leftover.
+ *
+ * Temporary and leftover entries start with ".lockfs-", which no lock
+ * name can (names may not start with '.').
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "lockfs/backend.h"
+#include "lockfs/record.h"
+
+#define RECORD_FILE "owner.json"
+#define TMP_PREFIX ".lockfs-"
+
+struct backend_dir {
+	struct lockfs_backend base;
+	int dirfd; /* the backing directory; owned */
+};
+
+static struct backend_dir *to_dir(struct lockfs_backend *be)
+{
+	return (struct backend_dir *)be;
+}
+
+/* "NAME.lock" into BUF; -ENAMETOOLONG when it does not fit NAME_MAX. */
+static int lock_path(char buf[NAME_MAX + 1], const char *name)
+{
+	int n = snprintf(buf, NAME_MAX + 1, "%s.lock", name);
+
+	return n > NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * A fresh ".lockfs-KIND.N" name for a temporary entry.  N is a per-process
+ * counter started at a random point: unique within this daemon (the only
+ * one on DIR), so creating the temporary never fails with EEXIST -- which
+ * would read as "held".
+ */
+static void tmp_name(char buf[64], const char *kind)
+{
+	static uint64_t counter;
+	uint64_t n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+
+	if (n == 0) {
+		uint64_t seed = 0;
+
+		if (getrandom(&seed, sizeof(seed), 0) == sizeof(seed))
+			__atomic_fetch_add(&counter, seed >> 16, __ATOMIC_RELAXED);
+	}
+	snprintf(buf, 64, TMP_PREFIX "%s.%d.%016" PRIx64, kind, (int)getpid(), n);
+}
+
+/*
+ * The identity of a stored lock: its inode number mixed with its change
+ * time.  rename(2) sets the ctime, so a lock released and taken again gets
+ * a new identity even when the filesystem reuses the inode number.
+ */
+static uint64_t stat_identity(const struct stat *st)
+{
+	uint64_t t = (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+
+	return ((uint64_t)st->st_ino * 0x9e3779b97f4a7c15u) ^ t;
+}
+
+static void fill_stat(struct lockfs_entry_stat *out, const struct stat *st)
+{
+	if (!out)
+		return;
+	out->uid = st->st_uid;
+	out->gid = st->st_gid;
+	out->mtime_ms = (int64_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000;
+	out->identity = stat_identity(st);
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Remove DIR/ENTRY and the files directly inside it (our records). */
+static void remove_entry(int dirfd, const char *entry)
+{
+	int fd = openat(dirfd, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd >= 0) {
+		DIR *d = fdopendir(fd);
+		struct dirent *de;
+
+		if (d) {
+			while ((de = readdir(d)))
+				if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+					unlinkat(fd, de->d_name, 0);
+			closedir(d);
+		} else {
+			close(fd);
+		}
+	}
+	if (unlinkat(dirfd, entry, AT_REMOVEDIR) < 0 && errno == ENOTDIR)
+		unlinkat(dirfd, entry, 0);
+}
+
+/* Write RECORD as FILE inside the directory DIRPATH (relative to dirfd). */
+static int write_record(int dirfd, const char *dirpath, const char *file,
+			const char *record, size_t len)
+{
+	char path[NAME_MAX * 2 + 2];
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "%s/%s", dirpath, file);
+	fd = openat(dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	rc = write_all(fd, record, len);
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+static int dir_acquire(struct lockfs_backend *be, const char *name,
+		       const char *record, size_t len)
+{
+	struct backend_dir *d = to_dir(be);
+	char lock[NAME_MAX + 1], tmp[64];
+	int rc = lock_path(lock, name);
+
+	if (rc < 0)
+		return rc;
+	tmp_name(tmp, "new");
+	if (mkdirat(d->dirfd, tmp, 0755) < 0)
+		return -errno;
+	rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len);
+	if (rc == 0 && renameat2(d->dirfd, tmp, d->dirfd, lock, RENAME_NOREPLACE) < 0)
+		rc = -errno;
+	if (rc < 0)
+		remove_entry(d->dirfd, tmp);
+	return rc;
+}
+
+static int dir_stat(struct lockfs_backend *be, const char *name,
+		    struct lockfs_entry_stat *out)
+{
+	struct backend_dir *d = to_dir(be);
+	char lock[NAME_MAX + 1];
+	struct stat st;
+	int rc = lock_path(lock, name);
+
+	if (rc < 0)
+		return -ENOENT;
+	if (fstatat(d->dirfd, lock, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	fill_stat(out, &st);
+	return 0;
+}
+
+/* Open DIR/LOCK/owner.json without following any symlink on the way. */
+static int open_record(int dirfd, const char *lock, const char *file)
+{
+	char path[NAME_MAX * 2 + 2];
+	struct open_how how = {
+		.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
+	};
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", lock, file);
+	fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	return fd < 0 ? -errno : fd;
+}
+
+static int dir_read(struct lockfs_backend *be, const char *name,
+		    char **record, size_t *len, struct lockfs_entry_stat *out)
+{
+	struct backend_dir *d = to_dir(be);
+	char lock[NAME_MAX + 1];
+	struct stat st, fst;
+	char *buf;
+	ssize_t n;
+	int fd, rc = lock_path(lock, name);
+
+	*record = NULL;
+	*len = 0;
+	if (rc < 0)
+		return -ENOENT;
+	if (fstatat(d->dirfd, lock, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	fill_stat(out, &st);
+	if (!S_ISDIR(st.st_mode))
+		return 0; /* held, but by something that is no lockfs lock */
+	fd = open_record(d->dirfd, lock, RECORD_FILE);
+	if (fd < 0)
+		return 0; /* no readable record: held, foreign (fail closed) */
+	if (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) || fst.st_size > LOCKFS_RECORD_MAX) {
+		close(fd);
+		return 0;
+	}
+	buf = malloc((size_t)fst.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	n = pread(fd, buf, (size_t)fst.st_size + 1, 0);
+	close(fd);
+	if (n < 0 || n > fst.st_size) {
+		free(buf);
+		return 0;
+	}
+	buf[n] = '\0';
+	*record = buf;
+	*len = (size_t)n;
+	return 0;
+}
+
+/* Is DIR/LOCK still the stored lock IDENTITY names?  0 or -ENOENT. */
+static int check_identity(int dirfd, const char *lock, uint64_t identity)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, lock, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	return stat_identity(&st) == identity ? 0 : -ENOENT;
+}
+
+static int dir_update(struct lockfs_backend *be, const char *name, uint64_t identity,
+		      const char *record, size_t len)
+{
+	struct backend_dir *d = to_dir(be);
+	char lock[NAME_MAX + 1], tmp[64], from[NAME_MAX * 2 + 2], to[NAME_MAX * 2 + 2];
+	int rc = lock_path(lock, name);
+
+	if (rc < 0)
+		return -ENOENT;
+	rc = check_identity(d->dirfd, lock, identity);
+	if (rc < 0)
+		return rc;
+	tmp_name(tmp, "rec");
+	rc = write_record(d->dirfd, lock, tmp, record, len);
+	snprintf(from, sizeof(from), "%s/%s", lock, tmp);
+	snprintf(to, sizeof(to), "%s/%s", lock, RECORD_FILE);
+	if (rc == 0 && renameat(d->dirfd, from, d->dirfd, to) < 0)
+		rc = -errno;
+	if (rc < 0)
+		unlinkat(d->dirfd, from, 0);
+	return rc;
+}
+
+static int dir_release(struct lockfs_backend *be, const char *name, uint64_t identity)
+{
+	struct backend_dir *d = to_dir(be);
+	char lock[NAME_MAX + 1], tomb[64];
+	int rc = lock_path(lock, name);
+
+	if (rc < 0)
+		return -ENOENT;
+	rc = check_identity(d->dirfd, lock, identity);
+	if (rc < 0)
+		return rc;
+	/* Take the whole lock out of sight in one step, then clean up. */
+	tmp_name(tomb, "old");
+	if (renameat2(d->dirfd, lock, d->dirfd, tomb, RENAME_NOREPLACE) < 0)
+		return -errno;
+	remove_entry(d->dirfd, tomb);
+	return 0;
+}
+
+static int dir_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
+{
+	struct backend_dir *d = to_dir(be);
+	int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *de;
+	DIR *dir;
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	dir = fdopendir(fd);
+	if (!dir) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	while ((de = readdir(dir))) {
+		size_t n = strlen(de->d_name);
+		char name[NAME_MAX + 1];
+
+		if (n <= 5 || strcmp(de->d_name + n - 5, ".lock") != 0)
+			continue;
+		memcpy(name, de->d_name, n - 5);
+		name[n - 5] = '\0';
+		if (cb(arg, name))
+			break;
+	}
+	closedir(dir);
+	return rc;
+}
+
+static void dir_destroy(struct lockfs_backend *be)
+{
+	struct backend_dir *d = to_dir(be);
+
+	close(d->dirfd);
+	free(d);
+}
+
+static const struct lockfs_backend_ops dir_ops = {
+	.acquire = dir_acquire,
+	.read = dir_read,
+	.stat = dir_stat,
+	.update = dir_update,
+	.release = dir_release,
+	.list = dir_list,
+	.destroy = dir_destroy,
+};
+
+/* Remove temporaries a killed daemon left behind. */
+static void sweep_leftovers(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *de;
+	DIR *dir;
+
+	if (fd < 0)
+		return;
+	dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return;
+	}
+	while ((de = readdir(dir)))
+		if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
+			remove_entry(dirfd, de->d_name);
+	closedir(dir);
+}
+
+/* Does this filesystem do RENAME_NOREPLACE?  Without it there is no
+ * indivisible acquisition, so refuse to run rather than race. */
+static int probe_noreplace(int dirfd)
+{
+	char a[64], b[64];
+	int rc = 0;
+
+	tmp_name(a, "probe");
+	tmp_name(b, "probe");
+	if (mkdirat(dirfd, a, 0700) < 0)
+		return -errno;
+	if (mkdirat(dirfd, b, 0700) < 0) {
+		rc = -errno;
+		unlinkat(dirfd, a, AT_REMOVEDIR);
+		return rc;
+	}
+	if (renameat2(dirfd, a, dirfd, b, RENAME_NOREPLACE) == 0)
+		rc = -EINVAL; /* it replaced: the flag was ignored */
+	else if (errno != EEXIST)
+		rc = errno == ENOSYS ? -EINVAL : -errno;
+	unlinkat(dirfd, a, AT_REMOVEDIR);
+	unlinkat(dirfd, b, AT_REMOVEDIR);
+	return rc;
+}
+
+int lockfs_backend_dir_open(struct lockfs_backend **out, int dirfd)
+{
+	struct backend_dir *d;
+	int rc;
+
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+	if (d->dirfd < 0) {
+		rc = -errno;
+		free(d);
+		return rc;
+	}
+	rc = probe_noreplace(d->dirfd);
+	if (rc < 0) {
+		close(d->dirfd);
+		free(d);
+		return rc;
+	}
+	sweep_leftovers(d->dirfd);
+	d->base.ops = &dir_ops;
+	*out = &d->base;
+	return 0;
+}

@@ -1,0 +1,549 @@
+/*
+ * Who is asking: processes as /proc describes them, the helper list and the
+ * holder rule (see include/lockfs/holder.h).
+ *
+ * lockfs_holder_resolve() runs on every mkdir, so describing one process
+ * costs three /proc accesses: status of the thread (Tgid, PPid, Uid, Gid),
+ * stat of its thread group (session, start time, comm) and the exe link
+ * (plus cmdline for busybox/toybox, whose exe says nothing).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lockfs/holder.h"
+
+/* Longest parent walk; a real process tree is never this deep, so hitting
+ * it means a cycle in the source (pid reuse in a fake or a racing /proc). */
+#define WALK_MAX 4096
+
+/* Largest /proc/PID/environ we look through. */
+#define ENVIRON_MAX (1024 * 1024)
+
+/* Map an errno from reading /proc to ours: a process that exits between
+ * open and read makes read fail with ESRCH; to callers that is "gone". */
+static int proc_errno(int e)
+{
+	return e == ESRCH ? -ENOENT : -e;
+}
+
+/*
+ * Read up to SIZE - 1 bytes of PATH into BUF and NUL-terminate it.
+ * Returns the number of bytes read, or -errno.
+ */
+static ssize_t read_small(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return proc_errno(errno);
+	size_t len = 0;
+	while (len + 1 < size) {
+		ssize_t n = read(fd, buf + len, size - 1 - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			int rc = proc_errno(errno);
+			close(fd);
+			return rc;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	return (ssize_t)len;
+}
+
+/*
+ * Read up to MAX bytes of PATH into a malloc'd buffer (*OUT, *LEN), with a
+ * NUL after the data.  *TRUNCATED tells whether the file had more.
+ * Returns 0 or -errno.
+ */
+static int read_all(const char *path, size_t max, char **out, size_t *len,
+		    bool *truncated)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return proc_errno(errno);
+	size_t cap = max < 4096 ? max : 4096;
+	size_t used = 0;
+	char *buf = malloc(cap + 1);
+	int rc = 0;
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*truncated = false;
+	for (;;) {
+		if (used == cap) {
+			if (cap >= max) {
+				/* Full: is there more? One byte tells. */
+				char c;
+				ssize_t n;
+				do
+					n = read(fd, &c, 1);
+				while (n < 0 && errno == EINTR);
+				*truncated = n > 0;
+				break;
+			}
+			size_t ncap = cap * 2 > max ? max : cap * 2;
+			char *nbuf = realloc(buf, ncap + 1);
+			if (!nbuf) {
+				rc = -ENOMEM;
+				break;
+			}
+			buf = nbuf;
+			cap = ncap;
+		}
+		ssize_t n = read(fd, buf + used, cap - used);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = proc_errno(errno);
+			break;
+		}
+		if (n == 0)
+			break;
+		used += (size_t)n;
+	}
+	close(fd);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	buf[used] = '\0';
+	*out = buf;
+	*len = used;
+	return 0;
+}
+
+/* Parse a decimal number at S (leading blanks allowed) into *OUT; set *END
+ * past it.  Returns 0, or -EINVAL when there is no number. */
+static int parse_ull(const char *s, char **end, unsigned long long *out)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(s, end, 10);
+	return errno ? -EINVAL : 0;
+}
+
+/* The value after "KEY:" in a /proc status text, or NULL. */
+static const char *status_field(const char *text, const char *key)
+{
+	size_t klen = strlen(key);
+	for (const char *line = text; line && *line; ) {
+		if (strncmp(line, key, klen) == 0 && line[klen] == ':')
+			return line + klen + 1;
+		line = strchr(line, '\n');
+		if (line)
+			line++;
+	}
+	return NULL;
+}
+
+/* The INDEXth (0-based) number after "KEY:"; 0 or -EINVAL. */
+static int status_num(const char *text, const char *key, int index,
+		      unsigned long long *out)
+{
+	const char *p = status_field(text, key);
+	if (!p)
+		return -EINVAL;
+	for (int i = 0; ; i++) {
+		char *end;
+		if (parse_ull(p, &end, out) < 0)
+			return -EINVAL;
+		if (i == index)
+			return 0;
+		p = end;
+	}
+}
+
+/*
+ * Fill PID, PPID, UID and GID of *OUT from /proc/TID/status.  Everything
+ * needed comes before "Groups:", so the first 4 KiB is enough even for a
+ * process with thousands of supplementary groups.  Returns 0 or -errno.
+ */
+static int read_status(pid_t tid, struct lockfs_proc *out)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	ssize_t n = read_small(path, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	unsigned long long tgid, ppid, uid, gid;
+	if (status_num(buf, "Tgid", 0, &tgid) < 0 ||
+	    status_num(buf, "PPid", 0, &ppid) < 0 ||
+	    status_num(buf, "Uid", 1, &uid) < 0 ||
+	    status_num(buf, "Gid", 1, &gid) < 0)
+		return -EIO;
+	if (tgid == 0 || tgid > INT_MAX || ppid > INT_MAX)
+		return -EIO;
+	out->pid = (pid_t)tgid;
+	out->ppid = (pid_t)ppid;
+	out->uid = (uid_t)uid;
+	out->gid = (gid_t)gid;
+	return 0;
+}
+
+/*
+ * Fill SID, START_TIME and COMM of *OUT from /proc/PID/stat.  The comm may
+ * hold spaces and parentheses, so fields are counted after the last ')'.
+ * The session here is the one in /proc's pid namespace, i.e. the outermost
+ * NSsid.  Returns 0 or -errno.
+ */
+static int read_stat(pid_t pid, struct lockfs_proc *out)
+{
+	char path[64], buf[2048];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	ssize_t n = read_small(path, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	char *open_paren = strchr(buf, '(');
+	char *close_paren = strrchr(buf, ')');
+	if (!open_paren || !close_paren || close_paren < open_paren)
+		return -EIO;
+	size_t clen = (size_t)(close_paren - open_paren - 1);
+	if (clen >= sizeof(out->comm))
+		clen = sizeof(out->comm) - 1;
+	memcpy(out->comm, open_paren + 1, clen);
+	out->comm[clen] = '\0';
+
+	/* Field 3 (state) starts after ") "; walk to fields 6 and 22. */
+	const char *p = close_paren + 1;
+	unsigned long long session = 0, start = 0;
+	for (int field = 3; field <= 22; field++) {
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			return -EIO;
+		if (field == 6 || field == 22) {
+			char *end;
+			if (parse_ull(p, &end, field == 6 ? &session : &start) < 0)
+				return -EIO;
+		}
+		while (*p && *p != ' ')
+			p++;
+	}
+	if (session > INT_MAX)
+		return -EIO;
+	out->sid = (pid_t)session;
+	out->start_time = start;
+	return 0;
+}
+
+/* Copy SRC into DST (SIZE bytes), cut short if need be. */
+static void copy_str(char *dst, size_t size, const char *src)
+{
+	size_t len = strnlen(src, size - 1);
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
+
+/* Basename of argv[0] of PID into BUF; leaves BUF alone when unreadable or
+ * empty (the caller keeps what it had). */
+static void read_applet(pid_t pid, char *buf, size_t size)
+{
+	char path[64], cmd[512];
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if (read_small(path, cmd, sizeof(cmd)) <= 0)
+		return;
+	/* read_small NUL-terminated it, so cmd is argv[0] (maybe cut short) */
+	const char *base = strrchr(cmd, '/');
+	base = base ? base + 1 : cmd;
+	if (!*base)
+		return;
+	copy_str(buf, size, base);
+}
+
+/* Fill EXE of *OUT from /proc/PID/exe: its basename, "" when unreadable
+ * (kernel threads and zombies have none). */
+static void read_exe(pid_t pid, struct lockfs_proc *out)
+{
+	static const char deleted[] = " (deleted)";
+	char path[64], target[PATH_MAX];
+	out->exe[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	ssize_t n = readlink(path, target, sizeof(target) - 1);
+	if (n <= 0)
+		return;
+	target[n] = '\0';
+	size_t dlen = sizeof(deleted) - 1;
+	if ((size_t)n > dlen && strcmp(target + n - dlen, deleted) == 0)
+		target[n - dlen] = '\0';
+	const char *base = strrchr(target, '/');
+	base = base ? base + 1 : target;
+	copy_str(out->exe, sizeof(out->exe), base);
+	/* A multi-call binary tells what it is running only through argv[0]. */
+	if (strcmp(out->exe, "busybox") == 0 || strcmp(out->exe, "toybox") == 0)
+		read_applet(pid, out->exe, sizeof(out->exe));
+}
+
+/* lockfs_proc_source.read_tid on the real /proc. */
+static int proc_read_tid(void *ctx, pid_t tid, struct lockfs_proc *out)
+{
+	(void)ctx;
+	if (tid <= 0)
+		return -ENOENT;
+	struct lockfs_proc p;
+	memset(&p, 0, sizeof(p));
+	int rc = read_status(tid, &p);
+	if (rc < 0)
+		return rc;
+	/* stat of a non-leader thread has the thread's own start time: the
+	 * process is named by its leader's. */
+	rc = read_stat(p.pid, &p);
+	if (rc < 0)
+		return rc;
+	read_exe(p.pid, &p);
+	*out = p;
+	return 0;
+}
+
+const struct lockfs_proc_source lockfs_proc_real = {
+	.read_tid = proc_read_tid,
+	.ctx = NULL,
+};
+
+void lockfs_helpers_free(struct lockfs_helpers *h)
+{
+	if (!h || !h->names)
+		return;
+	for (char **n = h->names; *n; n++)
+		free(*n);
+	free(h->names);
+	h->names = NULL;
+}
+
+int lockfs_helpers_parse(struct lockfs_helpers *h, const char *list)
+{
+	h->names = NULL;
+	if (!list)
+		list = LOCKFS_DEFAULT_HELPERS;
+	size_t count = 0;
+	if (*list) {
+		count = 1;
+		for (const char *p = list; *p; p++)
+			count += *p == ':';
+	}
+	char **names = calloc(count + 1, sizeof(*names));
+	if (!names)
+		return -ENOMEM;
+	const char *p = list;
+	for (size_t i = 0; i < count; i++) {
+		const char *end = strchrnul(p, ':');
+		size_t len = (size_t)(end - p);
+		if (len == 0 || memchr(p, '/', len)) {
+			struct lockfs_helpers tmp = { names };
+			lockfs_helpers_free(&tmp);
+			return -EINVAL;
+		}
+		names[i] = strndup(p, len);
+		if (!names[i]) {
+			struct lockfs_helpers tmp = { names };
+			lockfs_helpers_free(&tmp);
+			return -ENOMEM;
+		}
+		p = *end ? end + 1 : end;
+	}
+	h->names = names;
+	return 0;
+}
+
+bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe)
+{
+	if (!h || !h->names || !exe || !*exe)
+		return false;
+	for (char **n = h->names; *n; n++)
+		if (strcmp(*n, exe) == 0)
+			return true;
+	return false;
+}
+
+/* Read the thread group of TID; the caller's own absence is -ESRCH. */
+static int read_caller(const struct lockfs_proc_source *src, pid_t tid,
+		       struct lockfs_proc *out)
+{
+	int rc = src->read_tid(src->ctx, tid, out);
+	return rc == -ENOENT ? -ESRCH : rc;
+}
+
+int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
+			  const struct lockfs_helpers *helpers,
+			  struct lockfs_proc *holder)
+{
+	if (caller_tid <= 0)
+		return -EACCES;
+	if (!src)
+		src = &lockfs_proc_real;
+	struct lockfs_proc p, q;
+	int rc = read_caller(src, caller_tid, &p);
+	if (rc < 0)
+		return rc;
+	int steps = 0;
+	while (lockfs_helpers_contains(helpers, p.exe)) {
+		if (++steps > WALK_MAX)
+			return -EACCES;
+		/* An orphan of init or of nobody has no believable holder. */
+		if (p.ppid <= 1)
+			return -EACCES;
+		rc = src->read_tid(src->ctx, p.ppid, &q);
+		if (rc == -ENOENT)
+			return -EACCES; /* the parent left: cannot establish */
+		if (rc < 0)
+			return rc;
+		if (q.pid != p.ppid || q.pid <= 1)
+			return -EACCES;
+		/* A parent younger than its child is a new process on a
+		 * recycled pid, not the one that started the helper. */
+		if (q.start_time > p.start_time)
+			return -EACCES;
+		/* A child that does not lead its own session inherited its
+		 * parent's; a different one means a reaper adopted it. */
+		if (p.sid != q.sid && p.sid != p.pid)
+			return -EACCES;
+		p = q;
+	}
+	if (p.pid <= 1)
+		return -EACCES;
+	*holder = p;
+	return 0;
+}
+
+int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller_tid,
+			      pid_t holder_pid, unsigned long long holder_start)
+{
+	if (caller_tid <= 0)
+		return -EACCES;
+	if (!src)
+		src = &lockfs_proc_real;
+	struct lockfs_proc c, q;
+	int rc = read_caller(src, caller_tid, &c);
+	if (rc < 0)
+		return rc;
+	/* First, before any helper logic: `sh -c 'mkdir X && rmdir X'` may
+	 * exec rmdir in the very process that holds X. */
+	if (c.pid == holder_pid && c.start_time == holder_start)
+		return 0;
+	if (holder_pid <= 1)
+		return -EPERM;
+	for (int steps = 0; steps < WALK_MAX; steps++) {
+		if (c.ppid <= 1)
+			return -EPERM; /* reached init (never a holder) or the top */
+		if (src->read_tid(src->ctx, c.ppid, &q) < 0)
+			return -EPERM; /* the chain is broken: no proof */
+		if (q.pid != c.ppid || q.start_time > c.start_time)
+			return -EPERM; /* recycled pid: not our ancestor */
+		if (q.pid == holder_pid && q.start_time == holder_start)
+			return 0;
+		c = q;
+	}
+	return -EPERM;
+}
+
+void lockfs_argv_free(char **argv)
+{
+	if (!argv)
+		return;
+	for (char **a = argv; *a; a++)
+		free(*a);
+	free(argv);
+}
+
+int lockfs_proc_cmdline(pid_t pid, size_t max_bytes, char ***argv)
+{
+	char path[64];
+	char *buf;
+	size_t len;
+	bool truncated;
+	*argv = NULL;
+	if (pid <= 0)
+		return -ENOENT;
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	int rc = read_all(path, max_bytes, &buf, &len, &truncated);
+	if (rc < 0)
+		return rc;
+	/* Count elements: every NUL ends one, and a final element without a
+	 * NUL (cut short, or a rewritten argv) still counts. */
+	size_t count = 0;
+	for (size_t i = 0; i < len; i++)
+		count += buf[i] == '\0';
+	if (len > 0 && buf[len - 1] != '\0')
+		count++;
+	char **out = calloc(count + 1, sizeof(*out));
+	if (!out) {
+		free(buf);
+		return -ENOMEM;
+	}
+	size_t off = 0;
+	for (size_t i = 0; i < count; i++) {
+		size_t elen = strnlen(buf + off, len - off);
+		out[i] = strndup(buf + off, elen);
+		if (!out[i]) {
+			lockfs_argv_free(out);
+			free(buf);
+			return -ENOMEM;
+		}
+		off += elen + 1;
+	}
+	free(buf);
+	*argv = out;
+	return 0;
+}
+
+int lockfs_proc_getenv(pid_t pid, const char *var, char *buf, size_t size)
+{
+	char path[64];
+	char *env;
+	size_t len;
+	bool truncated;
+	if (pid <= 0)
+		return -ENOENT;
+	if (!var || !*var || strchr(var, '='))
+		return -EINVAL;
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	int rc = read_all(path, ENVIRON_MAX, &env, &len, &truncated);
+	if (rc < 0)
+		return rc;
+	size_t vlen = strlen(var);
+	rc = -ENOENT;
+	for (size_t off = 0; off < len; ) {
+		size_t elen = strnlen(env + off, len - off);
+		/* An entry cut off at the cap may be missing its tail. */
+		bool partial = off + elen == len && truncated;
+		const char *e = env + off;
+		if (!partial && elen > vlen && memcmp(e, var, vlen) == 0 &&
+		    e[vlen] == '=') {
+			size_t val = elen - vlen - 1;
+			if (val >= size || val > INT_MAX) {
+				rc = -ENAMETOOLONG;
+			} else {
+				memcpy(buf, e + vlen + 1, val);
+				buf[val] = '\0';
+				rc = (int)val;
+			}
+			break;
+		}
+		off += elen + 1;
+	}
+	free(env);
+	return rc;
+}
+
+int lockfs_boot_id(char buf[40])
+{
+	ssize_t n = read_small("/proc/sys/kernel/random/boot_id", buf, 40);
+	if (n < 0)
+		return (int)n;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	return n > 0 ? 0 : -EIO;
+}

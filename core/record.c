@@ -1,0 +1,460 @@
+/*
+ * The lock record (include/lockfs/record.h): JSON via jansson.
+ *
+ * Key order is part of the format people read (`cat M/NAME/owner`), so
+ * objects are built in the documented order and dumped with
+ * JSON_PRESERVE_ORDER.  Strings come from /proc and may be any bytes;
+ * jansson refuses invalid UTF-8, so they are repaired first (each bad byte
+ * becomes U+FFFD) rather than losing the whole record.
+ *
+ * Parsing is strict: the record comes from a backing directory anyone with
+ * write access could have edited, and the engine trusts pid, start_time and
+ * token from it when deciding who may release a lock.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "lockfs/record.h"
+
+/* Most cmdline elements a parsed record may carry. */
+#define RECORD_CMDLINE_MAX 4096
+
+char *lockfs_format_time(int64_t ms, char buf[32])
+{
+	/* Floor division, so times before 1970 still get a 0..999 fraction. */
+	int64_t sec = ms / 1000;
+	int frac = (int)(ms % 1000);
+	time_t t;
+	struct tm tm;
+
+	if (frac < 0) {
+		frac += 1000;
+		sec--;
+	}
+	t = (time_t)sec;
+	if (!gmtime_r(&t, &tm) || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) {
+		/* RFC 3339 has four-digit years only: print something that is
+		 * obviously not a real time rather than garbage. */
+		snprintf(buf, 32, "0000-00-00T00:00:00.000Z");
+		return buf;
+	}
+	/* The modulos cannot change anything; they show the compiler that
+	 * every field has a fixed width, so the result always fits. */
+	snprintf(buf, 32, "%04u-%02u-%02uT%02u:%02u:%02u.%03uZ",
+		 (unsigned)(tm.tm_year + 1900) % 10000u, (unsigned)(tm.tm_mon + 1) % 100u,
+		 (unsigned)tm.tm_mday % 100u, (unsigned)tm.tm_hour % 100u,
+		 (unsigned)tm.tm_min % 100u, (unsigned)tm.tm_sec % 100u,
+		 (unsigned)frac % 1000u);
+	return buf;
+}
+
+/*
+ * Length of the valid strict UTF-8 sequence at S (LEN > 0 bytes), or 0.
+ * Same rules as lockfs_utf8_valid(); kept local so this leaf does not
+ * depend on name.c.
+ */
+static size_t utf8_seq(const unsigned char *s, size_t len)
+{
+	uint32_t c = s[0], min;
+	size_t n;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF) {
+		n = 2;
+		c &= 0x1F;
+		min = 0x80;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		n = 3;
+		c &= 0x0F;
+		min = 0x800;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		n = 4;
+		c &= 0x07;
+		min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (len < n)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		c = (c << 6) | (s[i] & 0x3F);
+	}
+	if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+		return 0;
+	return n;
+}
+
+/*
+ * A JSON string for S, with every byte that does not start a valid UTF-8
+ * sequence replaced by U+FFFD.  Returns a new reference, or NULL when out
+ * of memory.  S == NULL gives "" (callers map optional NULLs to null
+ * before getting here; this is only a guard).
+ */
+static json_t *str_json(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t len = strlen((const char *)p), i, o, bad = 0;
+	char *fixed;
+	json_t *j;
+
+	for (i = 0; i < len;) {
+		size_t n = utf8_seq(p + i, len - i);
+
+		if (n == 0) {
+			bad++;
+			i++;
+		} else {
+			i += n;
+		}
+	}
+	if (bad == 0)
+		return json_stringn((const char *)p, len);
+
+	/* Each bad byte grows from 1 to 3 bytes (EF BF BD). */
+	fixed = malloc(len + 2 * bad + 1);
+	if (!fixed)
+		return NULL;
+	for (i = 0, o = 0; i < len;) {
+		size_t n = utf8_seq(p + i, len - i);
+
+		if (n == 0) {
+			memcpy(fixed + o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			i++;
+		} else {
+			memcpy(fixed + o, p + i, n);
+			o += n;
+			i += n;
+		}
+	}
+	j = json_stringn(fixed, o);
+	free(fixed);
+	return j;
+}
+
+/* A JSON string for S, or null when S is NULL.  NULL when out of memory. */
+static json_t *opt_str_json(const char *s)
+{
+	return s ? str_json(s) : json_null();
+}
+
+/*
+ * Add VALUE (a new reference, possibly NULL after a failed allocation) to
+ * OBJ under KEY.  Returns 0, or -1 when VALUE is NULL or adding failed;
+ * json_object_set_new() consumes VALUE either way.
+ */
+static int add(json_t *obj, const char *key, json_t *value)
+{
+	return value ? json_object_set_new(obj, key, value) : -1;
+}
+
+static json_t *holder_json(const struct lockfs_holder *h)
+{
+	json_t *o = json_object(), *argv = json_array();
+	int err = 0;
+
+	if (!o || !argv)
+		goto fail;
+	for (char **a = h->cmdline; a && *a; a++) {
+		json_t *s = str_json(*a);
+
+		if (!s || json_array_append_new(argv, s) < 0)
+			goto fail;
+	}
+	err |= add(o, "pid", json_integer(h->pid));
+	err |= add(o, "start_time", json_integer((json_int_t)h->start_time));
+	err |= add(o, "uid", json_integer(h->uid));
+	err |= add(o, "user", opt_str_json(h->user));
+	err |= add(o, "gid", json_integer(h->gid));
+	err |= add(o, "comm", str_json(h->comm));
+	err |= add(o, "cmdline", argv);
+	argv = NULL; /* consumed by add() */
+	err |= add(o, "host", str_json(h->host));
+	err |= add(o, "boot_id", str_json(h->boot_id));
+	if (err)
+		goto fail;
+	return o;
+fail:
+	json_decref(argv);
+	json_decref(o);
+	return NULL;
+}
+
+char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len)
+{
+	size_t dump_flags = JSON_PRESERVE_ORDER;
+	char when[32];
+	json_t *o = json_object();
+	char *out = NULL;
+	size_t n;
+	int err = 0;
+
+	if (!o)
+		return NULL;
+	err |= add(o, "resource", str_json(r->resource));
+	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder) : json_null());
+	err |= add(o, "acquired_at",
+		   json_string(lockfs_format_time(r->acquired_at_ms, when)));
+	err |= add(o, "acquired_at_ms", json_integer(r->acquired_at_ms));
+	err |= add(o, "operation", opt_str_json(r->operation));
+	err |= add(o, "slug", opt_str_json(r->slug));
+	/* Reserved for leases; always null until they exist. */
+	err |= add(o, "lease", json_null());
+	err |= add(o, "fence", json_integer((json_int_t)r->fence));
+	if ((flags & LOCKFS_RECORD_WITH_TOKEN) && r->token[0] != '\0')
+		err |= add(o, "token", str_json(r->token));
+	if (err)
+		goto out;
+
+	dump_flags |= (flags & LOCKFS_RECORD_PRETTY) ? JSON_INDENT(2) : JSON_COMPACT;
+	/* json_dumpb into our own buffer, so the caller frees it with free()
+	 * whatever allocator jansson was given. */
+	n = json_dumpb(o, NULL, 0, dump_flags);
+	if (n == 0)
+		goto out;
+	out = malloc(n + 2);
+	if (!out)
+		goto out;
+	if (json_dumpb(o, out, n, dump_flags) != n) {
+		free(out);
+		out = NULL;
+		goto out;
+	}
+	out[n] = '\n';
+	out[n + 1] = '\0';
+	if (len)
+		*len = n + 1;
+out:
+	json_decref(o);
+	return out;
+}
+
+void lockfs_record_clear(struct lockfs_record *r)
+{
+	if (!r)
+		return;
+	free(r->resource);
+	free(r->operation);
+	free(r->slug);
+	free(r->holder.user);
+	free(r->holder.comm);
+	free(r->holder.host);
+	free(r->holder.boot_id);
+	if (r->holder.cmdline) {
+		for (char **a = r->holder.cmdline; *a; a++)
+			free(*a);
+		free(r->holder.cmdline);
+	}
+	memset(r, 0, sizeof(*r));
+}
+
+/*
+ * Parsing helpers.  Each returns 0, -EINVAL when the member is missing or
+ * has the wrong type or range, or -ENOMEM.
+ */
+
+static int get_int(const json_t *o, const char *key, json_int_t min,
+		   json_int_t max, json_int_t *out)
+{
+	json_t *v = json_object_get(o, key);
+	json_int_t i;
+
+	if (!json_is_integer(v))
+		return -EINVAL;
+	i = json_integer_value(v);
+	if (i < min || i > max)
+		return -EINVAL;
+	*out = i;
+	return 0;
+}
+
+static int dup_json_str(const json_t *v, size_t max, char **out)
+{
+	size_t n = json_string_length(v);
+
+	/* JSON_ALLOW_NUL is not set, so the string holds no NUL. */
+	if (n > max)
+		return -EINVAL;
+	*out = strndup(json_string_value(v), n);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int get_str(const json_t *o, const char *key, size_t max, char **out)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_string(v))
+		return -EINVAL;
+	return dup_json_str(v, max, out);
+}
+
+/* A string or null (*OUT = NULL); a missing key is an error. */
+static int get_opt_str(const json_t *o, const char *key, size_t max, char **out)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (json_is_null(v)) {
+		*out = NULL;
+		return 0;
+	}
+	if (!json_is_string(v))
+		return -EINVAL;
+	return dup_json_str(v, max, out);
+}
+
+static int parse_cmdline(const json_t *v, char ***out)
+{
+	size_t n, i;
+	char **argv;
+
+	if (!json_is_array(v))
+		return -EINVAL;
+	n = json_array_size(v);
+	if (n > RECORD_CMDLINE_MAX)
+		return -EINVAL;
+	/* Every element is checked before anything is allocated, so a
+	 * failure leaves nothing half-built. */
+	for (i = 0; i < n; i++)
+		if (!json_is_string(json_array_get(v, i)))
+			return -EINVAL;
+	argv = calloc(n + 1, sizeof(*argv));
+	if (!argv)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		if (dup_json_str(json_array_get(v, i), SIZE_MAX, &argv[i]) < 0) {
+			while (i > 0)
+				free(argv[--i]);
+			free(argv);
+			return -ENOMEM;
+		}
+	}
+	*out = argv;
+	return 0;
+}
+
+static int parse_holder(const json_t *o, struct lockfs_holder *h)
+{
+	json_int_t v;
+	int rc;
+
+	if (!json_is_object(o))
+		return -EINVAL;
+	if ((rc = get_int(o, "pid", 1, INT32_MAX, &v)) < 0)
+		return rc;
+	h->pid = (pid_t)v;
+	if ((rc = get_int(o, "start_time", 0, INT64_MAX, &v)) < 0)
+		return rc;
+	h->start_time = (unsigned long long)v;
+	if ((rc = get_int(o, "uid", 0, UINT32_MAX, &v)) < 0)
+		return rc;
+	h->uid = (uid_t)v;
+	if ((rc = get_int(o, "gid", 0, UINT32_MAX, &v)) < 0)
+		return rc;
+	h->gid = (gid_t)v;
+	if ((rc = get_opt_str(o, "user", SIZE_MAX, &h->user)) < 0)
+		return rc;
+	if ((rc = get_str(o, "comm", SIZE_MAX, &h->comm)) < 0)
+		return rc;
+	if ((rc = parse_cmdline(json_object_get(o, "cmdline"), &h->cmdline)) < 0)
+		return rc;
+	if ((rc = get_str(o, "host", SIZE_MAX, &h->host)) < 0)
+		return rc;
+	return get_str(o, "boot_id", SIZE_MAX, &h->boot_id);
+}
+
+/*
+ * A token is exactly LOCKFS_TOKEN_HEX lower-case hex digits.  Upper case is
+ * refused: lockfs only ever writes lower case, and the engine compares
+ * tokens as strings, so accepting "ABC..." would make two spellings of one
+ * token compare unequal.
+ */
+static int parse_token(const json_t *o, char token[LOCKFS_TOKEN_HEX + 1])
+{
+	json_t *v = json_object_get(o, "token");
+	const char *s;
+
+	if (!json_is_string(v) || json_string_length(v) != LOCKFS_TOKEN_HEX)
+		return -EINVAL;
+	s = json_string_value(v);
+	for (size_t i = 0; i < LOCKFS_TOKEN_HEX; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return -EINVAL;
+	memcpy(token, s, LOCKFS_TOKEN_HEX);
+	token[LOCKFS_TOKEN_HEX] = '\0';
+	return 0;
+}
+
+static int parse_object(const json_t *o, struct lockfs_record *r)
+{
+	json_t *holder, *lease;
+	json_int_t v;
+	int rc;
+
+	if (!json_is_object(o))
+		return -EINVAL;
+	if ((rc = get_str(o, "resource", SIZE_MAX, &r->resource)) < 0)
+		return rc;
+	holder = json_object_get(o, "holder");
+	if (!holder)
+		return -EINVAL;
+	if (!json_is_null(holder)) {
+		r->has_holder = true;
+		if ((rc = parse_holder(holder, &r->holder)) < 0)
+			return rc;
+	}
+	/* The human-readable copy must be there, but the milliseconds are
+	 * what counts. */
+	if (!json_is_string(json_object_get(o, "acquired_at")))
+		return -EINVAL;
+	if ((rc = get_int(o, "acquired_at_ms", INT64_MIN, INT64_MAX, &v)) < 0)
+		return rc;
+	r->acquired_at_ms = v;
+	if ((rc = get_opt_str(o, "operation", LOCKFS_OPERATION_MAX, &r->operation)) < 0)
+		return rc;
+	if ((rc = get_opt_str(o, "slug", SIZE_MAX, &r->slug)) < 0)
+		return rc;
+	/* Reserved: null today; an object is tolerated so that a newer
+	 * writer's lease does not make the lock unreadable. */
+	lease = json_object_get(o, "lease");
+	if (!json_is_null(lease) && !json_is_object(lease))
+		return -EINVAL;
+	if ((rc = get_int(o, "fence", 1, INT64_MAX, &v)) < 0)
+		return rc;
+	r->fence = (uint64_t)v;
+	/* Unknown keys are ignored, for the same forward compatibility. */
+	return parse_token(o, r->token);
+}
+
+int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
+{
+	json_error_t jerr;
+	json_t *root;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	/* Size first: never hand an attacker-sized buffer to the parser. */
+	if (len > LOCKFS_RECORD_MAX)
+		return -EFBIG;
+	if (!buf)
+		return -EINVAL;
+	/* Without JSON_DECODE_ANY the top level must be an object or array;
+	 * without JSON_ALLOW_NUL "\u0000" is refused, so strings stay C
+	 * strings; trailing garbage after the value is refused. */
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return json_error_code(&jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
+	rc = parse_object(root, out);
+	json_decref(root);
+	if (rc < 0)
+		lockfs_record_clear(out);
+	return rc;
+}

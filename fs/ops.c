@@ -1,0 +1,594 @@
+/*
+ * FUSE requests -> one core call -> exactly one reply.
+ *
+ * Every handler ends in a single fuse_reply_*; errors travel up as
+ * negative errno and leave through `return (void)fuse_reply_err(req, -rc)`.
+ * Entry and attribute timeouts are 0: the backing store can change behind
+ * our back (the seed's script, another lockfs instance later), so the
+ * kernel asks every time and never caches a negative lookup.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "lockfs/name.h"
+#include "lockfs/record.h"
+
+static struct lockfs_fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void caller_of(fuse_req_t req, struct lockfs_caller *c)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	c->tid = ctx->pid;
+	c->uid = ctx->uid;
+	c->gid = ctx->gid;
+}
+
+static const char *const lock_file_names[LF_COUNT] = {
+	[LF_OWNER] = "owner",
+	[LF_OPERATION] = "operation",
+};
+
+static void ms_to_timespec(int64_t ms, struct timespec *ts)
+{
+	ts->tv_sec = ms / 1000;
+	ts->tv_nsec = (ms % 1000) * 1000000;
+}
+
+static void root_attr(struct lockfs_fs *fs, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = FUSE_ROOT_ID;
+	/* Sticky and open to all, like /tmp: anyone may take a lock, only
+	 * its holder may release it (the daemon decides, not mode bits). */
+	st->st_mode = S_IFDIR | 01777;
+	st->st_nlink = 2;
+	st->st_uid = fs->mount_uid;
+	st->st_gid = fs->mount_gid;
+	st->st_atim = st->st_mtim = st->st_ctim = fs->mounted_at;
+}
+
+static int log_attr(struct lockfs_fs *fs, struct stat *st)
+{
+	struct stat lst;
+	int fd = lockfs_core_log_open_ro(fs->core);
+
+	memset(st, 0, sizeof(*st));
+	if (fd >= 0) {
+		if (fstat(fd, &lst) == 0) {
+			st->st_size = lst.st_size;
+			st->st_atim = lst.st_atim;
+			st->st_mtim = lst.st_mtim;
+			st->st_ctim = lst.st_ctim;
+		}
+		close(fd);
+	}
+	st->st_ino = INO_LOG;
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	st->st_uid = fs->mount_uid;
+	st->st_gid = fs->mount_gid;
+	return 0;
+}
+
+/* Attributes of lock directory node ID, or of FILE inside it. */
+static void lock_attr(uint64_t id, enum lock_file file, const struct lockfs_lock_stat *ls,
+		      struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino_make(id, file);
+	st->st_uid = ls->uid;
+	st->st_gid = ls->gid;
+	ms_to_timespec(ls->mtime_ms, &st->st_mtim);
+	st->st_atim = st->st_ctim = st->st_mtim;
+	switch (file) {
+	case LF_DIR:
+		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+		break;
+	case LF_OWNER:
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		break;
+	default:
+		st->st_mode = S_IFREG | 0644;
+		st->st_nlink = 1;
+		break;
+	}
+}
+
+/* The lock name of inode INO into NAME.  0, -ENOENT. */
+static int lock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
+{
+	if (!ino_is_lock(ino))
+		return -ENOENT;
+	return inodes_name(fs->inodes, ino_id(ino), name);
+}
+
+/* Reply to a lookup of FILE in lock NAME, taking a kernel reference. */
+static void reply_lock_entry(fuse_req_t req, struct lockfs_fs *fs, const char *name,
+			     enum lock_file file, const struct lockfs_lock_stat *ls)
+{
+	struct fuse_entry_param e;
+	uint64_t id = inodes_ref(fs->inodes, name);
+
+	if (!id)
+		return (void)fuse_reply_err(req, ENOMEM);
+	memset(&e, 0, sizeof(e));
+	e.ino = ino_make(id, file);
+	lock_attr(id, file, ls, &e.attr);
+	e.attr_timeout = 0;
+	e.entry_timeout = 0;
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		inodes_forget(fs->inodes, id, 1); /* interrupted: the kernel took no reference */
+}
+
+static void lfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* O_TRUNC arrives with open() instead of as a separate setattr, so
+	 * `echo x > M/NAME/operation` is one holder-checked request. */
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	/* Locks belong to the daemon's rules, not to the kernel's page cache. */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+}
+
+static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct lockfs_lock_stat ls;
+	char lock[NAME_MAX + 1];
+	int rc;
+
+	if (parent == FUSE_ROOT_ID) {
+		if (strcmp(name, ".log") == 0) {
+			struct fuse_entry_param e = { .ino = INO_LOG };
+
+			log_attr(fs, &e.attr);
+			return (void)fuse_reply_entry(req, &e);
+		}
+		rc = lockfs_core_stat(fs->core, name, &ls);
+		if (rc < 0)
+			return (void)fuse_reply_err(req, -rc);
+		return reply_lock_entry(req, fs, name, LF_DIR, &ls);
+	}
+	if (!ino_is_lock(parent) || ino_file(parent) != LF_DIR)
+		return (void)fuse_reply_err(req, ENOTDIR);
+	rc = lock_name_of(fs, parent, lock);
+	if (rc == 0)
+		rc = lockfs_core_stat(fs->core, lock, &ls);
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	for (int f = LF_DIR + 1; f < LF_COUNT; f++)
+		if (strcmp(name, lock_file_names[f]) == 0)
+			return reply_lock_entry(req, fs, lock, (enum lock_file)f, &ls);
+	fuse_reply_err(req, ENOENT);
+}
+
+static void lfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	if (ino_is_lock(ino))
+		inodes_forget(fs_of(req)->inodes, ino_id(ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void lfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		if (ino_is_lock(forgets[i].ino))
+			inodes_forget(fs_of(req)->inodes, ino_id(forgets[i].ino), forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+/* Attributes of any inode.  0 or -errno. */
+static int attr_of(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
+{
+	struct lockfs_lock_stat ls;
+	char lock[NAME_MAX + 1];
+	int rc;
+
+	if (ino == FUSE_ROOT_ID) {
+		root_attr(fs, st);
+		return 0;
+	}
+	if (ino == INO_LOG)
+		return log_attr(fs, st);
+	rc = lock_name_of(fs, ino, lock);
+	if (rc == 0)
+		rc = lockfs_core_stat(fs->core, lock, &ls);
+	if (rc == 0)
+		lock_attr(ino_id(ino), ino_file(ino), &ls, st);
+	return rc;
+}
+
+static void lfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int rc = attr_of(fs_of(req), ino, &st);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	fuse_reply_attr(req, &st, 0);
+}
+
+static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+			struct fuse_file_info *fi)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct lockfs_caller caller;
+	char lock[NAME_MAX + 1];
+	struct stat st;
+	int rc;
+
+	/* The one change allowed: the holder truncating `operation` to 0
+	 * (truncate(1), or O_TRUNC without atomic_o_trunc).  Modes, owners
+	 * and times of locks are the daemon's to say. */
+	if (!ino_is_lock(ino) || ino_file(ino) != LF_OPERATION || to_set != FUSE_SET_ATTR_SIZE)
+		return (void)fuse_reply_err(req, EPERM);
+	if (attr->st_size != 0)
+		return (void)fuse_reply_err(req, EINVAL);
+	caller_of(req, &caller);
+	rc = lock_name_of(fs, ino, lock);
+	if (rc == 0)
+		rc = lockfs_core_set_operation(fs->core, lock, &caller, "", 0);
+	if (rc == 0)
+		rc = attr_of(fs, ino, &st);
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	fuse_reply_attr(req, &st, 0);
+}
+
+static void lfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct lockfs_caller caller;
+	struct lockfs_lock_stat ls;
+	int rc;
+
+	if (parent != FUSE_ROOT_ID)
+		return (void)fuse_reply_err(req, EPERM);
+	caller_of(req, &caller);
+	rc = lockfs_core_acquire(fs->core, name, &caller, &ls);
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	reply_lock_entry(req, fs, name, LF_DIR, &ls);
+}
+
+static void lfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct lockfs_caller caller;
+
+	if (parent != FUSE_ROOT_ID)
+		return (void)fuse_reply_err(req, EPERM);
+	if (strcmp(name, ".log") == 0)
+		return (void)fuse_reply_err(req, ENOTDIR);
+	caller_of(req, &caller);
+	fuse_reply_err(req, -lockfs_core_release(fs->core, name, &caller));
+}
+
+/* Nothing but mkdir and rmdir of locks changes the tree. */
+static void lfs_eperm_name(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void lfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void lfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void lfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void lfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void lfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		       struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+/* An open file: a snapshot to read, or the holder's text being written. */
+struct open_file {
+	char *data;
+	size_t len;
+	int fd; /* the audit log, for INO_LOG; else -1 */
+};
+
+static void open_file_free(struct open_file *of)
+{
+	if (!of)
+		return;
+	if (of->fd >= 0)
+		close(of->fd);
+	free(of->data);
+	free(of);
+}
+
+static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct lockfs_caller caller;
+	char lock[NAME_MAX + 1];
+	struct open_file *of;
+	int writing = (fi->flags & O_ACCMODE) != O_RDONLY;
+	int rc = 0;
+
+	if (ino == FUSE_ROOT_ID)
+		return (void)fuse_reply_err(req, EISDIR);
+	of = calloc(1, sizeof(*of));
+	if (!of)
+		return (void)fuse_reply_err(req, ENOMEM);
+	of->fd = -1;
+	if (ino == INO_LOG) {
+		rc = writing ? -EACCES : lockfs_core_log_open_ro(fs->core);
+		if (rc >= 0) {
+			of->fd = rc;
+			rc = 0;
+		}
+		goto out;
+	}
+	rc = lock_name_of(fs, ino, lock);
+	if (rc < 0)
+		goto out;
+	switch (ino_file(ino)) {
+	case LF_OWNER:
+		/* Rendered once per open, for this reader: reads of one open
+		 * file see one consistent record. */
+		rc = writing ? -EACCES : lockfs_core_owner(fs->core, lock, fuse_req_ctx(req)->uid,
+							   &of->data, &of->len);
+		break;
+	case LF_OPERATION:
+		caller_of(req, &caller);
+		if (writing) {
+			rc = lockfs_core_check_holder(fs->core, lock, &caller);
+			if (rc == 0 && (fi->flags & O_TRUNC))
+				rc = lockfs_core_set_operation(fs->core, lock, &caller, "", 0);
+			if (rc == 0 && !(fi->flags & O_TRUNC))
+				rc = lockfs_core_operation(fs->core, lock, &of->data, &of->len);
+		} else {
+			rc = lockfs_core_operation(fs->core, lock, &of->data, &of->len);
+		}
+		break;
+	default:
+		rc = -EISDIR;
+	}
+out:
+	if (rc < 0) {
+		open_file_free(of);
+		return (void)fuse_reply_err(req, -rc);
+	}
+	fi->fh = (uint64_t)(uintptr_t)of;
+	fi->direct_io = 1; /* content depends on the reader and the moment */
+	fi->keep_cache = 0;
+	fi->nonseekable = 0;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		open_file_free(of);
+}
+
+static void lfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+
+	if (of->fd >= 0) {
+		char *buf = malloc(size ? size : 1);
+		ssize_t n;
+
+		if (!buf)
+			return (void)fuse_reply_err(req, ENOMEM);
+		n = pread(of->fd, buf, size, off);
+		if (n < 0)
+			fuse_reply_err(req, errno);
+		else
+			fuse_reply_buf(req, buf, (size_t)n);
+		free(buf);
+		return;
+	}
+	if (off < 0 || (size_t)off >= of->len)
+		return (void)fuse_reply_buf(req, NULL, 0);
+	fuse_reply_buf(req, of->data + off, of->len - (size_t)off < size ? of->len - (size_t)off : size);
+}
+
+static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+		      off_t off, struct fuse_file_info *fi)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+	struct lockfs_caller caller;
+	char lock[NAME_MAX + 1];
+	size_t end;
+	char *data;
+	int rc;
+
+	if (ino_file(ino) != LF_OPERATION || !ino_is_lock(ino))
+		return (void)fuse_reply_err(req, EBADF);
+	/* Room for the limit plus the newline `echo` adds. */
+	if (off < 0 || (size_t)off > LOCKFS_OPERATION_MAX + 1 ||
+	    size > LOCKFS_OPERATION_MAX + 1 - (size_t)off)
+		return (void)fuse_reply_err(req, EFBIG);
+	end = (size_t)off + size;
+	data = malloc(end > of->len ? end : of->len ? of->len : 1);
+	if (!data)
+		return (void)fuse_reply_err(req, ENOMEM);
+	if (of->len)
+		memcpy(data, of->data, of->len);
+	if ((size_t)off > of->len)
+		memset(data + of->len, 0, (size_t)off - of->len);
+	memcpy(data + off, buf, size);
+	if (end < of->len)
+		end = of->len;
+
+	caller_of(req, &caller);
+	rc = lock_name_of(fs, ino, lock);
+	if (rc == 0)
+		rc = lockfs_core_set_operation(fs->core, lock, &caller, data, end);
+	if (rc < 0) {
+		free(data);
+		return (void)fuse_reply_err(req, -rc);
+	}
+	free(of->data);
+	of->data = data;
+	of->len = end;
+	fuse_reply_write(req, size);
+}
+
+static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	open_file_free((struct open_file *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* A directory listing, taken at opendir so offsets stay meaningful. */
+struct dir_snapshot {
+	char **names; /* NULL-terminated; entries 0.. are after "." and ".." */
+	size_t count;
+	fuse_ino_t self;
+};
+
+static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct dir_snapshot *d = calloc(1, sizeof(*d));
+	char lock[NAME_MAX + 1];
+	int rc = 0;
+
+	if (!d)
+		return (void)fuse_reply_err(req, ENOMEM);
+	d->self = ino;
+	if (ino == FUSE_ROOT_ID) {
+		rc = lockfs_core_list(fs->core, &d->names, &d->count);
+	} else if (ino_is_lock(ino) && ino_file(ino) == LF_DIR) {
+		rc = lock_name_of(fs, ino, lock);
+		if (rc == 0)
+			rc = lockfs_core_stat(fs->core, lock, NULL);
+	} else {
+		rc = -ENOTDIR;
+	}
+	if (rc < 0) {
+		free(d);
+		return (void)fuse_reply_err(req, -rc);
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		lockfs_names_free(d->names);
+		free(d);
+	}
+}
+
+/* Entry number I of directory D: its name and inode (0 = unknown yet). */
+static const char *dir_entry(struct dir_snapshot *d, size_t i, fuse_ino_t *ino, mode_t *mode)
+{
+	*ino = 0;
+	*mode = S_IFDIR;
+	if (i == 0) {
+		*ino = d->self;
+		return ".";
+	}
+	if (i == 1) {
+		*ino = FUSE_ROOT_ID;
+		return "..";
+	}
+	i -= 2;
+	if (d->self == FUSE_ROOT_ID) {
+		if (i == 0) {
+			*ino = INO_LOG;
+			*mode = S_IFREG;
+			return ".log";
+		}
+		i -= 1;
+		return i < d->count ? d->names[i] : NULL;
+	}
+	if (i + 1 < LF_COUNT) {
+		*ino = d->self + 1 + i;
+		*mode = S_IFREG;
+		return lock_file_names[i + 1];
+	}
+	return NULL;
+}
+
+static void lfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			struct fuse_file_info *fi)
+{
+	struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
+	char *buf = malloc(size);
+	size_t used = 0;
+	const char *name;
+	fuse_ino_t eino;
+	mode_t mode;
+
+	if (!buf)
+		return (void)fuse_reply_err(req, ENOMEM);
+	for (size_t i = (size_t)off; (name = dir_entry(d, i, &eino, &mode)); i++) {
+		struct stat st = { .st_ino = eino ? eino : (fuse_ino_t)-1, .st_mode = mode };
+		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
+
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void lfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
+
+	lockfs_names_free(d->names);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void lfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv = { .f_bsize = 4096, .f_frsize = 4096, .f_namemax = LOCKFS_NAME_MAX };
+
+	fuse_reply_statfs(req, &sv);
+}
+
+const struct fuse_lowlevel_ops lockfs_ops = {
+	.init = lfs_init,
+	.lookup = lfs_lookup,
+	.forget = lfs_forget,
+	.forget_multi = lfs_forget_multi,
+	.getattr = lfs_getattr,
+	.setattr = lfs_setattr,
+	.mkdir = lfs_mkdir,
+	.rmdir = lfs_rmdir,
+	.unlink = lfs_eperm_name,
+	.mknod = lfs_mknod,
+	.symlink = lfs_symlink,
+	.rename = lfs_rename,
+	.link = lfs_link,
+	.create = lfs_create,
+	.open = lfs_open,
+	.read = lfs_read,
+	.write = lfs_write,
+	.release = lfs_release,
+	.opendir = lfs_opendir,
+	.readdir = lfs_readdir,
+	.releasedir = lfs_releasedir,
+	.statfs = lfs_statfs,
+};

@@ -1,0 +1,80 @@
+/*
+ * The backing store behind the lock engine.  The engine speaks only this
+ * interface, so a distributed backend can replace the directory one
+ * without touching fs/.  Records are opaque bytes here (the engine encodes
+ * and parses them); a backend only has to make acquisition indivisible and
+ * removal conditional on the token.
+ *
+ * Every call returns 0 or a negative errno.  Calls may run concurrently
+ * from several threads; a backend serialises what it must.
+ */
+#ifndef LOCKFS_BACKEND_H
+#define LOCKFS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* What a backend knows of a held lock besides its record. */
+struct lockfs_entry_stat {
+	uid_t uid;          /* owner of the stored lock (foreign locks: of DIR/NAME.lock) */
+	gid_t gid;
+	int64_t mtime_ms;   /* when the stored lock was made */
+	uint64_t identity;  /* changes whenever the lock is released and taken
+			       again (e.g. inode number of DIR/NAME.lock) */
+};
+
+/* Called once per held lock by list(); return non-zero to stop early. */
+typedef int (*lockfs_list_cb)(void *arg, const char *name);
+
+struct lockfs_backend;
+
+struct lockfs_backend_ops {
+	/* Store RECORD under NAME if and only if NAME is not held, in one
+	 * indivisible step.  0, -EEXIST when held, -errno. */
+	int (*acquire)(struct lockfs_backend *be, const char *name,
+		       const char *record, size_t len);
+
+	/* Read NAME's record into a malloc'd buffer (*RECORD, *LEN).  When the
+	 * lock is held but carries no readable record (a foreign lock),
+	 * returns 0 with *RECORD = NULL.  ST may be NULL.
+	 * 0, -ENOENT when not held, -errno. */
+	int (*read)(struct lockfs_backend *be, const char *name,
+		    char **record, size_t *len, struct lockfs_entry_stat *st);
+
+	/* Cheap existence check: fill ST (may be NULL).  0, -ENOENT, -errno. */
+	int (*stat)(struct lockfs_backend *be, const char *name,
+		    struct lockfs_entry_stat *st);
+
+	/* Replace NAME's record with RECORD, only while the stored lock is the
+	 * one IDENTITY names.  0, -ENOENT when gone or replaced, -errno. */
+	int (*update)(struct lockfs_backend *be, const char *name, uint64_t identity,
+		      const char *record, size_t len);
+
+	/* Remove NAME, only while the stored lock is the one IDENTITY names.
+	 * 0, -ENOENT when gone or replaced, -errno. */
+	int (*release)(struct lockfs_backend *be, const char *name, uint64_t identity);
+
+	/* Call CB for every held lock, in no particular order. */
+	int (*list)(struct lockfs_backend *be, lockfs_list_cb cb, void *arg);
+
+	void (*destroy)(struct lockfs_backend *be);
+};
+
+struct lockfs_backend {
+	const struct lockfs_backend_ops *ops;
+};
+
+/*
+ * The directory backend (core/backend_dir.c), compatible with the seed
+ * tool: a lock is the directory DIR/NAME.lock, made by rename(2) with
+ * RENAME_NOREPLACE from a temporary directory that already holds the
+ * record file DIR/NAME.lock/owner.json.
+ *
+ * Opens DIRFD-relative paths on DIRFD (which it dups).  Returns 0 and
+ * *OUT, or -errno (-EINVAL when the filesystem lacks RENAME_NOREPLACE).
+ */
+int lockfs_backend_dir_open(struct lockfs_backend **out, int dirfd)
+	__attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,104 @@
+/* Who is asking: processes as /proc describes them, and the holder rule. */
+#ifndef LOCKFS_HOLDER_H
+#define LOCKFS_HOLDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* One process (thread group) as /proc describes it. */
+struct lockfs_proc {
+	pid_t pid;    /* thread-group id (Tgid) */
+	pid_t ppid;   /* parent's thread-group id; 0 for none */
+	pid_t sid;    /* session id (NSsid, outermost) */
+	uid_t uid;    /* effective uid */
+	gid_t gid;    /* effective gid */
+	unsigned long long start_time; /* /proc/PID/stat field 22 */
+	char comm[64];                 /* /proc/PID/stat comm, without ( ) */
+	/* basename of /proc/PID/exe; for busybox/toybox the applet name
+	 * (basename of argv[0]); "" when unreadable (kernel thread, gone) */
+	char exe[256];
+};
+
+/*
+ * Where process facts come from: /proc in the daemon, a fake table in the
+ * unit tests.  read_tid() describes the thread group that thread TID
+ * belongs to (TID may be a thread id or a thread-group id).
+ * Returns 0, or -ENOENT when there is no such thread/process, or -errno.
+ */
+struct lockfs_proc_source {
+	int (*read_tid)(void *ctx, pid_t tid, struct lockfs_proc *out);
+	void *ctx;
+};
+
+/* The real source, reading /proc of the daemon's mount namespace. */
+extern const struct lockfs_proc_source lockfs_proc_real;
+
+/* The default helper list (mount option `helpers=`, ':'-separated). */
+#define LOCKFS_DEFAULT_HELPERS \
+	"mkdir:rmdir:flock:timeout:sudo:xargs:env:nice:nohup:stdbuf:lockctl"
+
+/* A set of executable basenames that are skipped when resolving a holder. */
+struct lockfs_helpers {
+	char **names; /* NULL-terminated */
+};
+
+/*
+ * Parse a ':'-separated list ("" = no helpers).  Returns 0 or -EINVAL
+ * (empty element, '/' in an element) / -ENOMEM.
+ */
+int lockfs_helpers_parse(struct lockfs_helpers *h, const char *list)
+	__attribute__((warn_unused_result));
+void lockfs_helpers_free(struct lockfs_helpers *h);
+bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe);
+
+/*
+ * The holder rule.  Start at the thread group of CALLER_TID; while its
+ * executable is a helper, move to its parent.  Every move must be
+ * believable: the parent must exist, not be pid 1, must not have started
+ * after the child (pid reuse), and, unless the child leads its own
+ * session, must share the child's session (an adopted orphan does not).
+ *
+ * On success fills *HOLDER and returns 0.  Returns -EACCES when CALLER_TID
+ * is 0 (a pid namespace the daemon cannot see), when the holder would be
+ * pid 1, or when a move is not believable; -ESRCH when the caller vanished.
+ */
+int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
+			  const struct lockfs_helpers *helpers,
+			  struct lockfs_proc *holder)
+	__attribute__((warn_unused_result));
+
+/*
+ * May the process of CALLER_TID release a lock held by (HOLDER_PID,
+ * HOLDER_START)?  Yes when the caller's own thread group is the holder
+ * (compared first, before any helper is skipped), or when the holder is
+ * one of its ancestors, following parents only while each parent started
+ * no later than its child.
+ *
+ * Returns 0 for yes, -EPERM for no, -EACCES when CALLER_TID is 0,
+ * -ESRCH when the caller vanished.
+ */
+int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller_tid,
+			      pid_t holder_pid, unsigned long long holder_start)
+	__attribute__((warn_unused_result));
+
+/*
+ * Read the NUL-separated argv of PID into a malloc'd NULL-terminated array
+ * (at most MAX_BYTES of it).  Returns 0 or -errno; an empty cmdline (kernel
+ * thread, zombie) gives an empty array.
+ */
+int lockfs_proc_cmdline(pid_t pid, size_t max_bytes, char ***argv)
+	__attribute__((warn_unused_result));
+void lockfs_argv_free(char **argv);
+
+/*
+ * Look up VAR in the environment PID was exec'd with (/proc/PID/environ).
+ * Copies the value into BUF.  Returns its length, -ENOENT when unset,
+ * -ENAMETOOLONG when it does not fit, or -errno.
+ */
+int lockfs_proc_getenv(pid_t pid, const char *var, char *buf, size_t size);
+
+/* Read /proc/sys/kernel/random/boot_id (36 chars) into BUF.  0 or -errno. */
+int lockfs_boot_id(char buf[40]);
+
+#endif

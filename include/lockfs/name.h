@@ -1,0 +1,28 @@
+/* The lock-name rule, shared by the mount, the tools and the tests. */
+#ifndef LOCKFS_NAME_H
+#define LOCKFS_NAME_H
+
+#include <stddef.h>
+
+/* Longest lock name in bytes: NAME plus ".lock" must fit in NAME_MAX (255). */
+#define LOCKFS_NAME_MAX 250
+
+/*
+ * Check that NAME may name a lock: 1..LOCKFS_NAME_MAX bytes of valid UTF-8
+ * (no overlong forms, no surrogates, nothing above U+10FFFF), no '/', no
+ * control character (C0, DEL, C1), and not beginning with '.' (reserved for
+ * the daemon's own entries).
+ *
+ * Returns 0 when valid, -ENAMETOOLONG when longer than LOCKFS_NAME_MAX bytes,
+ * -EINVAL for anything else wrong (including the empty name).
+ */
+int lockfs_name_check(const char *name) __attribute__((warn_unused_result));
+
+/*
+ * Check that the LEN bytes at S are valid UTF-8 by the same strict rules as
+ * names (overlongs, surrogates and > U+10FFFF refused).  Control characters
+ * are allowed here.  Returns 1 when valid, 0 when not.
+ */
+int lockfs_utf8_valid(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,73 @@
+/* The lock record: what `M/NAME/owner` shows and what DIR/NAME.lock holds. */
+#ifndef LOCKFS_RECORD_H
+#define LOCKFS_RECORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Largest record accepted from the backing store, in bytes. */
+#define LOCKFS_RECORD_MAX (64 * 1024)
+/* Largest `operation` text, in bytes. */
+#define LOCKFS_OPERATION_MAX 1024
+/* A token is 128 random bits written as 32 lower-case hex digits. */
+#define LOCKFS_TOKEN_HEX 32
+
+/* The process that holds a lock, as recorded at acquisition. */
+struct lockfs_holder {
+	pid_t pid;                     /* thread-group id in the daemon's pid ns */
+	unsigned long long start_time; /* /proc/PID/stat field 22, clock ticks */
+	uid_t uid;
+	gid_t gid;
+	char *user;     /* user name, or NULL when the uid has none */
+	char *comm;     /* /proc/PID/comm */
+	char **cmdline; /* NULL-terminated argv (may be empty), never NULL */
+	char *host;     /* gethostname() */
+	char *boot_id;  /* /proc/sys/kernel/random/boot_id */
+};
+
+struct lockfs_record {
+	char *resource;   /* the lock name */
+	bool has_holder;  /* false for a record that names no holder */
+	struct lockfs_holder holder;
+	int64_t acquired_at_ms; /* Unix time in milliseconds */
+	char *operation;  /* what the holder says it is doing; NULL = none */
+	char *slug;       /* LOCKFS_SLUG of the acquiring process; NULL = none */
+	uint64_t fence;   /* strictly increasing per acquisition of the name */
+	char token[LOCKFS_TOKEN_HEX + 1]; /* "" when unknown/hidden */
+};
+
+/* Flags for lockfs_record_encode(). */
+#define LOCKFS_RECORD_WITH_TOKEN 0x1 /* include "token" */
+#define LOCKFS_RECORD_PRETTY     0x2 /* indented, for people; else compact */
+
+/*
+ * Encode R as JSON followed by a newline.  Strings that are not valid UTF-8
+ * are encoded with each bad byte replaced by U+FFFD.  Returns a malloc'd
+ * NUL-terminated buffer and stores its length (without the NUL) in *LEN,
+ * or NULL when out of memory.
+ */
+char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len)
+	__attribute__((warn_unused_result));
+
+/*
+ * Parse a record written by lockfs_record_encode(..., WITH_TOKEN).  Every
+ * field is checked for presence and type; "token" must be 32 hex digits.
+ * On success fills *OUT (release it with lockfs_record_clear) and returns 0.
+ * Returns -EFBIG when LEN > LOCKFS_RECORD_MAX, -EINVAL when malformed,
+ * -ENOMEM when out of memory; *OUT is left cleared on failure.
+ */
+int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
+	__attribute__((warn_unused_result));
+
+/* Free everything R owns and zero it.  Safe on a zeroed record. */
+void lockfs_record_clear(struct lockfs_record *r);
+
+/*
+ * Format MS (Unix milliseconds) as RFC 3339 UTC with milliseconds,
+ * "2026-08-22T23:05:52.123Z", into BUF (at least 32 bytes).  Returns BUF.
+ */
+char *lockfs_format_time(int64_t ms, char buf[32]);
+
+#endif

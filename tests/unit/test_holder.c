@@ -1,0 +1,730 @@
+/*
+ * Unit tests for core/holder.c: the holder rule and the release rule on a
+ * fake process table, then the /proc readers on real processes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "lockfs/holder.h"
+
+/* ---- the fake process table ------------------------------------------ */
+
+struct fake_proc {
+	pid_t pid, ppid, sid;
+	unsigned long long start;
+	const char *exe;
+};
+
+/*
+ * A small world.  Interactive login: sshd(400) -> bash(500, session leader).
+ * Each comment says which tests use a row.
+ */
+static const struct fake_proc fake_table[] = {
+	{ 1, 0, 1, 1, "systemd" },
+	{ 400, 1, 400, 500, "sshd" },
+	{ 500, 400, 500, 1000, "bash" },       /* the usual holder */
+	{ 600, 500, 500, 2000, "mkdir" },      /* mkdir run from bash */
+	{ 610, 500, 500, 2100, "rmdir" },      /* another child of bash */
+	{ 615, 500, 500, 2200, "sh" },
+	{ 620, 615, 500, 2300, "rmdir" },      /* grandchild of bash */
+	{ 710, 500, 500, 3000, "sudo" },       /* sudo -> env -> mkdir */
+	{ 711, 710, 500, 3001, "env" },
+	{ 712, 711, 500, 3002, "mkdir" },
+	{ 720, 500, 720, 3100, "sudo" },       /* sudo with a pty: own session */
+	{ 721, 720, 720, 3101, "mkdir" },
+	{ 730, 500, 500, 3200, "mkdir" },      /* busybox applet (exe = applet) */
+	{ 800, 500, 500, 4000, "python3" },    /* threads 801, 802 */
+	{ 900, 1, 500, 4500, "mkdir" },        /* orphan adopted by init */
+	{ 910, 500, 500, 5000, "bash" },       /* pid reused after 920 began */
+	{ 920, 910, 500, 2000, "mkdir" },
+	{ 930, 1, 930, 5100, "tini" },         /* subreaper */
+	{ 940, 930, 935, 5200, "mkdir" },      /* orphan of session 935 */
+	{ 950, 951, 500, 5300, "mkdir" },      /* parent 951 is gone */
+	{ 960, 961, 500, 5400, "mkdir" },      /* a cycle (only a fake can) */
+	{ 961, 960, 500, 5400, "mkdir" },
+	{ 970, 500, 500, 5500, "" },           /* exe unreadable */
+	{ 1500, 500, 500, 7000, "rmdir" },     /* bash -c 'mkdir X && rmdir X' */
+};
+
+static const struct { pid_t tid, tgid; } fake_threads[] = {
+	{ 801, 800 },
+	{ 802, 800 },
+};
+
+/* How many times read_tid ran, to check the walk stays short. */
+static int fake_reads;
+
+static int fake_read_tid(void *ctx, pid_t tid, struct lockfs_proc *out)
+{
+	(void)ctx;
+	fake_reads++;
+	for (size_t i = 0; i < sizeof(fake_threads) / sizeof(fake_threads[0]); i++)
+		if (fake_threads[i].tid == tid)
+			tid = fake_threads[i].tgid;
+	for (size_t i = 0; i < sizeof(fake_table) / sizeof(fake_table[0]); i++) {
+		const struct fake_proc *f = &fake_table[i];
+		if (f->pid != tid)
+			continue;
+		memset(out, 0, sizeof(*out));
+		out->pid = f->pid;
+		out->ppid = f->ppid;
+		out->sid = f->sid;
+		out->uid = 1000;
+		out->gid = 1000;
+		out->start_time = f->start;
+		snprintf(out->comm, sizeof(out->comm), "%s", f->exe);
+		snprintf(out->exe, sizeof(out->exe), "%s", f->exe);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static const struct lockfs_proc_source fake = { fake_read_tid, NULL };
+
+/* The default helper list, parsed for each test. */
+static int setup_helpers(void **state)
+{
+	struct lockfs_helpers *h = calloc(1, sizeof(*h));
+	assert_non_null(h);
+	assert_int_equal(lockfs_helpers_parse(h, LOCKFS_DEFAULT_HELPERS), 0);
+	*state = h;
+	fake_reads = 0;
+	return 0;
+}
+
+static int teardown_helpers(void **state)
+{
+	lockfs_helpers_free(*state);
+	free(*state);
+	return 0;
+}
+
+/* resolve() on the fake: the holder's pid, or the negative errno. */
+static int resolve(void **state, pid_t tid)
+{
+	struct lockfs_proc p;
+	memset(&p, 0xa5, sizeof(p));
+	int rc = lockfs_holder_resolve(&fake, tid, *state, &p);
+	return rc < 0 ? rc : p.pid;
+}
+
+/* ---- the holder rule ------------------------------------------------- */
+
+static void test_caller_not_a_helper_is_the_holder(void **state)
+{
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_holder_resolve(&fake, 500, *state, &p), 0);
+	assert_int_equal(p.pid, 500);
+	assert_int_equal(p.start_time, 1000);
+	assert_string_equal(p.exe, "bash");
+	assert_int_equal(fake_reads, 1);
+}
+
+static void test_mkdir_helper_is_skipped_to_the_shell(void **state)
+{
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_holder_resolve(&fake, 600, *state, &p), 0);
+	assert_int_equal(p.pid, 500);
+	assert_int_equal(p.start_time, 1000);
+	assert_int_equal(fake_reads, 2);
+}
+
+static void test_sudo_env_mkdir_chain_is_skipped_to_the_shell(void **state)
+{
+	assert_int_equal(resolve(state, 712), 500);
+}
+
+static void test_busybox_applet_mkdir_is_skipped(void **state)
+{
+	assert_int_equal(resolve(state, 730), 500);
+}
+
+static void test_empty_helper_list_skips_nothing(void **state)
+{
+	struct lockfs_helpers none;
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 712, &none, &p), 0);
+	assert_int_equal(p.pid, 712);
+	lockfs_helpers_free(&none);
+}
+
+static void test_thread_id_maps_to_its_thread_group(void **state)
+{
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_holder_resolve(&fake, 802, *state, &p), 0);
+	assert_int_equal(p.pid, 800);
+	assert_int_equal(p.start_time, 4000);
+}
+
+static void test_tid_zero_is_eacces(void **state)
+{
+	assert_int_equal(resolve(state, 0), -EACCES);
+	assert_int_equal(fake_reads, 0);
+}
+
+static void test_helper_whose_parent_is_init_is_eacces(void **state)
+{
+	assert_int_equal(resolve(state, 900), -EACCES);
+}
+
+static void test_helper_whose_parent_started_later_is_eacces(void **state)
+{
+	assert_int_equal(resolve(state, 920), -EACCES);
+}
+
+static void test_helper_adopted_by_subreaper_is_eacces(void **state)
+{
+	assert_int_equal(resolve(state, 940), -EACCES);
+}
+
+static void test_helper_leading_its_own_session_is_skipped(void **state)
+{
+	assert_int_equal(resolve(state, 720), 500);  /* sudo with a pty */
+	assert_int_equal(resolve(state, 721), 500);  /* mkdir under it */
+}
+
+static void test_helper_whose_parent_vanished_is_eacces(void **state)
+{
+	assert_int_equal(resolve(state, 950), -EACCES);
+}
+
+static void test_caller_vanished_is_esrch(void **state)
+{
+	assert_int_equal(resolve(state, 999), -ESRCH);
+}
+
+static void test_caller_init_is_eacces(void **state)
+{
+	assert_int_equal(resolve(state, 1), -EACCES);
+}
+
+static void test_helper_cycle_is_eacces(void **state)
+{
+	assert_int_equal(resolve(state, 960), -EACCES);
+}
+
+static void test_unreadable_exe_is_not_a_helper(void **state)
+{
+	assert_int_equal(resolve(state, 970), 970);
+}
+
+/* ---- the release rule ------------------------------------------------ */
+
+static int may(pid_t tid, pid_t holder, unsigned long long start)
+{
+	return lockfs_holder_may_release(&fake, tid, holder, start);
+}
+
+static void test_release_by_the_holder_itself(void **state)
+{
+	assert_int_equal(may(500, 500, 1000), 0);
+}
+
+static void test_release_by_execd_rmdir_in_the_holder_process(void **state)
+{
+	/* 1500 took the lock as `mkdir` and exec'd `rmdir`: it resolves to
+	 * its shell, yet as the holder itself it may release. */
+	assert_int_equal(resolve(state, 1500), 500);
+	assert_int_equal(may(1500, 1500, 7000), 0);
+}
+
+static void test_release_by_a_thread_of_the_holder(void **state)
+{
+	assert_int_equal(may(801, 800, 4000), 0);
+}
+
+static void test_release_by_child_of_holder(void **state)
+{
+	assert_int_equal(may(610, 500, 1000), 0);
+}
+
+static void test_release_by_grandchild_of_holder(void **state)
+{
+	assert_int_equal(may(620, 500, 1000), 0);
+	assert_int_equal(may(712, 500, 1000), 0);
+}
+
+static void test_release_by_sibling_is_eperm(void **state)
+{
+	assert_int_equal(may(610, 600, 2000), -EPERM);
+}
+
+static void test_release_by_unrelated_is_eperm(void **state)
+{
+	assert_int_equal(may(400, 500, 1000), -EPERM); /* the holder's parent */
+	assert_int_equal(may(930, 500, 1000), -EPERM);
+}
+
+static void test_release_with_reused_holder_pid_is_eperm(void **state)
+{
+	assert_int_equal(may(500, 500, 999), -EPERM);
+	assert_int_equal(may(610, 500, 999), -EPERM);
+}
+
+static void test_release_across_a_younger_parent_is_eperm(void **state)
+{
+	/* 920's parent pid 910 belongs to a process that began after 920,
+	 * so 910 and everything above it are not 920's ancestors. */
+	assert_int_equal(may(920, 910, 5000), -EPERM);
+	assert_int_equal(may(920, 500, 1000), -EPERM);
+	/* negative control: 910 itself does reach 500 */
+	assert_int_equal(may(910, 500, 1000), 0);
+}
+
+static void test_release_walk_stops_at_init(void **state)
+{
+	assert_int_equal(may(620, 1, 1), -EPERM);
+	assert_int_equal(may(950, 500, 1000), -EPERM); /* parent gone */
+}
+
+static void test_release_cycle_terminates(void **state)
+{
+	assert_int_equal(may(960, 500, 1000), -EPERM);
+}
+
+static void test_release_tid_zero_is_eacces(void **state)
+{
+	assert_int_equal(may(0, 500, 1000), -EACCES);
+}
+
+static void test_release_caller_vanished_is_esrch(void **state)
+{
+	assert_int_equal(may(999, 500, 1000), -ESRCH);
+}
+
+/* ---- the helper list ------------------------------------------------- */
+
+static void test_helpers_default_list(void **state)
+{
+	struct lockfs_helpers *h = *state;
+	assert_true(lockfs_helpers_contains(h, "mkdir"));
+	assert_true(lockfs_helpers_contains(h, "lockctl"));
+	assert_true(lockfs_helpers_contains(h, "sudo"));
+	assert_false(lockfs_helpers_contains(h, "bash"));
+	assert_false(lockfs_helpers_contains(h, "mkdi"));
+	assert_false(lockfs_helpers_contains(h, ""));
+	assert_false(lockfs_helpers_contains(h, NULL));
+}
+
+static void test_helpers_empty_string_is_empty_set(void **state)
+{
+	struct lockfs_helpers h;
+	assert_int_equal(lockfs_helpers_parse(&h, ""), 0);
+	assert_non_null(h.names);
+	assert_null(h.names[0]);
+	assert_false(lockfs_helpers_contains(&h, "mkdir"));
+	lockfs_helpers_free(&h);
+}
+
+static void test_helpers_single_and_several(void **state)
+{
+	struct lockfs_helpers h;
+	assert_int_equal(lockfs_helpers_parse(&h, "foo"), 0);
+	assert_string_equal(h.names[0], "foo");
+	assert_null(h.names[1]);
+	lockfs_helpers_free(&h);
+	assert_null(h.names);
+
+	assert_int_equal(lockfs_helpers_parse(&h, "a:bb:ccc"), 0);
+	assert_string_equal(h.names[0], "a");
+	assert_string_equal(h.names[1], "bb");
+	assert_string_equal(h.names[2], "ccc");
+	assert_null(h.names[3]);
+	assert_true(lockfs_helpers_contains(&h, "bb"));
+	assert_false(lockfs_helpers_contains(&h, "b"));
+	lockfs_helpers_free(&h);
+}
+
+static void test_helpers_bad_lists_are_einval(void **state)
+{
+	static const char *const bad[] = {
+		":", "a:", ":a", "a::b", "/", "a/b", "mkdir:/bin/mkdir",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct lockfs_helpers h;
+		assert_int_equal(lockfs_helpers_parse(&h, bad[i]), -EINVAL);
+		assert_null(h.names);
+		lockfs_helpers_free(&h); /* safe after a failure */
+	}
+}
+
+/* ---- the real /proc -------------------------------------------------- */
+
+/* Field 22 of /proc/PID/stat, parsed here independently of holder.c. */
+static unsigned long long real_start_time(pid_t pid)
+{
+	char path[64], buf[2048];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	assert_non_null(f);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')');
+	assert_non_null(p);
+	p++;
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p + 1, ' ');
+		assert_non_null(p);
+	}
+	return strtoull(p + 1, NULL, 10);
+}
+
+/*
+ * Start PATH with ARGV and ENVP and return its pid once the exec happened
+ * (a close-on-exec pipe closes at exec; a failed exec writes errno).
+ */
+static pid_t spawn(const char *path, const char *const argv[],
+		   const char *const envp[])
+{
+	int fds[2];
+	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		/* execve() takes char *const[] for history's sake; it writes nothing */
+		execve(path, (char *const *)argv, (char *const *)envp);
+		int e = errno;
+		(void)!write(fds[1], &e, sizeof(e));
+		_exit(127);
+	}
+	close(fds[1]);
+	int e = 0;
+	ssize_t n = read(fds[0], &e, sizeof(e));
+	close(fds[0]);
+	assert_int_equal(n, 0);
+	return pid;
+}
+
+static void reap(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/* Copy the file at SRC to DST, executable. */
+static void copy_exe(const char *src, const char *dst)
+{
+	char buf[65536];
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	assert_true(in >= 0 && out >= 0);
+	ssize_t n;
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	close(in);
+	close(out);
+}
+
+static void test_real_read_self(void **state)
+{
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_proc_real.read_tid(lockfs_proc_real.ctx, getpid(), &p), 0);
+	assert_int_equal(p.pid, getpid());
+	assert_int_equal(p.ppid, getppid());
+	assert_int_equal(p.sid, getsid(0));
+	assert_int_equal(p.uid, geteuid());
+	assert_int_equal(p.gid, getegid());
+	assert_int_equal(p.start_time, real_start_time(getpid()));
+	char comm[64] = "";
+	FILE *f = fopen("/proc/self/comm", "re");
+	assert_non_null(f);
+	assert_non_null(fgets(comm, sizeof(comm), f));
+	fclose(f);
+	comm[strcspn(comm, "\n")] = '\0';
+	assert_string_equal(p.comm, comm);
+
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	assert_true(n > 0);
+	exe[n] = '\0';
+	assert_string_equal(p.exe, strrchr(exe, '/') + 1);
+}
+
+static void test_real_comm_with_parens_and_spaces(void **state)
+{
+	/* stat fields are counted after the LAST ')' of the comm */
+	int fds[2];
+	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		prctl(PR_SET_NAME, "x) (y z) 1 2");
+		(void)!write(fds[1], "", 1);
+		pause();
+		_exit(0);
+	}
+	char c;
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	close(fds[0]);
+	close(fds[1]);
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &p), 0);
+	assert_string_equal(p.comm, "x) (y z) 1 2");
+	assert_int_equal(p.ppid, getpid());
+	assert_int_equal(p.sid, getsid(0));
+	assert_int_equal(p.start_time, real_start_time(child));
+	reap(child);
+}
+
+static void test_real_resolve_self_with_no_helpers(void **state)
+{
+	struct lockfs_helpers none;
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), &none, &p), 0);
+	assert_int_equal(p.pid, getpid());
+	assert_int_equal(p.start_time, real_start_time(getpid()));
+	lockfs_helpers_free(&none);
+}
+
+struct thread_arg {
+	pid_t tid;
+	int rc;
+	pid_t pid;
+	unsigned long long start;
+};
+
+static void *thread_main(void *a)
+{
+	struct thread_arg *t = a;
+	struct lockfs_helpers none = { NULL };
+	struct lockfs_proc p;
+	t->tid = gettid();
+	t->rc = lockfs_holder_resolve(&lockfs_proc_real, t->tid, &none, &p);
+	t->pid = p.pid;
+	t->start = p.start_time;
+	return NULL;
+}
+
+static void test_real_thread_resolves_to_process_start_time(void **state)
+{
+	/* The thread's own stat carries its own start time; the record
+	 * must carry the process's. */
+	usleep(20000); /* let the thread start in a later tick than us */
+	struct thread_arg t = { 0 };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, thread_main, &t), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_not_equal(t.tid, getpid());
+	assert_int_equal(t.rc, 0);
+	assert_int_equal(t.pid, getpid());
+	assert_int_equal(t.start, real_start_time(getpid()));
+}
+
+static void test_real_resolve_skips_helper_child(void **state)
+{
+	struct lockfs_helpers h;
+	struct lockfs_proc p;
+	const char *argv[] = { "/bin/sleep", "5", NULL };
+	const char *envp[] = { NULL };
+	pid_t child = spawn("/bin/sleep", argv, envp);
+	assert_int_equal(lockfs_helpers_parse(&h, "sleep"), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &h, &p), 0);
+	assert_int_equal(p.pid, getpid());
+	/* negative control: with no helpers the child is the holder */
+	struct lockfs_helpers none = { NULL };
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &none, &p), 0);
+	assert_int_equal(p.pid, child);
+	assert_string_equal(p.exe, "sleep");
+	lockfs_helpers_free(&h);
+	reap(child);
+}
+
+static void test_real_forked_child_may_release_our_lock(void **state)
+{
+	pid_t me = getpid();
+	unsigned long long start = real_start_time(me);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		int rc = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start);
+		int bad = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start + 1);
+		_exit(rc == 0 && bad == -EPERM ? 0 : 1);
+	}
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_real_parent_may_not_release_childs_lock(void **state)
+{
+	const char *argv[] = { "/bin/sleep", "5", NULL };
+	const char *envp[] = { NULL };
+	pid_t child = spawn("/bin/sleep", argv, envp);
+	struct lockfs_proc c;
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &c), 0);
+	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, getpid(),
+						   c.pid, c.start_time), -EPERM);
+	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, child,
+						   c.pid, c.start_time), 0);
+	reap(child);
+}
+
+static void test_real_vanished_caller_is_esrch(void **state)
+{
+	struct lockfs_proc p;
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, INT_MAX, NULL, &p), -ESRCH);
+	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, INT_MAX, 500, 1), -ESRCH);
+}
+
+static void test_real_getenv_of_execd_child(void **state)
+{
+	const char *argv[] = { "/bin/sleep", "5", NULL };
+	const char *envp[] = { "LOCKFS_SLU=no", "A=1", "LOCKFS_SLUG=abc", "EMPTY=", NULL };
+	pid_t child = spawn("/bin/sleep", argv, envp);
+	char buf[16];
+	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS_SLUG", buf, sizeof(buf)), 3);
+	assert_string_equal(buf, "abc");
+	assert_int_equal(lockfs_proc_getenv(child, "A", buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "1");
+	assert_int_equal(lockfs_proc_getenv(child, "EMPTY", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "");
+	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lockfs_proc_getenv(child, "PATH", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS_SLUG", buf, 3), -ENAMETOOLONG);
+	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS_SLUG", buf, 4), 3);
+	assert_int_equal(lockfs_proc_getenv(child, "A=1", buf, sizeof(buf)), -EINVAL);
+	reap(child);
+	assert_int_equal(lockfs_proc_getenv(child, "A", buf, sizeof(buf)), -ENOENT);
+}
+
+static void test_real_cmdline_of_child(void **state)
+{
+	const char *argv[] = { "/bin/sleep", "5", NULL };
+	const char *envp[] = { NULL };
+	pid_t child = spawn("/bin/sleep", argv, envp);
+	char **a;
+	assert_int_equal(lockfs_proc_cmdline(child, 4096, &a), 0);
+	assert_string_equal(a[0], "/bin/sleep");
+	assert_string_equal(a[1], "5");
+	assert_null(a[2]);
+	lockfs_argv_free(a);
+	/* cut short: the unterminated last piece is kept */
+	assert_int_equal(lockfs_proc_cmdline(child, 6, &a), 0);
+	assert_string_equal(a[0], "/bin/s");
+	assert_null(a[1]);
+	lockfs_argv_free(a);
+	/* exactly the first element with its NUL */
+	assert_int_equal(lockfs_proc_cmdline(child, 11, &a), 0);
+	assert_string_equal(a[0], "/bin/sleep");
+	assert_null(a[1]);
+	lockfs_argv_free(a);
+	assert_int_equal(lockfs_proc_cmdline(child, 0, &a), 0);
+	assert_null(a[0]);
+	lockfs_argv_free(a);
+	reap(child);
+	assert_int_equal(lockfs_proc_cmdline(INT_MAX, 4096, &a), -ENOENT);
+}
+
+static void test_real_exe_deleted_and_busybox_applet(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-holder-XXXXXX";
+	char path[PATH_MAX];
+	struct lockfs_proc p;
+	assert_non_null(mkdtemp(dir));
+
+	/* a deleted executable still reports its name, without " (deleted)" */
+	snprintf(path, sizeof(path), "%s/zzsleep", dir);
+	copy_exe("/bin/sleep", path);
+	const char *argv1[] = { path, "5", NULL };
+	const char *envp[] = { NULL };
+	pid_t child = spawn(path, argv1, envp);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &p), 0);
+	assert_string_equal(p.exe, "zzsleep");
+	reap(child);
+
+	/* an executable named busybox is known by its applet, argv[0] */
+	snprintf(path, sizeof(path), "%s/busybox", dir);
+	copy_exe("/bin/sleep", path);
+	const char *argv2[] = { "/some/where/snooze", "5", NULL };
+	child = spawn(path, argv2, envp);
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &p), 0);
+	assert_string_equal(p.exe, "snooze");
+	reap(child);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_real_boot_id(void **state)
+{
+	char id[40];
+	assert_int_equal(lockfs_boot_id(id), 0);
+	assert_int_equal(strlen(id), 36);
+	assert_int_equal(id[8], '-');
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup_helpers, teardown_helpers)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_caller_not_a_helper_is_the_holder),
+		T(test_mkdir_helper_is_skipped_to_the_shell),
+		T(test_sudo_env_mkdir_chain_is_skipped_to_the_shell),
+		T(test_busybox_applet_mkdir_is_skipped),
+		T(test_empty_helper_list_skips_nothing),
+		T(test_thread_id_maps_to_its_thread_group),
+		T(test_tid_zero_is_eacces),
+		T(test_helper_whose_parent_is_init_is_eacces),
+		T(test_helper_whose_parent_started_later_is_eacces),
+		T(test_helper_adopted_by_subreaper_is_eacces),
+		T(test_helper_leading_its_own_session_is_skipped),
+		T(test_helper_whose_parent_vanished_is_eacces),
+		T(test_caller_vanished_is_esrch),
+		T(test_caller_init_is_eacces),
+		T(test_helper_cycle_is_eacces),
+		T(test_unreadable_exe_is_not_a_helper),
+		T(test_release_by_the_holder_itself),
+		T(test_release_by_execd_rmdir_in_the_holder_process),
+		T(test_release_by_a_thread_of_the_holder),
+		T(test_release_by_child_of_holder),
+		T(test_release_by_grandchild_of_holder),
+		T(test_release_by_sibling_is_eperm),
+		T(test_release_by_unrelated_is_eperm),
+		T(test_release_with_reused_holder_pid_is_eperm),
+		T(test_release_across_a_younger_parent_is_eperm),
+		T(test_release_walk_stops_at_init),
+		T(test_release_cycle_terminates),
+		T(test_release_tid_zero_is_eacces),
+		T(test_release_caller_vanished_is_esrch),
+		T(test_helpers_default_list),
+		T(test_helpers_empty_string_is_empty_set),
+		T(test_helpers_single_and_several),
+		T(test_helpers_bad_lists_are_einval),
+		cmocka_unit_test(test_real_read_self),
+		cmocka_unit_test(test_real_comm_with_parens_and_spaces),
+		cmocka_unit_test(test_real_resolve_self_with_no_helpers),
+		cmocka_unit_test(test_real_thread_resolves_to_process_start_time),
+		cmocka_unit_test(test_real_resolve_skips_helper_child),
+		cmocka_unit_test(test_real_forked_child_may_release_our_lock),
+		cmocka_unit_test(test_real_parent_may_not_release_childs_lock),
+		cmocka_unit_test(test_real_vanished_caller_is_esrch),
+		cmocka_unit_test(test_real_getenv_of_execd_child),
+		cmocka_unit_test(test_real_cmdline_of_child),
+		cmocka_unit_test(test_real_exe_deleted_and_busybox_applet),
+		cmocka_unit_test(test_real_boot_id),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,385 @@
+/* Unit tests for the audit log (core/log.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "lockfs/log.h"
+
+#define T0 1787439952123LL
+#define T0_TEXT "2026-08-22T23:05:52.123Z"
+
+/* Split LINE (modified) on single spaces into at most MAX fields.
+ * Returns the number of fields. */
+static int split(char *line, char **fields, int max)
+{
+	int n = 0;
+
+	/* Not strtok_r: it would merge runs of spaces and hide a bad line. */
+	fields[n++] = line;
+	for (char *p = line; *p; p++) {
+		if (*p == ' ') {
+			*p = '\0';
+			if (n < max)
+				fields[n] = p + 1;
+			n++;
+		}
+	}
+	return n;
+}
+
+static void test_plain_line(void **state)
+{
+	const char *kv[] = { "pid", "4242", "fence", "7", NULL };
+	char buf[LOCKFS_LOG_LINE_MAX], *f[16];
+	int n = lockfs_log_format(buf, sizeof(buf), T0, "alice:4242", "deploy", kv, "acquire");
+
+	assert_int_equal(n, (int)strlen(buf));
+	assert_string_equal(buf, T0_TEXT " alice:4242 deploy pid=4242 fence=7 acquire\n");
+	buf[n - 1] = '\0'; /* drop the newline */
+	assert_int_equal(split(buf, f, 16), 6);
+	assert_string_equal(f[0], T0_TEXT);
+	assert_string_equal(f[1], "alice:4242");
+	assert_string_equal(f[2], "deploy");
+	assert_string_equal(f[3], "pid=4242");
+	assert_string_equal(f[4], "fence=7");
+	assert_string_equal(f[5], "acquire");
+}
+
+static void test_no_details(void **state)
+{
+	char buf[256];
+
+	assert_true(lockfs_log_format(buf, sizeof(buf), 0, "w", "n", NULL, "release") > 0);
+	assert_string_equal(buf, "1970-01-01T00:00:00.000Z w n release\n");
+	assert_true(lockfs_log_format(buf, sizeof(buf), 0, "w", "n",
+				      (const char *const[]){ NULL }, "release") > 0);
+	assert_string_equal(buf, "1970-01-01T00:00:00.000Z w n release\n");
+}
+
+static void assert_escapes(const char *src, const char *want)
+{
+	char buf[256];
+	int n = lockfs_log_escape(buf, sizeof(buf), src);
+
+	assert_int_equal(n, (int)strlen(want));
+	assert_string_equal(buf, want);
+}
+
+static void test_escape_whitespace_and_controls(void **state)
+{
+	assert_escapes("a b", "a\\x20b");
+	assert_escapes("a\tb", "a\\x09b");
+	assert_escapes("a\nb", "a\\x0ab");
+	assert_escapes("\r", "\\x0d");
+	assert_escapes("\x01\x1f", "\\x01\\x1f");
+	assert_escapes("\x7f", "\\x7f");
+	/* Negative control: printable ASCII passes. */
+	assert_escapes("a=b:c/d.e!~", "a=b:c/d.e!~");
+}
+
+static void test_escape_backslash(void **state)
+{
+	assert_escapes("\\", "\\\\");
+	assert_escapes("a\\x20", "a\\\\x20"); /* not confusable with an escape */
+}
+
+static void test_escape_dash_and_empty(void **state)
+{
+	assert_escapes("", "-");
+	assert_escapes(NULL, "-");
+	assert_escapes("-", "\\x2d");
+	/* Only the whole field "-" is special. */
+	assert_escapes("--", "--");
+	assert_escapes("-x", "-x");
+	assert_escapes("a-", "a-");
+}
+
+static void test_escape_utf8_passthrough(void **state)
+{
+	assert_escapes("caf\xc3\xa9", "caf\xc3\xa9");
+	assert_escapes("\xe6\x97\xa5\xe6\x9c\xac", "\xe6\x97\xa5\xe6\x9c\xac");
+	/* Any high byte, valid UTF-8 or not, is left alone. */
+	assert_escapes("\xff\x80", "\xff\x80");
+}
+
+static void test_escape_enospc(void **state)
+{
+	char buf[8];
+
+	assert_int_equal(lockfs_log_escape(buf, 4, "abcd"), -ENOSPC);
+	assert_int_equal(lockfs_log_escape(buf, 5, "abcd"), 4);
+	assert_int_equal(lockfs_log_escape(buf, 4, " "), -ENOSPC); /* needs 5 */
+	assert_int_equal(lockfs_log_escape(buf, 5, " "), 4);
+	assert_int_equal(lockfs_log_escape(buf, 1, ""), -ENOSPC);
+	assert_int_equal(lockfs_log_escape(buf, 2, ""), 1);
+	assert_int_equal(lockfs_log_escape(buf, 0, "a"), -ENOSPC);
+}
+
+static void test_empty_fields_in_line(void **state)
+{
+	const char *kv[] = { "op", "", "", "v", "dash", "-", NULL };
+	char buf[256];
+
+	assert_true(lockfs_log_format(buf, sizeof(buf), 0, "", NULL, kv, "") > 0);
+	assert_string_equal(buf, "1970-01-01T00:00:00.000Z - - op=- -=v dash=\\x2d -\n");
+}
+
+static void test_escaped_fields_in_line(void **state)
+{
+	const char *kv[] = { "a key", "a\tvalue\n", "k=x", "v=w", NULL };
+	char buf[256];
+
+	assert_true(lockfs_log_format(buf, sizeof(buf), 0, "bob smith", "x\\y", kv, "ev") > 0);
+	/* '=' is escaped in keys (so a detail splits at its first '='),
+	 * not in values. */
+	assert_string_equal(buf, "1970-01-01T00:00:00.000Z bob\\x20smith x\\\\y "
+			    "a\\x20key=a\\x09value\\x0a k\\x3dx=v=w ev\n");
+}
+
+static void test_odd_kv_list(void **state)
+{
+	const char *kv[] = { "lonely", NULL };
+	char buf[256];
+
+	assert_true(lockfs_log_format(buf, sizeof(buf), 0, "w", "n", kv, "e") > 0);
+	assert_string_equal(buf, "1970-01-01T00:00:00.000Z w n lonely=- e\n");
+}
+
+static void random_field(char *dst, size_t max)
+{
+	size_t n = (size_t)rand() % max;
+
+	for (size_t i = 0; i < n; i++) {
+		/* Bias towards the bytes that matter: space, newline, '\\', '-'. */
+		static const char special[] = " \n\t\\-=\x7f\r";
+		int r = rand() % 4;
+
+		dst[i] = r == 0 ? special[rand() % (sizeof(special) - 1)]
+			        : (char)(1 + rand() % 255);
+	}
+	dst[n] = '\0';
+	if (rand() % 20 == 0)
+		strcpy(dst, "-");
+}
+
+static void test_split_count_invariant(void **state)
+{
+	char who[64], name[64], event[16], keys[3][16], vals[3][64];
+	char buf[LOCKFS_LOG_LINE_MAX], *f[16];
+
+	srand(12345);
+	for (int iter = 0; iter < 1000; iter++) {
+		const char *kv[7];
+		int nkv = rand() % 4, n;
+
+		random_field(who, sizeof(who));
+		random_field(name, sizeof(name));
+		random_field(event, sizeof(event));
+		for (int i = 0; i < nkv; i++) {
+			random_field(keys[i], sizeof(keys[i]));
+			random_field(vals[i], sizeof(vals[i]));
+			kv[2 * i] = keys[i];
+			kv[2 * i + 1] = vals[i];
+		}
+		kv[2 * nkv] = NULL;
+
+		n = lockfs_log_format(buf, sizeof(buf), T0, who, name, kv, event);
+		assert_true(n > 0);
+		assert_int_equal(buf[n - 1], '\n');
+		assert_null(memchr(buf, '\n', (size_t)n - 1));
+		assert_null(memchr(buf, '\0', (size_t)n));
+		buf[n - 1] = '\0';
+		assert_int_equal(split(buf, f, 16), 3 + nkv + 1);
+		for (int i = 0; i < 3 + nkv + 1; i++) {
+			assert_true(f[i][0] != '\0'); /* empty is always "-" */
+			for (const char *p = f[i]; *p; p++)
+				assert_true((unsigned char)*p > 0x20 && *p != 0x7f);
+		}
+		for (int i = 0; i < nkv; i++) {
+			/* Key and value split at the first '='. */
+			char *eq = strchr(f[3 + i], '=');
+
+			assert_non_null(eq);
+			assert_true(eq > f[3 + i]);
+			assert_true(eq[1] != '\0');
+		}
+	}
+}
+
+static void test_format_enospc(void **state)
+{
+	char buf[LOCKFS_LOG_LINE_MAX];
+	int n = lockfs_log_format(buf, sizeof(buf), 0, "w", "n", NULL, "e");
+
+	/* Exactly enough (line + NUL) works, one byte less does not. */
+	assert_true(n > 0);
+	assert_int_equal(lockfs_log_format(buf, (size_t)n + 1, 0, "w", "n", NULL, "e"), n);
+	assert_int_equal(lockfs_log_format(buf, (size_t)n, 0, "w", "n", NULL, "e"), -ENOSPC);
+	assert_int_equal(lockfs_log_format(buf, 10, 0, "w", "n", NULL, "e"), -ENOSPC);
+	assert_int_equal(lockfs_log_format(buf, 0, 0, "w", "n", NULL, "e"), -ENOSPC);
+}
+
+/* Read all of DIR/NAME into a malloc'd NUL-terminated string. */
+static char *slurp(const char *dir, const char *name)
+{
+	char path[4096];
+	FILE *f;
+	char *s = calloc(1, 1 << 16);
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	assert_non_null(s);
+	n = fread(s, 1, (1 << 16) - 1, f);
+	s[n] = '\0';
+	fclose(f);
+	return s;
+}
+
+static void cleanup_dir(char *dir, const char *name)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_real_file(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX";
+	const char *kv[] = { "fence", "1", NULL };
+	struct lockfs_log *log;
+	struct stat st;
+	char *text, *line, *save = NULL;
+	static const char *const events[] = { "acquire", "release", "acquire" };
+	int dirfd, i = 0;
+
+	assert_non_null(mkdtemp(dir));
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dirfd >= 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(fstatat(dirfd, "lock.log", &st, 0), 0);
+	assert_int_equal(st.st_mode & 07777, 0644 & ~umask(umask(0)));
+	for (i = 0; i < 3; i++)
+		assert_int_equal(lockfs_log_event(log, "alice:1", "deploy", kv, events[i]), 0);
+	lockfs_log_close(log);
+
+	/* Reopening appends rather than truncating. */
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(lockfs_log_event(log, "bob:2", "db", NULL, "steal"), 0);
+	lockfs_log_close(log);
+
+	text = slurp(dir, "lock.log");
+	assert_int_equal(text[strlen(text) - 1], '\n');
+	i = 0;
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++) {
+		const char *want = i < 3 ? events[i] : "steal";
+		size_t ll = strlen(line), wl = strlen(want);
+		char *f[8];
+
+		assert_true(ll > wl && line[ll - wl - 1] == ' ');
+		assert_string_equal(line + ll - wl, want);
+		/* Timestamps look like 2026-08-22T23:05:52.123Z. */
+		assert_int_equal(split(line, f, 8), i < 3 ? 5 : 4);
+		assert_int_equal(strlen(f[0]), 24);
+		assert_int_equal(f[0][10], 'T');
+		assert_int_equal(f[0][23], 'Z');
+	}
+	assert_int_equal(i, 4);
+	free(text);
+	cleanup_dir(dir, "lock.log");
+	close(dirfd);
+}
+
+static void test_open_error(void **state)
+{
+	struct lockfs_log *log = NULL;
+
+	assert_int_equal(lockfs_log_open(&log, AT_FDCWD, "/nonexistent-dir/x/lock.log"), -ENOENT);
+	assert_null(log);
+	assert_int_equal(lockfs_log_open(&log, -1, "relative.log"), -EBADF);
+}
+
+static void test_oversize_event_drops_details(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX";
+	char *big = malloc(LOCKFS_LOG_LINE_MAX * 2), *text, *f[8];
+	const char *kv[] = { "operation", big, NULL };
+	struct lockfs_log *log;
+	int dirfd;
+
+	assert_non_null(big);
+	memset(big, 'x', LOCKFS_LOG_LINE_MAX * 2 - 1);
+	big[LOCKFS_LOG_LINE_MAX * 2 - 1] = '\0';
+	assert_non_null(mkdtemp(dir));
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dirfd >= 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+
+	/* 1: a long detail is dropped whole, the rest stays. */
+	assert_int_equal(lockfs_log_event(log, "w", "n", kv, "set-operation"), 0);
+	/* 2: a long WHO (escapes quadruple it) is cut with the marker. */
+	memset(big, ' ', LOCKFS_LOG_LINE_MAX * 2 - 1);
+	assert_int_equal(lockfs_log_event(log, big, "n", NULL, "acquire"), 0);
+	lockfs_log_close(log);
+
+	text = slurp(dir, "lock.log");
+	{
+		char *l1 = text, *l2 = strchr(text, '\n') + 1;
+
+		assert_true(strlen(text) < 2 * LOCKFS_LOG_LINE_MAX);
+		assert_int_equal(l2[strlen(l2) - 1], '\n');
+		assert_true(strlen(l2) < LOCKFS_LOG_LINE_MAX);
+		l2[-1] = '\0';
+		l2[strlen(l2) - 1] = '\0';
+		assert_int_equal(split(l1, f, 8), 5);
+		assert_string_equal(f[1], "w");
+		assert_string_equal(f[3], "details=dropped");
+		assert_string_equal(f[4], "set-operation");
+		assert_int_equal(split(l2, f, 8), 5);
+		assert_string_equal(f[1] + strlen(f[1]) - 4, "\\...");
+		assert_memory_equal(f[1], "\\x20\\x20", 8); /* cut between escapes */
+		assert_int_equal((strlen(f[1]) - 4) % 4, 0);
+		assert_string_equal(f[2], "n");
+		assert_string_equal(f[4], "acquire");
+	}
+	free(text);
+	free(big);
+	cleanup_dir(dir, "lock.log");
+	close(dirfd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_plain_line),
+		cmocka_unit_test(test_no_details),
+		cmocka_unit_test(test_escape_whitespace_and_controls),
+		cmocka_unit_test(test_escape_backslash),
+		cmocka_unit_test(test_escape_dash_and_empty),
+		cmocka_unit_test(test_escape_utf8_passthrough),
+		cmocka_unit_test(test_escape_enospc),
+		cmocka_unit_test(test_empty_fields_in_line),
+		cmocka_unit_test(test_escaped_fields_in_line),
+		cmocka_unit_test(test_odd_kv_list),
+		cmocka_unit_test(test_split_count_invariant),
+		cmocka_unit_test(test_format_enospc),
+		cmocka_unit_test(test_real_file),
+		cmocka_unit_test(test_open_error),
+		cmocka_unit_test(test_oversize_event_drops_details),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

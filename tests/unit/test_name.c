@@ -1,0 +1,229 @@
+/* Unit tests for the lock-name rule (core/name.c). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lockfs/name.h"
+
+static void test_ascii_names_are_valid(void **state)
+{
+	assert_int_equal(lockfs_name_check("a"), 0);
+	assert_int_equal(lockfs_name_check("deploy"), 0);
+	assert_int_equal(lockfs_name_check("db-migrate_2024.v2"), 0);
+	assert_int_equal(lockfs_name_check("with space"), 0);
+	assert_int_equal(lockfs_name_check("a.b."), 0);
+	assert_int_equal(lockfs_name_check("~!@#$%^&*()+=[]{}|;:'\",<>?`"), 0);
+	assert_int_equal(lockfs_name_check("back\\slash"), 0);
+}
+
+static void test_multibyte_names_are_valid(void **state)
+{
+	assert_int_equal(lockfs_name_check("caf\xc3\xa9"), 0);            /* café */
+	assert_int_equal(lockfs_name_check("\xe6\x97\xa5\xe6\x9c\xac"), 0); /* 日本 */
+	assert_int_equal(lockfs_name_check("\xf0\x9f\x94\x92"), 0);        /* 🔒 */
+	assert_int_equal(lockfs_name_check("\xc2\xa0"), 0);   /* U+00A0, first after C1 */
+	assert_int_equal(lockfs_name_check("\xed\x9f\xbf"), 0); /* U+D7FF */
+	assert_int_equal(lockfs_name_check("\xee\x80\x80"), 0); /* U+E000 */
+	assert_int_equal(lockfs_name_check("\xef\xbf\xbd"), 0); /* U+FFFD */
+	assert_int_equal(lockfs_name_check("\xf4\x8f\xbf\xbf"), 0); /* U+10FFFF */
+}
+
+static void test_250_bytes_is_valid(void **state)
+{
+	char name[LOCKFS_NAME_MAX + 1];
+
+	memset(name, 'x', LOCKFS_NAME_MAX);
+	name[LOCKFS_NAME_MAX] = '\0';
+	assert_int_equal(lockfs_name_check(name), 0);
+}
+
+static void test_250_bytes_of_multibyte_is_valid(void **state)
+{
+	/* 125 two-byte characters = 250 bytes. */
+	char name[LOCKFS_NAME_MAX + 1];
+
+	for (int i = 0; i < LOCKFS_NAME_MAX; i += 2)
+		memcpy(name + i, "\xc3\xa9", 2);
+	name[LOCKFS_NAME_MAX] = '\0';
+	assert_int_equal(lockfs_name_check(name), 0);
+}
+
+static void test_251_bytes_is_enametoolong(void **state)
+{
+	char name[LOCKFS_NAME_MAX + 2];
+
+	memset(name, 'x', LOCKFS_NAME_MAX + 1);
+	name[LOCKFS_NAME_MAX + 1] = '\0';
+	assert_int_equal(lockfs_name_check(name), -ENAMETOOLONG);
+}
+
+static void test_length_is_checked_before_content(void **state)
+{
+	/* Invalid in every way, but too long wins. */
+	char name[400];
+
+	memset(name, '/', sizeof(name) - 1);
+	name[0] = '.';
+	name[1] = '\x01';
+	name[sizeof(name) - 1] = '\0';
+	assert_int_equal(lockfs_name_check(name), -ENAMETOOLONG);
+}
+
+static void test_empty_name_is_einval(void **state)
+{
+	assert_int_equal(lockfs_name_check(""), -EINVAL);
+	assert_int_equal(lockfs_name_check(NULL), -EINVAL);
+}
+
+static void test_slash_is_einval(void **state)
+{
+	assert_int_equal(lockfs_name_check("/"), -EINVAL);
+	assert_int_equal(lockfs_name_check("a/b"), -EINVAL);
+	assert_int_equal(lockfs_name_check("ab/"), -EINVAL);
+}
+
+static void test_leading_dot_is_einval(void **state)
+{
+	assert_int_equal(lockfs_name_check("."), -EINVAL);
+	assert_int_equal(lockfs_name_check(".."), -EINVAL);
+	assert_int_equal(lockfs_name_check(".log"), -EINVAL);
+	assert_int_equal(lockfs_name_check(".hidden"), -EINVAL);
+	/* Negative control: a dot elsewhere is fine. */
+	assert_int_equal(lockfs_name_check("a."), 0);
+}
+
+static void test_c0_controls_are_einval(void **state)
+{
+	char name[4] = { 'a', 0, 'b', 0 };
+
+	for (int c = 1; c < 0x20; c++) {
+		name[1] = (char)c;
+		assert_int_equal(lockfs_name_check(name), -EINVAL);
+	}
+	name[1] = ' ';
+	assert_int_equal(lockfs_name_check(name), 0);
+}
+
+static void test_del_is_einval(void **state)
+{
+	assert_int_equal(lockfs_name_check("a\x7f"), -EINVAL);
+	assert_int_equal(lockfs_name_check("a~"), 0); /* 0x7e is fine */
+}
+
+static void test_c1_controls_are_einval(void **state)
+{
+	char name[4] = { '\xc2', 0, 0, 0 };
+
+	for (int c = 0x80; c <= 0x9f; c++) {
+		name[1] = (char)c;
+		assert_int_equal(lockfs_name_check(name), -EINVAL);
+	}
+}
+
+/* Byte sequences that must be refused, and a few that must not. */
+static const struct {
+	const char *bytes;
+	int expect;
+	const char *what;
+} tricky[] = {
+	{ "\x80", -EINVAL, "lone continuation byte" },
+	{ "a\xbf", -EINVAL, "continuation byte after ASCII" },
+	{ "\xc0\xaf", -EINVAL, "overlong '/' (2 bytes)" },
+	{ "\xe0\x80\xaf", -EINVAL, "overlong '/' (3 bytes)" },
+	{ "\xf0\x80\x80\xaf", -EINVAL, "overlong '/' (4 bytes)" },
+	{ "\xc0\x80", -EINVAL, "overlong NUL" },
+	{ "\xc1\xbf", -EINVAL, "overlong U+007F" },
+	{ "\xe0\x9f\xbf", -EINVAL, "overlong U+07FF" },
+	{ "\xf0\x8f\xbf\xbf", -EINVAL, "overlong U+FFFF" },
+	{ "\xed\xa0\x80", -EINVAL, "surrogate U+D800" },
+	{ "\xed\xbf\xbf", -EINVAL, "surrogate U+DFFF" },
+	{ "\xed\xa0\xbd\xed\xb2\xa9", -EINVAL, "CESU-8 surrogate pair" },
+	{ "\xf4\x90\x80\x80", -EINVAL, "U+110000" },
+	{ "\xf5\x80\x80\x80", -EINVAL, "lead byte 0xF5" },
+	{ "\xf8\x88\x80\x80\x80", -EINVAL, "5-byte form" },
+	{ "\xfc\x84\x80\x80\x80\x80", -EINVAL, "6-byte form" },
+	{ "\xfe", -EINVAL, "byte 0xFE" },
+	{ "\xff", -EINVAL, "byte 0xFF" },
+	{ "\xc3", -EINVAL, "truncated 2-byte at end" },
+	{ "\xe6\x97", -EINVAL, "truncated 3-byte at end" },
+	{ "\xf0\x9f\x94", -EINVAL, "truncated 4-byte at end" },
+	{ "\xc3" "a", -EINVAL, "2-byte cut by ASCII" },
+	{ "\xe6\x97" "a", -EINVAL, "3-byte cut by ASCII" },
+	{ "\xe6" "\xc3\xa9", -EINVAL, "3-byte cut by a new lead" },
+	{ "\xf0\x9f\x94" "x", -EINVAL, "4-byte cut by ASCII" },
+	{ "\xc2\x85", -EINVAL, "NEL (C1)" },
+	{ "\xc2\x9f", -EINVAL, "last C1" },
+	{ "\xe2\x80\xa8", 0, "U+2028 line separator (not a control)" },
+	{ "\xef\xbb\xbf" "x", 0, "BOM" },
+	{ "\xe0\xa0\x80", 0, "U+0800, shortest 3-byte" },
+	{ "\xf0\x90\x80\x80", 0, "U+10000, shortest 4-byte" },
+	{ "\xdf\xbf", 0, "U+07FF, longest 2-byte" },
+};
+
+static void test_tricky_sequences(void **state)
+{
+	for (size_t i = 0; i < sizeof(tricky) / sizeof(tricky[0]); i++) {
+		int rc = lockfs_name_check(tricky[i].bytes);
+
+		if (rc != tricky[i].expect)
+			fail_msg("%s: got %d, want %d", tricky[i].what, rc, tricky[i].expect);
+	}
+}
+
+static void test_utf8_valid_allows_controls(void **state)
+{
+	assert_int_equal(lockfs_utf8_valid("a\nb\x7f\xc2\x85", 6), 1);
+	/* Embedded NUL is a valid code point when a length is given. */
+	assert_int_equal(lockfs_utf8_valid("a\0b", 3), 1);
+	assert_int_equal(lockfs_utf8_valid("", 0), 1);
+	assert_int_equal(lockfs_utf8_valid("/", 1), 1);
+}
+
+static void test_utf8_valid_rejects_bad_sequences(void **state)
+{
+	for (size_t i = 0; i < sizeof(tricky) / sizeof(tricky[0]); i++) {
+		const char *b = tricky[i].bytes;
+		/* The C1 cases are valid UTF-8; only names refuse them. */
+		int want = tricky[i].expect == 0 || (b[0] == '\xc2') ? 1 : 0;
+
+		if (lockfs_utf8_valid(b, strlen(b)) != want)
+			fail_msg("%s: want %d", tricky[i].what, want);
+	}
+}
+
+static void test_utf8_valid_respects_length(void **state)
+{
+	/* A sequence cut by LEN is truncated even if the bytes go on. */
+	assert_int_equal(lockfs_utf8_valid("\xc3\xa9", 1), 0);
+	assert_int_equal(lockfs_utf8_valid("\xf0\x9f\x94\x92", 3), 0);
+	assert_int_equal(lockfs_utf8_valid("\xf0\x9f\x94\x92", 4), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ascii_names_are_valid),
+		cmocka_unit_test(test_multibyte_names_are_valid),
+		cmocka_unit_test(test_250_bytes_is_valid),
+		cmocka_unit_test(test_250_bytes_of_multibyte_is_valid),
+		cmocka_unit_test(test_251_bytes_is_enametoolong),
+		cmocka_unit_test(test_length_is_checked_before_content),
+		cmocka_unit_test(test_empty_name_is_einval),
+		cmocka_unit_test(test_slash_is_einval),
+		cmocka_unit_test(test_leading_dot_is_einval),
+		cmocka_unit_test(test_c0_controls_are_einval),
+		cmocka_unit_test(test_del_is_einval),
+		cmocka_unit_test(test_c1_controls_are_einval),
+		cmocka_unit_test(test_tricky_sequences),
+		cmocka_unit_test(test_utf8_valid_allows_controls),
+		cmocka_unit_test(test_utf8_valid_rejects_bad_sequences),
+		cmocka_unit_test(test_utf8_valid_respects_length),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

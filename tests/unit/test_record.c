@@ -1,0 +1,632 @@
+/* Unit tests for the lock record (core/record.c). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "lockfs/name.h"
+#include "lockfs/record.h"
+
+#define TOKEN "0123456789abcdef0123456789abcdef"
+
+/* The record's fields are char * (it owns them once parsed); tests point
+ * them at literals. */
+#define S(lit) ((char *)(lit))
+
+static char *argv_full[] = { S("flock"), S("-n"), S("/tmp/x"), S("make deploy"), NULL };
+static char *argv_empty[] = { NULL };
+
+/* A record with every field set; points at static data (do not clear). */
+static struct lockfs_record full_record(void)
+{
+	struct lockfs_record r = {
+		.resource = S("deploy"),
+		.has_holder = true,
+		.holder = {
+			.pid = 4242,
+			.start_time = 123456789ULL,
+			.uid = 1000,
+			.gid = 1001,
+			.user = S("alice"),
+			.comm = S("make"),
+			.cmdline = argv_full,
+			.host = S("build-1"),
+			.boot_id = S("6f1c1c9e-0b1e-4e43-9d55-3b7c3e5b2f10"),
+		},
+		.acquired_at_ms = 1787439952123LL,
+		.operation = S("deploying \"v2\"\nline two"),
+		.slug = S("job-17"),
+		.fence = 7,
+		.token = TOKEN,
+	};
+	return r;
+}
+
+static char *encode(const struct lockfs_record *r, int flags, size_t *len)
+{
+	char *s = lockfs_record_encode(r, flags, len);
+
+	assert_non_null(s);
+	assert_int_equal(strlen(s), *len);
+	assert_true(*len > 0 && s[*len - 1] == '\n');
+	return s;
+}
+
+static void assert_str_or_null_equal(const char *a, const char *b)
+{
+	if (!a || !b)
+		assert_ptr_equal(a, b);
+	else
+		assert_string_equal(a, b);
+}
+
+static void assert_records_equal(const struct lockfs_record *a,
+				 const struct lockfs_record *b)
+{
+	assert_string_equal(a->resource, b->resource);
+	assert_int_equal(a->has_holder, b->has_holder);
+	if (a->has_holder) {
+		size_t i;
+
+		assert_int_equal(a->holder.pid, b->holder.pid);
+		assert_int_equal(a->holder.start_time, b->holder.start_time);
+		assert_int_equal(a->holder.uid, b->holder.uid);
+		assert_int_equal(a->holder.gid, b->holder.gid);
+		assert_str_or_null_equal(a->holder.user, b->holder.user);
+		assert_string_equal(a->holder.comm, b->holder.comm);
+		assert_string_equal(a->holder.host, b->holder.host);
+		assert_string_equal(a->holder.boot_id, b->holder.boot_id);
+		assert_non_null(b->holder.cmdline);
+		for (i = 0; a->holder.cmdline[i]; i++) {
+			assert_non_null(b->holder.cmdline[i]);
+			assert_string_equal(a->holder.cmdline[i], b->holder.cmdline[i]);
+		}
+		assert_null(b->holder.cmdline[i]);
+	}
+	assert_int_equal(a->acquired_at_ms, b->acquired_at_ms);
+	assert_str_or_null_equal(a->operation, b->operation);
+	assert_str_or_null_equal(a->slug, b->slug);
+	assert_int_equal(a->fence, b->fence);
+	assert_string_equal(a->token, b->token);
+}
+
+static void round_trip(const struct lockfs_record *r, int flags)
+{
+	struct lockfs_record back;
+	size_t len;
+	char *s = encode(r, flags | LOCKFS_RECORD_WITH_TOKEN, &len);
+
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_records_equal(r, &back);
+	lockfs_record_clear(&back);
+	free(s);
+}
+
+static void test_round_trip_all_fields(void **state)
+{
+	struct lockfs_record r = full_record();
+
+	round_trip(&r, 0);
+	round_trip(&r, LOCKFS_RECORD_PRETTY);
+}
+
+static void test_round_trip_null_operation_slug_user(void **state)
+{
+	struct lockfs_record r = full_record();
+
+	r.operation = NULL;
+	r.slug = NULL;
+	r.holder.user = NULL;
+	r.holder.cmdline = argv_empty;
+	round_trip(&r, 0);
+}
+
+static void test_round_trip_no_holder(void **state)
+{
+	struct lockfs_record r = full_record();
+	struct lockfs_record back;
+	size_t len;
+	char *s;
+
+	r.has_holder = false;
+	round_trip(&r, LOCKFS_RECORD_PRETTY);
+
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_non_null(strstr(s, "\"holder\":null"));
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_false(back.has_holder);
+	lockfs_record_clear(&back);
+	free(s);
+}
+
+static void test_compact_layout_and_key_order(void **state)
+{
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	const char *want =
+		"{\"resource\":\"deploy\",\"holder\":{\"pid\":4242,"
+		"\"start_time\":123456789,\"uid\":1000,\"user\":\"alice\","
+		"\"gid\":1001,\"comm\":\"make\","
+		"\"cmdline\":[\"flock\",\"-n\",\"/tmp/x\",\"make deploy\"],"
+		"\"host\":\"build-1\","
+		"\"boot_id\":\"6f1c1c9e-0b1e-4e43-9d55-3b7c3e5b2f10\"},"
+		"\"acquired_at\":\"2026-08-22T23:05:52.123Z\","
+		"\"acquired_at_ms\":1787439952123,"
+		"\"operation\":\"deploying \\\"v2\\\"\\nline two\","
+		"\"slug\":\"job-17\",\"lease\":null,\"fence\":7,"
+		"\"token\":\"" TOKEN "\"}\n";
+
+	assert_string_equal(s, want);
+	free(s);
+}
+
+static void test_pretty_is_indented_and_parses(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_PRETTY | LOCKFS_RECORD_WITH_TOKEN, &len);
+	const char *head = "{\n  \"resource\": \"deploy\",\n  \"holder\": {\n    \"pid\": 4242,";
+
+	assert_memory_equal(s, head, strlen(head));
+	assert_memory_equal(s + len - 3, "\n}\n", 3);
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	lockfs_record_clear(&back);
+	free(s);
+}
+
+static void test_token_only_with_flag(void **state)
+{
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *s;
+
+	s = encode(&r, 0, &len);
+	assert_null(strstr(s, "token"));
+	assert_null(strstr(s, TOKEN));
+	free(s);
+
+	s = encode(&r, LOCKFS_RECORD_PRETTY, &len);
+	assert_null(strstr(s, "token"));
+	free(s);
+
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_non_null(strstr(s, "\"token\":\"" TOKEN "\""));
+	free(s);
+
+	/* With the flag but no token known: no key. */
+	r.token[0] = '\0';
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_null(strstr(s, "token"));
+	free(s);
+}
+
+static void test_record_without_token_does_not_parse(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	size_t len;
+	char *s = encode(&r, 0, &len);
+
+	assert_int_equal(lockfs_record_parse(s, len, &back), -EINVAL);
+	free(s);
+}
+
+static void test_invalid_utf8_is_replaced(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	char *argv_bad[] = { S("ok"), S("x\xffy"), S("\xc3"), NULL };
+	size_t len;
+	char *s;
+
+	r.holder.comm = S("bad\xff\xfe\xc0\xafz");
+	r.holder.cmdline = argv_bad;
+	r.operation = S("\xed\xa0\x80"); /* surrogate: three bad bytes */
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_true(lockfs_utf8_valid(s, len));
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_string_equal(back.holder.comm,
+			    "bad\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz");
+	assert_string_equal(back.holder.cmdline[0], "ok");
+	assert_string_equal(back.holder.cmdline[1], "x\xef\xbf\xbdy");
+	assert_string_equal(back.holder.cmdline[2], "\xef\xbf\xbd");
+	assert_string_equal(back.operation, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+	/* Valid multibyte text next to the bad bytes survives. */
+	lockfs_record_clear(&back);
+	free(s);
+
+	r.holder.comm = S("caf\xc3\xa9\xff");
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_string_equal(back.holder.comm, "caf\xc3\xa9\xef\xbf\xbd");
+	lockfs_record_clear(&back);
+	free(s);
+}
+
+/* --- rejections ---------------------------------------------------------- */
+
+/*
+ * A valid record as a jansson object, so that tests can break one field at
+ * a time and see the parser refuse it.
+ */
+static json_t *valid_json(void)
+{
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	json_t *j = json_loadb(s, len, 0, NULL);
+
+	assert_non_null(j);
+	free(s);
+	return j;
+}
+
+static int parse_json(json_t *j)
+{
+	struct lockfs_record out;
+	char *s = json_dumps(j, JSON_COMPACT);
+	int rc;
+
+	assert_non_null(s);
+	rc = lockfs_record_parse(s, strlen(s), &out);
+	if (rc == 0)
+		lockfs_record_clear(&out);
+	else
+		/* *OUT is left cleared on failure. */
+		assert_null(out.resource);
+	free(s);
+	json_decref(j);
+	return rc;
+}
+
+static int parse_str(const char *s)
+{
+	struct lockfs_record out;
+	int rc = lockfs_record_parse(s, strlen(s), &out);
+
+	if (rc == 0)
+		lockfs_record_clear(&out);
+	return rc;
+}
+
+static void test_valid_json_control_parses(void **state)
+{
+	/* Negative control for the tests below: untouched, it parses. */
+	assert_int_equal(parse_json(valid_json()), 0);
+}
+
+/* Replace TOP[.SUB]KEY with VALUE (consumed); VALUE NULL deletes the key. */
+static json_t *with(const char *holder_key, const char *key, json_t *value)
+{
+	json_t *j = valid_json();
+	json_t *o = holder_key ? json_object_get(j, holder_key) : j;
+
+	if (value)
+		json_object_set_new(o, key, value);
+	else
+		json_object_del(o, key);
+	return j;
+}
+
+static const char *const top_keys[] = {
+	"resource", "holder", "acquired_at", "acquired_at_ms", "operation",
+	"slug", "lease", "fence", "token",
+};
+static const char *const holder_keys[] = {
+	"pid", "start_time", "uid", "user", "gid", "comm", "cmdline", "host", "boot_id",
+};
+
+static void test_missing_fields_are_einval(void **state)
+{
+	for (size_t i = 0; i < sizeof(top_keys) / sizeof(top_keys[0]); i++)
+		if (parse_json(with(NULL, top_keys[i], NULL)) != -EINVAL)
+			fail_msg("missing %s accepted", top_keys[i]);
+	for (size_t i = 0; i < sizeof(holder_keys) / sizeof(holder_keys[0]); i++)
+		if (parse_json(with("holder", holder_keys[i], NULL)) != -EINVAL)
+			fail_msg("missing holder.%s accepted", holder_keys[i]);
+}
+
+/* Which JSON types each field accepts (besides what the value check says). */
+enum { T_STR = 1, T_INT = 2, T_NULL = 4, T_OBJ = 8, T_ARR = 16 };
+
+static const struct {
+	const char *holder_key; /* "holder" or NULL for top level */
+	const char *key;
+	int ok;
+} field_types[] = {
+	{ NULL, "resource", T_STR },
+	{ NULL, "holder", T_NULL | T_OBJ },
+	{ NULL, "acquired_at", T_STR },
+	{ NULL, "acquired_at_ms", T_INT },
+	{ NULL, "operation", T_STR | T_NULL },
+	{ NULL, "slug", T_STR | T_NULL },
+	{ NULL, "lease", T_NULL | T_OBJ },
+	{ NULL, "fence", T_INT },
+	{ NULL, "token", T_STR },
+	{ "holder", "pid", T_INT },
+	{ "holder", "start_time", T_INT },
+	{ "holder", "uid", T_INT },
+	{ "holder", "user", T_STR | T_NULL },
+	{ "holder", "gid", T_INT },
+	{ "holder", "comm", T_STR },
+	{ "holder", "cmdline", T_ARR },
+	{ "holder", "host", T_STR },
+	{ "holder", "boot_id", T_STR },
+};
+
+static void test_wrong_types_are_einval(void **state)
+{
+	for (size_t i = 0; i < sizeof(field_types) / sizeof(field_types[0]); i++) {
+		const char *hk = field_types[i].holder_key, *k = field_types[i].key;
+		int ok = field_types[i].ok;
+		struct { int type; json_t *(*make)(void); } kinds[] = {
+			{ T_STR, NULL }, { T_INT, NULL }, { T_NULL, json_null },
+			{ T_OBJ, json_object }, { T_ARR, json_array }, { 0, json_true },
+			{ 0, NULL },
+		};
+
+		for (size_t t = 0; t < sizeof(kinds) / sizeof(kinds[0]); t++) {
+			json_t *v;
+
+			if (kinds[t].type & ok)
+				continue;
+			if (kinds[t].type == T_STR)
+				v = json_string("x");
+			else if (kinds[t].type == T_INT)
+				v = json_integer(5);
+			else if (kinds[t].make)
+				v = kinds[t].make();
+			else
+				v = json_real(5.0);
+			if (parse_json(with(hk, k, v)) != -EINVAL)
+				fail_msg("%s%s%s: wrong type %zu accepted",
+					 hk ? hk : "", hk ? "." : "", k, t);
+		}
+	}
+}
+
+static void test_cmdline_elements_must_be_strings(void **state)
+{
+	json_t *a = json_pack("[s, i]", "ok", 3);
+
+	assert_int_equal(parse_json(with("holder", "cmdline", a)), -EINVAL);
+	a = json_pack("[s, n]", "ok");
+	assert_int_equal(parse_json(with("holder", "cmdline", a)), -EINVAL);
+}
+
+static void test_cmdline_limit(void **state)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; i < 4096; i++)
+		json_array_append_new(a, json_string("a"));
+	assert_int_equal(parse_json(with("holder", "cmdline", json_incref(a))), 0);
+	json_array_append_new(a, json_string("a"));
+	assert_int_equal(parse_json(with("holder", "cmdline", a)), -EINVAL);
+}
+
+static void test_value_ranges(void **state)
+{
+	assert_int_equal(parse_json(with(NULL, "fence", json_integer(0))), -EINVAL);
+	assert_int_equal(parse_json(with(NULL, "fence", json_integer(-1))), -EINVAL);
+	assert_int_equal(parse_json(with(NULL, "fence", json_integer(1))), 0);
+	assert_int_equal(parse_json(with("holder", "pid", json_integer(0))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "pid", json_integer(-5))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "pid", json_integer(1LL << 40))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "start_time", json_integer(-1))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "start_time", json_integer(0))), 0);
+	assert_int_equal(parse_json(with("holder", "uid", json_integer(-1))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "gid", json_integer(1LL << 32))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "uid", json_integer(0))), 0);
+}
+
+static void test_operation_limit(void **state)
+{
+	char op[LOCKFS_OPERATION_MAX + 2];
+
+	memset(op, 'o', sizeof(op) - 1);
+	op[LOCKFS_OPERATION_MAX] = '\0';
+	assert_int_equal(parse_json(with(NULL, "operation", json_string(op))), 0);
+	op[LOCKFS_OPERATION_MAX] = 'o';
+	op[LOCKFS_OPERATION_MAX + 1] = '\0';
+	assert_int_equal(parse_json(with(NULL, "operation", json_string(op))), -EINVAL);
+}
+
+/*
+ * Tokens: exactly 32 digits of 0-9a-f.  Upper case is refused (lockfs
+ * writes lower case only and tokens are compared as strings).
+ */
+static void test_bad_tokens(void **state)
+{
+	static const char *const bad[] = {
+		"0123456789abcdef0123456789abcde",   /* 31 */
+		"0123456789abcdef0123456789abcdef0", /* 33 */
+		"0123456789abcdef0123456789abcdeg",  /* non-hex */
+		"0123456789ABCDEF0123456789ABCDEF",  /* upper case */
+		"0123456789abcdef 123456789abcdef",
+		"",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (parse_json(with(NULL, "token", json_string(bad[i]))) != -EINVAL)
+			fail_msg("token \"%s\" accepted", bad[i]);
+	assert_int_equal(parse_json(with(NULL, "token",
+					 json_string("ffffffffffffffffffffffffffffffff"))), 0);
+}
+
+static void test_duplicate_keys_are_einval(void **state)
+{
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	char dup[2048];
+	struct lockfs_record out;
+
+	assert_true(len + 16 < sizeof(dup));
+	/* Insert a second "fence" right after the opening brace. */
+	snprintf(dup, sizeof(dup), "{\"fence\":9,%s", s + 1);
+	assert_int_equal(lockfs_record_parse(dup, strlen(dup), &out), -EINVAL);
+	/* ... and a second "pid" in the holder. */
+	snprintf(dup, sizeof(dup), "%s", s);
+	memcpy(strstr(dup, "\"uid\""), "\"pid\"", 5);
+	assert_int_equal(lockfs_record_parse(dup, strlen(dup), &out), -EINVAL);
+	/* Negative control: the untouched copy parses. */
+	assert_int_equal(lockfs_record_parse(s, len, &out), 0);
+	lockfs_record_clear(&out);
+	free(s);
+}
+
+static void test_not_an_object_is_einval(void **state)
+{
+	assert_int_equal(parse_str("[]"), -EINVAL);
+	assert_int_equal(parse_str("\"x\""), -EINVAL);
+	assert_int_equal(parse_str("7"), -EINVAL);
+	assert_int_equal(parse_str("null"), -EINVAL);
+	assert_int_equal(parse_str("{}"), -EINVAL);
+	assert_int_equal(parse_str(""), -EINVAL);
+	assert_int_equal(parse_str("\n"), -EINVAL);
+	assert_int_equal(parse_str("\xff\xfe"), -EINVAL);
+}
+
+static void test_trailing_garbage_is_einval(void **state)
+{
+	struct lockfs_record r = full_record(), out;
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	char *more = malloc(len + 3);
+
+	assert_non_null(more);
+	memcpy(more, s, len);
+	memcpy(more + len, "{}", 3);
+	assert_int_equal(lockfs_record_parse(more, len + 2, &out), -EINVAL);
+	free(more);
+	free(s);
+}
+
+static void test_embedded_nul_is_einval(void **state)
+{
+	assert_int_equal(parse_json(with(NULL, "resource", json_stringn("a\0b", 3))), -EINVAL);
+}
+
+static void test_oversize_is_efbig(void **state)
+{
+	struct lockfs_record out;
+	size_t n = LOCKFS_RECORD_MAX + 1;
+	char *big = malloc(n);
+
+	/* Even a well-formed record is refused by size alone. */
+	assert_non_null(big);
+	memset(big, ' ', n);
+	big[0] = '{';
+	big[n - 1] = '}';
+	assert_int_equal(lockfs_record_parse(big, n, &out), -EFBIG);
+	free(big);
+}
+
+static void test_exactly_max_is_not_efbig(void **state)
+{
+	struct lockfs_record r = full_record(), out;
+	size_t len, n = LOCKFS_RECORD_MAX;
+	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	char *big = malloc(n);
+
+	/* Pad a valid record with trailing whitespace up to the limit. */
+	assert_non_null(big);
+	memset(big, ' ', n);
+	memcpy(big, s, len);
+	assert_int_equal(lockfs_record_parse(big, n, &out), 0);
+	lockfs_record_clear(&out);
+	free(big);
+	free(s);
+}
+
+/*
+ * Every prefix of a valid record must be refused without crashing.  The
+ * only prefix that may parse is the record minus its final newline: JSON
+ * does not care about trailing whitespace, and the parser accepts records
+ * with or without it.
+ */
+static void prefixes(int flags)
+{
+	struct lockfs_record r = full_record(), out;
+	size_t len;
+	char *s = encode(&r, flags | LOCKFS_RECORD_WITH_TOKEN, &len);
+
+	for (size_t n = 0; n <= len; n++) {
+		/* A heap copy of exactly N bytes, so ASan catches over-reads. */
+		char *p = malloc(n ? n : 1);
+		int rc;
+
+		assert_non_null(p);
+		memcpy(p, s, n);
+		rc = lockfs_record_parse(p, n, &out);
+		if (n >= len - 1) {
+			assert_int_equal(rc, 0);
+			lockfs_record_clear(&out);
+		} else if (rc != -EINVAL) {
+			fail_msg("prefix of %zu/%zu bytes gave %d", n, len, rc);
+		}
+		free(p);
+	}
+	free(s);
+}
+
+static void test_every_prefix_fails(void **state)
+{
+	prefixes(0);
+	prefixes(LOCKFS_RECORD_PRETTY);
+}
+
+static void test_format_time(void **state)
+{
+	char buf[32];
+
+	assert_string_equal(lockfs_format_time(0, buf), "1970-01-01T00:00:00.000Z");
+	assert_ptr_equal(lockfs_format_time(0, buf), buf);
+	/* date -u -d @1787439952.123 */
+	assert_string_equal(lockfs_format_time(1787439952123LL, buf),
+			    "2026-08-22T23:05:52.123Z");
+	assert_string_equal(lockfs_format_time(999, buf), "1970-01-01T00:00:00.999Z");
+	assert_string_equal(lockfs_format_time(951782400000LL, buf),
+			    "2000-02-29T00:00:00.000Z");
+	/* Before the epoch the fraction still counts forward. */
+	assert_string_equal(lockfs_format_time(-1, buf), "1969-12-31T23:59:59.999Z");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip_all_fields),
+		cmocka_unit_test(test_round_trip_null_operation_slug_user),
+		cmocka_unit_test(test_round_trip_no_holder),
+		cmocka_unit_test(test_compact_layout_and_key_order),
+		cmocka_unit_test(test_pretty_is_indented_and_parses),
+		cmocka_unit_test(test_token_only_with_flag),
+		cmocka_unit_test(test_record_without_token_does_not_parse),
+		cmocka_unit_test(test_invalid_utf8_is_replaced),
+		cmocka_unit_test(test_valid_json_control_parses),
+		cmocka_unit_test(test_missing_fields_are_einval),
+		cmocka_unit_test(test_wrong_types_are_einval),
+		cmocka_unit_test(test_cmdline_elements_must_be_strings),
+		cmocka_unit_test(test_cmdline_limit),
+		cmocka_unit_test(test_value_ranges),
+		cmocka_unit_test(test_operation_limit),
+		cmocka_unit_test(test_bad_tokens),
+		cmocka_unit_test(test_duplicate_keys_are_einval),
+		cmocka_unit_test(test_not_an_object_is_einval),
+		cmocka_unit_test(test_trailing_garbage_is_einval),
+		cmocka_unit_test(test_embedded_nul_is_einval),
+		cmocka_unit_test(test_oversize_is_efbig),
+		cmocka_unit_test(test_exactly_max_is_not_efbig),
+		cmocka_unit_test(test_every_prefix_fails),
+		cmocka_unit_test(test_format_time),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
