@@ -340,10 +340,9 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	rc = lockfs_name_check(name);
 	if (rc < 0)
 		return rc;
-	/* Not the decision (the backend's indivisible step is), just a cheap
-	 * answer for the common contended case before any /proc work. */
-	if (core->be->ops->stat(core->be, name, NULL) == 0)
-		return -EEXIST;
+	/* No "is it free?" pre-check: the kernel looked NAME up just before
+	 * sending MKDIR and answers EEXIST itself when it exists; the
+	 * backend's indivisible step decides the rest. */
 	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, &holder);
 	if (rc < 0) {
 		if (rc == -EACCES) {
@@ -355,6 +354,11 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			log_event(core, who, name, kv, "denied");
 		}
 		return rc;
+	}
+	if (!holder.have_ids) {
+		/* The caller itself holds: its credentials came with the request. */
+		holder.uid = caller->uid;
+		holder.gid = caller->gid;
 	}
 	caller_slug(caller->tid, slug, sizeof(slug));
 	rc = build_record(core, name, &holder, slug, &rec);

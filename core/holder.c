@@ -2,10 +2,13 @@
  * Who is asking: processes as /proc describes them, the helper list and the
  * holder rule (see include/lockfs/holder.h).
  *
- * lockfs_holder_resolve() runs on every mkdir, so describing one process
- * costs three /proc accesses: status of the thread (Tgid, PPid, Uid, Gid),
- * stat of its thread group (session, start time, comm) and the exe link
- * (plus cmdline for busybox/toybox, whose exe says nothing).
+ * lockfs_holder_resolve() runs on every mkdir and may_release() on every
+ * rmdir, so describing a process costs as few /proc reads as the question
+ * needs: stat always (parent, session, start time, comm, and whether the
+ * id is a thread-group leader), the exe link only where helpers are
+ * skipped (plus cmdline for busybox/toybox, whose exe says nothing), and
+ * status -- the dearest file, ~10 us -- only for a non-leader thread's
+ * Tgid or where uid and gid are asked for.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,9 +54,11 @@ static ssize_t read_small(const char *path, char *buf, size_t size)
 			close(fd);
 			return rc;
 		}
-		if (n == 0)
-			break;
 		len += (size_t)n;
+		/* /proc files are produced whole on the first read: a short
+		 * read is the end, and one more read(2) would only say so. */
+		if (n == 0 || len + 1 < size)
+			break;
 	}
 	close(fd);
 	buf[len] = '\0';
@@ -111,6 +116,10 @@ static int read_all(const char *path, size_t max, char **out, size_t *len,
 		if (n == 0)
 			break;
 		used += (size_t)n;
+		/* cmdline and environ come whole from one read when they fit
+		 * (the kernel copies up to the buffer); a short read is the end. */
+		if (used < cap)
+			break;
 	}
 	close(fd);
 	if (rc < 0) {
@@ -195,12 +204,14 @@ static int read_status(pid_t tid, struct lockfs_proc *out)
 }
 
 /*
- * Fill SID, START_TIME and COMM of *OUT from /proc/PID/stat.  The comm may
- * hold spaces and parentheses, so fields are counted after the last ')'.
- * The session here is the one in /proc's pid namespace, i.e. the outermost
- * NSsid.  Returns 0 or -errno.
+ * Fill PPID, SID, START_TIME and COMM of *OUT from /proc/PID/stat, and
+ * tell through *LEADER whether PID leads its thread group: a thread made
+ * with CLONE_THREAD has exit_signal (field 38) -1, a leader never does.
+ * The comm may hold spaces and parentheses, so fields are counted after
+ * the last ')'.  The session here is the one in /proc's pid namespace,
+ * i.e. the outermost NSsid.  Returns 0 or -errno.
  */
-static int read_stat(pid_t pid, struct lockfs_proc *out)
+static int read_stat(pid_t pid, struct lockfs_proc *out, bool *leader)
 {
 	char path[64], buf[2048];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -217,24 +228,30 @@ static int read_stat(pid_t pid, struct lockfs_proc *out)
 	memcpy(out->comm, open_paren + 1, clen);
 	out->comm[clen] = '\0';
 
-	/* Field 3 (state) starts after ") "; walk to fields 6 and 22. */
+	/* Field 3 (state) starts after ") "; walk to fields 4, 6, 22, 38. */
 	const char *p = close_paren + 1;
-	unsigned long long session = 0, start = 0;
-	for (int field = 3; field <= 22; field++) {
+	unsigned long long ppid = 0, session = 0, start = 0;
+	*leader = true;
+	for (int field = 3; field <= 38; field++) {
 		while (*p == ' ')
 			p++;
 		if (!*p)
 			return -EIO;
-		if (field == 6 || field == 22) {
+		if (field == 4 || field == 6 || field == 22) {
 			char *end;
-			if (parse_ull(p, &end, field == 6 ? &session : &start) < 0)
+			if (parse_ull(p, &end, field == 4 ? &ppid :
+				      field == 6 ? &session : &start) < 0)
 				return -EIO;
 		}
+		if (field == 38)
+			*leader = strncmp(p, "-1 ", 3) != 0;
 		while (*p && *p != ' ')
 			p++;
 	}
-	if (session > INT_MAX)
+	if (session > INT_MAX || ppid > INT_MAX)
 		return -EIO;
+	out->pid = pid;
+	out->ppid = (pid_t)ppid;
 	out->sid = (pid_t)session;
 	out->start_time = start;
 	return 0;
@@ -288,22 +305,35 @@ static void read_exe(pid_t pid, struct lockfs_proc *out)
 }
 
 /* lockfs_proc_source.read_tid on the real /proc. */
-static int proc_read_tid(void *ctx, pid_t tid, struct lockfs_proc *out)
+static int proc_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out)
 {
 	(void)ctx;
 	if (tid <= 0)
 		return -ENOENT;
 	struct lockfs_proc p;
+	bool leader;
 	memset(&p, 0, sizeof(p));
-	int rc = read_status(tid, &p);
+	int rc = read_stat(tid, &p, &leader);
 	if (rc < 0)
 		return rc;
-	/* stat of a non-leader thread has the thread's own start time: the
-	 * process is named by its leader's. */
-	rc = read_stat(p.pid, &p);
-	if (rc < 0)
-		return rc;
-	read_exe(p.pid, &p);
+	if (!leader || (want & LOCKFS_PROC_IDS)) {
+		struct lockfs_proc s = { 0 };
+		rc = read_status(tid, &s);
+		if (rc < 0)
+			return rc;
+		p.uid = s.uid;
+		p.gid = s.gid;
+		p.have_ids = true;
+		/* stat of a non-leader thread has the thread's own start
+		 * time: the process is named by its leader's. */
+		if (s.pid != tid) {
+			rc = read_stat(s.pid, &p, &leader);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	if (want & LOCKFS_PROC_EXE)
+		read_exe(p.pid, &p);
 	*out = p;
 	return 0;
 }
@@ -370,9 +400,9 @@ bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe)
 
 /* Read the thread group of TID; the caller's own absence is -ESRCH. */
 static int read_caller(const struct lockfs_proc_source *src, pid_t tid,
-		       struct lockfs_proc *out)
+		       unsigned want, struct lockfs_proc *out)
 {
-	int rc = src->read_tid(src->ctx, tid, out);
+	int rc = src->read_tid(src->ctx, tid, want, out);
 	return rc == -ENOENT ? -ESRCH : rc;
 }
 
@@ -385,7 +415,7 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 	if (!src)
 		src = &lockfs_proc_real;
 	struct lockfs_proc p, q;
-	int rc = read_caller(src, caller_tid, &p);
+	int rc = read_caller(src, caller_tid, LOCKFS_PROC_EXE, &p);
 	if (rc < 0)
 		return rc;
 	int steps = 0;
@@ -395,7 +425,7 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 		/* An orphan of init or of nobody has no believable holder. */
 		if (p.ppid <= 1)
 			return -EACCES;
-		rc = src->read_tid(src->ctx, p.ppid, &q);
+		rc = src->read_tid(src->ctx, p.ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &q);
 		if (rc == -ENOENT)
 			return -EACCES; /* the parent left: cannot establish */
 		if (rc < 0)
@@ -426,7 +456,7 @@ int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller
 	if (!src)
 		src = &lockfs_proc_real;
 	struct lockfs_proc c, q;
-	int rc = read_caller(src, caller_tid, &c);
+	int rc = read_caller(src, caller_tid, 0, &c);
 	if (rc < 0)
 		return rc;
 	/* First, before any helper logic: `sh -c 'mkdir X && rmdir X'` may
@@ -438,7 +468,7 @@ int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller
 	for (int steps = 0; steps < WALK_MAX; steps++) {
 		if (c.ppid <= 1)
 			return -EPERM; /* reached init (never a holder) or the top */
-		if (src->read_tid(src->ctx, c.ppid, &q) < 0)
+		if (src->read_tid(src->ctx, c.ppid, 0, &q) < 0)
 			return -EPERM; /* the chain is broken: no proof */
 		if (q.pid != c.ppid || q.start_time > c.start_time)
 			return -EPERM; /* recycled pid: not our ancestor */

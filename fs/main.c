@@ -236,8 +236,13 @@ int main(int argc, char *argv[])
 			rc = -ENOMEM;
 		} else {
 			fuse_loop_cfg_set_clone_fd(loop_cfg, opts.clone_fd);
-			fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
-			fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
+			/* libfuse 3.14 leaves these at UINT_MAX when not given,
+			 * then complains about its own default: pass only
+			 * values the user set. */
+			if (opts.max_idle_threads <= 100000)
+				fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
+			if (opts.max_threads <= 100000)
+				fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
 			rc = fuse_session_loop_mt(fs.se, loop_cfg);
 			fuse_loop_cfg_destroy(loop_cfg);
 		}

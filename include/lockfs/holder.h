@@ -11,23 +11,32 @@ struct lockfs_proc {
 	pid_t pid;    /* thread-group id (Tgid) */
 	pid_t ppid;   /* parent's thread-group id; 0 for none */
 	pid_t sid;    /* session id (NSsid, outermost) */
-	uid_t uid;    /* effective uid */
-	gid_t gid;    /* effective gid */
+	uid_t uid;    /* effective uid; valid when have_ids */
+	gid_t gid;    /* effective gid; valid when have_ids */
+	bool have_ids;
 	unsigned long long start_time; /* /proc/PID/stat field 22 */
 	char comm[64];                 /* /proc/PID/stat comm, without ( ) */
 	/* basename of /proc/PID/exe; for busybox/toybox the applet name
-	 * (basename of argv[0]); "" when unreadable (kernel thread, gone) */
+	 * (basename of argv[0]); "" when unreadable (kernel thread, gone)
+	 * or not asked for */
 	char exe[256];
 };
+
+/* What read_tid() must fill besides pid, ppid, sid, start_time and comm
+ * (a source may fill more than asked). */
+#define LOCKFS_PROC_EXE 0x1 /* exe */
+#define LOCKFS_PROC_IDS 0x2 /* uid, gid, have_ids */
 
 /*
  * Where process facts come from: /proc in the daemon, a fake table in the
  * unit tests.  read_tid() describes the thread group that thread TID
- * belongs to (TID may be a thread id or a thread-group id).
+ * belongs to (TID may be a thread id or a thread-group id), filling at
+ * least what WANT (LOCKFS_PROC_* bits) asks for: every /proc read costs
+ * microseconds on the path of every mkdir and rmdir.
  * Returns 0, or -ENOENT when there is no such thread/process, or -errno.
  */
 struct lockfs_proc_source {
-	int (*read_tid)(void *ctx, pid_t tid, struct lockfs_proc *out);
+	int (*read_tid)(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out);
 	void *ctx;
 };
 
@@ -58,6 +67,10 @@ bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe);
  * believable: the parent must exist, not be pid 1, must not have started
  * after the child (pid reuse), and, unless the child leads its own
  * session, must share the child's session (an adopted orphan does not).
+ *
+ * The holder's uid and gid are read (have_ids set) when it is not the
+ * caller's own thread group; for the caller itself they are left to the
+ * credentials FUSE reports with the request.
  *
  * On success fills *HOLDER and returns 0.  Returns -EACCES when CALLER_TID
  * is 0 (a pid namespace the daemon cannot see), when the holder would be

@@ -70,9 +70,10 @@ static const struct { pid_t tid, tgid; } fake_threads[] = {
 /* How many times read_tid ran, to check the walk stays short. */
 static int fake_reads;
 
-static int fake_read_tid(void *ctx, pid_t tid, struct lockfs_proc *out)
+static int fake_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out)
 {
 	(void)ctx;
+	(void)want; /* the fake always knows everything */
 	fake_reads++;
 	for (size_t i = 0; i < sizeof(fake_threads) / sizeof(fake_threads[0]); i++)
 		if (fake_threads[i].tid == tid)
@@ -87,6 +88,7 @@ static int fake_read_tid(void *ctx, pid_t tid, struct lockfs_proc *out)
 		out->sid = f->sid;
 		out->uid = 1000;
 		out->gid = 1000;
+		out->have_ids = true;
 		out->start_time = f->start;
 		snprintf(out->comm, sizeof(out->comm), "%s", f->exe);
 		snprintf(out->exe, sizeof(out->exe), "%s", f->exe);
@@ -438,7 +440,7 @@ static void copy_exe(const char *src, const char *dst)
 static void test_real_read_self(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_proc_real.read_tid(lockfs_proc_real.ctx, getpid(), &p), 0);
+	assert_int_equal(lockfs_proc_real.read_tid(lockfs_proc_real.ctx, getpid(), LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	assert_int_equal(p.ppid, getppid());
 	assert_int_equal(p.sid, getsid(0));
@@ -478,7 +480,7 @@ static void test_real_comm_with_parens_and_spaces(void **state)
 	close(fds[0]);
 	close(fds[1]);
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &p), 0);
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_string_equal(p.comm, "x) (y z) 1 2");
 	assert_int_equal(p.ppid, getpid());
 	assert_int_equal(p.sid, getsid(0));
@@ -573,7 +575,7 @@ static void test_real_parent_may_not_release_childs_lock(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn("/bin/sleep", argv, envp);
 	struct lockfs_proc c;
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &c), 0);
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &c), 0);
 	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, getpid(),
 						   c.pid, c.start_time), -EPERM);
 	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, child,
@@ -651,7 +653,7 @@ static void test_real_exe_deleted_and_busybox_applet(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn(path, argv1, envp);
 	assert_int_equal(unlink(path), 0);
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &p), 0);
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_string_equal(p.exe, "zzsleep");
 	reap(child);
 
@@ -660,7 +662,7 @@ static void test_real_exe_deleted_and_busybox_applet(void **state)
 	copy_exe("/bin/sleep", path);
 	const char *argv2[] = { "/some/where/snooze", "5", NULL };
 	child = spawn(path, argv2, envp);
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, &p), 0);
+	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_string_equal(p.exe, "snooze");
 	reap(child);
 	assert_int_equal(unlink(path), 0);
