@@ -313,6 +313,7 @@ static void fill_lock_stat(struct lockfs_lock_stat *out, const struct lockfs_rec
 	if (!out)
 		return;
 	out->identity = st->identity;
+	out->generation = rec ? rec->fence : st->identity;
 	out->foreign = !rec;
 	if (!rec || !rec->has_holder) {
 		out->uid = st->uid;
@@ -350,10 +351,12 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			const char *kv[] = { "uid", uid, "reason", "holder-unknown", NULL };
 
 			snprintf(uid, sizeof(uid), "%u", (unsigned)caller->uid);
-			snprintf(who, sizeof(who), "?[%d]", (int)caller->tid);
+			caller_slug(caller->tid, slug, sizeof(slug));
+			who_of(who, sizeof(who), slug, "?", caller->tid);
 			log_event(core, who, name, kv, "denied");
 		}
-		return rc;
+		/* A caller gone before we could read it gets no answer anyway. */
+		return rc == -ESRCH ? -EACCES : rc;
 	}
 	if (!holder.have_ids) {
 		/* The caller itself holds: its credentials came with the request. */
@@ -433,17 +436,27 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
-	char who[SLUG_MAX + 32], fence[24], pid[16];
+	char who[SLUG_MAX + 32], fence[24], pid[16], issued[LOCKFS_TOKEN_HEX + 1] = "";
 	bool foreign;
 	int rc;
 
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
+	c = cache_find(s, name);
+	if (c)
+		memcpy(issued, c->rec.token, sizeof(issued));
 	/* Fresh from the store: release only what the record there says. */
 	rc = load_locked(core, s, name, &st, &foreign, true, &c);
 	if (rc < 0)
 		goto out;
+	if (c && issued[0] && strcmp(issued, c->rec.token) != 0) {
+		/* The record is not the one we issued: someone rewrote the
+		 * store behind our back.  Fail closed: keep it, say so. */
+		pthread_mutex_unlock(&s->mu);
+		log_denied(core, name, caller, "token-mismatch");
+		return -EPERM;
+	}
 	rc = holder_check(core, c ? &c->rec : NULL, caller);
 	if (rc < 0) {
 		pthread_mutex_unlock(&s->mu);

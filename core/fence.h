@@ -15,8 +15,8 @@ struct lockfs_fence;
 #define LOCKFS_FENCE_BLOCK 1024
 
 /*
- * Open the counter file PATH (relative to DIRFD unless absolute), creating
- * it when missing.  Returns 0 and *OUT, or -errno (-EINVAL when the file
+ * Open the counter file PATH (relative to DIRFD unless absolute); a missing
+ * one counts from 1 and is written at the first reservation.  Returns 0 and *OUT, or -errno (-EINVAL when the file
  * holds something that is not a number).
  */
 int lockfs_fence_open(struct lockfs_fence **out, int dirfd, const char *path)

@@ -47,12 +47,13 @@ struct inodes;
 
 struct inodes *inodes_new(void);
 void inodes_free(struct inodes *t);
-/* The node id for NAME, made if needed, with its lookup count raised by
- * one.  Returns 0 when out of memory. */
-uint64_t inodes_ref(struct inodes *t, const char *name);
-/* Copy the name of node ID into BUF (NAME_MAX + 1 bytes).
+/* The node id for acquisition GENERATION of NAME, made if needed, with its
+ * lookup count raised by one.  Returns 0 when out of memory. */
+uint64_t inodes_ref(struct inodes *t, const char *name, uint64_t generation);
+/* Copy the name of node ID into BUF (NAME_MAX + 1 bytes) and its
+ * generation into *GENERATION.
  * Returns 0, or -ENOENT when the kernel has forgotten it. */
-int inodes_name(struct inodes *t, uint64_t id, char *buf);
+int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation);
 /* The kernel forgets N lookups of node ID. */
 void inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
 

@@ -1,5 +1,8 @@
 /*
  * The kernel's view of lock directories: node ids and lookup counts.
+ * Each acquisition of a name gets its own node (keyed by name and
+ * generation): the kernel marks a directory dead once it is rmdir'ed, so a
+ * lock taken again must not come back under the old inode number.
  * Kept apart from the lock state (core/), which the kernel never pins: a
  * lock can be released while the kernel still holds its inode, and the
  * node then simply answers ENOENT until it is forgotten.
@@ -17,6 +20,7 @@ struct node {
 	struct node *by_name_next;
 	struct node *by_id_next;
 	uint64_t id;
+	uint64_t generation; /* which acquisition of NAME this node shows */
 	uint64_t nlookup;
 	char name[];
 };
@@ -66,7 +70,7 @@ void inodes_free(struct inodes *t)
 	free(t);
 }
 
-uint64_t inodes_ref(struct inodes *t, const char *name)
+uint64_t inodes_ref(struct inodes *t, const char *name, uint64_t generation)
 {
 	unsigned h = name_hash(name);
 	struct node *n;
@@ -75,7 +79,7 @@ uint64_t inodes_ref(struct inodes *t, const char *name)
 
 	pthread_mutex_lock(&t->mu);
 	for (n = t->by_name[h]; n; n = n->by_name_next)
-		if (strcmp(n->name, name) == 0)
+		if (n->generation == generation && strcmp(n->name, name) == 0)
 			break;
 	if (!n) {
 		len = strlen(name);
@@ -84,6 +88,7 @@ uint64_t inodes_ref(struct inodes *t, const char *name)
 			goto out;
 		memcpy(n->name, name, len + 1);
 		n->id = t->next_id++;
+		n->generation = generation;
 		n->by_name_next = t->by_name[h];
 		t->by_name[h] = n;
 		n->by_id_next = t->by_id[n->id % BUCKETS];
@@ -105,7 +110,7 @@ static struct node *find_id(struct inodes *t, uint64_t id)
 	return NULL;
 }
 
-int inodes_name(struct inodes *t, uint64_t id, char *buf)
+int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation)
 {
 	struct node *n;
 	int rc = -ENOENT;
@@ -115,6 +120,7 @@ int inodes_name(struct inodes *t, uint64_t id, char *buf)
 	if (n) {
 		strncpy(buf, n->name, NAME_MAX);
 		buf[NAME_MAX] = '\0';
+		*generation = n->generation;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&t->mu);

@@ -106,12 +106,29 @@ static void lock_attr(uint64_t id, enum lock_file file, const struct lockfs_lock
 	}
 }
 
-/* The lock name of inode INO into NAME.  0, -ENOENT. */
-static int lock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
+/*
+ * The lock name of inode INO into NAME, and the lock's current state into
+ * *LS (may be NULL), provided INO still shows the acquisition that holds
+ * NAME now.  An inode of a released lock answers ENOENT for good, even
+ * after someone takes the name again.  0, -ENOENT.
+ */
+static int lock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
+			struct lockfs_lock_stat *ls)
 {
+	struct lockfs_lock_stat cur;
+	uint64_t generation;
+	int rc;
+
 	if (!ino_is_lock(ino))
 		return -ENOENT;
-	return inodes_name(fs->inodes, ino_id(ino), name);
+	rc = inodes_name(fs->inodes, ino_id(ino), name, &generation);
+	if (rc == 0)
+		rc = lockfs_core_stat(fs->core, name, &cur);
+	if (rc == 0 && cur.generation != generation)
+		rc = -ENOENT;
+	if (rc == 0 && ls)
+		*ls = cur;
+	return rc;
 }
 
 /* Reply to a lookup of FILE in lock NAME, taking a kernel reference. */
@@ -119,7 +136,7 @@ static void reply_lock_entry(fuse_req_t req, struct lockfs_fs *fs, const char *n
 			     enum lock_file file, const struct lockfs_lock_stat *ls)
 {
 	struct fuse_entry_param e;
-	uint64_t id = inodes_ref(fs->inodes, name);
+	uint64_t id = inodes_ref(fs->inodes, name, ls->generation);
 
 	if (!id)
 		return (void)fuse_reply_err(req, ENOMEM);
@@ -163,9 +180,7 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	if (!ino_is_lock(parent) || ino_file(parent) != LF_DIR)
 		return (void)fuse_reply_err(req, ENOTDIR);
-	rc = lock_name_of(fs, parent, lock);
-	if (rc == 0)
-		rc = lockfs_core_stat(fs->core, lock, &ls);
+	rc = lock_name_of(fs, parent, lock, &ls);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	for (int f = LF_DIR + 1; f < LF_COUNT; f++)
@@ -202,9 +217,7 @@ static int attr_of(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
 	}
 	if (ino == INO_LOG)
 		return log_attr(fs, st);
-	rc = lock_name_of(fs, ino, lock);
-	if (rc == 0)
-		rc = lockfs_core_stat(fs->core, lock, &ls);
+	rc = lock_name_of(fs, ino, lock, &ls);
 	if (rc == 0)
 		lock_attr(ino_id(ino), ino_file(ino), &ls, st);
 	return rc;
@@ -237,7 +250,7 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	if (attr->st_size != 0)
 		return (void)fuse_reply_err(req, EINVAL);
 	caller_of(req, &caller);
-	rc = lock_name_of(fs, ino, lock);
+	rc = lock_name_of(fs, ino, lock, NULL);
 	if (rc == 0)
 		rc = lockfs_core_set_operation(fs->core, lock, &caller, "", 0);
 	if (rc == 0)
@@ -271,7 +284,7 @@ static void lfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (parent != FUSE_ROOT_ID)
 		return (void)fuse_reply_err(req, EPERM);
 	if (strcmp(name, ".log") == 0)
-		return (void)fuse_reply_err(req, ENOTDIR);
+		return (void)fuse_reply_err(req, EPERM);
 	caller_of(req, &caller);
 	fuse_reply_err(req, -lockfs_core_release(fs->core, name, &caller));
 }
@@ -349,7 +362,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		goto out;
 	}
-	rc = lock_name_of(fs, ino, lock);
+	rc = lock_name_of(fs, ino, lock, NULL);
 	if (rc < 0)
 		goto out;
 	switch (ino_file(ino)) {
@@ -408,7 +421,20 @@ static void lfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (off < 0 || (size_t)off >= of->len)
 		return (void)fuse_reply_buf(req, NULL, 0);
-	fuse_reply_buf(req, of->data + off, of->len - (size_t)off < size ? of->len - (size_t)off : size);
+	if (of->len - (size_t)off < size)
+		size = of->len - (size_t)off;
+	/* Reply from a private copy: once the reply is written, the reader
+	 * may close the file and another thread free OF before
+	 * fuse_reply_buf() has returned. */
+	{
+		char *copy = malloc(size);
+
+		if (!copy)
+			return (void)fuse_reply_err(req, ENOMEM);
+		memcpy(copy, of->data + off, size);
+		fuse_reply_buf(req, copy, size);
+		free(copy);
+	}
 }
 
 static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
@@ -424,6 +450,10 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 
 	if (ino_file(ino) != LF_OPERATION || !ino_is_lock(ino))
 		return (void)fuse_reply_err(req, EBADF);
+	/* The file shows size 0 (its text is the daemon's), so the kernel's
+	 * O_APPEND offset would be 0: append to what this open file holds. */
+	if (fi->flags & O_APPEND)
+		off = (off_t)of->len;
 	/* Room for the limit plus the newline `echo` adds. */
 	if (off < 0 || (size_t)off > LOCKFS_OPERATION_MAX + 1 ||
 	    size > LOCKFS_OPERATION_MAX + 1 - (size_t)off)
@@ -441,7 +471,7 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 		end = of->len;
 
 	caller_of(req, &caller);
-	rc = lock_name_of(fs, ino, lock);
+	rc = lock_name_of(fs, ino, lock, NULL);
 	if (rc == 0)
 		rc = lockfs_core_set_operation(fs->core, lock, &caller, data, end);
 	if (rc < 0) {
@@ -480,9 +510,7 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (ino == FUSE_ROOT_ID) {
 		rc = lockfs_core_list(fs->core, &d->names, &d->count);
 	} else if (ino_is_lock(ino) && ino_file(ino) == LF_DIR) {
-		rc = lock_name_of(fs, ino, lock);
-		if (rc == 0)
-			rc = lockfs_core_stat(fs->core, lock, NULL);
+		rc = lock_name_of(fs, ino, lock, NULL);
 	} else {
 		rc = -ENOTDIR;
 	}

@@ -40,7 +40,9 @@ struct lockfs_lock_stat {
 	uid_t uid;          /* holder's uid (foreign: owner of DIR/NAME.lock) */
 	gid_t gid;
 	int64_t mtime_ms;   /* acquisition time */
-	uint64_t identity;  /* changes with every new acquisition of the name */
+	uint64_t identity;  /* changes whenever the stored lock changes */
+	uint64_t generation; /* one acquisition of the name: its fence (foreign
+				locks: the store's identity) */
 	bool foreign;       /* held without a record lockfs can read */
 };
 
