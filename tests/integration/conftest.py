@@ -1,0 +1,427 @@
+"""Real-mount harness for the lockfs integration tests (run as root).
+
+Modelled on libfuse's test/util.py: the daemon runs in the foreground with
+its stderr in a file, the mount is awaited by polling /proc/self/mountinfo
+(failing fast if the daemon dies), and teardown unmounts with fusermount3,
+requires exit status 0 and a stderr free of errors and sanitizer reports.
+
+Environment:
+  LOCKFS_BIN   the daemon (default /work/main/build/lockfs)
+"""
+
+import grp
+import json
+import os
+import pwd
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, fusermount_u,  # noqa: E402
+                            is_lockfs_mounted, mount_entry)
+
+MOUNT_TIMEOUT = 10.0
+EXIT_TIMEOUT = 10.0
+STDERR_BAD = ('ERROR', 'AddressSanitizer', 'LeakSanitizer', 'ThreadSanitizer',
+              'UndefinedBehaviorSanitizer', 'runtime error:')
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'slow: takes more than a few seconds')
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _require_root_and_binary():
+    if os.geteuid() != 0:
+        pytest.fail('the lockfs integration tests must run as root')
+    if not os.access(LOCKFS_BIN, os.X_OK):
+        pytest.fail(f'LOCKFS_BIN={LOCKFS_BIN} is not an executable file')
+
+
+def _read(path):
+    try:
+        with open(path, 'rb') as f:
+            return f.read().decode('utf-8', 'replace')
+    except FileNotFoundError:
+        return ''
+
+
+def stderr_problems(text):
+    return [l for l in text.splitlines() if any(b in l for b in STDERR_BAD)]
+
+
+class Mount:
+    """One running lockfs daemon: .mnt, .dir, .proc, .stderr_path."""
+
+    def __init__(self, mnt, backing, proc, stderr_path, stdout_path, cmd):
+        self.mnt = mnt
+        self.dir = backing
+        self.proc = proc
+        self.stderr_path = stderr_path
+        self.stdout_path = stdout_path
+        self.cmd = cmd
+        self.stopped = False
+        self.returncode = None
+
+    def __repr__(self):
+        return f'<Mount {self.mnt} backing={self.dir} pid={self.proc.pid}>'
+
+    def path(self, *parts):
+        """M/parts...; bytes if any part is bytes, else str."""
+        if any(isinstance(p, bytes) for p in parts):
+            return os.path.join(os.fsencode(self.mnt), *[os.fsencode(p) for p in parts])
+        return os.path.join(self.mnt, *parts)
+
+    def dpath(self, *parts):
+        """DIR/parts...; bytes if any part is bytes, else str."""
+        if any(isinstance(p, bytes) for p in parts):
+            return os.path.join(os.fsencode(self.dir), *[os.fsencode(p) for p in parts])
+        return os.path.join(self.dir, *parts)
+
+    def lockdir(self, name):
+        """DIR/NAME.lock"""
+        if isinstance(name, bytes):
+            return os.path.join(os.fsencode(self.dir), name + b'.lock')
+        return os.path.join(self.dir, name + '.lock')
+
+    def stderr(self):
+        return _read(self.stderr_path)
+
+    def is_mounted(self):
+        return is_lockfs_mounted(self.mnt)
+
+    def assert_alive(self):
+        rc = self.proc.poll()
+        assert rc is None, f'daemon exited with {rc}; stderr:\n{self.stderr()}'
+        assert self.is_mounted(), f'{self.mnt} is not a fuse.lockfs mount; stderr:\n{self.stderr()}'
+
+    def _wait_exit(self):
+        try:
+            self.returncode = self.proc.wait(EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.returncode = None
+            raise AssertionError(f'daemon pid {self.proc.pid} did not exit within '
+                                 f'{EXIT_TIMEOUT}s; stderr:\n{self.stderr()}')
+        return self.returncode
+
+    def unmount(self):
+        """fusermount3 -u; wait for the daemon; return its exit status."""
+        self.stopped = True
+        fusermount_u(self.mnt)
+        return self._wait_exit()
+
+    def signal(self, sig):
+        """Send SIG to the daemon; wait for it; return its exit status."""
+        self.stopped = True
+        self.proc.send_signal(sig)
+        return self._wait_exit()
+
+
+@pytest.fixture
+def lockfs_factory(tmp_path):
+    """start(backing=None, allow_other=False, options=(), wrapper=()) -> Mount.
+
+    WRAPPER is a command prefix (e.g. unshare) that must exec or fork the
+    daemon and exit with its status.
+    A fresh backing dir tmp_path/backingN (mode 0700) unless BACKING is
+    given; the mountpoint is in a world-traversable temporary directory so
+    that other uids can reach it with allow_other.
+    """
+    base = tempfile.mkdtemp(prefix='lockfs-it-')
+    os.chmod(base, 0o755)
+    mounts = []
+
+    def start(backing=None, allow_other=False, options=(), wrapper=()):
+        n = len(mounts)
+        if backing is None:
+            backing = str(tmp_path / f'backing{n}')
+            os.mkdir(backing)
+            os.chmod(backing, 0o700)
+        mnt = os.path.join(base, f'mnt{n}')
+        os.mkdir(mnt)
+        os.chmod(mnt, 0o755)
+        stderr_path = str(tmp_path / f'lockfs{n}.stderr')
+        stdout_path = str(tmp_path / f'lockfs{n}.stdout')
+        cmd = list(wrapper) + [LOCKFS_BIN, '-f', '-o', f'backing={backing}']
+        if allow_other:
+            cmd += ['-o', 'allow_other']
+        for o in options:
+            cmd += ['-o', o]
+        cmd.append(mnt)
+        with open(stderr_path, 'wb') as ef, open(stdout_path, 'wb') as of:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=of, stderr=ef)
+        m = Mount(mnt, backing, proc, stderr_path, stdout_path, cmd)
+        mounts.append(m)
+        deadline = time.monotonic() + MOUNT_TIMEOUT
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                m.stopped = True
+                m.returncode = rc
+                pytest.fail(f'daemon exited with {rc} before mounting: {cmd}\n'
+                            f'stderr:\n{m.stderr()}')
+            entry = mount_entry(mnt)
+            if entry is not None:
+                assert entry[0] == 'fuse.lockfs', f'{mnt} mounted with type {entry[0]}'
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f'{mnt} not mounted after {MOUNT_TIMEOUT}s: {cmd}\n'
+                            f'stderr:\n{m.stderr()}')
+            time.sleep(0.01)
+        return m
+
+    yield start
+
+    problems = []
+    for m in reversed(mounts):
+        try:
+            if not m.stopped:
+                rc = m.proc.poll()
+                if rc is not None:
+                    problems.append(f'{m}: daemon died during the test with {rc}')
+                    m.stopped = True
+                elif not m.is_mounted():
+                    problems.append(f'{m}: mount vanished while the daemon ran')
+                    m.proc.kill()
+                    m.proc.wait()
+                    m.stopped = True
+                else:
+                    rc = m.unmount()
+                    if rc != 0:
+                        problems.append(f'{m}: daemon exit status {rc} after fusermount3 -u')
+        except AssertionError as e:
+            problems.append(str(e))
+        if mount_entry(m.mnt) is not None:
+            fusermount_u(m.mnt)
+        bad = stderr_problems(m.stderr())
+        if bad:
+            problems.append(f'{m}: daemon stderr reports errors:\n' + '\n'.join(bad[:20]))
+        if problems and m.stderr():
+            problems.append(f'--- stderr of {m} ---\n{m.stderr()[-4000:]}')
+        try:
+            os.rmdir(m.mnt)
+        except OSError:
+            pass
+    if not any(mount_entry(os.path.join(base, n)) for n in os.listdir(base)):
+        shutil.rmtree(base, ignore_errors=True)
+    if problems:
+        pytest.fail('\n'.join(problems), pytrace=False)
+
+
+@pytest.fixture
+def mnt(lockfs_factory):
+    """A fresh lockfs mount (root only)."""
+    return lockfs_factory()
+
+
+@pytest.fixture
+def mnt_ao(lockfs_factory):
+    """A fresh lockfs mount with -o allow_other (for other uids)."""
+    return lockfs_factory(allow_other=True)
+
+
+# --------------------------------------------------------------------------
+# test users
+
+class User:
+    def __init__(self, uid, gid, name):
+        self.uid, self.gid, self.name = uid, gid, name
+
+    def __repr__(self):
+        return f'User({self.name}:{self.uid}:{self.gid})'
+
+
+def _ensure_user(uid, name):
+    try:
+        pw = pwd.getpwuid(uid)
+        return User(uid, pw.pw_gid, pw.pw_name)
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(uid)
+    except KeyError:
+        subprocess.run(['groupadd', '-g', str(uid), name], check=True)
+    subprocess.run(['useradd', '-M', '-N', '-u', str(uid), '-g', str(uid),
+                    '-d', '/nonexistent', '-s', '/usr/sbin/nologin', name], check=True)
+    pw = pwd.getpwuid(uid)
+    return User(uid, pw.pw_gid, pw.pw_name)
+
+
+@pytest.fixture(scope='session')
+def users():
+    """Two unprivileged users: users[0] is uid 4242, users[1] uid 4343."""
+    return [_ensure_user(4242, 'lockfs-test'), _ensure_user(4343, 'lockfs-test2')]
+
+
+# --------------------------------------------------------------------------
+# agents: long-lived helper processes that do file operations on request
+
+AGENT_SRC = r'''
+import json, os, sys, threading
+def P(x): return bytes.fromhex(x)
+out = sys.stdout
+for line in sys.stdin:
+    req = json.loads(line)
+    op = req['op']
+    res = {}
+    stage = op
+    try:
+        if op == 'mkdir':
+            os.mkdir(P(req['path']))
+        elif op == 'rmdir':
+            os.rmdir(P(req['path']))
+        elif op == 'read':
+            with open(P(req['path']), 'rb') as f:
+                res['data'] = f.read().hex()
+        elif op == 'write':
+            stage = 'open'
+            fd = os.open(P(req['path']), os.O_WRONLY | (os.O_TRUNC if req['trunc'] else 0))
+            try:
+                stage = 'write'
+                res['n'] = os.write(fd, P(req['data']))
+            finally:
+                stage = 'close'
+                os.close(fd)
+        elif op == 'stat':
+            st = os.stat(P(req['path']))
+            res.update(uid=st.st_uid, gid=st.st_gid, mode=st.st_mode,
+                       mtime_ns=st.st_mtime_ns)
+        elif op == 'info':
+            res.update(pid=os.getpid(), uid=os.getuid(), gid=os.getgid(),
+                       ppid=os.getppid())
+        elif op == 'exit':
+            break
+        else:
+            raise ValueError(op)
+    except OSError as e:
+        res = {'errno': e.errno, 'stage': stage}
+    out.write(json.dumps(res) + '\n')
+    out.flush()
+'''
+
+
+class AgentError(OSError):
+    pass
+
+
+class Agent:
+    """A python process (optionally as another uid) doing what it is told."""
+
+    TIMEOUT = 30.0
+
+    def __init__(self, user=None, env=None):
+        e = {k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'}
+        if env:
+            e.update(env)
+        kw = {}
+        if user is not None:
+            kw = dict(user=user.uid, group=user.gid, extra_groups=[])
+        self.proc = subprocess.Popen([PYTHON, '-c', AGENT_SRC], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, cwd='/', env=e, **kw)
+        self.pid = self.proc.pid
+        self._buf = b''
+
+    def _call(self, **req):
+        self.proc.stdin.write((json.dumps(req) + '\n').encode())
+        self.proc.stdin.flush()
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + self.TIMEOUT
+        while b'\n' not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f'agent {self.pid}: no answer to {req} in {self.TIMEOUT}s')
+            r, _, _ = select.select([fd], [], [], left)
+            if r:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise AssertionError(f'agent {self.pid} died (rc={self.proc.poll()})')
+                self._buf += chunk
+        line, self._buf = self._buf.split(b'\n', 1)
+        return json.loads(line)
+
+    @staticmethod
+    def _p(path):
+        return os.fsencode(path).hex()
+
+    def mkdir(self, path):
+        """0 or errno"""
+        return self._call(op='mkdir', path=self._p(path)).get('errno', 0)
+
+    def rmdir(self, path):
+        """0 or errno"""
+        return self._call(op='rmdir', path=self._p(path)).get('errno', 0)
+
+    def read(self, path):
+        """File contents (bytes); raises OSError."""
+        r = self._call(op='read', path=self._p(path))
+        if 'errno' in r:
+            raise AgentError(r['errno'], os.strerror(r['errno']), path)
+        return bytes.fromhex(r['data'])
+
+    def write(self, path, data, trunc=True):
+        """0 or errno (from open, write or close)"""
+        return self._call(op='write', path=self._p(path), data=bytes(data).hex(),
+                          trunc=trunc).get('errno', 0)
+
+    def stat(self, path):
+        r = self._call(op='stat', path=self._p(path))
+        if 'errno' in r:
+            raise AgentError(r['errno'], os.strerror(r['errno']), path)
+        return r
+
+    def owner(self, mnt, name):
+        return json.loads(self.read(os.path.join(os.fsencode(mnt), os.fsencode(name), b'owner')))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b'{"op": "exit"}\n')
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def spawn_agent(lockfs_factory):
+    """spawn_agent(user=None, env=None) -> Agent; all stopped before unmount."""
+    agents = []
+
+    def spawn(user=None, env=None):
+        a = Agent(user, env)
+        agents.append(a)
+        return a
+
+    yield spawn
+    for a in agents:
+        try:
+            a.stop()
+        except Exception:
+            if a.proc.poll() is None:
+                os.kill(a.pid, signal.SIGKILL)
+                a.proc.wait()
+
+
+@pytest.fixture
+def scratch_dir():
+    """A world-traversable temporary directory (mountpoints for CLI tests)."""
+    d = tempfile.mkdtemp(prefix='lockfs-cli-')
+    os.chmod(d, 0o755)
+    yield d
+    for n in os.listdir(d):
+        p = os.path.join(d, n)
+        if mount_entry(p) is not None:
+            fusermount_u(p)
+    shutil.rmtree(d, ignore_errors=True)

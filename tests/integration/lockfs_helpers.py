@@ -1,0 +1,342 @@
+"""Helpers shared by the lockfs integration tests (no fixtures here).
+
+Everything in this module is plain functions over paths, /proc and the
+audit log format, so the test modules can import it directly.
+"""
+
+import datetime
+import errno
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+LOCKFS_BIN = os.environ.get('LOCKFS_BIN', '/work/main/build/lockfs')
+# Children run Debian's python: fast to start, and its exe is a known name.
+PYTHON = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else sys.executable
+
+#: Longest lock name in bytes (NAME + ".lock" must fit in NAME_MAX).
+NAME_MAX = 250
+
+RFC3339_MS = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$')
+TOKEN_RE = re.compile(r'^[0-9a-f]{32}$')
+LOG_EVENTS = ('acquired', 'released', 'denied')
+
+
+# --------------------------------------------------------------------------
+# mounts
+
+def _unescape_mountinfo(field):
+    """Undo the octal escapes (\\040 etc.) the kernel uses in mountinfo."""
+    return re.sub(r'\\([0-7]{3})', lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_entry(mnt):
+    """Return (fstype, source) of the topmost mount at MNT, or None."""
+    mnt = os.fspath(mnt)
+    found = None
+    with open('/proc/self/mountinfo') as f:
+        for line in f:
+            pre, _, post = line.rstrip('\n').partition(' - ')
+            fields = pre.split(' ')
+            if len(fields) < 5:
+                continue
+            if _unescape_mountinfo(fields[4]) != mnt:
+                continue
+            post_f = post.split(' ')
+            found = (post_f[0], _unescape_mountinfo(post_f[1]) if len(post_f) > 1 else '')
+    return found
+
+
+def proc_mounts_type(mnt):
+    """Filesystem type of MNT as /proc/mounts shows it (last entry), or None."""
+    mnt = os.fspath(mnt)
+    found = None
+    with open('/proc/mounts') as f:
+        for line in f:
+            fields = line.split(' ')
+            if len(fields) >= 3 and _unescape_mountinfo(fields[1]) == mnt:
+                found = fields[2]
+    return found
+
+
+def is_lockfs_mounted(mnt):
+    e = mount_entry(mnt)
+    return e is not None and e[0] == 'fuse.lockfs'
+
+
+# --------------------------------------------------------------------------
+# processes
+
+def proc_start_time(pid):
+    """Field 22 (starttime, clock ticks after boot) of /proc/PID/stat."""
+    with open(f'/proc/{pid}/stat', 'rb') as f:
+        data = f.read()
+    rest = data[data.rindex(b')') + 2:].split()
+    # rest[0] is field 3 (state), so field N is rest[N - 3]
+    return int(rest[22 - 3])
+
+
+def proc_comm(pid):
+    with open(f'/proc/{pid}/comm', 'rb') as f:
+        return f.read().rstrip(b'\n').decode('utf-8', 'surrogateescape')
+
+
+def proc_cmdline(pid):
+    with open(f'/proc/{pid}/cmdline', 'rb') as f:
+        data = f.read()
+    return [a.decode('utf-8', 'surrogateescape') for a in data.split(b'\0')[:-1]]
+
+
+def boot_id():
+    with open('/proc/sys/kernel/random/boot_id') as f:
+        return f.read().strip()
+
+
+# --------------------------------------------------------------------------
+# the name rule, reimplemented from docs/issue 2 point 2
+
+def expected_name_errno(name):
+    """What `mkdir M/NAME` must fail with (0 = must succeed).
+
+    1..250 bytes of strict UTF-8 (Python's codec already refuses overlongs,
+    surrogates and code points above U+10FFFF), no '/', no control
+    character (C0, DEL, C1), not beginning with '.'.  Too long is
+    ENAMETOOLONG whatever else is wrong; anything else wrong is EINVAL.
+    """
+    if isinstance(name, str):
+        name = name.encode('utf-8', 'surrogateescape')
+    if len(name) > NAME_MAX:
+        return errno.ENAMETOOLONG
+    if len(name) == 0 or name.startswith(b'.') or b'/' in name:
+        return errno.EINVAL
+    try:
+        text = name.decode('utf-8', 'strict')
+    except UnicodeDecodeError:
+        return errno.EINVAL
+    for ch in text:
+        o = ord(ch)
+        if o < 0x20 or o == 0x7f or 0x80 <= o <= 0x9f:
+            return errno.EINVAL
+    return 0
+
+
+# --------------------------------------------------------------------------
+# the owner record
+
+def read_owner(mnt, name):
+    with open(os.path.join(os.fsencode(mnt), os.fsencode(name), b'owner'), 'rb') as f:
+        return json.loads(f.read())
+
+
+def parse_rfc3339_ms(s):
+    assert RFC3339_MS.match(s), f'not RFC 3339 UTC with milliseconds: {s!r}'
+    dt = datetime.datetime.strptime(s, '%Y-%m-%dT%H:%M:%S.%fZ')
+    return dt.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+# --------------------------------------------------------------------------
+# the audit log
+
+def log_escape(b):
+    """Escape a field as docs/log format says (bytes in, str out)."""
+    if isinstance(b, str):
+        b = b.encode('utf-8', 'surrogateescape')
+    if b == b'':
+        return '-'
+    if b == b'-':
+        return '\\x2d'
+    out = bytearray()
+    for c in b:
+        if c == 0x5c:
+            out += b'\\\\'
+        elif c <= 0x20 or c == 0x7f:
+            out += b'\\x%02x' % c
+        else:
+            out.append(c)
+    return out.decode('utf-8', 'surrogateescape')
+
+
+def log_unescape(field):
+    """Inverse of log_escape: str field -> bytes."""
+    if field == '-':
+        return b''
+    raw = field.encode('utf-8', 'surrogateescape')
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == 0x5c and i + 1 < len(raw):
+            if raw[i + 1] == 0x5c:
+                out.append(0x5c)
+                i += 2
+                continue
+            if raw[i + 1] in (ord('x'), ord('X')) and i + 3 < len(raw):
+                out.append(int(raw[i + 2:i + 4], 16))
+                i += 4
+                continue
+        out.append(c)
+        i += 1
+    return bytes(out)
+
+
+class LogLine:
+    """One parsed line of lock.log: TIMESTAMP WHO NAME [k=v ...] EVENT."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        fields = raw.split(' ')
+        if len(fields) < 4:
+            raise ValueError(f'log line has fewer than 4 fields: {raw!r}')
+        self.fields = fields
+        self.timestamp = fields[0]
+        self.who = log_unescape(fields[1]).decode('utf-8', 'surrogateescape')
+        self.name = log_unescape(fields[2])
+        self.details = {}
+        for d in fields[3:-1]:
+            if '=' not in d:
+                raise ValueError(f'detail without "=" in {raw!r}')
+            k, v = d.split('=', 1)
+            self.details[k] = v
+        self.event = fields[-1]
+
+    def __repr__(self):
+        return f'LogLine({self.raw!r})'
+
+
+def read_log(backing):
+    """All lines of DIR/lock.log, parsed ([] when there is none yet)."""
+    try:
+        with open(os.path.join(backing, 'lock.log'), 'rb') as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    text = data.decode('utf-8', 'surrogateescape')
+    assert text == '' or text.endswith('\n'), 'lock.log does not end with a newline'
+    return [LogLine(l) for l in text.split('\n')[:-1]]
+
+
+def log_for(backing, name):
+    if isinstance(name, str):
+        name = name.encode('utf-8', 'surrogateescape')
+    return [l for l in read_log(backing) if l.name == name]
+
+
+def assert_alternating(lines, name=''):
+    """acquired/released strictly alternate, starting with acquired."""
+    events = [l.event for l in lines if l.event in ('acquired', 'released')]
+    for i, ev in enumerate(events):
+        want = 'acquired' if i % 2 == 0 else 'released'
+        assert ev == want, (f'lock.log for {name!r}: event #{i} is {ev}, expected {want}'
+                            f' (two holders at once or a release without acquisition)')
+    return events
+
+
+# --------------------------------------------------------------------------
+# the backing directory
+
+def snapshot(path):
+    """Everything observable in a backing dir except access times:
+    relative path -> (type, mode, uid, gid, size, mtime_ns, content)."""
+    path = os.fsencode(path)
+    out = {}
+    st = os.lstat(path)
+    out[b'.'] = (stat.S_IFMT(st.st_mode), st.st_mode, st.st_uid, st.st_gid,
+                 None, st.st_mtime_ns, None)
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            p = os.path.join(root, n)
+            st = os.lstat(p)
+            content = None
+            if stat.S_ISREG(st.st_mode):
+                with open(p, 'rb') as f:
+                    content = f.read()
+            size = st.st_size if not stat.S_ISDIR(st.st_mode) else None
+            out[os.path.relpath(p, path)] = (stat.S_IFMT(st.st_mode), st.st_mode,
+                                             st.st_uid, st.st_gid, size,
+                                             st.st_mtime_ns, content)
+    return out
+
+
+def held_in_backing(backing):
+    """Names of NAME.lock entries in DIR (bytes, sorted)."""
+    return sorted(n[:-5] for n in os.listdir(os.fsencode(backing)) if n.endswith(b'.lock'))
+
+
+def temp_dirs_in_backing(backing):
+    """Directories in DIR that are not NAME.lock (leftover temporaries)."""
+    b = os.fsencode(backing)
+    return sorted(n for n in os.listdir(b)
+                  if os.path.isdir(os.path.join(b, n)) and not n.endswith(b'.lock'))
+
+
+def errno_of(fn, *args, **kw):
+    """Run FN; 0 if it succeeds, else the OSError's errno."""
+    try:
+        fn(*args, **kw)
+    except OSError as e:
+        return e.errno
+    return 0
+
+
+def errname(e):
+    return errno.errorcode.get(e, str(e)) if e else '0'
+
+
+# --------------------------------------------------------------------------
+# waiting and unmounting
+
+def wait_until(cond, timeout=5.0, interval=0.005, what='condition'):
+    """Poll COND until it returns a true value or TIMEOUT passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f'timed out after {timeout}s waiting for {what}')
+        time.sleep(interval)
+
+
+def fusermount_u(mnt):
+    """Unmount MNT: fusermount3 -u, retried briefly while busy, then -uz."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        r = subprocess.run(['fusermount3', '-u', os.fspath(mnt)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if r.returncode == 0 or mount_entry(mnt) is None:
+            return True
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    subprocess.run(['fusermount3', '-uz', os.fspath(mnt)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return False
+
+
+def run_expect_refusal(cmd, mnt, timeout=10.0):
+    """Run a daemon command that must refuse to start.
+
+    Returns (returncode, stderr_text).  If it is still running after
+    TIMEOUT (it mounted instead of refusing), unmount and kill it, and fail.
+    """
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if mount_entry(mnt) is not None:
+            fusermount_u(mnt)
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f'{cmd} did not exit within {timeout}s (mounted: it should have refused);'
+                    f' stderr: {err!r}')
+    finally:
+        if mount_entry(mnt) is not None:
+            fusermount_u(mnt)
+    return p.returncode, err.decode('utf-8', 'replace')
