@@ -1,12 +1,8 @@
 /*
- * The lock engine: the one place that decides who may take, inspect,
- * annotate and release a lock.  See include/lockfs/core.h.
- *
- * Concurrency: operations on one name are serialised by that name's
- * stripe mutex (stripe->mu), which also protects the stripe's cache of
- * parsed records.  Acquisition itself needs no mutex (the backend's step
- * is indivisible); it takes the stripe only to fill the cache.  Different
- * names proceed in parallel.
+ * The lock engine's requests: take, inspect, annotate, renew and release a
+ * lock.  See include/lockfs/core.h; the shared state and its locking rules
+ * are in table.h, and what happens without a request (holder death,
+ * leases, breaks, restart) is in recovery.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,52 +17,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockfs/core.h"
-#include "lockfs/log.h"
 #include "lockfs/name.h"
-#include "lockfs/record.h"
-#include "fence.h"
+#include "table.h"
 
-#define STRIPES 256
 #define CMDLINE_MAX 4096
-#define SLUG_MAX 256
+#define DEFAULT_LEASE_S 600
+/* How often the liveness thread looks at leases and holders. */
+#define TICK_MS 50
 
-/* A parsed record of a held lock, valid while the store's identity is. */
-struct cached {
-	struct cached *next;
-	char *name;
-	uint64_t identity;
-	struct lockfs_record rec;
-};
-
-struct stripe {
-	pthread_mutex_t mu;
-	struct cached *head; /* protected by mu */
-};
-
-struct uid_name {
-	uid_t uid;
-	char *name; /* NULL when the uid has no passwd entry */
-};
-
-struct lockfs_core {
-	struct lockfs_backend *be;
-	struct lockfs_log *log;
-	struct lockfs_fence *fence;
-	struct lockfs_helpers helpers;
-	const struct lockfs_proc_source *procs;
-	int dirfd;              /* borrowed */
-	char *log_name;
-	char host[256];
-	char boot_id[40];
-	struct stripe stripes[STRIPES];
-
-	pthread_mutex_t users_mu;
-	struct uid_name *users; /* protected by users_mu */
-	size_t nusers;
-};
-
-static int64_t now_ms(void)
+int64_t lockfs_wall_ms(void)
 {
 	struct timespec ts;
 
@@ -74,7 +33,15 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static struct stripe *stripe_of(struct lockfs_core *core, const char *name)
+int64_t lockfs_boot_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct stripe *stripe_of(struct lockfs_core *core, const char *name)
 {
 	uint32_t h = 2166136261u; /* FNV-1a */
 
@@ -83,8 +50,7 @@ static struct stripe *stripe_of(struct lockfs_core *core, const char *name)
 	return &core->stripes[h % STRIPES];
 }
 
-/* Called with s->mu held. */
-static struct cached *cache_find(struct stripe *s, const char *name)
+struct cached *cache_find(struct stripe *s, const char *name)
 {
 	for (struct cached *c = s->head; c; c = c->next)
 		if (strcmp(c->name, name) == 0)
@@ -92,14 +58,53 @@ static struct cached *cache_find(struct stripe *s, const char *name)
 	return NULL;
 }
 
-/* Called with s->mu held. */
-static void cache_drop(struct stripe *s, const char *name)
+static bool same_holder(const struct lockfs_record *a, const struct lockfs_record *b)
+{
+	return a->bound == b->bound && a->has_holder == b->has_holder &&
+	       (!a->has_holder || (a->holder.pid == b->holder.pid &&
+				   a->holder.start_time == b->holder.start_time));
+}
+
+/* Stop watching C's holder, if we were.  Called with the stripe mutex held. */
+static void cache_unwatch(struct lockfs_core *core, struct cached *c)
+{
+	if (c->watched)
+		lockfs_liveness_unwatch(core->liveness, c->rec.holder.pid, c->rec.holder.start_time);
+	c->watched = false;
+}
+
+/*
+ * Watch C's holder if the lock is process-bound.  A holder of another boot,
+ * or one that is gone already, marks the entry for recovery instead: only
+ * a live holder keeps a lock.  Called with the stripe mutex held.
+ */
+static void cache_watch(struct lockfs_core *core, struct cached *c)
+{
+	int rc;
+
+	if (c->rec.bound != LOCKFS_BOUND_PROCESS || !c->rec.has_holder || c->watched)
+		return;
+	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0) {
+		c->holder_gone = true;
+		return;
+	}
+	rc = lockfs_liveness_watch(core->liveness, c->rec.holder.pid, c->rec.holder.start_time);
+	if (rc == 0)
+		c->watched = true;
+	else if (rc == -ESRCH)
+		c->holder_gone = true;
+	/* Any other failure (no memory, no fds) leaves the lock held and
+	 * unwatched: fail closed, never release on a guess. */
+}
+
+void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name)
 {
 	for (struct cached **pp = &s->head; *pp; pp = &(*pp)->next) {
 		struct cached *c = *pp;
 
 		if (strcmp(c->name, name) == 0) {
 			*pp = c->next;
+			cache_unwatch(core, c);
 			lockfs_record_clear(&c->rec);
 			free(c->name);
 			free(c);
@@ -108,10 +113,10 @@ static void cache_drop(struct stripe *s, const char *name)
 	}
 }
 
-/* Take over REC as NAME's cached record.  Called with s->mu held.
- * On allocation failure REC is cleared and nothing is cached. */
-static void cache_put(struct stripe *s, const char *name, uint64_t identity,
-		      struct lockfs_record *rec)
+/* Take over REC as NAME's cached record, watching its holder.  Called with
+ * s->mu held.  On allocation failure REC is cleared and nothing cached. */
+static void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
+		      uint64_t identity, struct lockfs_record *rec)
 {
 	struct cached *c = cache_find(s, name);
 
@@ -124,12 +129,18 @@ static void cache_put(struct stripe *s, const char *name, uint64_t identity,
 		}
 		c->next = s->head;
 		s->head = c;
-	} else {
-		lockfs_record_clear(&c->rec);
+	} else if (!same_holder(&c->rec, rec) || strcmp(c->rec.token, rec->token) != 0) {
+		/* Another acquisition under the same name: start afresh. */
+		cache_unwatch(core, c);
+		c->holder_gone = false;
+		c->expired_logged = false;
+		c->next_check_boot_ms = 0;
 	}
+	lockfs_record_clear(&c->rec);
 	c->identity = identity;
 	c->rec = *rec;
 	memset(rec, 0, sizeof(*rec));
+	cache_watch(core, c);
 }
 
 /*
@@ -140,9 +151,8 @@ static void cache_put(struct stripe *s, const char *name, uint64_t identity,
  * record lockfs can read.  Called with s->mu held.
  * Returns 0, -ENOENT when not held, -errno.
  */
-static int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
-		       struct lockfs_entry_stat *st, bool *foreign, bool fresh,
-		       struct cached **c)
+int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
+		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct cached **c)
 {
 	struct lockfs_record rec;
 	char *buf = NULL;
@@ -155,7 +165,7 @@ static int load_locked(struct lockfs_core *core, struct stripe *s, const char *n
 		rc = core->be->ops->stat(core->be, name, st);
 		if (rc < 0) {
 			if (rc == -ENOENT)
-				cache_drop(s, name);
+				cache_drop(core, s, name);
 			return rc;
 		}
 		*c = cache_find(s, name);
@@ -165,28 +175,27 @@ static int load_locked(struct lockfs_core *core, struct stripe *s, const char *n
 	rc = core->be->ops->read(core->be, name, &buf, &len, st);
 	if (rc < 0) {
 		if (rc == -ENOENT)
-			cache_drop(s, name);
+			cache_drop(core, s, name);
 		return rc;
 	}
+	memset(&rec, 0, sizeof(rec));
 	if (!buf || lockfs_record_parse(buf, len, &rec) < 0 ||
 	    strcmp(rec.resource, name) != 0) {
 		/* Held, but not by a record we can read: a foreign lock. */
-		if (buf)
-			lockfs_record_clear(&rec);
+		lockfs_record_clear(&rec);
 		free(buf);
-		cache_drop(s, name);
+		cache_drop(core, s, name);
 		*foreign = true;
 		return 0;
 	}
 	free(buf);
 	lockfs_fence_observe(core->fence, rec.fence);
-	cache_put(s, name, st->identity, &rec);
+	cache_put(core, s, name, st->identity, &rec);
 	*c = cache_find(s, name);
 	return *c ? 0 : -ENOMEM;
 }
 
-/* "comm[pid]" or the slug: who an event is about. */
-static void who_of(char *buf, size_t size, const char *slug, const char *comm, pid_t pid)
+void who_of(char *buf, size_t size, const char *slug, const char *comm, pid_t pid)
 {
 	if (slug && *slug)
 		snprintf(buf, size, "%s", slug);
@@ -194,13 +203,19 @@ static void who_of(char *buf, size_t size, const char *slug, const char *comm, p
 		snprintf(buf, size, "%s[%d]", comm && *comm ? comm : "?", (int)pid);
 }
 
-static void log_event(struct lockfs_core *core, const char *who, const char *name,
-		      const char *const *kv, const char *event)
+void log_event(struct lockfs_core *core, const char *who, const char *name,
+	       const char *const *kv, const char *event)
 {
 	int rc = lockfs_log_event(core->log, who, name, kv, event);
 
 	if (rc < 0)
 		fprintf(stderr, "lockfs: warning: audit log write failed: %s\n", strerror(-rc));
+}
+
+void notify_removed(struct lockfs_core *core, const char *name)
+{
+	if (core->removed)
+		core->removed(core->removed_arg, name);
 }
 
 /* The user name of UID (cached; getpwuid may go to NSS).  Malloc'd or NULL. */
@@ -257,12 +272,34 @@ static int make_token(char out[LOCKFS_TOKEN_HEX + 1])
 	return 0;
 }
 
-/* The caller's LOCKFS_SLUG (its process's exec-time environment) into BUF;
- * "" when unset or unreadable. */
+/* The LOCKFS_SLUG of thread TID's process (its exec-time environment) into
+ * BUF; "" when unset or unreadable. */
 static void caller_slug(pid_t tid, char *buf, size_t size)
 {
-	if (lockfs_proc_getenv(tid, "LOCKFS_SLUG", buf, size) < 0)
+	if (tid <= 0 || lockfs_proc_getenv(tid, "LOCKFS_SLUG", buf, size) < 0)
 		buf[0] = '\0';
+}
+
+void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
+{
+	struct lockfs_proc p;
+	char slug[SLUG_MAX];
+
+	caller_slug(tid, slug, sizeof(slug));
+	if (!*slug && lockfs_holder_resolve(core->procs, tid, &core->helpers, &p) == 0)
+		who_of(buf, size, NULL, p.comm, p.pid);
+	else
+		who_of(buf, size, slug, "?", tid);
+}
+
+/* Start LEASE anew: TTL_S from now (0 clears it).  The deadline that
+ * counts is on the boot clock; the wall-clock copy is for people and is
+ * fixed here, so every reading shows the same instant. */
+static void lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
+{
+	lease->ttl_s = ttl_s;
+	lease->deadline_boot_ms = ttl_s ? lockfs_boot_ms() + (int64_t)ttl_s * 1000 : 0;
+	lease->expires_at_ms = ttl_s ? lockfs_wall_ms() + (int64_t)ttl_s * 1000 : 0;
 }
 
 /* Build the record for a new holder.  Returns 0 or -errno. */
@@ -286,14 +323,19 @@ static int build_record(struct lockfs_core *core, const char *name,
 	h->boot_id = strdup(core->boot_id);
 	if (lockfs_proc_cmdline(p->pid, CMDLINE_MAX, &h->cmdline) < 0)
 		h->cmdline = calloc(1, sizeof(char *));
-	if (slug && *slug)
+	if (slug && *slug) {
+		/* Agents whose commands run in throwaway shells bind the lock
+		 * to (uid, slug); a lease stands in for a process to watch. */
 		rec->slug = strdup(slug);
+		rec->bound = LOCKFS_BOUND_SLUG;
+		lease_start(&rec->lease, core->default_lease_s);
+	}
 	if (!rec->resource || !h->comm || !h->host || !h->boot_id || !h->cmdline ||
 	    (slug && *slug && !rec->slug)) {
 		rc = -ENOMEM;
 		goto fail;
 	}
-	rec->acquired_at_ms = now_ms();
+	rec->acquired_at_ms = lockfs_wall_ms();
 	rc = lockfs_fence_next(core->fence, &rec->fence);
 	if (rc < 0)
 		goto fail;
@@ -314,6 +356,7 @@ static void fill_lock_stat(struct lockfs_lock_stat *out, const struct lockfs_rec
 		return;
 	out->identity = st->identity;
 	out->generation = rec ? rec->fence : st->identity;
+	out->fence = rec ? rec->fence : 0;
 	out->foreign = !rec;
 	if (!rec || !rec->has_holder) {
 		out->uid = st->uid;
@@ -332,7 +375,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
 	struct lockfs_proc holder;
-	char slug[SLUG_MAX], who[SLUG_MAX + 32], fence[24], pid[16];
+	char slug[SLUG_MAX], who[WHO_MAX], fence[24], pid[16];
 	struct stripe *s;
 	size_t len;
 	char *json;
@@ -344,6 +387,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	/* No "is it free?" pre-check: the kernel looked NAME up just before
 	 * sending MKDIR and answers EEXIST itself when it exists; the
 	 * backend's indivisible step decides the rest. */
+	caller_slug(caller->tid, slug, sizeof(slug));
 	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, &holder);
 	if (rc < 0) {
 		if (rc == -EACCES) {
@@ -351,7 +395,6 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			const char *kv[] = { "uid", uid, "reason", "holder-unknown", NULL };
 
 			snprintf(uid, sizeof(uid), "%u", (unsigned)caller->uid);
-			caller_slug(caller->tid, slug, sizeof(slug));
 			who_of(who, sizeof(who), slug, "?", caller->tid);
 			log_event(core, who, name, kv, "denied");
 		}
@@ -363,7 +406,6 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		holder.uid = caller->uid;
 		holder.gid = caller->gid;
 	}
-	caller_slug(caller->tid, slug, sizeof(slug));
 	rc = build_record(core, name, &holder, slug, &rec);
 	if (rc < 0)
 		return rc;
@@ -387,7 +429,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		who_of(who, sizeof(who), rec.slug, rec.holder.comm, rec.holder.pid);
 		snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
 		snprintf(pid, sizeof(pid), "%d", (int)rec.holder.pid);
-		cache_put(s, name, st.identity, &rec);
+		cache_put(core, s, name, st.identity, &rec);
 	}
 	pthread_mutex_unlock(&s->mu);
 	lockfs_record_clear(&rec);
@@ -401,33 +443,100 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	return 0;
 }
 
-/* Log a refused release: WHO is the caller (resolved like a holder). */
+/* Log a refused request: WHO is the caller (resolved like a holder). */
 static void log_denied(struct lockfs_core *core, const char *name,
 		       const struct lockfs_caller *caller, const char *reason)
 {
-	struct lockfs_proc p;
-	char slug[SLUG_MAX], who[SLUG_MAX + 32];
+	char who[WHO_MAX];
 	const char *kv[] = { "reason", reason, NULL };
 
-	caller_slug(caller->tid, slug, sizeof(slug));
-	if (lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, &p) == 0)
-		who_of(who, sizeof(who), slug, p.comm, p.pid);
-	else
-		who_of(who, sizeof(who), slug, "?", caller->tid);
+	who_of_caller(core, caller->tid, who, sizeof(who));
 	log_event(core, who, name, kv, "denied");
 }
 
-/* May CALLER act as the holder of REC (NULL: a foreign lock)?
- * 0, -EPERM, -EACCES, -ESRCH. */
-static int holder_check(struct lockfs_core *core, const struct lockfs_record *rec,
+/* Who holds a lock, copied out of the cache so /proc can be read without
+ * the stripe mutex. */
+struct holder_ref {
+	bool known;            /* false: a foreign lock */
+	enum lockfs_bound bound;
+	pid_t pid;
+	unsigned long long start;
+	uid_t uid;
+	char boot_id[40];
+	char slug[SLUG_MAX];
+};
+
+static void holder_ref_of(struct holder_ref *h, const struct lockfs_record *rec)
+{
+	memset(h, 0, sizeof(*h));
+	if (!rec || !rec->has_holder)
+		return;
+	h->known = true;
+	h->bound = rec->bound;
+	h->pid = rec->holder.pid;
+	h->start = rec->holder.start_time;
+	h->uid = rec->holder.uid;
+	snprintf(h->boot_id, sizeof(h->boot_id), "%s", rec->holder.boot_id);
+	snprintf(h->slug, sizeof(h->slug), "%s", rec->slug ? rec->slug : "");
+}
+
+/*
+ * May CALLER act as the holder H?  A process-bound lock: the holder process
+ * or a descendant.  A slug-bound lock: a process of the holder's uid whose
+ * environment carries the slug.  0, -EPERM, -EACCES.
+ */
+static int holder_check(struct lockfs_core *core, const struct holder_ref *h,
 			const struct lockfs_caller *caller)
 {
-	if (!rec || !rec->has_holder)
+	int rc;
+
+	if (!h->known)
 		return -EPERM; /* nobody can prove they hold a foreign lock */
-	if (strcmp(rec->holder.boot_id, core->boot_id) != 0)
+	if (h->bound == LOCKFS_BOUND_SLUG) {
+		char slug[SLUG_MAX];
+
+		if (caller->tid <= 0)
+			return -EACCES;
+		caller_slug(caller->tid, slug, sizeof(slug));
+		return caller->uid == h->uid && *slug && strcmp(slug, h->slug) == 0 ? 0 : -EPERM;
+	}
+	if (strcmp(h->boot_id, core->boot_id) != 0)
 		return -EPERM; /* held by a process of an earlier boot */
-	return lockfs_holder_may_release(core->procs, caller->tid, rec->holder.pid,
-					 rec->holder.start_time);
+	rc = lockfs_holder_may_release(core->procs, caller->tid, h->pid, h->start);
+	return rc == -ESRCH ? -EPERM : rc;
+}
+
+/* holder_check() on the cached entry C (NULL: foreign). */
+static int holder_check_entry(struct lockfs_core *core, const struct cached *c,
+			      const struct lockfs_caller *caller)
+{
+	struct holder_ref h;
+
+	holder_ref_of(&h, c ? &c->rec : NULL);
+	return holder_check(core, &h, caller);
+}
+
+int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+			  uint64_t identity, const char *event, const char *const *extra)
+{
+	char who[WHO_MAX], fence[24], pid[16];
+	const char *kv[16] = { "fence", fence, "pid", pid };
+	char *name = strdup(c->name);
+	int n = 4, rc;
+
+	if (!name)
+		return -ENOMEM;
+	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
+	snprintf(pid, sizeof(pid), "%d", (int)c->rec.holder.pid);
+	for (; extra && *extra && n < 14; extra++)
+		kv[n++] = *extra;
+	kv[n] = NULL;
+	log_event(core, who, name, kv, event);
+	rc = core->be->ops->release(core->be, name, identity);
+	cache_drop(core, s, name);
+	free(name);
+	return rc;
 }
 
 int lockfs_core_release(struct lockfs_core *core, const char *name,
@@ -436,7 +545,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
-	char who[SLUG_MAX + 32], fence[24], pid[16], issued[LOCKFS_TOKEN_HEX + 1] = "";
+	char issued[LOCKFS_TOKEN_HEX + 1] = "";
 	bool foreign;
 	int rc;
 
@@ -457,25 +566,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		log_denied(core, name, caller, "token-mismatch");
 		return -EPERM;
 	}
-	rc = holder_check(core, c ? &c->rec : NULL, caller);
+	rc = holder_check_entry(core, c, caller);
 	if (rc < 0) {
 		pthread_mutex_unlock(&s->mu);
 		log_denied(core, name, caller, foreign ? "foreign-lock" :
 			   rc == -EPERM ? "not-holder" : "caller-unknown");
-		return rc == -ESRCH ? -EPERM : rc;
+		return rc;
 	}
-	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
-	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
-	snprintf(pid, sizeof(pid), "%d", (int)c->rec.holder.pid);
-	{
-		/* Logged before the lock leaves the store, so the log never
-		 * shows two holders at once. */
-		const char *kv[] = { "fence", fence, "pid", pid, NULL };
-
-		log_event(core, who, name, kv, "released");
-	}
-	rc = core->be->ops->release(core->be, name, st.identity);
-	cache_drop(s, name);
+	rc = release_locked(core, s, c, st.identity, "released", NULL);
 out:
 	pthread_mutex_unlock(&s->mu);
 	return rc;
@@ -561,6 +659,21 @@ int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader,
 	return *json ? 0 : -ENOMEM;
 }
 
+/* Copy TEXT (may be NULL) plus a newline into a malloc'd *OUT. */
+static int line_of(const char *text, char **out, size_t *len)
+{
+	size_t n = text ? strlen(text) : 0;
+
+	*out = malloc(n + 2);
+	if (!*out)
+		return -ENOMEM;
+	memcpy(*out, text, n);
+	(*out)[n] = '\n';
+	(*out)[n + 1] = '\0';
+	*len = n + 1;
+	return 0;
+}
+
 int lockfs_core_operation(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
 	struct stripe *s = stripe_of(core, name);
@@ -574,31 +687,20 @@ int lockfs_core_operation(struct lockfs_core *core, const char *name, char **tex
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc == 0 && c && c->rec.operation) {
-		size_t n = strlen(c->rec.operation);
-
-		*text = malloc(n + 2);
-		if (*text) {
-			memcpy(*text, c->rec.operation, n);
-			(*text)[n] = '\n';
-			(*text)[n + 1] = '\0';
-			*len = n + 1;
-		}
+		rc = line_of(c->rec.operation, text, len);
 	} else if (rc == 0) {
 		*text = strdup("");
 		*len = 0;
+		rc = *text ? 0 : -ENOMEM;
 	}
 	pthread_mutex_unlock(&s->mu);
-	if (rc < 0)
-		return rc;
-	return *text ? 0 : -ENOMEM;
+	return rc;
 }
 
-int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
-			     const struct lockfs_caller *caller)
+int lockfs_core_lease(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
-	struct lockfs_record copy = { 0 };
 	struct cached *c;
 	bool foreign;
 	int rc;
@@ -607,76 +709,167 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	if (rc == 0 && c) {
-		/* Only the identity is needed; /proc is read without the mutex. */
-		copy.has_holder = c->rec.has_holder;
-		copy.holder.pid = c->rec.holder.pid;
-		copy.holder.start_time = c->rec.holder.start_time;
-		copy.holder.boot_id = strdup(c->rec.holder.boot_id);
-		if (!copy.holder.boot_id)
-			rc = -ENOMEM;
+	if (rc == 0 && c && c->rec.lease.ttl_s) {
+		*text = lockfs_lease_encode(&c->rec.lease, len);
+		rc = *text ? 0 : -ENOMEM;
+	} else if (rc == 0) {
+		rc = line_of("null", text, len);
 	}
 	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
+			     const struct lockfs_caller *caller)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct holder_ref h;
+	struct cached *c;
+	bool foreign;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc == 0)
-		rc = holder_check(core, c ? &copy : NULL, caller);
-	free(copy.holder.boot_id);
-	return rc == -ESRCH ? -EPERM : rc;
+		holder_ref_of(&h, c ? &c->rec : NULL);
+	pthread_mutex_unlock(&s->mu);
+	return rc == 0 ? holder_check(core, &h, caller) : rc;
+}
+
+/* Write C's record back to the store and follow its new identity.  Called
+ * with the stripe mutex held.  0 or -errno (then the entry is dropped). */
+static int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+			  struct lockfs_entry_stat *st)
+{
+	size_t len;
+	char *json = lockfs_record_encode(&c->rec, LOCKFS_RECORD_WITH_TOKEN, &len);
+	int rc;
+
+	if (!json)
+		return -ENOMEM;
+	rc = core->be->ops->update(core->be, c->name, st->identity, json, len);
+	free(json);
+	if (rc == 0)
+		rc = core->be->ops->stat(core->be, c->name, st);
+	if (rc == 0)
+		c->identity = st->identity;
+	else
+		cache_drop(core, s, c->name);
+	return rc;
+}
+
+/*
+ * Run EDIT on NAME's fresh cache entry if CALLER may act as its holder,
+ * then write the record back.  EDIT returns 0 or -errno and may leave the
+ * record unchanged by returning 1 (nothing to write).
+ */
+static int edit_as_holder(struct lockfs_core *core, const char *name,
+			  const struct lockfs_caller *caller,
+			  int (*edit)(struct lockfs_core *, struct cached *, void *), void *arg)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	rc = load_locked(core, s, name, &st, &foreign, true, &c);
+	if (rc == 0)
+		rc = holder_check_entry(core, c, caller);
+	if (rc == 0)
+		rc = edit(core, c, arg);
+	if (rc == 0)
+		rc = persist_locked(core, s, c, &st);
+	pthread_mutex_unlock(&s->mu);
+	return rc == 1 ? 0 : rc;
+}
+
+struct text_arg {
+	const char *text;
+	size_t len;
+};
+
+static int edit_operation(struct lockfs_core *core, struct cached *c, void *arg)
+{
+	struct text_arg *t = arg;
+	char *op = t->len ? strndup(t->text, t->len) : NULL;
+
+	if (t->len && !op)
+		return -ENOMEM;
+	free(c->rec.operation);
+	c->rec.operation = op;
+	return 0;
 }
 
 int lockfs_core_set_operation(struct lockfs_core *core, const char *name,
 			      const struct lockfs_caller *caller,
 			      const char *text, size_t len)
 {
-	struct stripe *s = stripe_of(core, name);
-	struct lockfs_entry_stat st;
-	struct cached *c;
-	char *json = NULL, *old;
-	bool foreign;
-	size_t jlen;
-	int rc;
+	struct text_arg t = { text, len };
 
-	if (len > 0 && text[len - 1] == '\n')
-		len--;
-	if (len > LOCKFS_OPERATION_MAX)
+	if (t.len > 0 && text[t.len - 1] == '\n')
+		t.len--;
+	if (t.len > LOCKFS_OPERATION_MAX)
 		return -EFBIG;
-	if (memchr(text, '\0', len) || !lockfs_utf8_valid(text, len))
+	if (memchr(text, '\0', t.len) || !lockfs_utf8_valid(text, t.len))
 		return -EINVAL;
-	if (lockfs_name_check(name) < 0)
-		return -ENOENT;
-	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, true, &c);
-	if (rc < 0)
-		goto out;
-	rc = holder_check(core, c ? &c->rec : NULL, caller);
-	if (rc < 0)
-		goto out;
-	old = c->rec.operation;
-	c->rec.operation = len ? strndup(text, len) : NULL;
-	if (len && !c->rec.operation) {
-		c->rec.operation = old;
-		rc = -ENOMEM;
-		goto out;
+	return edit_as_holder(core, name, caller, edit_operation, &t);
+}
+
+static int edit_lease(struct lockfs_core *core, struct cached *c, void *arg)
+{
+	uint32_t ttl = *(uint32_t *)arg;
+
+	if (ttl == 0 && c->rec.bound == LOCKFS_BOUND_SLUG)
+		return -EINVAL; /* a slug lock's lease is its only liveness */
+	lease_start(&c->rec.lease, ttl);
+	c->expired_logged = false;
+	c->next_check_boot_ms = 0;
+	return 0;
+}
+
+int lockfs_core_set_lease(struct lockfs_core *core, const char *name,
+			  const struct lockfs_caller *caller, const char *text, size_t len)
+{
+	char buf[24], *end;
+	unsigned long long v;
+
+	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+		len--;
+	if (len == 0 || len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, text, len);
+	buf[len] = '\0';
+	if (buf[0] < '0' || buf[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(buf, &end, 10);
+	if (errno || *end || v > 10 * 365 * 24 * 3600ull)
+		return -EINVAL;
+	{
+		uint32_t ttl = (uint32_t)v;
+
+		return edit_as_holder(core, name, caller, edit_lease, &ttl);
 	}
-	json = lockfs_record_encode(&c->rec, LOCKFS_RECORD_WITH_TOKEN, &jlen);
-	if (!json) {
-		rc = -ENOMEM;
-	} else {
-		rc = core->be->ops->update(core->be, name, st.identity, json, jlen);
-		if (rc == 0)
-			rc = core->be->ops->stat(core->be, name, &st);
-	}
-	if (rc == 0) {
-		c->identity = st.identity;
-		free(old);
-	} else {
-		free(c->rec.operation);
-		c->rec.operation = old;
-		cache_drop(s, name);
-	}
-out:
-	pthread_mutex_unlock(&s->mu);
-	free(json);
-	return rc == -ESRCH ? -EPERM : rc;
+}
+
+static int edit_renew(struct lockfs_core *core, struct cached *c, void *arg)
+{
+	if (!c->rec.lease.ttl_s)
+		return 1; /* nothing to renew: touching is still allowed */
+	return edit_lease(core, c, &c->rec.lease.ttl_s);
+}
+
+int lockfs_core_renew(struct lockfs_core *core, const char *name,
+		      const struct lockfs_caller *caller)
+{
+	return edit_as_holder(core, name, caller, edit_renew, NULL);
 }
 
 struct name_list {
@@ -751,6 +944,12 @@ int lockfs_core_log_open_ro(struct lockfs_core *core)
 	return fd < 0 ? -errno : fd;
 }
 
+void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, void *arg)
+{
+	core->removed = fn;
+	core->removed_arg = arg;
+}
+
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)
 {
 	struct lockfs_core *core = calloc(1, sizeof(*core));
@@ -763,6 +962,9 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	pthread_mutex_init(&core->users_mu, NULL);
 	core->dirfd = cfg->dirfd;
 	core->procs = cfg->procs ? cfg->procs : &lockfs_proc_real;
+	core->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
+	core->stale_s = cfg->stale_s;
+	core->break_signal = cfg->break_signal;
 	core->log_name = strdup(cfg->log_name ? cfg->log_name : "lock.log");
 	if (!core->log_name) {
 		rc = -ENOMEM;
@@ -782,7 +984,16 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	rc = lockfs_log_open(&core->log, cfg->dirfd, core->log_name);
 	if (rc < 0)
 		goto fail;
+	rc = lockfs_liveness_new(&core->liveness, recovery_holder_exited, recovery_tick,
+				 core, TICK_MS);
+	if (rc < 0)
+		goto fail;
 	core->be = cfg->backend;
+	rc = recovery_startup_scan(core);
+	if (rc < 0) {
+		core->be = NULL; /* the caller still owns it on failure */
+		goto fail;
+	}
 	*out = core;
 	return 0;
 fail:
@@ -790,15 +1001,32 @@ fail:
 	return rc;
 }
 
+int lockfs_core_start(struct lockfs_core *core)
+{
+	return lockfs_liveness_run(core->liveness);
+}
+
+void lockfs_core_stop(struct lockfs_core *core)
+{
+	if (core)
+		lockfs_liveness_stop(core->liveness);
+}
+
 void lockfs_core_close(struct lockfs_core *core)
 {
 	if (!core)
 		return;
+	/* The thread first: it calls into everything below. */
+	lockfs_liveness_stop(core->liveness);
 	for (int i = 0; i < STRIPES; i++) {
-		while (core->stripes[i].head)
-			cache_drop(&core->stripes[i], core->stripes[i].head->name);
+		while (core->stripes[i].head) {
+			struct cached *c = core->stripes[i].head;
+
+			cache_drop(core, &core->stripes[i], c->name);
+		}
 		pthread_mutex_destroy(&core->stripes[i].mu);
 	}
+	lockfs_liveness_free(core->liveness);
 	for (size_t i = 0; i < core->nusers; i++)
 		free(core->users[i].name);
 	free(core->users);

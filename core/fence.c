@@ -1,4 +1,12 @@
-/* The persisted fence counter; see fence.h. */
+/*
+ * The persisted fence counter; see fence.h.
+ *
+ * The file holds the highest number any daemon has reserved, as a
+ * fixed-width decimal, so an update is one small pwrite that never needs
+ * a truncate.  Reservations happen under flock(2) on the file: daemons on
+ * different backing dirs may share one counter file (the default lives on
+ * persistent storage) and still never hand out the same number.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -7,53 +15,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "fence.h"
 
+#define FIELD 21 /* 20 digits and a newline */
+
 struct lockfs_fence {
 	pthread_mutex_t mu;
-	int dirfd;        /* where PATH is resolved; borrowed */
-	char *path;       /* the counter file */
+	int fd;            /* the counter file */
 	uint64_t next;     /* next number to hand out; protected by mu */
-	uint64_t reserved; /* highest number written to disk; protected by mu */
+	uint64_t reserved; /* last number of our block; protected by mu */
 };
 
-/* Write "RESERVED\n" to PATH through a temporary file and rename(2), so a
- * crash leaves either the old or the new number, never a torn one. */
-static int fence_persist(struct lockfs_fence *f, uint64_t reserved)
+/* The number in the file; 0 for an empty file.  -EINVAL for garbage. */
+static int fence_read(int fd, uint64_t *value)
 {
-	char tmp[PATH_MAX], buf[32];
-	int n, fd, rc = 0;
-
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", f->path) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	n = snprintf(buf, sizeof(buf), "%" PRIu64 "\n", reserved);
-	fd = openat(f->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		return -errno;
-	if (write(fd, buf, n) != n || fsync(fd) < 0)
-		rc = errno ? -errno : -EIO;
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0 && renameat(f->dirfd, tmp, f->dirfd, f->path) < 0)
-		rc = -errno;
-	if (rc < 0)
-		unlinkat(f->dirfd, tmp, 0);
-	return rc;
-}
-
-static int fence_read(int dirfd, const char *path, uint64_t *value)
-{
-	char buf[32], *end;
-	ssize_t n;
-	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	char buf[64], *end;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
 
 	*value = 0;
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
 	if (n < 0)
 		return -errno;
 	buf[n] = '\0';
@@ -66,6 +48,33 @@ static int fence_read(int dirfd, const char *path, uint64_t *value)
 	return 0;
 }
 
+/* Reserve the block after everything reserved so far, by anyone.  Called
+ * with f->mu held. */
+static int fence_reserve(struct lockfs_fence *f)
+{
+	char buf[FIELD + 1];
+	uint64_t last;
+	int rc;
+
+	if (flock(f->fd, LOCK_EX) < 0)
+		return -errno;
+	rc = fence_read(f->fd, &last);
+	if (rc == 0) {
+		uint64_t start = last + 1 > f->next ? last + 1 : f->next;
+		uint64_t end = start + LOCKFS_FENCE_BLOCK - 1;
+
+		snprintf(buf, sizeof(buf), "%020" PRIu64 "\n", end);
+		if (pwrite(f->fd, buf, FIELD, 0) != FIELD || fdatasync(f->fd) < 0) {
+			rc = errno ? -errno : -EIO;
+		} else {
+			f->next = start;
+			f->reserved = end;
+		}
+	}
+	flock(f->fd, LOCK_UN);
+	return rc;
+}
+
 int lockfs_fence_open(struct lockfs_fence **out, int dirfd, const char *path)
 {
 	struct lockfs_fence *f = calloc(1, sizeof(*f));
@@ -74,19 +83,18 @@ int lockfs_fence_open(struct lockfs_fence **out, int dirfd, const char *path)
 
 	if (!f)
 		return -ENOMEM;
-	f->dirfd = dirfd;
-	f->path = strdup(path);
-	if (!f->path) {
-		free(f);
-		return -ENOMEM;
-	}
 	pthread_mutex_init(&f->mu, NULL);
-	rc = fence_read(dirfd, path, &last);
+	f->fd = openat(dirfd, path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (f->fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = fence_read(f->fd, &last);
 	if (rc < 0)
 		goto fail;
-	/* Everything up to LAST may have been handed out before a crash. */
+	/* Nothing is reserved for us yet: the first fence_next() reserves. */
 	f->next = last + 1;
-	f->reserved = last;
+	f->reserved = 0;
 	*out = f;
 	return 0;
 fail:
@@ -99,11 +107,8 @@ int lockfs_fence_next(struct lockfs_fence *f, uint64_t *fence)
 	int rc = 0;
 
 	pthread_mutex_lock(&f->mu);
-	if (f->next > f->reserved) {
-		rc = fence_persist(f, f->next + LOCKFS_FENCE_BLOCK - 1);
-		if (rc == 0)
-			f->reserved = f->next + LOCKFS_FENCE_BLOCK - 1;
-	}
+	if (f->next > f->reserved)
+		rc = fence_reserve(f);
 	if (rc == 0)
 		*fence = f->next++;
 	pthread_mutex_unlock(&f->mu);
@@ -123,7 +128,8 @@ void lockfs_fence_close(struct lockfs_fence *f)
 {
 	if (!f)
 		return;
+	if (f->fd >= 0)
+		close(f->fd);
 	pthread_mutex_destroy(&f->mu);
-	free(f->path);
 	free(f);
 }

@@ -1,8 +1,9 @@
 /*
  * The fence counter: one number for all names that only ever grows, also
- * across daemon restarts.  Numbers are reserved on disk a block at a time,
- * so the hot path is a mutex and an increment; a crash skips at most one
- * block and never goes back.
+ * across daemon restarts and reboots (keep the file on persistent
+ * storage).  Numbers are reserved on disk a block at a time, so the hot
+ * path is a mutex and an increment; a crash skips at most one block and
+ * never goes back.
  */
 #ifndef LOCKFS_CORE_FENCE_H
 #define LOCKFS_CORE_FENCE_H
@@ -15,8 +16,8 @@ struct lockfs_fence;
 #define LOCKFS_FENCE_BLOCK 1024
 
 /*
- * Open the counter file PATH (relative to DIRFD unless absolute); a missing
- * one counts from 1 and is written at the first reservation.  Returns 0 and *OUT, or -errno (-EINVAL when the file
+ * Open the counter file PATH (relative to DIRFD unless absolute), creating
+ * it empty when missing (an empty file counts from 1).  Returns 0 and *OUT, or -errno (-EINVAL when the file
  * holds something that is not a number).
  */
 int lockfs_fence_open(struct lockfs_fence **out, int dirfd, const char *path)

@@ -10,6 +10,7 @@
  * status -- the dearest file, ~10 us -- only for a non-leader thread's
  * Tgid or where uid and gid are asked for.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lockfs/holder.h"
@@ -565,6 +567,59 @@ int lockfs_proc_getenv(pid_t pid, const char *var, char *buf, size_t size)
 		off += elen + 1;
 	}
 	free(env);
+	return rc;
+}
+
+int lockfs_proc_start_time(pid_t pid, unsigned long long *start)
+{
+	struct lockfs_proc p;
+	bool leader;
+	int rc;
+
+	if (pid <= 0)
+		return -ENOENT;
+	rc = read_stat(pid, &p, &leader);
+	if (rc == 0 && !leader)
+		return -ENOENT; /* a thread id, not a process */
+	if (rc == 0)
+		*start = p.start_time;
+	return rc;
+}
+
+int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t *found)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+	char want[512];
+	int rc = 0;
+
+	if (!proc)
+		return -errno;
+	if ((size_t)snprintf(want, sizeof(want), "%s", value) >= sizeof(want)) {
+		closedir(proc);
+		return -ENAMETOOLONG;
+	}
+	while ((de = readdir(proc))) {
+		struct lockfs_proc p;
+		char buf[512];
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+
+		if (*end || pid <= 0)
+			continue;
+		if (lockfs_proc_getenv((pid_t)pid, var, buf, sizeof(buf)) < 0 ||
+		    strcmp(buf, want) != 0)
+			continue;
+		/* The uid from status, not from the owner of /proc/PID, which
+		 * reads as root for a non-dumpable process. */
+		if (read_status((pid_t)pid, &p) == 0 && p.uid == uid) {
+			if (found)
+				*found = (pid_t)pid;
+			rc = 1;
+			break;
+		}
+	}
+	closedir(proc);
 	return rc;
 }
 

@@ -189,6 +189,25 @@ fail:
 	return NULL;
 }
 
+static json_t *lease_json(const struct lockfs_lease *l)
+{
+	char when[32];
+	json_t *o = json_object();
+	int err = 0;
+
+	if (!o)
+		return NULL;
+	err |= add(o, "ttl_s", json_integer(l->ttl_s));
+	err |= add(o, "expires_at", json_string(lockfs_format_time(l->expires_at_ms, when)));
+	err |= add(o, "expires_at_ms", json_integer(l->expires_at_ms));
+	err |= add(o, "deadline_boottime_ms", json_integer(l->deadline_boot_ms));
+	if (err) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
 char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len)
 {
 	size_t dump_flags = JSON_PRESERVE_ORDER;
@@ -201,14 +220,14 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	if (!o)
 		return NULL;
 	err |= add(o, "resource", str_json(r->resource));
+	err |= add(o, "bound", json_string(r->bound == LOCKFS_BOUND_SLUG ? "slug" : "process"));
 	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder) : json_null());
 	err |= add(o, "acquired_at",
 		   json_string(lockfs_format_time(r->acquired_at_ms, when)));
 	err |= add(o, "acquired_at_ms", json_integer(r->acquired_at_ms));
 	err |= add(o, "operation", opt_str_json(r->operation));
 	err |= add(o, "slug", opt_str_json(r->slug));
-	/* Reserved for leases; always null until they exist. */
-	err |= add(o, "lease", json_null());
+	err |= add(o, "lease", r->lease.ttl_s ? lease_json(&r->lease) : json_null());
 	err |= add(o, "fence", json_integer((json_int_t)r->fence));
 	if ((flags & LOCKFS_RECORD_WITH_TOKEN) && r->token[0] != '\0')
 		err |= add(o, "token", str_json(r->token));
@@ -395,7 +414,7 @@ static int parse_token(const json_t *o, char token[LOCKFS_TOKEN_HEX + 1])
 
 static int parse_object(const json_t *o, struct lockfs_record *r)
 {
-	json_t *holder, *lease;
+	json_t *holder, *lease, *bound;
 	json_int_t v;
 	int rc;
 
@@ -403,6 +422,16 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 		return -EINVAL;
 	if ((rc = get_str(o, "resource", SIZE_MAX, &r->resource)) < 0)
 		return rc;
+	/* Records written before "bound" existed were all process-bound. */
+	bound = json_object_get(o, "bound");
+	if (!bound || (json_is_string(bound) && strcmp(json_string_value(bound), "process") == 0))
+		r->bound = LOCKFS_BOUND_PROCESS;
+	else if (json_is_string(bound) && strcmp(json_string_value(bound), "slug") == 0)
+		r->bound = LOCKFS_BOUND_SLUG;
+	else
+		return -EINVAL;
+	if (r->bound == LOCKFS_BOUND_SLUG && !json_is_string(json_object_get(o, "slug")))
+		return -EINVAL;
 	holder = json_object_get(o, "holder");
 	if (!holder)
 		return -EINVAL;
@@ -422,11 +451,20 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 		return rc;
 	if ((rc = get_opt_str(o, "slug", SIZE_MAX, &r->slug)) < 0)
 		return rc;
-	/* Reserved: null today; an object is tolerated so that a newer
-	 * writer's lease does not make the lock unreadable. */
 	lease = json_object_get(o, "lease");
-	if (!json_is_null(lease) && !json_is_object(lease))
+	if (json_is_object(lease)) {
+		if ((rc = get_int(lease, "ttl_s", 1, UINT32_MAX, &v)) < 0)
+			return rc;
+		r->lease.ttl_s = (uint32_t)v;
+		if ((rc = get_int(lease, "deadline_boottime_ms", INT64_MIN, INT64_MAX, &v)) < 0)
+			return rc;
+		r->lease.deadline_boot_ms = v;
+		if ((rc = get_int(lease, "expires_at_ms", INT64_MIN, INT64_MAX, &v)) < 0)
+			return rc;
+		r->lease.expires_at_ms = v;
+	} else if (!json_is_null(lease)) {
 		return -EINVAL;
+	}
 	if ((rc = get_int(o, "fence", 1, INT64_MAX, &v)) < 0)
 		return rc;
 	r->fence = (uint64_t)v;
@@ -457,4 +495,28 @@ int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 	if (rc < 0)
 		lockfs_record_clear(out);
 	return rc;
+}
+
+char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len)
+{
+	json_t *o = lease->ttl_s ? lease_json(lease) : json_null();
+	char *s, *out;
+	size_t n;
+
+	if (!o)
+		return NULL;
+	s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_ENCODE_ANY);
+	json_decref(o);
+	if (!s)
+		return NULL;
+	n = strlen(s);
+	out = malloc(n + 2);
+	if (out) {
+		memcpy(out, s, n);
+		out[n] = '\n';
+		out[n + 1] = '\0';
+		*len = n + 1;
+	}
+	free(s);
+	return out;
 }

@@ -3,6 +3,7 @@
 #define LOCKFS_FS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 #include <fuse_lowlevel.h>
@@ -21,6 +22,9 @@ enum lock_file {
 	LF_DIR = 0,
 	LF_OWNER = 1,
 	LF_OPERATION = 2,
+	LF_FENCE = 3,
+	LF_LEASE = 4,
+	LF_BREAK = 5,
 	LF_COUNT
 };
 #define INO_SHIFT 4
@@ -56,12 +60,24 @@ uint64_t inodes_ref(struct inodes *t, const char *name, uint64_t generation);
 int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation);
 /* The kernel forgets N lookups of node ID. */
 void inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
+/* Up to MAX node ids the kernel holds for NAME (any generation), into IDS.
+ * Returns how many. */
+size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, size_t max);
+
+/* The thread that sends the kernel removals the engine made (notify.c). */
+struct notifier;
+struct lockfs_fs;
+struct notifier *notifier_new(struct lockfs_fs *fs);
+int notifier_run(struct notifier *nt);
+void notifier_removed(void *arg, const char *name);
+void notifier_free(struct notifier *nt);
 
 struct lockfs_fs {
 	struct lockfs_core *core;
 	struct inodes *inodes;
 	struct fuse_session *se;
-	uid_t mount_uid;   /* who mounted: owns the root */
+	struct notifier *notifier;
+	uid_t mount_uid;   /* who mounted: owns the root, may break locks */
 	gid_t mount_gid;
 	struct timespec mounted_at;
 };

@@ -148,3 +148,15 @@ void inodes_forget(struct inodes *t, uint64_t id, uint64_t count)
 out:
 	pthread_mutex_unlock(&t->mu);
 }
+
+size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->mu);
+	for (struct node *x = t->by_name[name_hash(name)]; x && n < max; x = x->by_name_next)
+		if (strcmp(x->name, name) == 0)
+			ids[n++] = x->id;
+	pthread_mutex_unlock(&t->mu);
+	return n;
+}

@@ -2,6 +2,7 @@
  * lockfs: named mutual-exclusion locks as directories.
  *
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
+ *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
  *          [FUSE options] MOUNTPOINT
  *
  * Checks the backing directory and takes it for this daemon before
@@ -10,7 +11,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +28,19 @@
 /* Works on a fresh machine as root: lock state needs no disk, and /run is
  * a tmpfs on systemd hosts. */
 #define DEFAULT_BACKING "/run/lockfs"
+/* Fences must never go backwards, also when DIR is a tmpfs that a reboot
+ * empties: the counter lives on persistent storage. */
+#define DEFAULT_FENCE_DIR "/var/lib/lockfs"
+#define DEFAULT_FENCE_FILE DEFAULT_FENCE_DIR "/fence"
 #define DAEMON_LOCK ".lockfs"
 
 struct options {
 	char *backing;
 	char *helpers;
 	char *fence_file;
+	char *lease;
+	char *stale;
+	char *break_signal;
 	int show_help;
 };
 
@@ -39,6 +49,9 @@ static const struct fuse_opt option_spec[] = {
 	OPT("backing=%s", backing),
 	OPT("helpers=%s", helpers),
 	OPT("fence_file=%s", fence_file),
+	OPT("lease=%s", lease),
+	OPT("stale=%s", stale),
+	OPT("break_signal=%s", break_signal),
 	FUSE_OPT_END
 };
 
@@ -49,8 +62,12 @@ static void usage(const char *prog)
 	       "    -o backing=DIR        backing directory (default " DEFAULT_BACKING ")\n"
 	       "    -o helpers=A:B:...    programs skipped when resolving a holder\n"
 	       "                          (default " LOCKFS_DEFAULT_HELPERS ")\n"
-	       "    -o fence_file=PATH    fence counter (default DIR/.fence)\n"
-	       "    -o allow_other        let other users and containers use the mount\n\n",
+	       "    -o fence_file=PATH    fence counter (default " DEFAULT_FENCE_FILE ")\n"
+	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
+	       "    -o stale=SECONDS      recover foreign locks older than this (default never)\n"
+	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
+	       "    -o allow_other        let other users and containers use the mount\n"
+	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
 	       prog);
 }
 
@@ -121,6 +138,67 @@ static int claim_backing(int dirfd, const char *dir)
 	return fd;
 }
 
+/* "SECONDS" (1..10 years) into *OUT; one line on stderr when it is not. */
+static int parse_seconds(const char *opt, const char *text, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = text && *text >= '0' && *text <= '9' ? strtoul(text, &end, 10) : 0;
+	if (!text || errno || *end || v == 0 || v > 10ul * 365 * 24 * 3600) {
+		fprintf(stderr, "lockfs: -o %s=%s: want a whole number of seconds > 0\n",
+			opt, text ? text : "");
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* "TERM", "SIGTERM" or "15" into *OUT; one line on stderr when unknown. */
+static int parse_signal(const char *text, int *out)
+{
+	const char *name = strncmp(text, "SIG", 3) == 0 ? text + 3 : text;
+	char *end;
+	long v = strtol(text, &end, 10);
+
+	if (*text && !*end && v > 0 && v < NSIG) {
+		*out = (int)v;
+		return 0;
+	}
+	for (int sig = 1; sig < NSIG; sig++) {
+		const char *abbrev = sigabbrev_np(sig);
+
+		if (abbrev && strcmp(abbrev, name) == 0) {
+			*out = sig;
+			return 0;
+		}
+	}
+	fprintf(stderr, "lockfs: -o break_signal=%s: unknown signal\n", text);
+	return -1;
+}
+
+/* The fence file: the option, else the persistent default, else (no
+ * /var/lib to write) DIR/.fence with a warning. */
+static const char *fence_path(const char *opt, const char *dir)
+{
+	int fd;
+
+	if (opt)
+		return opt;
+	if (mkdir(DEFAULT_FENCE_DIR, 0755) < 0 && errno != EEXIST)
+		goto fallback;
+	fd = open(DEFAULT_FENCE_FILE, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		goto fallback;
+	close(fd);
+	return DEFAULT_FENCE_FILE;
+fallback:
+	fprintf(stderr, "lockfs: warning: cannot use " DEFAULT_FENCE_FILE " (%s); keeping fences "
+		"in %s/.fence, which must survive reboots\n", strerror(errno), dir);
+	return ".fence";
+}
+
 static void record_pid(int fd)
 {
 	char buf[32];
@@ -166,6 +244,10 @@ int main(int argc, char *argv[])
 	}
 	backing = o.backing ? o.backing : DEFAULT_BACKING;
 	umask(022);
+	if ((o.lease && parse_seconds("lease", o.lease, &cfg.lease_s) < 0) ||
+	    (o.stale && parse_seconds("stale", o.stale, &cfg.stale_s) < 0) ||
+	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0))
+		goto out_args;
 
 	dirfd = open_backing(backing, !o.backing);
 	if (dirfd < 0)
@@ -184,7 +266,7 @@ int main(int argc, char *argv[])
 	cfg.dirfd = dirfd;
 	cfg.backend = be;
 	cfg.helpers = o.helpers;
-	cfg.fence_path = o.fence_file;
+	cfg.fence_path = fence_path(o.fence_file, backing);
 	rc = lockfs_core_open(&fs.core, &cfg);
 	if (rc < 0) {
 		be->ops->destroy(be);
@@ -193,10 +275,12 @@ int main(int argc, char *argv[])
 		goto out_lock;
 	}
 	fs.inodes = inodes_new();
-	if (!fs.inodes) {
+	fs.notifier = notifier_new(&fs);
+	if (!fs.inodes || !fs.notifier) {
 		fprintf(stderr, "lockfs: out of memory\n");
-		goto out_core;
+		goto out_inodes;
 	}
+	lockfs_core_set_removed(fs.core, notifier_removed, fs.notifier);
 	fs.mount_uid = getuid();
 	fs.mount_gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &fs.mounted_at);
@@ -227,6 +311,11 @@ int main(int argc, char *argv[])
 	/* Detach only now: when `lockfs` returns, the mount is ready. */
 	fuse_daemonize(opts.foreground);
 	record_pid(lockfd);
+	/* Threads start after the fork that detaching makes. */
+	if (notifier_run(fs.notifier) < 0 || lockfs_core_start(fs.core) < 0) {
+		fprintf(stderr, "lockfs: cannot start threads: %s\n", strerror(errno));
+		goto out_unmount;
+	}
 
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
@@ -249,6 +338,12 @@ int main(int argc, char *argv[])
 	}
 	/* A signal or an unmount both end the loop; either is a clean exit. */
 	ret = rc < 0 && rc != -EINTR ? 1 : 0;
+out_unmount:
+	/* The engine's thread feeds the notifier, which talks to the
+	 * session: stop them in that order, before the session goes. */
+	lockfs_core_stop(fs.core);
+	notifier_free(fs.notifier);
+	fs.notifier = NULL;
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
@@ -256,8 +351,8 @@ out_session:
 	fuse_session_destroy(fs.se);
 out_inodes:
 	free(fsname);
+	notifier_free(fs.notifier);
 	inodes_free(fs.inodes);
-out_core:
 	lockfs_core_close(fs.core);
 out_lock:
 	close(lockfd);
@@ -268,6 +363,9 @@ out_args:
 	free(o.backing);
 	free(o.helpers);
 	free(o.fence_file);
+	free(o.lease);
+	free(o.stale);
+	free(o.break_signal);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -9,6 +9,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +38,18 @@ static void caller_of(fuse_req_t req, struct lockfs_caller *c)
 static const char *const lock_file_names[LF_COUNT] = {
 	[LF_OWNER] = "owner",
 	[LF_OPERATION] = "operation",
+	[LF_FENCE] = "fence",
+	[LF_LEASE] = "lease",
+	[LF_BREAK] = "break",
 };
+
+/* Root and the user who mounted may break any lock. */
+static bool may_break(struct lockfs_fs *fs, fuse_req_t req)
+{
+	uid_t uid = fuse_req_ctx(req)->uid;
+
+	return uid == 0 || uid == fs->mount_uid;
+}
 
 static void ms_to_timespec(int64_t ms, struct timespec *ts)
 {
@@ -81,13 +94,14 @@ static int log_attr(struct lockfs_fs *fs, struct stat *st)
 }
 
 /* Attributes of lock directory node ID, or of FILE inside it. */
-static void lock_attr(uint64_t id, enum lock_file file, const struct lockfs_lock_stat *ls,
-		      struct stat *st)
+static void lock_attr(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
+		      const struct lockfs_lock_stat *ls, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino_make(id, file);
 	st->st_uid = ls->uid;
 	st->st_gid = ls->gid;
+	st->st_nlink = 1;
 	ms_to_timespec(ls->mtime_ms, &st->st_mtim);
 	st->st_atim = st->st_ctim = st->st_mtim;
 	switch (file) {
@@ -96,12 +110,17 @@ static void lock_attr(uint64_t id, enum lock_file file, const struct lockfs_lock
 		st->st_nlink = 2;
 		break;
 	case LF_OWNER:
+	case LF_FENCE:
 		st->st_mode = S_IFREG | 0444;
-		st->st_nlink = 1;
+		break;
+	case LF_BREAK:
+		/* Breaking is for root and the user who mounted. */
+		st->st_mode = S_IFREG | 0200;
+		st->st_uid = fs->mount_uid;
+		st->st_gid = fs->mount_gid;
 		break;
 	default:
 		st->st_mode = S_IFREG | 0644;
-		st->st_nlink = 1;
 		break;
 	}
 }
@@ -142,7 +161,7 @@ static void reply_lock_entry(fuse_req_t req, struct lockfs_fs *fs, const char *n
 		return (void)fuse_reply_err(req, ENOMEM);
 	memset(&e, 0, sizeof(e));
 	e.ino = ino_make(id, file);
-	lock_attr(id, file, ls, &e.attr);
+	lock_attr(fs, id, file, ls, &e.attr);
 	e.attr_timeout = 0;
 	e.entry_timeout = 0;
 	if (fuse_reply_entry(req, &e) == -ENOENT)
@@ -219,7 +238,7 @@ static int attr_of(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
 		return log_attr(fs, st);
 	rc = lock_name_of(fs, ino, lock, &ls);
 	if (rc == 0)
-		lock_attr(ino_id(ino), ino_file(ino), &ls, st);
+		lock_attr(fs, ino_id(ino), ino_file(ino), &ls, st);
 	return rc;
 }
 
@@ -233,26 +252,43 @@ static void lfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	fuse_reply_attr(req, &st, 0);
 }
 
+/* A setattr that only sets times: what `touch` sends. */
+#define TIME_BITS (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | \
+		   FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME)
+
 static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			struct fuse_file_info *fi)
 {
 	struct lockfs_fs *fs = fs_of(req);
 	struct lockfs_caller caller;
 	char lock[NAME_MAX + 1];
+	enum lock_file file = ino_file(ino);
 	struct stat st;
 	int rc;
 
-	/* The one change allowed: the holder truncating `operation` to 0
-	 * (truncate(1), or O_TRUNC without atomic_o_trunc).  Modes, owners
-	 * and times of locks are the daemon's to say. */
-	if (!ino_is_lock(ino) || ino_file(ino) != LF_OPERATION || to_set != FUSE_SET_ATTR_SIZE)
+	/* Modes, owners and times of locks are the daemon's to say.  What is
+	 * allowed: `touch M/NAME` renews the lease (whoever may release), and
+	 * truncating a writable file to 0 (truncate(1), or O_TRUNC without
+	 * atomic_o_trunc) as the start of a write. */
+	if (!ino_is_lock(ino))
 		return (void)fuse_reply_err(req, EPERM);
-	if (attr->st_size != 0)
-		return (void)fuse_reply_err(req, EINVAL);
 	caller_of(req, &caller);
 	rc = lock_name_of(fs, ino, lock, NULL);
-	if (rc == 0)
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	if (file == LF_DIR && to_set && !(to_set & ~TIME_BITS)) {
+		rc = lockfs_core_renew(fs->core, lock, &caller);
+	} else if (to_set == FUSE_SET_ATTR_SIZE && attr->st_size != 0) {
+		rc = -EINVAL;
+	} else if (to_set == FUSE_SET_ATTR_SIZE && file == LF_OPERATION) {
 		rc = lockfs_core_set_operation(fs->core, lock, &caller, "", 0);
+	} else if (to_set == FUSE_SET_ATTR_SIZE && file == LF_LEASE) {
+		rc = lockfs_core_check_holder(fs->core, lock, &caller);
+	} else if (to_set == FUSE_SET_ATTR_SIZE && file == LF_BREAK) {
+		rc = may_break(fs, req) ? 0 : -EACCES;
+	} else {
+		rc = -EPERM;
+	}
 	if (rc == 0)
 		rc = attr_of(fs, ino, &st);
 	if (rc < 0)
@@ -343,6 +379,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct lockfs_fs *fs = fs_of(req);
 	struct lockfs_caller caller;
+	struct lockfs_lock_stat ls;
 	char lock[NAME_MAX + 1];
 	struct open_file *of;
 	int writing = (fi->flags & O_ACCMODE) != O_RDONLY;
@@ -362,10 +399,31 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		goto out;
 	}
-	rc = lock_name_of(fs, ino, lock, NULL);
+	rc = lock_name_of(fs, ino, lock, &ls);
 	if (rc < 0)
 		goto out;
 	switch (ino_file(ino)) {
+	case LF_FENCE:
+		if (writing) {
+			rc = -EACCES;
+		} else if (ls.fence) {
+			of->data = malloc(24);
+			of->len = of->data ? (size_t)snprintf(of->data, 24, "%" PRIu64 "\n", ls.fence) : 0;
+			rc = of->data ? 0 : -ENOMEM;
+		} else {
+			of->data = strdup("null\n");
+			of->len = 5;
+			rc = of->data ? 0 : -ENOMEM;
+		}
+		break;
+	case LF_LEASE:
+		caller_of(req, &caller);
+		rc = writing ? lockfs_core_check_holder(fs->core, lock, &caller)
+			     : lockfs_core_lease(fs->core, lock, &of->data, &of->len);
+		break;
+	case LF_BREAK:
+		rc = !writing || !may_break(fs, req) ? -EACCES : 0;
+		break;
 	case LF_OWNER:
 		/* Rendered once per open, for this reader: reads of one open
 		 * file see one consistent record. */
@@ -442,13 +500,14 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 {
 	struct lockfs_fs *fs = fs_of(req);
 	struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+	enum lock_file file = ino_file(ino);
 	struct lockfs_caller caller;
 	char lock[NAME_MAX + 1];
 	size_t end;
 	char *data;
 	int rc;
 
-	if (ino_file(ino) != LF_OPERATION || !ino_is_lock(ino))
+	if (!ino_is_lock(ino) || (file != LF_OPERATION && file != LF_LEASE && file != LF_BREAK))
 		return (void)fuse_reply_err(req, EBADF);
 	/* The file shows size 0 (its text is the daemon's), so the kernel's
 	 * O_APPEND offset would be 0: append to what this open file holds. */
@@ -470,10 +529,16 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	if (end < of->len)
 		end = of->len;
 
+	/* Each write carries the whole text so far: the engine applies it,
+	 * so a refused write changes nothing. */
 	caller_of(req, &caller);
 	rc = lock_name_of(fs, ino, lock, NULL);
-	if (rc == 0)
+	if (rc == 0 && file == LF_OPERATION)
 		rc = lockfs_core_set_operation(fs->core, lock, &caller, data, end);
+	else if (rc == 0 && file == LF_LEASE)
+		rc = lockfs_core_set_lease(fs->core, lock, &caller, data, end);
+	else if (rc == 0)
+		rc = lockfs_core_break(fs->core, lock, &caller, data, end);
 	if (rc < 0) {
 		free(data);
 		return (void)fuse_reply_err(req, -rc);

@@ -19,6 +19,11 @@
 
 struct lockfs_core;
 
+/* Called when the engine itself released NAME (holder death, lease
+ * recovery, break), from a thread that serves no request, with no engine
+ * mutex held. */
+typedef void (*lockfs_removed_fn)(void *arg, const char *name);
+
 struct lockfs_core_config {
 	int dirfd;               /* the backing directory (borrowed) */
 	struct lockfs_backend *backend; /* taken over by the core */
@@ -26,6 +31,10 @@ struct lockfs_core_config {
 	const char *fence_path;  /* persisted fence counter; NULL = DIR/.fence */
 	const char *log_name;    /* audit log, relative to dirfd; NULL = lock.log */
 	const struct lockfs_proc_source *procs; /* NULL = /proc */
+	uint32_t lease_s;        /* lease of slug-bound locks; 0 = 600 */
+	uint32_t stale_s;        /* recover foreign locks older than this; 0 = never */
+	int break_signal;        /* sent to a holder whose lock is broken or
+				    lease-recovered; 0 = none */
 };
 
 /* Who sent a request, as FUSE reports it. */
@@ -43,11 +52,22 @@ struct lockfs_lock_stat {
 	uint64_t identity;  /* changes whenever the stored lock changes */
 	uint64_t generation; /* one acquisition of the name: its fence (foreign
 				locks: the store's identity) */
+	uint64_t fence;     /* 0 for a foreign lock */
 	bool foreign;       /* held without a record lockfs can read */
 };
 
+/*
+ * Open the engine on the backing store and look at every lock in it:
+ * locks of holders that died meanwhile (or in an earlier boot) are
+ * recovered and logged; live holders are watched again.
+ */
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)
 	__attribute__((warn_unused_result));
+void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, void *arg);
+/* Start the liveness thread (after any fork).  0 or -errno. */
+int lockfs_core_start(struct lockfs_core *core) __attribute__((warn_unused_result));
+/* Stop it: no removal is reported after this returns.  Idempotent. */
+void lockfs_core_stop(struct lockfs_core *core);
 void lockfs_core_close(struct lockfs_core *core);
 
 /* mkdir: acquire NAME for the caller's resolved holder.
@@ -84,6 +104,27 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 int lockfs_core_set_operation(struct lockfs_core *core, const char *name,
 			      const struct lockfs_caller *caller,
 			      const char *text, size_t len);
+
+/* NAME's lease as one line: "null\n" or its JSON object.  0, -ENOENT. */
+int lockfs_core_lease(struct lockfs_core *core, const char *name, char **text, size_t *len);
+
+/* Set NAME's lease to the decimal seconds in TEXT (a trailing newline
+ * allowed) and renew it; 0 clears a process-bound lock's lease.
+ * 0, -EPERM (not the holder's), -EINVAL (not a number; 0 for a slug-bound
+ * lock, whose lease is its liveness), -ENOENT. */
+int lockfs_core_set_lease(struct lockfs_core *core, const char *name,
+			  const struct lockfs_caller *caller, const char *text, size_t len);
+
+/* Renew NAME's lease, if it has one (`touch M/NAME`).  0, -EPERM, -ENOENT. */
+int lockfs_core_renew(struct lockfs_core *core, const char *name,
+		      const struct lockfs_caller *caller);
+
+/* Break NAME with REASON (1..LOCKFS_OPERATION_MAX bytes of UTF-8; one
+ * trailing newline dropped): release it whoever holds it, log `broken`.
+ * Whether the caller may break is the mount's decision, not the engine's.
+ * 0, -EINVAL (bad reason), -ENOENT. */
+int lockfs_core_break(struct lockfs_core *core, const char *name,
+		      const struct lockfs_caller *caller, const char *reason, size_t len);
 
 /* Names of all held locks with a valid name, sorted bytewise.
  * *NAMES is a malloc'd NULL-terminated array; free with lockfs_names_free. */

@@ -111,6 +111,18 @@ void lockfs_argv_free(char **argv);
  */
 int lockfs_proc_getenv(pid_t pid, const char *var, char *buf, size_t size);
 
+/* The start time (/proc/PID/stat field 22) of thread group PID.
+ * Returns 0, -ENOENT when there is no such process, or -errno. */
+int lockfs_proc_start_time(pid_t pid, unsigned long long *start);
+
+/*
+ * Does any process with effective uid UID have VAR=VALUE in the
+ * environment it was exec'd with?  Scans /proc.  Returns 1 (yes, and the
+ * first such pid in *PID), 0 (no), or -errno when /proc cannot be read --
+ * the caller must then treat the answer as unknown, not as "no".
+ */
+int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t *pid);
+
 /* Read /proc/sys/kernel/random/boot_id (36 chars) into BUF.  0 or -errno. */
 int lockfs_boot_id(char buf[40]);
 

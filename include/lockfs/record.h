@@ -27,13 +27,31 @@ struct lockfs_holder {
 	char *boot_id;  /* /proc/sys/kernel/random/boot_id */
 };
 
+/* What keeps a lock held. */
+enum lockfs_bound {
+	LOCKFS_BOUND_PROCESS = 0, /* the holder process: released when it exits */
+	LOCKFS_BOUND_SLUG,        /* (uid, slug): released by lease + evidence */
+};
+
+/* A lease: the lock needs renewing within ttl_s seconds.  Deadlines are on
+ * CLOCK_BOOTTIME, which is monotonic and shared by every process of one
+ * boot, so they survive a daemon restart and never jump with the wall
+ * clock. */
+struct lockfs_lease {
+	uint32_t ttl_s;            /* 0 = no lease */
+	int64_t deadline_boot_ms;  /* CLOCK_BOOTTIME ms */
+	int64_t expires_at_ms;     /* the same moment in Unix ms, for people */
+};
+
 struct lockfs_record {
 	char *resource;   /* the lock name */
+	enum lockfs_bound bound;
 	bool has_holder;  /* false for a record that names no holder */
 	struct lockfs_holder holder;
 	int64_t acquired_at_ms; /* Unix time in milliseconds */
 	char *operation;  /* what the holder says it is doing; NULL = none */
 	char *slug;       /* LOCKFS_SLUG of the acquiring process; NULL = none */
+	struct lockfs_lease lease;
 	uint64_t fence;   /* strictly increasing per acquisition of the name */
 	char token[LOCKFS_TOKEN_HEX + 1]; /* "" when unknown/hidden */
 };
@@ -60,6 +78,10 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
  */
 int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 	__attribute__((warn_unused_result));
+
+/* LEASE as one line of JSON, exactly as it appears in the record ("null"
+ * when none), malloc'd, with *LEN.  NULL when out of memory. */
+char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len);
 
 /* Free everything R owns and zero it.  Safe on a zeroed record. */
 void lockfs_record_clear(struct lockfs_record *r);

@@ -95,6 +95,10 @@ static void assert_records_equal(const struct lockfs_record *a,
 	assert_str_or_null_equal(a->slug, b->slug);
 	assert_int_equal(a->fence, b->fence);
 	assert_string_equal(a->token, b->token);
+	assert_int_equal(a->bound, b->bound);
+	assert_int_equal(a->lease.ttl_s, b->lease.ttl_s);
+	if (a->lease.ttl_s)
+		assert_int_equal(a->lease.deadline_boot_ms, b->lease.deadline_boot_ms);
 }
 
 static void round_trip(const struct lockfs_record *r, int flags)
@@ -128,6 +132,52 @@ static void test_round_trip_null_operation_slug_user(void **state)
 	round_trip(&r, 0);
 }
 
+static void test_round_trip_slug_bound_with_lease(void **state)
+{
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *s;
+
+	r.bound = LOCKFS_BOUND_SLUG;
+	r.lease.ttl_s = 600;
+	r.lease.deadline_boot_ms = 123456789;
+	r.lease.expires_at_ms = 1787439952123;
+	round_trip(&r, 0);
+	s = encode(&r, 0, &len);
+	assert_non_null(strstr(s, "\"bound\":\"slug\""));
+	assert_non_null(strstr(s, "\"lease\":{\"ttl_s\":600,\"expires_at\":\"2026-08-22T23:05:52.123Z\""));
+	free(s);
+}
+
+static void test_slug_bound_without_slug_is_einval(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	size_t len;
+	char *s;
+
+	r.bound = LOCKFS_BOUND_SLUG;
+	r.slug = NULL;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_int_equal(lockfs_record_parse(s, len, &back), -EINVAL);
+	free(s);
+}
+
+static void test_record_without_bound_is_process_bound(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	char *p = strstr(s, "\"bound\":\"process\",");
+
+	/* A record from before "bound" existed. */
+	assert_non_null(p);
+	memmove(p, p + strlen("\"bound\":\"process\","), strlen(p + strlen("\"bound\":\"process\",")) + 1);
+	assert_int_equal(lockfs_record_parse(s, strlen(s), &back), 0);
+	assert_int_equal(back.bound, LOCKFS_BOUND_PROCESS);
+	lockfs_record_clear(&back);
+	free(s);
+}
+
 static void test_round_trip_no_holder(void **state)
 {
 	struct lockfs_record r = full_record();
@@ -152,7 +202,7 @@ static void test_compact_layout_and_key_order(void **state)
 	size_t len;
 	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
 	const char *want =
-		"{\"resource\":\"deploy\",\"holder\":{\"pid\":4242,"
+		"{\"resource\":\"deploy\",\"bound\":\"process\",\"holder\":{\"pid\":4242,"
 		"\"start_time\":123456789,\"uid\":1000,\"user\":\"alice\","
 		"\"gid\":1001,\"comm\":\"make\","
 		"\"cmdline\":[\"flock\",\"-n\",\"/tmp/x\",\"make deploy\"],"
@@ -173,7 +223,8 @@ static void test_pretty_is_indented_and_parses(void **state)
 	struct lockfs_record r = full_record(), back;
 	size_t len;
 	char *s = encode(&r, LOCKFS_RECORD_PRETTY | LOCKFS_RECORD_WITH_TOKEN, &len);
-	const char *head = "{\n  \"resource\": \"deploy\",\n  \"holder\": {\n    \"pid\": 4242,";
+	const char *head = "{\n  \"resource\": \"deploy\",\n  \"bound\": \"process\",\n"
+		"  \"holder\": {\n    \"pid\": 4242,";
 
 	assert_memory_equal(s, head, strlen(head));
 	assert_memory_equal(s + len - 3, "\n}\n", 3);
@@ -604,6 +655,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip_all_fields),
 		cmocka_unit_test(test_round_trip_null_operation_slug_user),
+		cmocka_unit_test(test_round_trip_slug_bound_with_lease),
+		cmocka_unit_test(test_slug_bound_without_slug_is_einval),
+		cmocka_unit_test(test_record_without_bound_is_process_bound),
 		cmocka_unit_test(test_round_trip_no_holder),
 		cmocka_unit_test(test_compact_layout_and_key_order),
 		cmocka_unit_test(test_pretty_is_indented_and_parses),

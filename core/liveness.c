@@ -1,0 +1,297 @@
+/* Holder liveness through pidfds; see liveness.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lockfs/holder.h"
+#include "liveness.h"
+
+#define BUCKETS 256
+
+struct watch {
+	struct watch *next;
+	pid_t pid;
+	unsigned long long start;
+	int pidfd;
+	unsigned refs;  /* locks that depend on this process */
+	bool exited;    /* reported: waiting for the last unwatch */
+};
+
+struct lockfs_liveness {
+	pthread_mutex_t mu;
+	struct watch *buckets[BUCKETS]; /* protected by mu */
+	int epfd;
+	int wakefd;      /* eventfd: stop request */
+	bool stopping;   /* protected by mu */
+	bool running;
+	pthread_t thread;
+	lockfs_exited_fn exited;
+	lockfs_tick_fn tick;
+	void *arg;
+	int tick_ms;
+};
+
+static int pidfd_open(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* Called with lv->mu held. */
+static struct watch **find(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
+{
+	struct watch **pp = &lv->buckets[(unsigned)pid % BUCKETS];
+
+	for (; *pp; pp = &(*pp)->next)
+		if ((*pp)->pid == pid && (*pp)->start == start)
+			return pp;
+	return pp;
+}
+
+int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,
+			lockfs_tick_fn tick, void *arg, int tick_ms)
+{
+	struct lockfs_liveness *lv = calloc(1, sizeof(*lv));
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	int rc;
+
+	if (!lv)
+		return -ENOMEM;
+	pthread_mutex_init(&lv->mu, NULL);
+	lv->wakefd = -1;
+	lv->epfd = epoll_create1(EPOLL_CLOEXEC);
+	lv->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (lv->epfd < 0 || lv->wakefd < 0 ||
+	    epoll_ctl(lv->epfd, EPOLL_CTL_ADD, lv->wakefd, &ev) < 0) {
+		rc = -errno;
+		lockfs_liveness_free(lv);
+		return rc;
+	}
+	lv->exited = exited;
+	lv->tick = tick;
+	lv->arg = arg;
+	lv->tick_ms = tick_ms;
+	*out = lv;
+	return 0;
+}
+
+int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	unsigned long long now_start;
+	struct watch **pp, *w;
+	int fd, rc = 0;
+
+	pthread_mutex_lock(&lv->mu);
+	pp = find(lv, pid, start);
+	if (*pp) {
+		if ((*pp)->exited)
+			rc = -ESRCH;
+		else
+			(*pp)->refs++;
+		pthread_mutex_unlock(&lv->mu);
+		return rc;
+	}
+	pthread_mutex_unlock(&lv->mu);
+
+	fd = pidfd_open(pid);
+	if (fd < 0)
+		return errno == ESRCH || errno == ENOENT ? -ESRCH : -errno;
+	/* The pidfd names whatever process has PID now; it is ours only if
+	 * that process started when the holder did.  Checked after opening,
+	 * so a later reuse of the pid cannot slip in between. */
+	rc = lockfs_proc_start_time(pid, &now_start);
+	if (rc < 0 || now_start != start) {
+		close(fd);
+		return rc < 0 && rc != -ENOENT ? rc : -ESRCH;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		close(fd);
+		return -ENOMEM;
+	}
+	w->pid = pid;
+	w->start = start;
+	w->pidfd = fd;
+	w->refs = 1;
+
+	pthread_mutex_lock(&lv->mu);
+	pp = find(lv, pid, start);
+	if (*pp) {
+		/* Another thread watched it meanwhile: share that one. */
+		if ((*pp)->exited)
+			rc = -ESRCH;
+		else
+			(*pp)->refs++;
+		pthread_mutex_unlock(&lv->mu);
+		close(fd);
+		free(w);
+		return rc;
+	}
+	ev.data.ptr = w;
+	if (epoll_ctl(lv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		rc = -errno;
+		pthread_mutex_unlock(&lv->mu);
+		close(fd);
+		free(w);
+		return rc;
+	}
+	*pp = w;
+	pthread_mutex_unlock(&lv->mu);
+	return 0;
+}
+
+void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
+{
+	struct watch **pp, *w;
+
+	pthread_mutex_lock(&lv->mu);
+	pp = find(lv, pid, start);
+	w = *pp;
+	if (w && --w->refs == 0) {
+		*pp = w->next;
+		if (!w->exited)
+			epoll_ctl(lv->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+		close(w->pidfd);
+		free(w);
+	}
+	pthread_mutex_unlock(&lv->mu);
+}
+
+int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long long start, int sig)
+{
+	struct watch **pp;
+	unsigned long long now_start;
+	int fd, rc;
+
+	pthread_mutex_lock(&lv->mu);
+	pp = find(lv, pid, start);
+	fd = *pp ? fcntl((*pp)->pidfd, F_DUPFD_CLOEXEC, 0) : -1;
+	pthread_mutex_unlock(&lv->mu);
+	if (fd < 0) {
+		fd = pidfd_open(pid);
+		if (fd < 0)
+			return -ESRCH;
+		rc = lockfs_proc_start_time(pid, &now_start);
+		if (rc < 0 || now_start != start) {
+			close(fd);
+			return -ESRCH;
+		}
+	}
+	rc = (int)syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0);
+	rc = rc < 0 ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *liveness_thread(void *arg)
+{
+	struct lockfs_liveness *lv = arg;
+	int64_t next_tick = mono_ms() + lv->tick_ms;
+
+	for (;;) {
+		struct epoll_event evs[32];
+		int64_t wait = next_tick - mono_ms();
+		int n = epoll_wait(lv->epfd, evs, 32, wait < 0 ? 0 : (int)wait);
+
+		if (n < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < n; i++) {
+			struct watch *w = evs[i].data.ptr;
+			pid_t pid;
+			unsigned long long start;
+
+			if (!w) {
+				bool stop;
+
+				pthread_mutex_lock(&lv->mu);
+				stop = lv->stopping;
+				pthread_mutex_unlock(&lv->mu);
+				if (stop)
+					return NULL;
+				continue;
+			}
+			/* The watch stays (with its refs) until the engine has
+			 * dropped every lock of this process; it just stops
+			 * reporting. */
+			pthread_mutex_lock(&lv->mu);
+			epoll_ctl(lv->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+			w->exited = true;
+			pid = w->pid;
+			start = w->start;
+			pthread_mutex_unlock(&lv->mu);
+			lv->exited(lv->arg, pid, start);
+		}
+		if (mono_ms() >= next_tick) {
+			if (lv->tick)
+				lv->tick(lv->arg);
+			next_tick = mono_ms() + lv->tick_ms;
+		}
+	}
+	return NULL;
+}
+
+int lockfs_liveness_run(struct lockfs_liveness *lv)
+{
+	int rc = pthread_create(&lv->thread, NULL, liveness_thread, lv);
+
+	if (rc)
+		return -rc;
+	lv->running = true;
+	return 0;
+}
+
+void lockfs_liveness_stop(struct lockfs_liveness *lv)
+{
+	uint64_t one = 1;
+
+	if (!lv || !lv->running)
+		return;
+	pthread_mutex_lock(&lv->mu);
+	lv->stopping = true;
+	pthread_mutex_unlock(&lv->mu);
+	if (write(lv->wakefd, &one, sizeof(one)) < 0) {
+		/* cannot happen with a fresh eventfd; join anyway */
+	}
+	pthread_join(lv->thread, NULL);
+	lv->running = false;
+}
+
+void lockfs_liveness_free(struct lockfs_liveness *lv)
+{
+	if (!lv)
+		return;
+	lockfs_liveness_stop(lv);
+	for (int i = 0; i < BUCKETS; i++) {
+		while (lv->buckets[i]) {
+			struct watch *w = lv->buckets[i];
+
+			lv->buckets[i] = w->next;
+			close(w->pidfd);
+			free(w);
+		}
+	}
+	if (lv->epfd >= 0)
+		close(lv->epfd);
+	if (lv->wakefd >= 0)
+		close(lv->wakefd);
+	pthread_mutex_destroy(&lv->mu);
+	free(lv);
+}

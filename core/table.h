@@ -1,0 +1,110 @@
+/*
+ * The engine's shared state, for engine.c (requests) and recovery.c
+ * (holder death, leases, breaks, restart).  Not a public interface.
+ *
+ * Concurrency: operations on one name are serialised by its stripe's
+ * mutex, which also protects the stripe's cache of parsed records.  Every
+ * lock that carries a record lockfs can read is in the cache: the cache is
+ * what the liveness thread walks.  Acquisition needs no mutex (the
+ * backend's step is indivisible); different names proceed in parallel.
+ * Lock order: a stripe mutex, then (inside liveness) the liveness mutex;
+ * never two stripes at once.
+ */
+#ifndef LOCKFS_CORE_TABLE_H
+#define LOCKFS_CORE_TABLE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lockfs/core.h"
+#include "lockfs/log.h"
+#include "lockfs/record.h"
+#include "fence.h"
+#include "liveness.h"
+
+#define STRIPES 256
+#define SLUG_MAX 256
+#define WHO_MAX (SLUG_MAX + 32)
+
+/* A parsed record of a held lock, valid while the store's identity is. */
+struct cached {
+	struct cached *next;
+	char *name;
+	uint64_t identity;
+	struct lockfs_record rec;
+	bool watched;        /* holds a liveness watch on rec.holder */
+	bool holder_gone;    /* the holder is dead: recover */
+	bool expired_logged; /* the lease's expiry was logged */
+	int64_t next_check_boot_ms; /* slug evidence: not before this */
+};
+
+struct stripe {
+	pthread_mutex_t mu;
+	struct cached *head; /* protected by mu */
+};
+
+struct uid_name {
+	uid_t uid;
+	char *name; /* NULL when the uid has no passwd entry */
+};
+
+struct lockfs_core {
+	struct lockfs_backend *be;
+	struct lockfs_log *log;
+	struct lockfs_fence *fence;
+	struct lockfs_liveness *liveness;
+	struct lockfs_helpers helpers;
+	const struct lockfs_proc_source *procs;
+	int dirfd;              /* borrowed */
+	char *log_name;
+	char host[256];
+	char boot_id[40];
+	uint32_t default_lease_s;
+	uint32_t stale_s;
+	int break_signal;
+	lockfs_removed_fn removed;
+	void *removed_arg;
+	int64_t next_stale_scan_ms;
+	bool starting;          /* in lockfs_core_open's scan */
+	struct stripe stripes[STRIPES];
+
+	pthread_mutex_t users_mu;
+	struct uid_name *users; /* protected by users_mu */
+	size_t nusers;
+};
+
+int64_t lockfs_wall_ms(void);
+int64_t lockfs_boot_ms(void);
+
+struct stripe *stripe_of(struct lockfs_core *core, const char *name);
+/* Called with s->mu held. */
+struct cached *cache_find(struct stripe *s, const char *name);
+void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name);
+int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
+		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct cached **c);
+
+/*
+ * Remove C's lock from the store, logging EVENT first (so the log never
+ * shows two holders at once) with fence=, pid= and then EXTRA (key, value,
+ * ..., NULL; may be NULL).  Called with s->mu held and C a fresh entry
+ * (read from the store under this hold); drops it.  0 or -errno.
+ */
+int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		   uint64_t identity, const char *event, const char *const *extra);
+
+/* "comm[pid]", or the slug when there is one. */
+void who_of(char *buf, size_t size, const char *slug, const char *comm, pid_t pid);
+/* WHO for the process of thread TID: its resolved holder's comm[pid] or
+ * its LOCKFS_SLUG. */
+void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size);
+void log_event(struct lockfs_core *core, const char *who, const char *name,
+	       const char *const *kv, const char *event);
+void notify_removed(struct lockfs_core *core, const char *name);
+
+/* Recovery (recovery.c). */
+void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);
+void recovery_tick(void *arg);
+int recovery_startup_scan(struct lockfs_core *core);
+
+#endif
