@@ -7,4 +7,5 @@ apt-get install -y -q --no-install-recommends \
 	gcc libc6-dev pkg-config meson ninja-build \
 	libfuse3-dev fuse3 libjansson-dev \
 	libcmocka-dev python3 python3-pytest \
-	util-linux passwd procps strace
+	util-linux passwd procps strace \
+	clang libclang-rt-14-dev
