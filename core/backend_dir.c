@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,15 +72,22 @@ static void tmp_name(char buf[64], const char *kind)
 }
 
 /*
- * The identity of a stored lock: its inode number mixed with its change
- * time.  rename(2) sets the ctime, so a lock released and taken again gets
- * a new identity even when the filesystem reuses the inode number.
+ * The identity of a stored lock.  With a record, that of the record file:
+ * any rewrite changes its inode or its times and size, so an unchanged
+ * identity means the record read with it still stands.  Without one (a
+ * foreign lock), that of DIR/NAME.lock; rename(2) sets its ctime, so a
+ * lock released and taken again differs even on a reused inode number.
  */
 static uint64_t stat_identity(const struct stat *st)
 {
-	uint64_t t = (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+	uint64_t h = (uint64_t)st->st_ino * 0x9e3779b97f4a7c15u;
 
-	return ((uint64_t)st->st_ino * 0x9e3779b97f4a7c15u) ^ t;
+	h ^= ((uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec);
+	h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9u;
+	h ^= ((uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec);
+	h = (h ^ (h >> 32)) * 0x94d049bb133111ebu;
+	h ^= (uint64_t)st->st_size ^ ((uint64_t)S_ISDIR(st->st_mode) << 63);
+	return h;
 }
 
 static void fill_stat(struct lockfs_entry_stat *out, const struct stat *st)
@@ -90,6 +98,26 @@ static void fill_stat(struct lockfs_entry_stat *out, const struct stat *st)
 	out->gid = st->st_gid;
 	out->mtime_ms = (int64_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000;
 	out->identity = stat_identity(st);
+}
+
+/*
+ * Stat the lock NAME: its record file when it has one (one syscall for the
+ * usual case), else DIR/NAME.lock itself.  0, -ENOENT when not held.
+ */
+static int stat_lock(int dirfd, const char *lock, struct stat *st)
+{
+	char path[NAME_MAX * 2 + 2];
+
+	snprintf(path, sizeof(path), "%s/" RECORD_FILE, lock);
+	if (fstatat(dirfd, path, st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st->st_mode) &&
+	    st->st_size <= LOCKFS_RECORD_MAX)
+		return 0;
+	if (fstatat(dirfd, lock, st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	/* Held without a regular record file: foreign.  Mark the identity
+	 * apart from any record's. */
+	st->st_size = -1;
+	return 0;
 }
 
 static int write_all(int fd, const char *buf, size_t len)
@@ -108,25 +136,26 @@ static int write_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-/* Remove DIR/ENTRY and the files directly inside it (our records).  The
- * usual content is just the record, so try that first: a directory scan
- * costs five more syscalls on every release. */
+/*
+ * Remove DIR/ENTRY and the files directly inside it (our records).  ENTRY
+ * is opened without following a symlink: a foreign "lock" may be a link
+ * to anywhere, and only the link itself may go.  The usual content is
+ * just the record, so that is tried before a directory scan.
+ */
 static void remove_entry(int dirfd, const char *entry)
 {
-	char path[NAME_MAX * 2 + 2];
-	int fd;
+	int fd = openat(dirfd, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
-	snprintf(path, sizeof(path), "%s/" RECORD_FILE, entry);
-	unlinkat(dirfd, path, 0);
-	if (unlinkat(dirfd, entry, AT_REMOVEDIR) == 0 || errno == ENOENT)
-		return;
-	if (errno == ENOTDIR) {
-		unlinkat(dirfd, entry, 0);
+	if (fd < 0) {
+		/* Not a directory (a file, a symlink): remove just the name. */
+		if (errno != ENOENT)
+			unlinkat(dirfd, entry, 0);
 		return;
 	}
-	fd = openat(dirfd, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
-		DIR *d = fdopendir(fd);
+	unlinkat(fd, RECORD_FILE, 0);
+	if (unlinkat(dirfd, entry, AT_REMOVEDIR) < 0 && errno == ENOTEMPTY) {
+		int scan = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		DIR *d = scan >= 0 ? fdopendir(scan) : NULL;
 		struct dirent *de;
 
 		if (d) {
@@ -134,16 +163,18 @@ static void remove_entry(int dirfd, const char *entry)
 				if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
 					unlinkat(fd, de->d_name, 0);
 			closedir(d);
-		} else {
-			close(fd);
+		} else if (scan >= 0) {
+			close(scan);
 		}
+		unlinkat(dirfd, entry, AT_REMOVEDIR);
 	}
-	unlinkat(dirfd, entry, AT_REMOVEDIR);
+	close(fd);
 }
 
-/* Write RECORD as FILE inside the directory DIRPATH (relative to dirfd). */
+/* Write RECORD as FILE inside the directory DIRPATH (relative to dirfd),
+ * and its stat into *ST (may be NULL). */
 static int write_record(int dirfd, const char *dirpath, const char *file,
-			const char *record, size_t len)
+			const char *record, size_t len, struct stat *st)
 {
 	char path[NAME_MAX * 2 + 2];
 	int fd, rc;
@@ -153,16 +184,19 @@ static int write_record(int dirfd, const char *dirpath, const char *file,
 	if (fd < 0)
 		return -errno;
 	rc = write_all(fd, record, len);
+	if (rc == 0 && st && fstat(fd, st) < 0)
+		rc = -errno;
 	if (close(fd) < 0 && rc == 0)
 		rc = -errno;
 	return rc;
 }
 
 static int dir_acquire(struct lockfs_backend *be, const char *name,
-		       const char *record, size_t len)
+		       const char *record, size_t len, struct lockfs_entry_stat *out)
 {
 	struct backend_dir *d = to_dir(be);
 	char lock[NAME_MAX + 1], tmp[64];
+	struct stat st;
 	int rc = lock_path(lock, name);
 
 	if (rc < 0)
@@ -170,11 +204,15 @@ static int dir_acquire(struct lockfs_backend *be, const char *name,
 	tmp_name(tmp, "new");
 	if (mkdirat(d->dirfd, tmp, 0755) < 0)
 		return -errno;
-	rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len);
+	/* The record's identity is known before the rename: moving its
+	 * directory changes nothing about the file. */
+	rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, &st);
 	if (rc == 0 && renameat2(d->dirfd, tmp, d->dirfd, lock, RENAME_NOREPLACE) < 0)
 		rc = -errno;
 	if (rc < 0)
 		remove_entry(d->dirfd, tmp);
+	else
+		fill_stat(out, &st);
 	return rc;
 }
 
@@ -188,10 +226,10 @@ static int dir_stat(struct lockfs_backend *be, const char *name,
 
 	if (rc < 0)
 		return -ENOENT;
-	if (fstatat(d->dirfd, lock, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return -errno;
-	fill_stat(out, &st);
-	return 0;
+	rc = stat_lock(d->dirfd, lock, &st);
+	if (rc == 0)
+		fill_stat(out, &st);
+	return rc;
 }
 
 /* Open DIR/LOCK/owner.json without following any symlink on the way. */
@@ -199,7 +237,8 @@ static int open_record(int dirfd, const char *lock, const char *file)
 {
 	char path[NAME_MAX * 2 + 2];
 	struct open_how how = {
-		.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+		/* O_NONBLOCK: a FIFO planted as the record must not hang us. */
+		.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
 		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
 	};
 	int fd;
@@ -214,8 +253,9 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 {
 	struct backend_dir *d = to_dir(be);
 	char lock[NAME_MAX + 1];
-	struct stat st, fst;
-	char *buf;
+	struct stat fst, dst;
+	bool usable = false;
+	char *buf = NULL;
 	ssize_t n;
 	int fd, rc = lock_path(lock, name);
 
@@ -223,32 +263,47 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 	*len = 0;
 	if (rc < 0)
 		return -ENOENT;
-	if (fstatat(d->dirfd, lock, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return -errno;
-	fill_stat(out, &st);
-	if (!S_ISDIR(st.st_mode))
-		return 0; /* held, but by something that is no lockfs lock */
 	fd = open_record(d->dirfd, lock, RECORD_FILE);
-	if (fd < 0)
-		return 0; /* no readable record: held, foreign (fail closed) */
-	if (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) || fst.st_size > LOCKFS_RECORD_MAX) {
+	if (fd >= 0)
+		usable = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) &&
+			 fst.st_size <= LOCKFS_RECORD_MAX;
+	/* Owner, group and time of the lock itself: what a foreign lock
+	 * shows, and what -o stale judges it by. */
+	if (fstatat(d->dirfd, lock, &dst, AT_SYMLINK_NOFOLLOW) < 0) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	if (usable) {
+		buf = malloc((size_t)fst.st_size + 1);
+		n = buf ? pread(fd, buf, (size_t)fst.st_size + 1, 0) : -1;
+		if (!buf || n < 0 || n > fst.st_size) {
+			/* changing under us, or no memory: foreign this time */
+			free(buf);
+			buf = NULL;
+			usable = false;
+		} else {
+			buf[n] = '\0';
+			*len = (size_t)n;
+		}
+	}
+	if (fd >= 0)
 		close(fd);
-		return 0;
+	if (out) {
+		if (usable) {
+			out->identity = stat_identity(&fst);
+		} else {
+			/* No usable record: held all the same (fail closed);
+			 * the identity is the lock's own, marked apart. */
+			dst.st_size = -1;
+			out->identity = stat_identity(&dst);
+		}
+		out->uid = dst.st_uid;
+		out->gid = dst.st_gid;
+		out->mtime_ms = (int64_t)dst.st_mtim.tv_sec * 1000 + dst.st_mtim.tv_nsec / 1000000;
 	}
-	buf = malloc((size_t)fst.st_size + 1);
-	if (!buf) {
-		close(fd);
-		return -ENOMEM;
-	}
-	n = pread(fd, buf, (size_t)fst.st_size + 1, 0);
-	close(fd);
-	if (n < 0 || n > fst.st_size) {
-		free(buf);
-		return 0;
-	}
-	buf[n] = '\0';
 	*record = buf;
-	*len = (size_t)n;
 	return 0;
 }
 
@@ -256,17 +311,19 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 static int check_identity(int dirfd, const char *lock, uint64_t identity)
 {
 	struct stat st;
+	int rc = stat_lock(dirfd, lock, &st);
 
-	if (fstatat(dirfd, lock, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? -ENOENT : -errno;
+	if (rc < 0)
+		return rc == -ENOENT ? -ENOENT : rc;
 	return stat_identity(&st) == identity ? 0 : -ENOENT;
 }
 
 static int dir_update(struct lockfs_backend *be, const char *name, uint64_t identity,
-		      const char *record, size_t len)
+		      const char *record, size_t len, struct lockfs_entry_stat *out)
 {
 	struct backend_dir *d = to_dir(be);
 	char lock[NAME_MAX + 1], tmp[64], from[NAME_MAX * 2 + 2], to[NAME_MAX * 2 + 2];
+	struct stat st;
 	int rc = lock_path(lock, name);
 
 	if (rc < 0)
@@ -275,14 +332,17 @@ static int dir_update(struct lockfs_backend *be, const char *name, uint64_t iden
 	if (rc < 0)
 		return rc;
 	tmp_name(tmp, "rec");
-	rc = write_record(d->dirfd, lock, tmp, record, len);
+	rc = write_record(d->dirfd, lock, tmp, record, len, &st);
 	snprintf(from, sizeof(from), "%s/%s", lock, tmp);
 	snprintf(to, sizeof(to), "%s/%s", lock, RECORD_FILE);
 	if (rc == 0 && renameat(d->dirfd, from, d->dirfd, to) < 0)
 		rc = -errno;
-	if (rc < 0)
+	if (rc < 0) {
 		unlinkat(d->dirfd, from, 0);
-	return rc;
+		return rc;
+	}
+	/* rename(2) changed the file's ctime: take the identity afresh. */
+	return dir_stat(be, name, out);
 }
 
 static int dir_release(struct lockfs_backend *be, const char *name, uint64_t identity)

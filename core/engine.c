@@ -78,17 +78,31 @@ static void cache_unwatch(struct lockfs_core *core, struct cached *c)
  * or one that is gone already, marks the entry for recovery instead: only
  * a live holder keeps a lock.  Called with the stripe mutex held.
  */
-static void cache_watch(struct lockfs_core *core, struct cached *c)
+static void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 {
 	int rc;
 
-	if (c->rec.bound != LOCKFS_BOUND_PROCESS || !c->rec.has_holder || c->watched)
-		return;
-	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0) {
-		c->holder_gone = true;
+	if (c->rec.bound == LOCKFS_BOUND_SLUG && c->rec.has_holder &&
+	    strcmp(c->rec.holder.boot_id, core->boot_id) != 0 && c->rec.lease.ttl_s) {
+		/* A boot-clock deadline of another boot means nothing here:
+		 * carry the lease over by its wall-clock expiry instead. */
+		int64_t left = c->rec.lease.expires_at_ms - lockfs_wall_ms();
+
+		c->rec.lease.deadline_boot_ms = lockfs_boot_ms() + (left > 0 ? left : 0);
+	}
+	if (c->rec.bound != LOCKFS_BOUND_PROCESS || !c->rec.has_holder || c->watched ||
+	    strcmp(c->rec.holder.boot_id, core->boot_id) != 0) {
+		if (pidfd >= 0)
+			close(pidfd);
+		if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->watched &&
+		    strcmp(c->rec.holder.boot_id, core->boot_id) != 0)
+			c->holder_gone = true;
 		return;
 	}
-	rc = lockfs_liveness_watch(core->liveness, c->rec.holder.pid, c->rec.holder.start_time);
+	rc = pidfd >= 0 ? lockfs_liveness_watch_fd(core->liveness, c->rec.holder.pid,
+						   c->rec.holder.start_time, pidfd)
+			: lockfs_liveness_watch(core->liveness, c->rec.holder.pid,
+						c->rec.holder.start_time);
 	if (rc == 0)
 		c->watched = true;
 	else if (rc == -ESRCH)
@@ -113,10 +127,11 @@ void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name)
 	}
 }
 
-/* Take over REC as NAME's cached record, watching its holder.  Called with
- * s->mu held.  On allocation failure REC is cleared and nothing cached. */
+/* Take over REC as NAME's cached record, watching its holder (through
+ * PIDFD when >= 0, which is taken over).  Called with s->mu held.  On
+ * allocation failure REC is cleared and nothing cached. */
 static void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
-		      uint64_t identity, struct lockfs_record *rec)
+		      uint64_t identity, struct lockfs_record *rec, int pidfd)
 {
 	struct cached *c = cache_find(s, name);
 
@@ -125,6 +140,8 @@ static void cache_put(struct lockfs_core *core, struct stripe *s, const char *na
 		if (!c || !(c->name = strdup(name))) {
 			free(c);
 			lockfs_record_clear(rec);
+			if (pidfd >= 0)
+				close(pidfd);
 			return;
 		}
 		c->next = s->head;
@@ -140,7 +157,7 @@ static void cache_put(struct lockfs_core *core, struct stripe *s, const char *na
 	c->identity = identity;
 	c->rec = *rec;
 	memset(rec, 0, sizeof(*rec));
-	cache_watch(core, c);
+	cache_watch(core, c, pidfd);
 }
 
 /*
@@ -190,7 +207,7 @@ int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
 	}
 	free(buf);
 	lockfs_fence_observe(core->fence, rec.fence);
-	cache_put(core, s, name, st->identity, &rec);
+	cache_put(core, s, name, st->identity, &rec, -1);
 	*c = cache_find(s, name);
 	return *c ? 0 : -ENOMEM;
 }
@@ -273,11 +290,32 @@ static int make_token(char out[LOCKFS_TOKEN_HEX + 1])
 }
 
 /* The LOCKFS_SLUG of thread TID's process (its exec-time environment) into
- * BUF; "" when unset or unreadable. */
-static void caller_slug(pid_t tid, char *buf, size_t size)
+ * BUF; "" when unset or unreadable.  Returns 0, or -EINVAL for a slug that
+ * is too long (SLUG_MAX - 1 bytes at most), not UTF-8, or has a control
+ * character: such a slug names nothing reliably. */
+static int caller_slug(pid_t tid, char *buf, size_t size)
 {
-	if (tid <= 0 || lockfs_proc_getenv(tid, "LOCKFS_SLUG", buf, size) < 0)
+	int n = tid > 0 ? lockfs_proc_getenv(tid, "LOCKFS_SLUG", buf, size) : -ENOENT;
+
+	if (n == -ENAMETOOLONG) {
 		buf[0] = '\0';
+		return -EINVAL;
+	}
+	if (n < 0) {
+		buf[0] = '\0';
+		return 0;
+	}
+	for (int i = 0; i < n; i++) {
+		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f) {
+			buf[0] = '\0';
+			return -EINVAL;
+		}
+	}
+	if (!lockfs_utf8_valid(buf, (size_t)n)) {
+		buf[0] = '\0';
+		return -EINVAL;
+	}
+	return 0;
 }
 
 void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
@@ -285,8 +323,8 @@ void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
 	struct lockfs_proc p;
 	char slug[SLUG_MAX];
 
-	caller_slug(tid, slug, sizeof(slug));
-	if (!*slug && lockfs_holder_resolve(core->procs, tid, &core->helpers, &p) == 0)
+	(void)caller_slug(tid, slug, sizeof(slug)); /* a bad slug reads as none */
+	if (!*slug && lockfs_holder_resolve(core->procs, tid, &core->helpers, 0, &p) == 0)
 		who_of(buf, size, NULL, p.comm, p.pid);
 	else
 		who_of(buf, size, slug, "?", tid);
@@ -387,8 +425,17 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	/* No "is it free?" pre-check: the kernel looked NAME up just before
 	 * sending MKDIR and answers EEXIST itself when it exists; the
 	 * backend's indivisible step decides the rest. */
-	caller_slug(caller->tid, slug, sizeof(slug));
-	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, &holder);
+	if (caller_slug(caller->tid, slug, sizeof(slug)) < 0) {
+		const char *kv[] = { "reason", "bad-slug", NULL };
+
+		who_of(who, sizeof(who), NULL, "?", caller->tid);
+		log_event(core, who, name, kv, "denied");
+		return -EINVAL;
+	}
+	/* With a pidfd opened before the holder's facts were read: watching
+	 * it needs no second look at /proc. */
+	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers,
+				   LOCKFS_PROC_PIDFD, &holder);
 	if (rc < 0) {
 		if (rc == -EACCES) {
 			char uid[16];
@@ -401,40 +448,41 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		/* A caller gone before we could read it gets no answer anyway. */
 		return rc == -ESRCH ? -EACCES : rc;
 	}
-	if (!holder.have_ids) {
-		/* The caller itself holds: its credentials came with the request. */
+	if (!holder.have_ids || *slug) {
+		/* The caller itself holds: its credentials came with the request.
+		 * A slug lock is bound to the uid of the process that asked,
+		 * whichever process the helper rule shows as holder. */
 		holder.uid = caller->uid;
 		holder.gid = caller->gid;
 	}
 	rc = build_record(core, name, &holder, slug, &rec);
-	if (rc < 0)
+	if (rc < 0) {
+		lockfs_proc_put(&holder);
 		return rc;
+	}
 	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
 	if (!json) {
 		lockfs_record_clear(&rec);
+		lockfs_proc_put(&holder);
 		return -ENOMEM;
 	}
-	rc = core->be->ops->acquire(core->be, name, json, len);
+	rc = core->be->ops->acquire(core->be, name, json, len, &st);
 	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
+		lockfs_proc_put(&holder);
 		return rc;
 	}
 
+	fill_lock_stat(out, &rec, &st);
+	who_of(who, sizeof(who), rec.slug, rec.holder.comm, rec.holder.pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
+	snprintf(pid, sizeof(pid), "%d", (int)rec.holder.pid);
 	s = stripe_of(core, name);
 	pthread_mutex_lock(&s->mu);
-	rc = core->be->ops->stat(core->be, name, &st);
-	if (rc == 0) {
-		fill_lock_stat(out, &rec, &st);
-		who_of(who, sizeof(who), rec.slug, rec.holder.comm, rec.holder.pid);
-		snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
-		snprintf(pid, sizeof(pid), "%d", (int)rec.holder.pid);
-		cache_put(core, s, name, st.identity, &rec);
-	}
+	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1);
 	pthread_mutex_unlock(&s->mu);
 	lockfs_record_clear(&rec);
-	if (rc < 0)
-		return rc; /* vanished at once: only an outside hand does that */
 	{
 		const char *kv[] = { "fence", fence, "pid", pid, NULL };
 
@@ -497,12 +545,14 @@ static int holder_check(struct lockfs_core *core, const struct holder_ref *h,
 
 		if (caller->tid <= 0)
 			return -EACCES;
-		caller_slug(caller->tid, slug, sizeof(slug));
+		if (caller_slug(caller->tid, slug, sizeof(slug)) < 0)
+			return -EPERM;
 		return caller->uid == h->uid && *slug && strcmp(slug, h->slug) == 0 ? 0 : -EPERM;
 	}
 	if (strcmp(h->boot_id, core->boot_id) != 0)
 		return -EPERM; /* held by a process of an earlier boot */
-	rc = lockfs_holder_may_release(core->procs, caller->tid, h->pid, h->start);
+	rc = lockfs_holder_may_release(core->procs, caller->tid, h->pid, h->start,
+				       lockfs_liveness_alive(core->liveness, h->pid, h->start));
 	return rc == -ESRCH ? -EPERM : rc;
 }
 
@@ -555,8 +605,10 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	c = cache_find(s, name);
 	if (c)
 		memcpy(issued, c->rec.token, sizeof(issued));
-	/* Fresh from the store: release only what the record there says. */
-	rc = load_locked(core, s, name, &st, &foreign, true, &c);
+	/* Release only what the record in the store says: the cached copy
+	 * counts only while the record file's identity (inode, times, size)
+	 * is unchanged, else it is read and parsed again. */
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc < 0)
 		goto out;
 	if (c && issued[0] && strcmp(issued, c->rec.token) != 0) {
@@ -750,10 +802,8 @@ static int persist_locked(struct lockfs_core *core, struct stripe *s, struct cac
 
 	if (!json)
 		return -ENOMEM;
-	rc = core->be->ops->update(core->be, c->name, st->identity, json, len);
+	rc = core->be->ops->update(core->be, c->name, st->identity, json, len, st);
 	free(json);
-	if (rc == 0)
-		rc = core->be->ops->stat(core->be, c->name, st);
 	if (rc == 0)
 		c->identity = st->identity;
 	else
@@ -779,7 +829,7 @@ static int edit_as_holder(struct lockfs_core *core, const char *name,
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, true, &c);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc == 0)
 		rc = holder_check_entry(core, c, caller);
 	if (rc == 0)

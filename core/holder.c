@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "lockfs/holder.h"
@@ -306,6 +307,21 @@ static void read_exe(pid_t pid, struct lockfs_proc *out)
 		read_applet(pid, out->exe, sizeof(out->exe));
 }
 
+void lockfs_proc_put(struct lockfs_proc *p)
+{
+	if (p && p->has_pidfd) {
+		close(p->pidfd);
+		p->has_pidfd = false;
+		p->pidfd = -1;
+	}
+}
+
+/* pidfd_open(2) of thread group PID, or -1 (not a leader, gone, no fds). */
+static int open_pidfd(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
 /* lockfs_proc_source.read_tid on the real /proc. */
 static int proc_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out)
 {
@@ -315,29 +331,41 @@ static int proc_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc
 	struct lockfs_proc p;
 	bool leader;
 	memset(&p, 0, sizeof(p));
+	/* The pidfd first, the facts after: see has_pidfd in holder.h.
+	 * (It fails for a thread id; that thread's leader gets one below.) */
+	int fd = want & LOCKFS_PROC_PIDFD ? open_pidfd(tid) : -1;
 	int rc = read_stat(tid, &p, &leader);
 	if (rc < 0)
-		return rc;
+		goto fail;
 	if (!leader || (want & LOCKFS_PROC_IDS)) {
 		struct lockfs_proc s = { 0 };
 		rc = read_status(tid, &s);
 		if (rc < 0)
-			return rc;
+			goto fail;
 		p.uid = s.uid;
 		p.gid = s.gid;
 		p.have_ids = true;
 		/* stat of a non-leader thread has the thread's own start
 		 * time: the process is named by its leader's. */
 		if (s.pid != tid) {
+			if (fd >= 0)
+				close(fd);
+			fd = want & LOCKFS_PROC_PIDFD ? open_pidfd(s.pid) : -1;
 			rc = read_stat(s.pid, &p, &leader);
 			if (rc < 0)
-				return rc;
+				goto fail;
 		}
 	}
 	if (want & LOCKFS_PROC_EXE)
 		read_exe(p.pid, &p);
+	p.has_pidfd = fd >= 0;
+	p.pidfd = fd;
 	*out = p;
 	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	return rc;
 }
 
 const struct lockfs_proc_source lockfs_proc_real = {
@@ -409,7 +437,7 @@ static int read_caller(const struct lockfs_proc_source *src, pid_t tid,
 }
 
 int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
-			  const struct lockfs_helpers *helpers,
+			  const struct lockfs_helpers *helpers, unsigned want,
 			  struct lockfs_proc *holder)
 {
 	if (caller_tid <= 0)
@@ -417,59 +445,75 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 	if (!src)
 		src = &lockfs_proc_real;
 	struct lockfs_proc p, q;
-	int rc = read_caller(src, caller_tid, LOCKFS_PROC_EXE, &p);
+	want &= LOCKFS_PROC_PIDFD;
+	int rc = read_caller(src, caller_tid, LOCKFS_PROC_EXE | want, &p);
 	if (rc < 0)
 		return rc;
 	int steps = 0;
 	while (lockfs_helpers_contains(helpers, p.exe)) {
+		rc = -EACCES;
 		if (++steps > WALK_MAX)
-			return -EACCES;
+			goto fail;
 		/* An orphan of init or of nobody has no believable holder. */
 		if (p.ppid <= 1)
-			return -EACCES;
-		rc = src->read_tid(src->ctx, p.ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &q);
-		if (rc == -ENOENT)
-			return -EACCES; /* the parent left: cannot establish */
-		if (rc < 0)
-			return rc;
-		if (q.pid != p.ppid || q.pid <= 1)
-			return -EACCES;
-		/* A parent younger than its child is a new process on a
-		 * recycled pid, not the one that started the helper. */
-		if (q.start_time > p.start_time)
-			return -EACCES;
-		/* A child that does not lead its own session inherited its
-		 * parent's; a different one means a reaper adopted it. */
-		if (p.sid != q.sid && p.sid != p.pid)
-			return -EACCES;
+			goto fail;
+		rc = src->read_tid(src->ctx, p.ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS | want, &q);
+		if (rc < 0) {
+			if (rc == -ENOENT)
+				rc = -EACCES; /* the parent left: cannot establish */
+			goto fail;
+		}
+		/* Believable only if: the pid is the parent's, not init; the
+		 * parent is not younger than its child (else it is a new
+		 * process on a recycled pid, not the one that started the
+		 * helper); and a child that does not lead its own session
+		 * shares its parent's (a different one means a reaper adopted
+		 * it). */
+		rc = q.pid != p.ppid || q.pid <= 1 || q.start_time > p.start_time ||
+		     (p.sid != q.sid && p.sid != p.pid) ? -EACCES : 0;
+		lockfs_proc_put(&p);
 		p = q;
+		if (rc < 0)
+			goto fail;
 	}
-	if (p.pid <= 1)
-		return -EACCES;
+	if (p.pid <= 1) {
+		rc = -EACCES;
+		goto fail;
+	}
 	*holder = p;
 	return 0;
+fail:
+	lockfs_proc_put(&p);
+	return rc;
 }
 
 int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller_tid,
-			      pid_t holder_pid, unsigned long long holder_start)
+			      pid_t holder_pid, unsigned long long holder_start,
+			      bool holder_alive)
 {
 	if (caller_tid <= 0)
 		return -EACCES;
 	if (!src)
 		src = &lockfs_proc_real;
+	/* A live holder owns its pid, and thread ids are unique across the
+	 * system: a caller with that id is the holder's own main thread. */
+	if (holder_alive && caller_tid == holder_pid)
+		return 0;
 	struct lockfs_proc c, q;
 	int rc = read_caller(src, caller_tid, 0, &c);
 	if (rc < 0)
 		return rc;
 	/* First, before any helper logic: `sh -c 'mkdir X && rmdir X'` may
 	 * exec rmdir in the very process that holds X. */
-	if (c.pid == holder_pid && c.start_time == holder_start)
+	if (c.pid == holder_pid && (holder_alive || c.start_time == holder_start))
 		return 0;
 	if (holder_pid <= 1)
 		return -EPERM;
 	for (int steps = 0; steps < WALK_MAX; steps++) {
 		if (c.ppid <= 1)
 			return -EPERM; /* reached init (never a holder) or the top */
+		if (holder_alive && c.ppid == holder_pid)
+			return 0; /* the live holder is our parent: no read needed */
 		if (src->read_tid(src->ctx, c.ppid, 0, &q) < 0)
 			return -EPERM; /* the chain is broken: no proof */
 		if (q.pid != c.ppid || q.start_time > c.start_time)
@@ -591,7 +635,7 @@ int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t 
 	DIR *proc = opendir("/proc");
 	struct dirent *de;
 	char want[512];
-	int rc = 0;
+	int rc = 0, unknown = 0;
 
 	if (!proc)
 		return -errno;
@@ -604,23 +648,32 @@ int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t 
 		char buf[512];
 		char *end;
 		long pid = strtol(de->d_name, &end, 10);
+		int env;
 
-		if (*end || pid <= 0)
-			continue;
-		if (lockfs_proc_getenv((pid_t)pid, var, buf, sizeof(buf)) < 0 ||
-		    strcmp(buf, want) != 0)
+		/* Init never runs anyone's commands, and its environment may
+		 * be closed even to root (a pid namespace's init). */
+		if (*end || pid <= 1)
 			continue;
 		/* The uid from status, not from the owner of /proc/PID, which
 		 * reads as root for a non-dumpable process. */
-		if (read_status((pid_t)pid, &p) == 0 && p.uid == uid) {
-			if (found)
-				*found = (pid_t)pid;
-			rc = 1;
-			break;
+		if (read_status((pid_t)pid, &p) < 0 || p.uid != uid)
+			continue; /* gone, or another user's */
+		env = lockfs_proc_getenv((pid_t)pid, var, buf, sizeof(buf));
+		if (env == -ENOENT || env == -ESRCH || (env >= 0 && strcmp(buf, want) != 0))
+			continue; /* unset, gone, or another value */
+		if (env < 0) {
+			/* Cannot tell what this process carries: unless another
+			 * one answers yes, the answer is "unknown", not "no". */
+			unknown = env;
+			continue;
 		}
+		if (found)
+			*found = (pid_t)pid;
+		rc = 1;
+		break;
 	}
 	closedir(proc);
-	return rc;
+	return rc == 0 && unknown ? unknown : rc;
 }
 
 int lockfs_boot_id(char buf[40])

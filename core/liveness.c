@@ -1,6 +1,7 @@
 /* Holder liveness through pidfds; see liveness.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -84,36 +85,34 @@ int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,
 	return 0;
 }
 
-int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
+/* Count one more watch of (PID, START) if it is watched already.
+ * Returns 1 (counted), 0 (not watched), or -ESRCH (known dead). */
+static int watch_more(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
-	unsigned long long now_start;
-	struct watch **pp, *w;
-	int fd, rc = 0;
+	struct watch **pp;
+	int rc = 0;
 
 	pthread_mutex_lock(&lv->mu);
 	pp = find(lv, pid, start);
 	if (*pp) {
-		if ((*pp)->exited)
+		if ((*pp)->exited) {
 			rc = -ESRCH;
-		else
+		} else {
 			(*pp)->refs++;
-		pthread_mutex_unlock(&lv->mu);
-		return rc;
+			rc = 1;
+		}
 	}
 	pthread_mutex_unlock(&lv->mu);
+	return rc;
+}
 
-	fd = pidfd_open(pid);
-	if (fd < 0)
-		return errno == ESRCH || errno == ENOENT ? -ESRCH : -errno;
-	/* The pidfd names whatever process has PID now; it is ours only if
-	 * that process started when the holder did.  Checked after opening,
-	 * so a later reuse of the pid cannot slip in between. */
-	rc = lockfs_proc_start_time(pid, &now_start);
-	if (rc < 0 || now_start != start) {
-		close(fd);
-		return rc < 0 && rc != -ENOENT ? rc : -ESRCH;
-	}
+int lockfs_liveness_watch_fd(struct lockfs_liveness *lv, pid_t pid, unsigned long long start,
+			     int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct watch **pp, *w;
+	int rc;
+
 	w = calloc(1, sizeof(*w));
 	if (!w) {
 		close(fd);
@@ -127,10 +126,9 @@ int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long l
 	pthread_mutex_lock(&lv->mu);
 	pp = find(lv, pid, start);
 	if (*pp) {
-		/* Another thread watched it meanwhile: share that one. */
-		if ((*pp)->exited)
-			rc = -ESRCH;
-		else
+		/* Watched already (another lock, another thread): share it. */
+		rc = (*pp)->exited ? -ESRCH : 0;
+		if (rc == 0)
 			(*pp)->refs++;
 		pthread_mutex_unlock(&lv->mu);
 		close(fd);
@@ -150,6 +148,27 @@ int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long l
 	return 0;
 }
 
+int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
+{
+	unsigned long long now_start;
+	int fd, rc = watch_more(lv, pid, start);
+
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	fd = pidfd_open(pid);
+	if (fd < 0)
+		return errno == ESRCH || errno == ENOENT ? -ESRCH : -errno;
+	/* The pidfd names whatever process has PID now; it is ours only if
+	 * that process started when the holder did.  Checked after opening,
+	 * so a later reuse of the pid cannot slip in between. */
+	rc = lockfs_proc_start_time(pid, &now_start);
+	if (rc < 0 || now_start != start) {
+		close(fd);
+		return rc < 0 && rc != -ENOENT ? rc : -ESRCH;
+	}
+	return lockfs_liveness_watch_fd(lv, pid, start, fd);
+}
+
 void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
 {
 	struct watch **pp, *w;
@@ -165,6 +184,22 @@ void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned lon
 		free(w);
 	}
 	pthread_mutex_unlock(&lv->mu);
+}
+
+bool lockfs_liveness_alive(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
+{
+	struct pollfd pfd = { .events = POLLIN };
+	struct watch **pp;
+
+	pthread_mutex_lock(&lv->mu);
+	pp = find(lv, pid, start);
+	pfd.fd = *pp && !(*pp)->exited ? (*pp)->pidfd : -1;
+	/* poll() under the mutex keeps the pidfd from being closed under us;
+	 * a zero timeout never blocks. */
+	if (pfd.fd >= 0 && poll(&pfd, 1, 0) < 0)
+		pfd.revents = POLLIN;
+	pthread_mutex_unlock(&lv->mu);
+	return pfd.fd >= 0 && !(pfd.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }
 
 int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long long start, int sig)

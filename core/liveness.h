@@ -7,6 +7,7 @@
 #ifndef LOCKFS_CORE_LIVENESS_H
 #define LOCKFS_CORE_LIVENESS_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 struct lockfs_liveness;
@@ -36,6 +37,18 @@ int lockfs_liveness_run(struct lockfs_liveness *lv) __attribute__((warn_unused_r
  */
 int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
 	__attribute__((warn_unused_result));
+
+/* Is (PID, START) watched and alive right now (its pidfd not readable)?
+ * Then PID names it and nobody else.  false when unknown or dead. */
+bool lockfs_liveness_alive(struct lockfs_liveness *lv, pid_t pid, unsigned long long start);
+
+/*
+ * The same, with PIDFD already open on PID from before START was read (so
+ * it cannot name a stranger, see holder.h).  Takes PIDFD over in every
+ * case.  Returns 0, or -errno.
+ */
+int lockfs_liveness_watch_fd(struct lockfs_liveness *lv, pid_t pid, unsigned long long start,
+			     int pidfd) __attribute__((warn_unused_result));
 
 /* Drop one watch of (PID, START). */
 void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start);

@@ -20,8 +20,9 @@ struct lockfs_entry_stat {
 	uid_t uid;          /* owner of the stored lock (foreign locks: of DIR/NAME.lock) */
 	gid_t gid;
 	int64_t mtime_ms;   /* when the stored lock was made */
-	uint64_t identity;  /* changes whenever the lock is released and taken
-			       again (e.g. inode number of DIR/NAME.lock) */
+	uint64_t identity;  /* changes whenever the stored lock or its record
+			       changes: while it stays, the record read
+			       with it is still what the store holds */
 };
 
 /* Called once per held lock by list(); return non-zero to stop early. */
@@ -31,9 +32,9 @@ struct lockfs_backend;
 
 struct lockfs_backend_ops {
 	/* Store RECORD under NAME if and only if NAME is not held, in one
-	 * indivisible step.  0, -EEXIST when held, -errno. */
+	 * indivisible step, and fill ST.  0, -EEXIST when held, -errno. */
 	int (*acquire)(struct lockfs_backend *be, const char *name,
-		       const char *record, size_t len);
+		       const char *record, size_t len, struct lockfs_entry_stat *st);
 
 	/* Read NAME's record into a malloc'd buffer (*RECORD, *LEN).  When the
 	 * lock is held but carries no readable record (a foreign lock),
@@ -47,9 +48,10 @@ struct lockfs_backend_ops {
 		    struct lockfs_entry_stat *st);
 
 	/* Replace NAME's record with RECORD, only while the stored lock is the
-	 * one IDENTITY names.  0, -ENOENT when gone or replaced, -errno. */
+	 * one IDENTITY names, and fill ST with the new identity.
+	 * 0, -ENOENT when gone or replaced, -errno. */
 	int (*update)(struct lockfs_backend *be, const char *name, uint64_t identity,
-		      const char *record, size_t len);
+		      const char *record, size_t len, struct lockfs_entry_stat *st);
 
 	/* Remove NAME, only while the stored lock is the one IDENTITY names.
 	 * 0, -ENOENT when gone or replaced, -errno. */
@@ -69,7 +71,9 @@ struct lockfs_backend {
  * The directory backend (core/backend_dir.c), compatible with the seed
  * tool: a lock is the directory DIR/NAME.lock, made by rename(2) with
  * RENAME_NOREPLACE from a temporary directory that already holds the
- * record file DIR/NAME.lock/owner.json.
+ * record file DIR/NAME.lock/owner.json.  The identity of a lock with a
+ * record is that of the record file (inode, times, size), so one stat
+ * tells whether the record is still the one read before.
  *
  * Opens DIRFD-relative paths on DIRFD (which it dups).  Returns 0 and
  * *OUT, or -errno (-EINVAL when the filesystem lacks RENAME_NOREPLACE).

@@ -14,6 +14,12 @@ struct lockfs_proc {
 	uid_t uid;    /* effective uid; valid when have_ids */
 	gid_t gid;    /* effective gid; valid when have_ids */
 	bool have_ids;
+	/* A pidfd opened BEFORE the facts above were read (LOCKFS_PROC_PIDFD):
+	 * if PID changed hands in between, it names the old, dead process
+	 * and reads as exited -- never a stranger.  Valid when has_pidfd;
+	 * the receiver closes it. */
+	bool has_pidfd;
+	int pidfd;
 	unsigned long long start_time; /* /proc/PID/stat field 22 */
 	char comm[64];                 /* /proc/PID/stat comm, without ( ) */
 	/* basename of /proc/PID/exe; for busybox/toybox the applet name
@@ -26,6 +32,10 @@ struct lockfs_proc {
  * (a source may fill more than asked). */
 #define LOCKFS_PROC_EXE 0x1 /* exe */
 #define LOCKFS_PROC_IDS 0x2 /* uid, gid, have_ids */
+#define LOCKFS_PROC_PIDFD 0x4 /* pidfd, has_pidfd (a source may not) */
+
+/* Close P's pidfd, if it has one. */
+void lockfs_proc_put(struct lockfs_proc *p);
 
 /*
  * Where process facts come from: /proc in the daemon, a fake table in the
@@ -72,12 +82,15 @@ bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe);
  * caller's own thread group; for the caller itself they are left to the
  * credentials FUSE reports with the request.
  *
+ * WANT may hold LOCKFS_PROC_PIDFD: then *HOLDER carries a pidfd (when the
+ * source can open one) that the caller must close (lockfs_proc_put).
+ *
  * On success fills *HOLDER and returns 0.  Returns -EACCES when CALLER_TID
  * is 0 (a pid namespace the daemon cannot see), when the holder would be
  * pid 1, or when a move is not believable; -ESRCH when the caller vanished.
  */
 int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
-			  const struct lockfs_helpers *helpers,
+			  const struct lockfs_helpers *helpers, unsigned want,
 			  struct lockfs_proc *holder)
 	__attribute__((warn_unused_result));
 
@@ -86,13 +99,16 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
  * HOLDER_START)?  Yes when the caller's own thread group is the holder
  * (compared first, before any helper is skipped), or when the holder is
  * one of its ancestors, following parents only while each parent started
- * no later than its child.
+ * no later than its child.  HOLDER_ALIVE says the caller knows (from a
+ * pidfd) that the holder process is alive right now: its pid then names
+ * it alone, so matching the pid is enough and fewer /proc reads are made.
  *
  * Returns 0 for yes, -EPERM for no, -EACCES when CALLER_TID is 0,
  * -ESRCH when the caller vanished.
  */
 int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller_tid,
-			      pid_t holder_pid, unsigned long long holder_start)
+			      pid_t holder_pid, unsigned long long holder_start,
+			      bool holder_alive)
 	__attribute__((warn_unused_result));
 
 /*
@@ -117,9 +133,11 @@ int lockfs_proc_start_time(pid_t pid, unsigned long long *start);
 
 /*
  * Does any process with effective uid UID have VAR=VALUE in the
- * environment it was exec'd with?  Scans /proc.  Returns 1 (yes, and the
- * first such pid in *PID), 0 (no), or -errno when /proc cannot be read --
- * the caller must then treat the answer as unknown, not as "no".
+ * environment it was exec'd with?  Scans /proc (pid 1 excepted: init runs
+ * nobody's commands).  Returns 1 (yes, and the first such pid in *PID),
+ * 0 (no), or -errno when /proc, or the environment of some process of
+ * UID, cannot be read -- the caller must then treat the answer as
+ * unknown, not as "no".
  */
 int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t *pid);
 

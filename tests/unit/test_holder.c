@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -122,7 +123,7 @@ static int resolve(void **state, pid_t tid)
 {
 	struct lockfs_proc p;
 	memset(&p, 0xa5, sizeof(p));
-	int rc = lockfs_holder_resolve(&fake, tid, *state, &p);
+	int rc = lockfs_holder_resolve(&fake, tid, *state, 0, &p);
 	return rc < 0 ? rc : p.pid;
 }
 
@@ -131,7 +132,7 @@ static int resolve(void **state, pid_t tid)
 static void test_caller_not_a_helper_is_the_holder(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 500, *state, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 500, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 500);
 	assert_int_equal(p.start_time, 1000);
 	assert_string_equal(p.exe, "bash");
@@ -141,7 +142,7 @@ static void test_caller_not_a_helper_is_the_holder(void **state)
 static void test_mkdir_helper_is_skipped_to_the_shell(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 600, *state, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 600, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 500);
 	assert_int_equal(p.start_time, 1000);
 	assert_int_equal(fake_reads, 2);
@@ -162,7 +163,7 @@ static void test_empty_helper_list_skips_nothing(void **state)
 	struct lockfs_helpers none;
 	struct lockfs_proc p;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&fake, 712, &none, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 712, &none, 0, &p), 0);
 	assert_int_equal(p.pid, 712);
 	lockfs_helpers_free(&none);
 }
@@ -170,7 +171,7 @@ static void test_empty_helper_list_skips_nothing(void **state)
 static void test_thread_id_maps_to_its_thread_group(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 802, *state, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 802, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 800);
 	assert_int_equal(p.start_time, 4000);
 }
@@ -231,7 +232,37 @@ static void test_unreadable_exe_is_not_a_helper(void **state)
 
 static int may(pid_t tid, pid_t holder, unsigned long long start)
 {
-	return lockfs_holder_may_release(&fake, tid, holder, start);
+	return lockfs_holder_may_release(&fake, tid, holder, start, false);
+}
+
+/* With the holder known alive (a pidfd says so), its pid alone names it. */
+static void test_live_holder_itself_needs_no_read(void **state)
+{
+	fake_reads = 0;
+	assert_int_equal(lockfs_holder_may_release(&fake, 500, 500, 1000, true), 0);
+	assert_int_equal(fake_reads, 0);
+}
+
+static void test_child_of_live_holder_reads_only_itself(void **state)
+{
+	fake_reads = 0;
+	assert_int_equal(lockfs_holder_may_release(&fake, 610, 500, 1000, true), 0);
+	assert_int_equal(fake_reads, 1);
+}
+
+static void test_live_holder_rule_still_refuses_strangers(void **state)
+{
+	assert_int_equal(lockfs_holder_may_release(&fake, 400, 500, 1000, true), -EPERM);
+	assert_int_equal(lockfs_holder_may_release(&fake, 930, 500, 1000, true), -EPERM);
+	/* a thread of the live holder's process */
+	assert_int_equal(lockfs_holder_may_release(&fake, 801, 800, 4000, true), 0);
+}
+
+static void test_dead_holder_pid_match_needs_start_time(void **state)
+{
+	/* Not known alive: pid 500 might be someone new; the start time
+	 * decides. */
+	assert_int_equal(lockfs_holder_may_release(&fake, 500, 500, 999, false), -EPERM);
 }
 
 static void test_release_by_the_holder_itself(void **state)
@@ -493,7 +524,7 @@ static void test_real_resolve_self_with_no_helpers(void **state)
 	struct lockfs_helpers none;
 	struct lockfs_proc p;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), &none, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), &none, 0, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	assert_int_equal(p.start_time, real_start_time(getpid()));
 	lockfs_helpers_free(&none);
@@ -512,7 +543,7 @@ static void *thread_main(void *a)
 	struct lockfs_helpers none = { NULL };
 	struct lockfs_proc p;
 	t->tid = gettid();
-	t->rc = lockfs_holder_resolve(&lockfs_proc_real, t->tid, &none, &p);
+	t->rc = lockfs_holder_resolve(&lockfs_proc_real, t->tid, &none, 0, &p);
 	t->pid = p.pid;
 	t->start = p.start_time;
 	return NULL;
@@ -541,15 +572,32 @@ static void test_real_resolve_skips_helper_child(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn("/bin/sleep", argv, envp);
 	assert_int_equal(lockfs_helpers_parse(&h, "sleep"), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &h, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &h, 0, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	/* negative control: with no helpers the child is the holder */
 	struct lockfs_helpers none = { NULL };
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &none, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &none, 0, &p), 0);
 	assert_int_equal(p.pid, child);
 	assert_string_equal(p.exe, "sleep");
 	lockfs_helpers_free(&h);
 	reap(child);
+}
+
+static void test_real_resolve_opens_a_live_pidfd(void **state)
+{
+	struct lockfs_helpers none = { 0 };
+	struct lockfs_proc p;
+	struct pollfd pfd = { .events = POLLIN };
+
+	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), &none,
+					       LOCKFS_PROC_PIDFD, &p), 0);
+	assert_true(p.has_pidfd);
+	pfd.fd = p.pidfd;
+	assert_int_equal(poll(&pfd, 1, 0), 0); /* we are alive */
+	lockfs_proc_put(&p);
+	assert_false(p.has_pidfd);
+	lockfs_helpers_free(&none);
 }
 
 static void test_real_forked_child_may_release_our_lock(void **state)
@@ -559,8 +607,8 @@ static void test_real_forked_child_may_release_our_lock(void **state)
 	pid_t child = fork();
 	assert_true(child >= 0);
 	if (child == 0) {
-		int rc = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start);
-		int bad = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start + 1);
+		int rc = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start, false);
+		int bad = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start + 1, false);
 		_exit(rc == 0 && bad == -EPERM ? 0 : 1);
 	}
 	int status;
@@ -577,17 +625,17 @@ static void test_real_parent_may_not_release_childs_lock(void **state)
 	struct lockfs_proc c;
 	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &c), 0);
 	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, getpid(),
-						   c.pid, c.start_time), -EPERM);
+						   c.pid, c.start_time, false), -EPERM);
 	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, child,
-						   c.pid, c.start_time), 0);
+						   c.pid, c.start_time, false), 0);
 	reap(child);
 }
 
 static void test_real_vanished_caller_is_esrch(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, INT_MAX, NULL, &p), -ESRCH);
-	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, INT_MAX, 500, 1), -ESRCH);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, INT_MAX, NULL, 0, &p), -ESRCH);
+	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, INT_MAX, 500, 1, false), -ESRCH);
 }
 
 static void test_real_getenv_of_execd_child(void **state)
@@ -699,6 +747,10 @@ int main(void)
 		T(test_helper_cycle_is_eacces),
 		T(test_unreadable_exe_is_not_a_helper),
 		T(test_release_by_the_holder_itself),
+		T(test_live_holder_itself_needs_no_read),
+		T(test_child_of_live_holder_reads_only_itself),
+		T(test_live_holder_rule_still_refuses_strangers),
+		T(test_dead_holder_pid_match_needs_start_time),
 		T(test_release_by_execd_rmdir_in_the_holder_process),
 		T(test_release_by_a_thread_of_the_holder),
 		T(test_release_by_child_of_holder),
@@ -721,6 +773,7 @@ int main(void)
 		cmocka_unit_test(test_real_thread_resolves_to_process_start_time),
 		cmocka_unit_test(test_real_resolve_skips_helper_child),
 		cmocka_unit_test(test_real_forked_child_may_release_our_lock),
+		cmocka_unit_test(test_real_resolve_opens_a_live_pidfd),
 		cmocka_unit_test(test_real_parent_may_not_release_childs_lock),
 		cmocka_unit_test(test_real_vanished_caller_is_esrch),
 		cmocka_unit_test(test_real_getenv_of_execd_child),
