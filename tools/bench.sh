@@ -1,7 +1,7 @@
 #!/bin/bash
 # tools/bench.sh: the lockfs benchmark (issue 2), as root.
 #
-#   sudo tools/bench.sh [--rounds N] [--pairs N] [--seconds S] [--where] [BUILD_DIR]
+#   sudo tools/bench.sh [--rounds N] [--pairs N] [--seconds S] [--clients "1 2 8"] [--where] [BUILD_DIR]
 #
 # Measures, interleaved in one run (round 1: A B C D E, round 2: E D C B A, ...):
 #   lockfs-tmpfs   mkdir+rmdir through a lockfs mount, backing dir on a private tmpfs
@@ -15,7 +15,9 @@
 # and ratios are taken round by round (pair by pair) before their median.
 #
 # --where runs the "where the time goes" probes instead: FUSE opcodes per pair
-# (daemons with -d) and the lockfs daemon's syscalls per pair (strace).
+# (daemons with -d), daemon and client CPU per pair, the daemon's per-pair work
+# replayed without FUSE (bench_pairs backing|proc|log), a perf profile of the
+# lockfs daemon (when perf is installed) and its syscalls per pair (strace).
 #
 # Binaries: BUILD_DIR/lockfs, BUILD_DIR/tools/minfs, BUILD_DIR/tools/bench_pairs
 # (default BUILD_DIR ./build).  Everything it mounts or starts is undone on exit,
@@ -172,11 +174,12 @@ trim_logs() { # keep the audit logs from filling the tmpfs / disk
 
 sanity() { # MOUNTPOINT: one pair must work and leave nothing behind
 	"$CLIENT" pairs "$1" 1 >/dev/null || die "mkdir+rmdir does not work on $1"
-	[ -z "$(ls -A "$1" | grep -v '^\.log$' || true)" ] || die "$1 is not empty after a pair"
+	[ -z "$(find "$1" -mindepth 1 -maxdepth 1 ! -name .log -print -quit)" ] || die "$1 is not empty after a pair"
 }
 
 # ------------------------------------------------------------ --where mode ---
 if [ "$WHERE" = 1 ]; then
+	command -v strace >/dev/null || die "--where needs strace (apt-get install strace)"
 	N=100
 	echo "== FUSE requests per pair ($N timed + $(( N / 10 )) warm-up pairs, daemons with -d)"
 	for kind in lockfs minfs; do
@@ -249,15 +252,14 @@ if [ "$WHERE" = 1 ]; then
 		perf record -q -g -p "$pid" -o "$W/perf.data" -- sleep 2 >/dev/null 2>&1 &
 		ppid=$!
 		sleep 0.2
-		"$CLIENT" pairs "$M_LT" 20000 >/dev/null 2>&1 &
-		cpid=$!
+		"$CLIENT" rate "$M_LT" 1 2.5 >/dev/null
 		wait "$ppid" || true
-		kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null || true
-		perf report -i "$W/perf.data" --stdio --sort dso 2>/dev/null | grep '%' | grep -v '^#' | head -8
-		echo "  kernel entry points (self+children share):"
+		perf report -i "$W/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null |
+			awk '/%/ && !/^#/ && n++ < 8 { printf "    %7s  %s\n", $1, $2 }'
+		echo "  kernel entry points (share of daemon samples, callees included):"
 		perf report -i "$W/perf.data" --stdio --children --sort sym -g none 2>/dev/null |
-			grep -E '\] (__x64_sys_[a-z0-9_]+|fuse_dev_do_read|fuse_dev_do_write|seq_read_iter|do_task_stat)$' |
-			awk '{ printf "    %7s  %s\n", $1, $NF }' | head -16
+			grep -E '\] (__x64_sys_[a-z0-9_]+|vfs_fstatat|ksys_write|fuse_dev_do_read|fuse_dev_do_write|seq_read_iter|do_task_stat)$' |
+			awk 'n++ < 20 { printf "    %7s  %s\n", $1, $NF }'
 		stop_mount "$M_LT" "$pid"
 		trim_logs
 	fi
@@ -276,10 +278,10 @@ if [ "$WHERE" = 1 ]; then
 	kill -INT "$spid"; wait "$spid" || true
 	awk -v n=$(( NS + NS / 10 > NS + 200 ? NS + 200 : NS + NS / 10 )) '
 		/^------/ { sep++; next }
-		sep == 1 && NF >= 5 { name = $NF; calls = $4; if (calls ~ /^[0-9]+$/)
+		sep == 1 && NF >= 5 { name = $NF; calls = $4; if (calls ~ /^[0-9]+$/ && calls / n >= 0.01)
 			printf "  %-16s %7.2f /pair  %s\n", name, calls / n, ($5 ~ /^[0-9]+$/ ? "(" $5 " errors)" : "") }
 		' "$W/strace-c.txt"
-	echo "  (raw strace -c output: kept below)"
+	echo "  (rows under 0.01/pair left out; raw strace -c output below)"
 	cat "$W/strace-c.txt"
 
 	echo
@@ -305,7 +307,7 @@ for line in open(path):
     if p and name in ('openat', 'open', 'readlink', 'readlinkat', 'mkdir', 'mkdirat',
                       'renameat2', 'rename', 'unlink', 'unlinkat', 'rmdir', 'newfstatat',
                       'statx', 'stat', 'lstat', 'access', 'faccessat', 'faccessat2'):
-        s = p.group(1)
+        s = p.group(1) or '(fd itself: AT_EMPTY_PATH)'
         s = re.sub(r'/proc/\d+', '/proc/PID', s)
         s = re.sub(r'bench-\d+-x', 'NAME', s)
         s = s.replace(backing, 'DIR')
@@ -367,7 +369,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	done
 done
 for m in "$M_LT" "$M_LR" "$M_MIN"; do
-	[ -z "$(ls -A "$m" | grep -v '^\.log$' || true)" ] || die "locks left behind in $m"
+	[ -z "$(find "$m" -mindepth 1 -maxdepth 1 ! -name .log -print -quit)" ] || die "locks left behind in $m"
 done
 
 "$PY" - "$RES" "$ROUNDS" "$PAIRS" "$SECONDS_RATE" <<'EOF'
