@@ -60,6 +60,10 @@ uint64_t inodes_ref(struct inodes *t, const char *name, uint64_t generation);
 int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation);
 /* The kernel forgets N lookups of node ID. */
 void inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
+/* Count files opened (DELTA +1) and released (-1) inside lock node ID:
+ * the kernel refuses to drop a directory entry while one is open. */
+void inodes_opened(struct inodes *t, uint64_t id, int delta);
+uint64_t inodes_open_count(struct inodes *t, uint64_t id);
 /* Up to MAX node ids the kernel holds for NAME (any generation), into IDS.
  * Returns how many. */
 size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, size_t max);

@@ -22,6 +22,7 @@ struct node {
 	uint64_t id;
 	uint64_t generation; /* which acquisition of NAME this node shows */
 	uint64_t nlookup;
+	uint64_t nopen;      /* open files inside the lock directory */
 	char name[];
 };
 
@@ -159,4 +160,28 @@ size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, size_t max
 			ids[n++] = x->id;
 	pthread_mutex_unlock(&t->mu);
 	return n;
+}
+
+void inodes_opened(struct inodes *t, uint64_t id, int delta)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->mu);
+	n = find_id(t, id);
+	if (n && (delta > 0 || n->nopen > 0))
+		n->nopen += delta;
+	pthread_mutex_unlock(&t->mu);
+}
+
+uint64_t inodes_open_count(struct inodes *t, uint64_t id)
+{
+	struct node *n;
+	uint64_t count = 0;
+
+	pthread_mutex_lock(&t->mu);
+	n = find_id(t, id);
+	if (n)
+		count = n->nopen;
+	pthread_mutex_unlock(&t->mu);
+	return count;
 }

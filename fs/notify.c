@@ -34,19 +34,24 @@ struct notifier {
 
 static void send_one(struct lockfs_fs *fs, const char *name)
 {
+	static const char *const files[] = { "owner", "operation", "fence", "lease", "break" };
 	uint64_t ids[8];
 	size_t n = inodes_find(fs->inodes, name, ids, 8);
 	size_t len = strlen(name);
 	bool deleted = false;
 
 	for (size_t i = 0; i < n; i++) {
-		int rc = fuse_lowlevel_notify_delete(fs->se, FUSE_ROOT_ID,
-						     ino_make(ids[i], LF_DIR), name, len);
+		fuse_ino_t dir = ino_make(ids[i], LF_DIR);
 
-		/* ENOENT: the kernel has no such entry; ENOTEMPTY and the
-		 * like: it refuses (a file inside is open) -- then at least
-		 * drop the name below. */
-		if (rc == 0)
+		/* The kernel refuses to delete a directory entry that still
+		 * has children cached (ENOTEMPTY), and one with a file open
+		 * inside cannot lose them: drop the children first, and for
+		 * an open one settle for invalidating the name. */
+		if (inodes_open_count(fs->inodes, ids[i]) > 0)
+			continue;
+		for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++)
+			fuse_lowlevel_notify_inval_entry(fs->se, dir, files[f], strlen(files[f]));
+		if (fuse_lowlevel_notify_delete(fs->se, FUSE_ROOT_ID, dir, name, len) == 0)
 			deleted = true;
 	}
 	if (!deleted)

@@ -276,7 +276,11 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	rc = lock_name_of(fs, ino, lock, NULL);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
-	if (file == LF_DIR && to_set && !(to_set & ~TIME_BITS)) {
+	if (file == LF_DIR && to_set && !(to_set & ~TIME_BITS) &&
+	    (!(to_set & FUSE_SET_ATTR_ATIME) || (to_set & FUSE_SET_ATTR_ATIME_NOW)) &&
+	    (!(to_set & FUSE_SET_ATTR_MTIME) || (to_set & FUSE_SET_ATTR_MTIME_NOW))) {
+		/* `touch` (times set to now): renew.  Explicit times are
+		 * refused below: a lock's times are the daemon's to say. */
 		rc = lockfs_core_renew(fs->core, lock, &caller);
 	} else if (to_set == FUSE_SET_ATTR_SIZE && attr->st_size != 0) {
 		rc = -EINVAL;
@@ -454,8 +458,13 @@ out:
 	fi->direct_io = 1; /* content depends on the reader and the moment */
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
-	if (fuse_reply_open(req, fi) == -ENOENT)
+	if (ino_is_lock(ino))
+		inodes_opened(fs->inodes, ino_id(ino), +1);
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		if (ino_is_lock(ino))
+			inodes_opened(fs->inodes, ino_id(ino), -1);
 		open_file_free(of);
+	}
 }
 
 static void lfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -551,6 +560,8 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 
 static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (ino_is_lock(ino))
+		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
 	open_file_free((struct open_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
@@ -584,7 +595,11 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return (void)fuse_reply_err(req, -rc);
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
+	if (ino_is_lock(ino))
+		inodes_opened(fs->inodes, ino_id(ino), +1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
+		if (ino_is_lock(ino))
+			inodes_opened(fs->inodes, ino_id(ino), -1);
 		lockfs_names_free(d->names);
 		free(d);
 	}
@@ -649,6 +664,8 @@ static void lfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 {
 	struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
 
+	if (ino_is_lock(ino))
+		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
 	lockfs_names_free(d->names);
 	free(d);
 	fuse_reply_err(req, 0);

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from lockfs_helpers import PYTHON, log_for, proc_start_time, read_owner
+from lockfs_helpers import PYTHON, log_for, proc_start_time, read_owner, wait_log
 
 
 def test_shell_script_mkdir_holder_is_the_shell(mnt):
@@ -118,9 +118,12 @@ def test_helpers_option_replaces_the_default_list(lockfs_factory):
     p = subprocess.Popen(['mkdir', m.path('x')], stderr=subprocess.PIPE)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
-    h = read_owner(m.mnt, 'x')['holder']
-    assert h['pid'] == p.pid and h['pid'] != os.getpid()
-    assert h['comm'] == 'mkdir'
+    # mkdir(1) held it, so its exit released it: the log names it as holder.
+    acq = wait_log(m.dir, 'x', 'acquired')[0]
+    assert acq.details['pid'] == str(p.pid) and p.pid != os.getpid()
+    assert acq.who == 'mkdir[%d]' % p.pid
+    rec = wait_log(m.dir, 'x', 'recovered')[0]
+    assert 'exited' in rec.details['evidence']
 
 
 # P makes itself a child subreaper, forks C which starts a new session and

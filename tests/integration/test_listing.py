@@ -139,5 +139,5 @@ def test_writing_log_view_fails(mnt):
 
 def test_lock_dir_contains_owner_and_operation(mnt):
     os.mkdir(mnt.path('x'))
-    assert sorted(os.listdir(mnt.path('x'))) == ['operation', 'owner']
+    assert sorted(os.listdir(mnt.path('x'))) == ['break', 'fence', 'lease', 'operation', 'owner']
     os.rmdir(mnt.path('x'))
