@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/openat2.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,10 +34,43 @@
 #define RECORD_FILE "owner.json"
 #define TMP_PREFIX ".lockfs-"
 
+/* Released lock directories kept for the next acquisition, so that
+ * neither side pays for mkdir, unlink and rmdir on the hot path. */
+#define POOL_MAX 64
+
 struct backend_dir {
 	struct lockfs_backend base;
 	int dirfd; /* the backing directory; owned */
+	pthread_mutex_t pool_mu;
+	char pool[POOL_MAX][64]; /* ".lockfs-free.N" entries; protected by pool_mu */
+	size_t npool;            /* protected by pool_mu */
 };
+
+static bool pool_get(struct backend_dir *d, char out[64])
+{
+	bool got = false;
+
+	pthread_mutex_lock(&d->pool_mu);
+	if (d->npool > 0) {
+		memcpy(out, d->pool[--d->npool], 64);
+		got = true;
+	}
+	pthread_mutex_unlock(&d->pool_mu);
+	return got;
+}
+
+static bool pool_put(struct backend_dir *d, const char *name)
+{
+	bool put = false;
+
+	pthread_mutex_lock(&d->pool_mu);
+	if (d->npool < POOL_MAX) {
+		snprintf(d->pool[d->npool++], 64, "%s", name);
+		put = true;
+	}
+	pthread_mutex_unlock(&d->pool_mu);
+	return put;
+}
 
 static struct backend_dir *to_dir(struct lockfs_backend *be)
 {
@@ -137,12 +171,13 @@ static int write_all(int fd, const char *buf, size_t len)
 }
 
 /*
- * Remove DIR/ENTRY and the files directly inside it (our records).  ENTRY
- * is opened without following a symlink: a foreign "lock" may be a link
- * to anywhere, and only the link itself may go.  The usual content is
- * just the record, so that is tried before a directory scan.
+ * Remove DIR/ENTRY and everything below it, never following a symlink: a
+ * foreign "lock" may be a link to anywhere, or hold anything, and only
+ * what lies in DIR may go.  Our own lock directories hold just the
+ * record, so that is tried before a directory scan.  DEPTH bounds the
+ * recursion against a pathological tree.
  */
-static void remove_entry(int dirfd, const char *entry)
+static void remove_tree(int dirfd, const char *entry, int depth)
 {
 	int fd = openat(dirfd, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
@@ -153,7 +188,7 @@ static void remove_entry(int dirfd, const char *entry)
 		return;
 	}
 	unlinkat(fd, RECORD_FILE, 0);
-	if (unlinkat(dirfd, entry, AT_REMOVEDIR) < 0 && errno == ENOTEMPTY) {
+	if (unlinkat(dirfd, entry, AT_REMOVEDIR) < 0 && errno == ENOTEMPTY && depth > 0) {
 		int scan = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 		DIR *d = scan >= 0 ? fdopendir(scan) : NULL;
 		struct dirent *de;
@@ -161,7 +196,7 @@ static void remove_entry(int dirfd, const char *entry)
 		if (d) {
 			while ((de = readdir(d)))
 				if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-					unlinkat(fd, de->d_name, 0);
+					remove_tree(fd, de->d_name, depth - 1);
 			closedir(d);
 		} else if (scan >= 0) {
 			close(scan);
@@ -171,16 +206,32 @@ static void remove_entry(int dirfd, const char *entry)
 	close(fd);
 }
 
-/* Write RECORD as FILE inside the directory DIRPATH (relative to dirfd),
- * and its stat into *ST (may be NULL). */
+static void remove_entry(int dirfd, const char *entry)
+{
+	remove_tree(dirfd, entry, 16);
+}
+
+/*
+ * Write RECORD as FILE inside the directory DIRPATH (relative to dirfd),
+ * and its stat into *ST (may be NULL).  REPLACE: the file may exist (a
+ * pooled directory's old record) and is truncated.  No symlink is
+ * followed on the way: whoever owns DIR must not be able to steer the
+ * daemon's writes elsewhere.
+ */
 static int write_record(int dirfd, const char *dirpath, const char *file,
-			const char *record, size_t len, struct stat *st)
+			const char *record, size_t len, struct stat *st, bool replace)
 {
 	char path[NAME_MAX * 2 + 2];
+	struct open_how how = {
+		.flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+			 (replace ? O_TRUNC : O_EXCL),
+		.mode = 0600,
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
+	};
 	int fd, rc;
 
 	snprintf(path, sizeof(path), "%s/%s", dirpath, file);
-	fd = openat(dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 	if (fd < 0)
 		return -errno;
 	rc = write_all(fd, record, len);
@@ -197,22 +248,40 @@ static int dir_acquire(struct lockfs_backend *be, const char *name,
 	struct backend_dir *d = to_dir(be);
 	char lock[NAME_MAX + 1], tmp[64];
 	struct stat st;
+	bool pooled;
 	int rc = lock_path(lock, name);
 
 	if (rc < 0)
 		return rc;
-	tmp_name(tmp, "new");
-	if (mkdirat(d->dirfd, tmp, 0755) < 0)
-		return -errno;
-	/* The record's identity is known before the rename: moving its
-	 * directory changes nothing about the file. */
-	rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, &st);
+	/* A pooled directory (a released lock's) or a new one.  The record's
+	 * identity is known before the rename: moving its directory changes
+	 * nothing about the file. */
+	pooled = pool_get(d, tmp);
+	if (pooled) {
+		rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, &st, true);
+		/* The lock's mtime is its age to the seed's --stale rule: a
+		 * reused directory must look as new as it is. */
+		if (rc == 0 && utimensat(d->dirfd, tmp, NULL, AT_SYMLINK_NOFOLLOW) < 0)
+			rc = -errno;
+		if (rc < 0) {
+			remove_entry(d->dirfd, tmp); /* tampered with: drop it */
+			pooled = false;
+		}
+	}
+	if (!pooled) {
+		tmp_name(tmp, "new");
+		if (mkdirat(d->dirfd, tmp, 0755) < 0)
+			return -errno;
+		rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, &st, false);
+	}
 	if (rc == 0 && renameat2(d->dirfd, tmp, d->dirfd, lock, RENAME_NOREPLACE) < 0)
 		rc = -errno;
-	if (rc < 0)
-		remove_entry(d->dirfd, tmp);
-	else
+	if (rc < 0) {
+		if (!(rc == -EEXIST && pool_put(d, tmp)))
+			remove_entry(d->dirfd, tmp);
+	} else {
 		fill_stat(out, &st);
+	}
 	return rc;
 }
 
@@ -291,14 +360,17 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 	if (fd >= 0)
 		close(fd);
 	if (out) {
-		if (usable) {
+		struct stat ist;
+
+		/* The identity as stat_lock() sees it, so that release and
+		 * update, which check it that way, agree.  No usable record:
+		 * held all the same (fail closed). */
+		if (usable)
 			out->identity = stat_identity(&fst);
-		} else {
-			/* No usable record: held all the same (fail closed);
-			 * the identity is the lock's own, marked apart. */
-			dst.st_size = -1;
-			out->identity = stat_identity(&dst);
-		}
+		else if (stat_lock(d->dirfd, lock, &ist) == 0)
+			out->identity = stat_identity(&ist);
+		else
+			out->identity = 0;
 		out->uid = dst.st_uid;
 		out->gid = dst.st_gid;
 		out->mtime_ms = (int64_t)dst.st_mtim.tv_sec * 1000 + dst.st_mtim.tv_nsec / 1000000;
@@ -307,14 +379,17 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 	return 0;
 }
 
-/* Is DIR/LOCK still the stored lock IDENTITY names?  0 or -ENOENT. */
-static int check_identity(int dirfd, const char *lock, uint64_t identity)
+/* Is DIR/LOCK still the stored lock IDENTITY names?  0 or -ENOENT.
+ * *RECORD (may be NULL) tells whether it is one with a record file. */
+static int check_identity(int dirfd, const char *lock, uint64_t identity, bool *record)
 {
 	struct stat st;
 	int rc = stat_lock(dirfd, lock, &st);
 
 	if (rc < 0)
 		return rc == -ENOENT ? -ENOENT : rc;
+	if (record)
+		*record = S_ISREG(st.st_mode);
 	return stat_identity(&st) == identity ? 0 : -ENOENT;
 }
 
@@ -328,11 +403,11 @@ static int dir_update(struct lockfs_backend *be, const char *name, uint64_t iden
 
 	if (rc < 0)
 		return -ENOENT;
-	rc = check_identity(d->dirfd, lock, identity);
+	rc = check_identity(d->dirfd, lock, identity, NULL);
 	if (rc < 0)
 		return rc;
 	tmp_name(tmp, "rec");
-	rc = write_record(d->dirfd, lock, tmp, record, len, &st);
+	rc = write_record(d->dirfd, lock, tmp, record, len, &st, false);
 	snprintf(from, sizeof(from), "%s/%s", lock, tmp);
 	snprintf(to, sizeof(to), "%s/%s", lock, RECORD_FILE);
 	if (rc == 0 && renameat(d->dirfd, from, d->dirfd, to) < 0)
@@ -349,20 +424,24 @@ static int dir_release(struct lockfs_backend *be, const char *name, uint64_t ide
 {
 	struct backend_dir *d = to_dir(be);
 	char lock[NAME_MAX + 1], tomb[64];
+	bool record = false;
 	int rc = lock_path(lock, name);
 
 	if (rc < 0)
 		return -ENOENT;
-	rc = check_identity(d->dirfd, lock, identity);
+	rc = check_identity(d->dirfd, lock, identity, &record);
 	if (rc < 0)
 		return rc;
-	/* Take the whole lock out of sight in one step, then clean up: a
-	 * crash in between leaves a ".lockfs-" leftover that the next start
-	 * sweeps, never a record-less NAME.lock that would read as held. */
-	tmp_name(tomb, "old");
+	/* Take the whole lock out of sight in one step: a crash afterwards
+	 * leaves a ".lockfs-" leftover that the next start sweeps, never a
+	 * record-less NAME.lock that would read as held.  The directory is
+	 * kept for the next acquisition (write_record() will not follow it
+	 * should it be something else by then), or removed. */
+	tmp_name(tomb, "free");
 	if (renameat2(d->dirfd, lock, d->dirfd, tomb, RENAME_NOREPLACE) < 0)
 		return -errno;
-	remove_entry(d->dirfd, tomb);
+	if (!record || !pool_put(d, tomb))
+		remove_entry(d->dirfd, tomb); /* foreign leftovers never get reused */
 	return 0;
 }
 
@@ -400,6 +479,11 @@ static int dir_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 static void dir_destroy(struct lockfs_backend *be)
 {
 	struct backend_dir *d = to_dir(be);
+	char tomb[64];
+
+	while (pool_get(d, tomb))
+		remove_entry(d->dirfd, tomb);
+	pthread_mutex_destroy(&d->pool_mu);
 
 	close(d->dirfd);
 	free(d);
@@ -468,6 +552,7 @@ int lockfs_backend_dir_open(struct lockfs_backend **out, int dirfd)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
+	pthread_mutex_init(&d->pool_mu, NULL);
 	d->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
 	if (d->dirfd < 0) {
 		rc = -errno;

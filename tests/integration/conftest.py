@@ -60,13 +60,17 @@ def stderr_problems(text):
 class Mount:
     """One running lockfs daemon: .mnt, .dir, .proc, .stderr_path."""
 
-    def __init__(self, mnt, backing, proc, stderr_path, stdout_path, cmd):
+    def __init__(self, mnt, backing, proc, stderr_path, stdout_path, cmd,
+                 allow_other=False, options=()):
         self.mnt = mnt
         self.dir = backing
         self.proc = proc
+        self.pid = proc.pid
         self.stderr_path = stderr_path
         self.stdout_path = stdout_path
         self.cmd = cmd
+        self.allow_other = allow_other
+        self.options = tuple(options)
         self.stopped = False
         self.returncode = None
 
@@ -125,30 +129,58 @@ class Mount:
         self.proc.send_signal(sig)
         return self._wait_exit()
 
+    def kill9(self, lazy=False):
+        """Crash the daemon: SIGKILL, reap it, then detach its dead mount with
+        fusermount3 -u (if busy: -uz at once if LAZY, else -u retried
+        briefly, then -uz).  Returns the daemon's exit status (-SIGKILL)."""
+        self.stopped = True
+        self.proc.send_signal(signal.SIGKILL)
+        rc = self._wait_exit()
+        if lazy:
+            r = subprocess.run(['fusermount3', '-u', self.mnt], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+            if r.returncode != 0 and mount_entry(self.mnt) is not None:
+                subprocess.run(['fusermount3', '-uz', self.mnt], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        else:
+            fusermount_u(self.mnt)
+        assert mount_entry(self.mnt) is None, f'{self.mnt} still mounted after fusermount3'
+        return rc
+
 
 @pytest.fixture
 def lockfs_factory(tmp_path):
-    """start(backing=None, allow_other=False, options=(), wrapper=()) -> Mount.
+    """start(backing=None, allow_other=False, options=(), wrapper=(),
+             mountpoint=None) -> Mount.
 
     WRAPPER is a command prefix (e.g. unshare) that must exec or fork the
     daemon and exit with its status.
     A fresh backing dir tmp_path/backingN (mode 0700) unless BACKING is
     given; the mountpoint is in a world-traversable temporary directory so
-    that other uids can reach it with allow_other.
+    that other uids can reach it with allow_other, unless MOUNTPOINT (an
+    existing, unmounted directory, e.g. a crashed Mount's .mnt) is given.
+
+    start.restart(m, options=None) starts a new daemon on m's backing dir
+    and mountpoint with m's options (m must be stopped and unmounted, e.g.
+    by m.kill9()).
     """
     base = tempfile.mkdtemp(prefix='lockfs-it-')
     os.chmod(base, 0o755)
     mounts = []
 
-    def start(backing=None, allow_other=False, options=(), wrapper=()):
+    def start(backing=None, allow_other=False, options=(), wrapper=(), mountpoint=None):
         n = len(mounts)
         if backing is None:
             backing = str(tmp_path / f'backing{n}')
             os.mkdir(backing)
             os.chmod(backing, 0o700)
-        mnt = os.path.join(base, f'mnt{n}')
-        os.mkdir(mnt)
-        os.chmod(mnt, 0o755)
+        if mountpoint is None:
+            mnt = os.path.join(base, f'mnt{n}')
+            os.mkdir(mnt)
+            os.chmod(mnt, 0o755)
+        else:
+            mnt = mountpoint
+            assert mount_entry(mnt) is None, f"{mnt} is still mounted"
         stderr_path = str(tmp_path / f'lockfs{n}.stderr')
         stdout_path = str(tmp_path / f'lockfs{n}.stdout')
         cmd = list(wrapper) + [LOCKFS_BIN, '-f', '-o', f'backing={backing}']
@@ -159,7 +191,8 @@ def lockfs_factory(tmp_path):
         cmd.append(mnt)
         with open(stderr_path, 'wb') as ef, open(stdout_path, 'wb') as of:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=of, stderr=ef)
-        m = Mount(mnt, backing, proc, stderr_path, stdout_path, cmd)
+        m = Mount(mnt, backing, proc, stderr_path, stdout_path, cmd,
+                  allow_other=allow_other, options=options)
         mounts.append(m)
         deadline = time.monotonic() + MOUNT_TIMEOUT
         while True:
@@ -179,6 +212,12 @@ def lockfs_factory(tmp_path):
             time.sleep(0.01)
         return m
 
+    def restart(m, options=None):
+        assert m.stopped, f'{m} is still running'
+        return start(backing=m.dir, allow_other=m.allow_other,
+                     options=m.options if options is None else options, mountpoint=m.mnt)
+
+    start.restart = restart
     yield start
 
     problems = []
@@ -198,6 +237,11 @@ def lockfs_factory(tmp_path):
                     rc = m.unmount()
                     if rc != 0:
                         problems.append(f'{m}: daemon exit status {rc} after fusermount3 -u')
+                    # A clean exit leaves none of the daemon's temporaries
+                    # (pooled directories included) behind in DIR.
+                    left = [n for n in os.listdir(m.dir) if n.startswith('.lockfs-')]
+                    if left:
+                        problems.append(f'{m}: temporaries left in DIR after exit: {left[:5]}')
         except AssertionError as e:
             problems.append(str(e))
         if mount_entry(m.mnt) is not None:
@@ -295,6 +339,8 @@ for line in sys.stdin:
             st = os.stat(P(req['path']))
             res.update(uid=st.st_uid, gid=st.st_gid, mode=st.st_mode,
                        mtime_ns=st.st_mtime_ns)
+        elif op == 'utime':
+            os.utime(P(req['path']))
         elif op == 'info':
             res.update(pid=os.getpid(), uid=os.getuid(), gid=os.getgid(),
                        ppid=os.getppid())
@@ -318,14 +364,15 @@ class Agent:
 
     TIMEOUT = 30.0
 
-    def __init__(self, user=None, env=None):
+    def __init__(self, user=None, env=None, setup=''):
         e = {k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'}
         if env:
             e.update(env)
         kw = {}
         if user is not None:
             kw = dict(user=user.uid, group=user.gid, extra_groups=[])
-        self.proc = subprocess.Popen([PYTHON, '-c', AGENT_SRC], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([PYTHON, '-c', setup + '\n' + AGENT_SRC],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd='/', env=e, **kw)
         self.pid = self.proc.pid
         self._buf = b''
@@ -372,6 +419,10 @@ class Agent:
         return self._call(op='write', path=self._p(path), data=bytes(data).hex(),
                           trunc=trunc).get('errno', 0)
 
+    def utime(self, path):
+        """touch: utimensat(UTIME_NOW); 0 or errno"""
+        return self._call(op='utime', path=self._p(path)).get('errno', 0)
+
     def stat(self, path):
         r = self._call(op='stat', path=self._p(path))
         if 'errno' in r:
@@ -380,6 +431,20 @@ class Agent:
 
     def owner(self, mnt, name):
         return json.loads(self.read(os.path.join(os.fsencode(mnt), os.fsencode(name), b'owner')))
+
+    def kill(self):
+        """SIGKILL the agent and reap it (a holder dying without releasing)."""
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+        self._reap()
+
+    def _reap(self):
+        # bounded: an agent stuck in a hung FUSE request (D state) only goes
+        # away when its daemon dies, which the mount teardown sees to
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f'agent {self.pid} does not die (stuck in the kernel?)')
 
     def stop(self):
         if self.proc.poll() is None:
@@ -390,17 +455,19 @@ class Agent:
                 self.proc.wait(5)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
-                self.proc.wait()
+                self._reap()
         self.proc.stdout.close()
 
 
 @pytest.fixture
 def spawn_agent(lockfs_factory):
-    """spawn_agent(user=None, env=None) -> Agent; all stopped before unmount."""
+    """spawn_agent(user=None, env=None, setup='') -> Agent; all stopped before
+    unmount.  SETUP is python code the agent runs before serving requests
+    (e.g. installing a signal handler)."""
     agents = []
 
-    def spawn(user=None, env=None):
-        a = Agent(user, env)
+    def spawn(user=None, env=None, setup=''):
+        a = Agent(user, env, setup)
         agents.append(a)
         return a
 
@@ -411,7 +478,10 @@ def spawn_agent(lockfs_factory):
         except Exception:
             if a.proc.poll() is None:
                 os.kill(a.pid, signal.SIGKILL)
-                a.proc.wait()
+                try:
+                    a.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass  # stuck in a hung request: released when the daemon dies
 
 
 @pytest.fixture

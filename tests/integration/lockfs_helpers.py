@@ -7,6 +7,7 @@ audit log format, so the test modules can import it directly.
 import datetime
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -25,7 +26,9 @@ NAME_MAX = 250
 
 RFC3339_MS = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$')
 TOKEN_RE = re.compile(r'^[0-9a-f]{32}$')
-LOG_EVENTS = ('acquired', 'released', 'denied')
+LOG_EVENTS = ('acquired', 'released', 'denied', 'recovered', 'expired', 'broken')
+#: the events that end an acquisition
+END_EVENTS = ('released', 'recovered', 'broken')
 
 
 # --------------------------------------------------------------------------
@@ -269,10 +272,14 @@ def held_in_backing(backing):
 
 
 def temp_dirs_in_backing(backing):
-    """Directories in DIR that are not NAME.lock (leftover temporaries)."""
+    """Directories in DIR that are not NAME.lock (leftover temporaries).
+    Released lock directories the daemon keeps for reuse (.lockfs-free.*)
+    are not leftovers while it runs; the harness checks that none remain
+    after a clean exit."""
     b = os.fsencode(backing)
     return sorted(n for n in os.listdir(b)
-                  if os.path.isdir(os.path.join(b, n)) and not n.endswith(b'.lock'))
+                  if os.path.isdir(os.path.join(b, n)) and not n.endswith(b'.lock')
+                  and not n.startswith(b'.lockfs-free.'))
 
 
 def errno_of(fn, *args, **kw):
@@ -340,3 +347,86 @@ def run_expect_refusal(cmd, mnt, timeout=10.0):
         if mount_entry(mnt) is not None:
             fusermount_u(mnt)
     return p.returncode, err.decode('utf-8', 'replace')
+
+
+# --------------------------------------------------------------------------
+# issue 3: liveness, leases, recovery
+
+def wait_free(m, name, timeout=2.0, interval=0.001):
+    """Poll until DIR/NAME.lock is gone; return the seconds it took."""
+    t0 = time.monotonic()
+    wait_until(lambda: not os.path.lexists(m.lockdir(name)), timeout=timeout,
+               interval=interval, what=f'{name!r} to be released in {m.dir}')
+    return time.monotonic() - t0
+
+
+def stays_held(m, name, seconds, interval=0.01):
+    """True if DIR/NAME.lock exists during the whole of SECONDS (a window for
+    negative checks: something must NOT happen)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not os.path.lexists(m.lockdir(name)):
+            return False
+        time.sleep(interval)
+    return os.path.lexists(m.lockdir(name))
+
+
+def wait_log(backing, name, event, count=1, timeout=5.0):
+    """Poll lock.log until NAME has at least COUNT EVENT lines; return them."""
+    def found():
+        ls = [l for l in log_for(backing, name) if l.event == event]
+        return ls if len(ls) >= count else None
+    return wait_until(found, timeout=timeout, interval=0.005,
+                      what=f'{count} {event!r} line(s) for {name!r} in lock.log')
+
+
+def evidence(line):
+    """The set of evidence words of a recovered line (evidence=a,b)."""
+    return set(line.details.get('evidence', '').split(',')) - {''}
+
+
+def pidfds_of(pid):
+    """Number of pidfds the process PID has open."""
+    n = 0
+    for fd in os.listdir(f'/proc/{pid}/fd'):
+        try:
+            if os.readlink(f'/proc/{pid}/fd/{fd}') == 'anon_inode:[pidfd]':
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def percentile(values, p):
+    """Nearest-rank percentile (P in 0..100) of a non-empty list."""
+    v = sorted(values)
+    k = max(0, min(len(v) - 1, math.ceil(p / 100.0 * len(v)) - 1))
+    return v[k]
+
+
+def who_of(pid):
+    return f'{proc_comm(pid)}[{pid}]'
+
+
+def fuse_conn_abort(mnt):
+    """Abort the FUSE connection of MNT (fusectl): every process stuck in a
+    request of a hung daemon gets ENOTCONN.  True if it was aborted."""
+    mnt = os.fspath(mnt)
+    dev = None
+    with open('/proc/self/mountinfo') as f:
+        for line in f:
+            fields = line.split(' ')
+            if len(fields) > 4 and _unescape_mountinfo(fields[4]) == mnt:
+                dev = fields[2]
+    if dev is None:
+        return False
+    ctl = '/sys/fs/fuse/connections'
+    if not os.listdir(ctl):
+        subprocess.run(['mount', '-t', 'fusectl', 'none', ctl], stderr=subprocess.DEVNULL)
+    path = os.path.join(ctl, dev.split(':')[1], 'abort')
+    try:
+        with open(path, 'w') as f:
+            f.write('1')
+    except OSError:
+        return False
+    return True
