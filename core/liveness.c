@@ -18,13 +18,18 @@
 #include "liveness.h"
 
 #define BUCKETS 256
+/* Watches kept after their last lock is gone: a process that takes locks
+ * again and again (an agent, a long shell script) then costs no pidfd or
+ * epoll syscalls per acquisition. */
+#define IDLE_MAX 256
 
 struct watch {
 	struct watch *next;
+	uint64_t id;    /* pid << 32 | sequence: what epoll reports */
 	pid_t pid;
 	unsigned long long start;
 	int pidfd;
-	unsigned refs;  /* locks that depend on this process */
+	unsigned refs;  /* locks that depend on this process; 0 = idle */
 	bool exited;    /* reported: waiting for the last unwatch */
 };
 
@@ -34,6 +39,8 @@ struct lockfs_liveness {
 	int epfd;
 	int wakefd;      /* eventfd: stop request */
 	bool stopping;   /* protected by mu */
+	size_t idle;     /* watches with refs 0; protected by mu */
+	uint32_t seq;    /* protected by mu */
 	bool running;
 	pthread_t thread;
 	lockfs_exited_fn exited;
@@ -62,7 +69,7 @@ int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,
 			lockfs_tick_fn tick, void *arg, int tick_ms)
 {
 	struct lockfs_liveness *lv = calloc(1, sizeof(*lv));
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
 	int rc;
 
 	if (!lv)
@@ -98,12 +105,27 @@ static int watch_more(struct lockfs_liveness *lv, pid_t pid, unsigned long long 
 		if ((*pp)->exited) {
 			rc = -ESRCH;
 		} else {
-			(*pp)->refs++;
+			if ((*pp)->refs++ == 0)
+				lv->idle--;
 			rc = 1;
 		}
 	}
 	pthread_mutex_unlock(&lv->mu);
 	return rc;
+}
+
+/* Unlink and free *PP.  Called with lv->mu held. */
+static void watch_drop(struct lockfs_liveness *lv, struct watch **pp)
+{
+	struct watch *w = *pp;
+
+	*pp = w->next;
+	if (w->refs == 0 && lv->idle > 0)
+		lv->idle--;
+	if (!w->exited)
+		epoll_ctl(lv->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+	close(w->pidfd);
+	free(w);
 }
 
 int lockfs_liveness_watch_fd(struct lockfs_liveness *lv, pid_t pid, unsigned long long start,
@@ -126,16 +148,18 @@ int lockfs_liveness_watch_fd(struct lockfs_liveness *lv, pid_t pid, unsigned lon
 	pthread_mutex_lock(&lv->mu);
 	pp = find(lv, pid, start);
 	if (*pp) {
-		/* Watched already (another lock, another thread): share it. */
+		/* Watched already (another lock, another thread, or idle):
+		 * share it. */
 		rc = (*pp)->exited ? -ESRCH : 0;
-		if (rc == 0)
-			(*pp)->refs++;
+		if (rc == 0 && (*pp)->refs++ == 0)
+			lv->idle--;
 		pthread_mutex_unlock(&lv->mu);
 		close(fd);
 		free(w);
 		return rc;
 	}
-	ev.data.ptr = w;
+	w->id = (uint64_t)(uint32_t)pid << 32 | ++lv->seq;
+	ev.data.u64 = w->id;
 	if (epoll_ctl(lv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		rc = -errno;
 		pthread_mutex_unlock(&lv->mu);
@@ -176,12 +200,11 @@ void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned lon
 	pthread_mutex_lock(&lv->mu);
 	pp = find(lv, pid, start);
 	w = *pp;
-	if (w && --w->refs == 0) {
-		*pp = w->next;
-		if (!w->exited)
-			epoll_ctl(lv->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
-		close(w->pidfd);
-		free(w);
+	if (w && w->refs > 0 && --w->refs == 0) {
+		if (w->exited || lv->idle >= IDLE_MAX)
+			watch_drop(lv, pp);
+		else
+			lv->idle++; /* keep it for this process's next lock */
 	}
 	pthread_mutex_unlock(&lv->mu);
 }
@@ -249,11 +272,12 @@ static void *liveness_thread(void *arg)
 		if (n < 0 && errno != EINTR)
 			break;
 		for (int i = 0; i < n; i++) {
-			struct watch *w = evs[i].data.ptr;
+			uint64_t id = evs[i].data.u64;
+			struct watch **pp, *w;
 			pid_t pid;
 			unsigned long long start;
 
-			if (!w) {
+			if (!id) {
 				bool stop;
 
 				pthread_mutex_lock(&lv->mu);
@@ -263,10 +287,26 @@ static void *liveness_thread(void *arg)
 					return NULL;
 				continue;
 			}
+			/* Found by id under the mutex: an unwatch may have freed
+			 * the watch since epoll_wait() returned. */
+			pthread_mutex_lock(&lv->mu);
+			pp = &lv->buckets[(unsigned)(id >> 32) % BUCKETS];
+			while (*pp && (*pp)->id != id)
+				pp = &(*pp)->next;
+			w = *pp;
+			if (!w || w->exited) {
+				pthread_mutex_unlock(&lv->mu);
+				continue;
+			}
+			if (w->refs == 0) {
+				/* Idle: no lock depends on it; just forget it. */
+				watch_drop(lv, pp);
+				pthread_mutex_unlock(&lv->mu);
+				continue;
+			}
 			/* The watch stays (with its refs) until the engine has
 			 * dropped every lock of this process; it just stops
 			 * reporting. */
-			pthread_mutex_lock(&lv->mu);
 			epoll_ctl(lv->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
 			w->exited = true;
 			pid = w->pid;

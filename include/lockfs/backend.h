@@ -11,6 +11,7 @@
 #ifndef LOCKFS_BACKEND_H
 #define LOCKFS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -43,9 +44,11 @@ struct lockfs_backend_ops {
 	int (*read)(struct lockfs_backend *be, const char *name,
 		    char **record, size_t *len, struct lockfs_entry_stat *st);
 
-	/* Cheap existence check: fill ST (may be NULL).  0, -ENOENT, -errno. */
+	/* Cheap existence check: fill ST (may be NULL).  LIKELY_HELD is a
+	 * hint (the engine knows a record for NAME) that lets the backend
+	 * look in the right place first.  0, -ENOENT, -errno. */
 	int (*stat)(struct lockfs_backend *be, const char *name,
-		    struct lockfs_entry_stat *st);
+		    struct lockfs_entry_stat *st, bool likely_held);
 
 	/* Replace NAME's record with RECORD, only while the stored lock is the
 	 * one IDENTITY names, and fill ST with the new identity.
