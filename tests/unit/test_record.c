@@ -218,6 +218,33 @@ static void test_compact_layout_and_key_order(void **state)
 	free(s);
 }
 
+/* The hand-written compact encoder must say exactly what jansson would. */
+static void test_compact_equals_janssons_output(void **state)
+{
+	static char comm[] = "we\"ird\\ \x01\x1f\x7f tab\t nl\n \xc3\xa9 \xf0\x9f\x94\x92 bad\xff\xc3";
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *ours, *theirs;
+	json_t *j;
+
+	r.holder.comm = comm;
+	r.bound = LOCKFS_BOUND_SLUG;
+	r.lease.ttl_s = 30;
+	r.lease.deadline_boot_ms = -5;
+	r.lease.expires_at_ms = 1787439952123;
+	ours = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	j = json_loadb(ours, len, 0, NULL);
+	assert_non_null(j);
+	theirs = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	assert_non_null(theirs);
+	assert_int_equal(strlen(theirs) + 1, len);
+	assert_memory_equal(ours, theirs, len - 1);
+	assert_int_equal(ours[len - 1], '\n');
+	free(theirs);
+	json_decref(j);
+	free(ours);
+}
+
 static void test_pretty_is_indented_and_parses(void **state)
 {
 	struct lockfs_record r = full_record(), back;
@@ -661,6 +688,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip_no_holder),
 		cmocka_unit_test(test_compact_layout_and_key_order),
 		cmocka_unit_test(test_pretty_is_indented_and_parses),
+		cmocka_unit_test(test_compact_equals_janssons_output),
 		cmocka_unit_test(test_token_only_with_flag),
 		cmocka_unit_test(test_record_without_token_does_not_parse),
 		cmocka_unit_test(test_invalid_utf8_is_replaced),
