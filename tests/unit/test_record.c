@@ -675,6 +675,15 @@ static void test_format_time(void **state)
 			    "2000-02-29T00:00:00.000Z");
 	/* Before the epoch the fraction still counts forward. */
 	assert_string_equal(lockfs_format_time(-1, buf), "1969-12-31T23:59:59.999Z");
+	/* The same second twice (the per-thread cache), then the next one. */
+	assert_string_equal(lockfs_format_time(1787439952001LL, buf),
+			    "2026-08-22T23:05:52.001Z");
+	assert_string_equal(lockfs_format_time(1787439952999LL, buf),
+			    "2026-08-22T23:05:52.999Z");
+	assert_string_equal(lockfs_format_time(1787439953000LL, buf),
+			    "2026-08-22T23:05:53.000Z");
+	assert_string_equal(lockfs_format_time(1787439952050LL, buf),
+			    "2026-08-22T23:05:52.050Z");
 }
 
 int main(void)
