@@ -228,7 +228,7 @@ if [ "$WHERE" = 1 ]; then
 	done
 
 	echo
-	echo "== the daemon's per-pair work replayed without FUSE (bench_pairs backing|proc|log; us/pair, median of 5)"
+	echo "== the first daemon's per-pair work (commit 55734f6) replayed without FUSE (bench_pairs backing|proc|log; us/pair, median of 5); the current protocol reuses lock directories, see docs/performance.md"
 	mkdir -m 0700 "$T/replay" "$W/replay"
 	for part in "backing $T/replay" "backing $W/replay" "proc" "log $T/replay" "pairs $T/replay"; do
 		set -- $part
