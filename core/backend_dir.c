@@ -120,8 +120,14 @@ static uint64_t stat_identity(const struct stat *st)
 	h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9u;
 	h ^= ((uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec);
 	h = (h ^ (h >> 32)) * 0x94d049bb133111ebu;
-	h ^= (uint64_t)st->st_size ^ ((uint64_t)S_ISDIR(st->st_mode) << 63);
-	return h;
+	h ^= (uint64_t)st->st_size;
+	/* The top bit says which kind: set for a record file. */
+	return (h & ~(1ull << 63)) | ((uint64_t)S_ISREG(st->st_mode) << 63);
+}
+
+static bool identity_is_record(uint64_t identity)
+{
+	return identity >> 63;
 }
 
 static void fill_stat(struct lockfs_entry_stat *out, const struct stat *st)
@@ -434,9 +440,11 @@ static int dir_release(struct lockfs_backend *be, const char *name, uint64_t ide
 
 	if (rc < 0)
 		return -ENOENT;
-	rc = check_identity(d->dirfd, lock, identity, &record);
-	if (rc < 0)
-		return rc;
+	/* IDENTITY was proved by the caller's stat or read just before,
+	 * under its serialisation of NAME (a second stat here would be no
+	 * more atomic with the rename than that one).  It also tells whether
+	 * this is a lock with our record (reusable) or a foreign one. */
+	record = identity_is_record(identity);
 	/* Take the whole lock out of sight in one step: a crash afterwards
 	 * leaves a ".lockfs-" leftover that the next start sweeps, never a
 	 * record-less NAME.lock that would read as held.  The directory is

@@ -448,10 +448,13 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		log_event(core, who, name, kv, "denied");
 		return -EINVAL;
 	}
-	/* With a pidfd opened before the holder's facts were read: watching
-	 * it needs no second look at /proc. */
+	/* With a pidfd opened before the holder's facts were read, watching
+	 * it needs no second look at /proc -- unless the caller is watched
+	 * already (a process that takes locks again and again), when the
+	 * watch is simply shared. */
 	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers,
-				   LOCKFS_PROC_PIDFD, &holder);
+				   lockfs_liveness_watches_pid(core->liveness, caller->tid)
+				   ? 0 : LOCKFS_PROC_PIDFD, &holder);
 	if (rc < 0) {
 		if (rc == -EACCES) {
 			char uid[16];

@@ -209,6 +209,17 @@ void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned lon
 	pthread_mutex_unlock(&lv->mu);
 }
 
+bool lockfs_liveness_watches_pid(struct lockfs_liveness *lv, pid_t pid)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&lv->mu);
+	for (struct watch *w = lv->buckets[(unsigned)pid % BUCKETS]; w && !found; w = w->next)
+		found = w->pid == pid && !w->exited;
+	pthread_mutex_unlock(&lv->mu);
+	return found;
+}
+
 bool lockfs_liveness_alive(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
 {
 	struct pollfd pfd = { .events = POLLIN };

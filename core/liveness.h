@@ -50,6 +50,9 @@ bool lockfs_liveness_alive(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 int lockfs_liveness_watch_fd(struct lockfs_liveness *lv, pid_t pid, unsigned long long start,
 			     int pidfd) __attribute__((warn_unused_result));
 
+/* Is some process with PID watched (any start time)?  A hint only. */
+bool lockfs_liveness_watches_pid(struct lockfs_liveness *lv, pid_t pid);
+
 /* Drop one watch of (PID, START). */
 void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start);
 
