@@ -650,7 +650,15 @@ out:
 	return rc;
 }
 
-int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_lock_stat *out)
+/*
+ * Run VIEW on NAME's record (C is NULL for a foreign lock) with the stripe
+ * mutex held: the shape of every read-only request.  Returns VIEW's
+ * result, -ENOENT when not held, -errno.
+ */
+static int with_record(struct lockfs_core *core, const char *name,
+		       int (*view)(const char *name, struct cached *c,
+				   const struct lockfs_entry_stat *st, void *arg),
+		       void *arg)
 {
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
@@ -663,9 +671,21 @@ int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_l
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc == 0)
-		fill_lock_stat(out, c ? &c->rec : NULL, &st);
+		rc = view(name, c, &st, arg);
 	pthread_mutex_unlock(&s->mu);
 	return rc;
+}
+
+static int view_stat(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+		     void *arg)
+{
+	fill_lock_stat(arg, c ? &c->rec : NULL, st);
+	return 0;
+}
+
+int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_lock_stat *out)
+{
+	return with_record(core, name, view_stat, out);
 }
 
 /* The `owner` view of a lock held without a record lockfs can read. */
@@ -704,31 +724,12 @@ static char *foreign_json(const char *name, const struct lockfs_entry_stat *st, 
 	return s;
 }
 
-int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader,
-		      char **json, size_t *len)
-{
-	struct stripe *s = stripe_of(core, name);
-	struct lockfs_entry_stat st;
-	struct cached *c;
-	bool foreign;
-	int rc, flags = LOCKFS_RECORD_PRETTY;
-
-	if (lockfs_name_check(name) < 0)
-		return -ENOENT;
-	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	if (rc == 0 && !c) {
-		*json = foreign_json(name, &st, len);
-	} else if (rc == 0) {
-		if (reader == 0 || (c->rec.has_holder && reader == c->rec.holder.uid))
-			flags |= LOCKFS_RECORD_WITH_TOKEN;
-		*json = lockfs_record_encode(&c->rec, flags, len);
-	}
-	pthread_mutex_unlock(&s->mu);
-	if (rc < 0)
-		return rc;
-	return *json ? 0 : -ENOMEM;
-}
+/* Where a view puts its text. */
+struct text_out {
+	char **text;
+	size_t *len;
+	uid_t reader;
+};
 
 /* Copy TEXT (may be NULL) plus a newline into a malloc'd *OUT. */
 static int line_of(const char *text, char **out, size_t *len)
@@ -745,49 +746,65 @@ static int line_of(const char *text, char **out, size_t *len)
 	return 0;
 }
 
+static int view_owner(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+		      void *arg)
+{
+	struct text_out *o = arg;
+	int flags = LOCKFS_RECORD_PRETTY;
+
+	if (!c) {
+		*o->text = foreign_json(name, st, o->len);
+	} else {
+		if (o->reader == 0 || (c->rec.has_holder && o->reader == c->rec.holder.uid))
+			flags |= LOCKFS_RECORD_WITH_TOKEN;
+		*o->text = lockfs_record_encode(&c->rec, flags, o->len);
+	}
+	return *o->text ? 0 : -ENOMEM;
+}
+
+int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader,
+		      char **json, size_t *len)
+{
+	struct text_out o = { json, len, reader };
+
+	return with_record(core, name, view_owner, &o);
+}
+
+static int view_operation(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+			  void *arg)
+{
+	struct text_out *o = arg;
+
+	if (c && c->rec.operation)
+		return line_of(c->rec.operation, o->text, o->len);
+	*o->text = strdup("");
+	*o->len = 0;
+	return *o->text ? 0 : -ENOMEM;
+}
+
 int lockfs_core_operation(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct stripe *s = stripe_of(core, name);
-	struct lockfs_entry_stat st;
-	struct cached *c;
-	bool foreign;
-	int rc;
+	struct text_out o = { text, len, 0 };
 
-	if (lockfs_name_check(name) < 0)
-		return -ENOENT;
-	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	if (rc == 0 && c && c->rec.operation) {
-		rc = line_of(c->rec.operation, text, len);
-	} else if (rc == 0) {
-		*text = strdup("");
-		*len = 0;
-		rc = *text ? 0 : -ENOMEM;
-	}
-	pthread_mutex_unlock(&s->mu);
-	return rc;
+	return with_record(core, name, view_operation, &o);
+}
+
+static int view_lease(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+		      void *arg)
+{
+	struct text_out *o = arg;
+
+	if (!c || !c->rec.lease.ttl_s)
+		return line_of("null", o->text, o->len);
+	*o->text = lockfs_lease_encode(&c->rec.lease, o->len);
+	return *o->text ? 0 : -ENOMEM;
 }
 
 int lockfs_core_lease(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct stripe *s = stripe_of(core, name);
-	struct lockfs_entry_stat st;
-	struct cached *c;
-	bool foreign;
-	int rc;
+	struct text_out o = { text, len, 0 };
 
-	if (lockfs_name_check(name) < 0)
-		return -ENOENT;
-	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	if (rc == 0 && c && c->rec.lease.ttl_s) {
-		*text = lockfs_lease_encode(&c->rec.lease, len);
-		rc = *text ? 0 : -ENOMEM;
-	} else if (rc == 0) {
-		rc = line_of("null", text, len);
-	}
-	pthread_mutex_unlock(&s->mu);
-	return rc;
+	return with_record(core, name, view_lease, &o);
 }
 
 int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
