@@ -128,14 +128,19 @@ void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name)
 }
 
 /* Take over REC as NAME's cached record, watching its holder (through
- * PIDFD when >= 0, which is taken over).  Called with s->mu held.  On
- * allocation failure REC is cleared and nothing cached. */
+ * PIDFD when >= 0, which is taken over).  OURS: REC is an acquisition this
+ * daemon just made, whose token it issues; otherwise REC was read from the
+ * store, and only a name seen for the first time adopts its token.  Called
+ * with s->mu held.  On allocation failure REC is cleared and nothing
+ * cached. */
 static void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
-		      uint64_t identity, struct lockfs_record *rec, int pidfd)
+		      uint64_t identity, struct lockfs_record *rec, int pidfd, bool ours)
 {
 	struct cached *c = cache_find(s, name);
 
-	if (!c) {
+	if (!c || ours) {
+		if (c)
+			cache_drop(core, s, name);
 		c = calloc(1, sizeof(*c));
 		if (!c || !(c->name = strdup(name))) {
 			free(c);
@@ -146,6 +151,7 @@ static void cache_put(struct lockfs_core *core, struct stripe *s, const char *na
 		}
 		c->next = s->head;
 		s->head = c;
+		memcpy(c->issued, rec->token, sizeof(c->issued));
 	} else if (!same_holder(&c->rec, rec) || strcmp(c->rec.token, rec->token) != 0) {
 		/* Another acquisition under the same name: start afresh. */
 		cache_unwatch(core, c);
@@ -208,7 +214,7 @@ int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
 	}
 	free(buf);
 	lockfs_fence_observe(core->fence, rec.fence);
-	cache_put(core, s, name, st->identity, &rec, -1);
+	cache_put(core, s, name, st->identity, &rec, -1, false);
 	*c = cache_find(s, name);
 	return *c ? 0 : -ENOMEM;
 }
@@ -499,7 +505,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	snprintf(pid, sizeof(pid), "%d", (int)rec.holder.pid);
 	s = stripe_of(core, name);
 	pthread_mutex_lock(&s->mu);
-	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1);
+	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1, true);
 	pthread_mutex_unlock(&s->mu);
 	lockfs_record_clear(&rec);
 	{
@@ -614,23 +620,19 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
-	char issued[LOCKFS_TOKEN_HEX + 1] = "";
 	bool foreign;
 	int rc;
 
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, name);
-	if (c)
-		memcpy(issued, c->rec.token, sizeof(issued));
 	/* Release only what the record in the store says: the cached copy
 	 * counts only while the record file's identity (inode, times, size)
 	 * is unchanged, else it is read and parsed again. */
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc < 0)
 		goto out;
-	if (c && issued[0] && strcmp(issued, c->rec.token) != 0) {
+	if (c && strcmp(c->issued, c->rec.token) != 0) {
 		/* The record is not the one we issued: someone rewrote the
 		 * store behind our back.  Fail closed: keep it, say so. */
 		pthread_mutex_unlock(&s->mu);

@@ -33,6 +33,9 @@ struct cached {
 	char *name;
 	uint64_t identity;
 	struct lockfs_record rec;
+	/* The token this daemon issued (or, first seeing the lock, adopted):
+	 * a record re-read with another one was rewritten behind our back. */
+	char issued[LOCKFS_TOKEN_HEX + 1];
 	bool watched;        /* holds a liveness watch on rec.holder */
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */

@@ -367,6 +367,14 @@ struct open_file {
 	char *data;
 	size_t len;
 	int fd; /* the audit log, for INO_LOG; else -1 */
+	/* `operation` opened for writing: DATA not yet applied (a write that
+	 * ended inside a UTF-8 character); applied at the next write or at
+	 * close (flush). */
+	bool pending;
+	/* `operation` opened with O_TRUNC: the text before, put back if the
+	 * first write is refused (a refused write changes nothing). */
+	char *before;
+	size_t before_len;
 };
 
 static void open_file_free(struct open_file *of)
@@ -376,6 +384,7 @@ static void open_file_free(struct open_file *of)
 	if (of->fd >= 0)
 		close(of->fd);
 	free(of->data);
+	free(of->before);
 	free(of);
 }
 
@@ -437,9 +446,16 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	case LF_OPERATION:
 		caller_of(req, &caller);
 		if (writing) {
+			/* O_TRUNC clears at once (`: > operation`), keeping
+			 * the old text to put back should the first write be
+			 * refused. */
 			rc = lockfs_core_check_holder(fs->core, lock, &caller);
-			if (rc == 0 && (fi->flags & O_TRUNC))
-				rc = lockfs_core_set_operation(fs->core, lock, &caller, "", 0);
+			if (rc == 0 && (fi->flags & O_TRUNC)) {
+				rc = lockfs_core_operation(fs->core, lock, &of->before,
+							   &of->before_len);
+				if (rc == 0)
+					rc = lockfs_core_set_operation(fs->core, lock, &caller, "", 0);
+			}
 			if (rc == 0 && !(fi->flags & O_TRUNC))
 				rc = lockfs_core_operation(fs->core, lock, &of->data, &of->len);
 		} else {
@@ -504,6 +520,45 @@ static void lfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 }
 
+/* The first write after an O_TRUNC open was refused: put the old text
+ * back, so that the refused write changed nothing. */
+static void restore_before(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
+			   struct open_file *of)
+{
+	struct lockfs_caller caller;
+	char lock[NAME_MAX + 1];
+
+	of->pending = false;
+	if (!of->before)
+		return;
+	caller_of(req, &caller);
+	if (lock_name_of(fs, ino, lock, NULL) == 0)
+		lockfs_core_set_operation(fs->core, lock, &caller, of->before, of->before_len);
+	free(of->before);
+	of->before = NULL;
+}
+
+/* Is TEXT valid UTF-8 but for a character its last 1-3 bytes only begin? */
+static bool utf8_cut_short(const char *text, size_t len)
+{
+	const unsigned char *t = (const unsigned char *)text;
+
+	for (size_t k = 1; k <= 3 && k <= len; k++) {
+		unsigned char lead = t[len - k];
+		size_t need = lead >= 0xF0 && lead <= 0xF4 ? 4 : lead >= 0xE0 && lead <= 0xEF ? 3 :
+			      lead >= 0xC2 && lead <= 0xDF ? 2 : 0;
+		bool cont = true;
+
+		for (size_t i = len - k + 1; i < len; i++)
+			cont = cont && t[i] >= 0x80 && t[i] <= 0xBF;
+		if (need > k && cont)
+			return !memchr(text, '\0', len - k) && lockfs_utf8_valid(text, len - k);
+		if (lead < 0x80 || lead >= 0xC0)
+			return false; /* a lead byte or ASCII that is no cut start */
+	}
+	return false;
+}
+
 static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		      off_t off, struct fuse_file_info *fi)
 {
@@ -522,10 +577,13 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	 * O_APPEND offset would be 0: append to what this open file holds. */
 	if (fi->flags & O_APPEND)
 		off = (off_t)of->len;
-	/* Room for the limit plus the newline `echo` adds. */
+	/* Room for the limit plus the newline `echo` adds.  A refused write
+	 * changes nothing, not even the open's O_TRUNC. */
 	if (off < 0 || (size_t)off > LOCKFS_OPERATION_MAX + 1 ||
-	    size > LOCKFS_OPERATION_MAX + 1 - (size_t)off)
+	    size > LOCKFS_OPERATION_MAX + 1 - (size_t)off) {
+		restore_before(fs, req, ino, of);
 		return (void)fuse_reply_err(req, EFBIG);
+	}
 	end = (size_t)off + size;
 	data = malloc(end > of->len ? end : of->len ? of->len : 1);
 	if (!data)
@@ -542,9 +600,24 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	 * so a refused write changes nothing. */
 	caller_of(req, &caller);
 	rc = lock_name_of(fs, ino, lock, NULL);
-	if (rc == 0 && file == LF_OPERATION)
+	if (rc == 0 && file == LF_OPERATION) {
 		rc = lockfs_core_set_operation(fs->core, lock, &caller, data, end);
-	else if (rc == 0 && file == LF_LEASE)
+		/* A write may end inside a UTF-8 character that the next one
+		 * completes: keep it, apply it with that write or at close. */
+		if (rc == -EINVAL && utf8_cut_short(data, end))
+			rc = 1;
+		/* Applied (0), kept for later (1), or refused: then nothing
+		 * changes, not even the open's O_TRUNC. */
+		of->pending = rc == 1;
+		if (rc == 1)
+			rc = 0;
+		if (rc < 0)
+			restore_before(fs, req, ino, of);
+		else if (!of->pending) {
+			free(of->before);
+			of->before = NULL;
+		}
+	} else if (rc == 0 && file == LF_LEASE)
 		rc = lockfs_core_set_lease(fs->core, lock, &caller, data, end);
 	else if (rc == 0)
 		rc = lockfs_core_break(fs->core, lock, &caller, data, end);
@@ -556,6 +629,27 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	of->data = data;
 	of->len = end;
 	fuse_reply_write(req, size);
+}
+
+/* close(2): apply what the writer left pending (see struct open_file);
+ * its error is close's. */
+static void lfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct lockfs_fs *fs = fs_of(req);
+	struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+	struct lockfs_caller caller;
+	char lock[NAME_MAX + 1];
+	int rc = 0;
+
+	if (of && of->pending && ino_is_lock(ino) && ino_file(ino) == LF_OPERATION) {
+		caller_of(req, &caller);
+		rc = lock_name_of(fs, ino, lock, NULL);
+		if (rc == 0)
+			rc = lockfs_core_set_operation(fs->core, lock, &caller,
+						       of->data ? of->data : "", of->len);
+		of->pending = false;
+	}
+	fuse_reply_err(req, -rc);
 }
 
 static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -696,6 +790,7 @@ const struct fuse_lowlevel_ops lockfs_ops = {
 	.open = lfs_open,
 	.read = lfs_read,
 	.write = lfs_write,
+	.flush = lfs_flush,
 	.release = lfs_release,
 	.opendir = lfs_opendir,
 	.readdir = lfs_readdir,

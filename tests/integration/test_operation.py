@@ -175,3 +175,31 @@ def test_operation_write_is_kept_in_backing_record(mnt):
     with open(os.path.join(mnt.lockdir('x'), 'owner.json'), 'rb') as f:
         assert json.loads(f.read())['operation'] == 'persisted'
     os.rmdir(mnt.path('x'))
+
+
+def test_refused_write_after_truncating_open_keeps_old_text(mnt):
+    """`cmd > operation` opens with O_TRUNC; if the write is then refused
+    (too long, not UTF-8), the old text stays -- even when the shell's copy
+    of the descriptor is closed before the command writes."""
+    os.mkdir(mnt.path('x'))
+    op = mnt.path('x', 'operation')
+    assert _write(op, b'first task\n') == 0
+    r = subprocess.run(['bash', '-c', 'head -c 1500 /dev/zero | tr "\\0" a > "$0"', op],
+                       stderr=subprocess.PIPE)
+    assert r.returncode != 0 and b'File too large' in r.stderr, r.stderr
+    assert read_owner(mnt.mnt, 'x')['operation'] == 'first task'
+    assert _write(op, b'\xff\n') == errno.EINVAL
+    assert read_owner(mnt.mnt, 'x')['operation'] == 'first task'
+    os.rmdir(mnt.path('x'))
+
+
+def test_character_split_across_writes_is_accepted(mnt):
+    os.mkdir(mnt.path('x'))
+    fd = os.open(mnt.path('x', 'operation'), os.O_WRONLY | os.O_TRUNC)
+    try:
+        assert os.write(fd, b'caf\xc3') == 4
+        assert os.write(fd, b'\xa9 ok\n') == 5
+    finally:
+        os.close(fd)
+    assert read_owner(mnt.mnt, 'x')['operation'] == 'café ok'
+    os.rmdir(mnt.path('x'))

@@ -1,6 +1,7 @@
 """Point 4: rmdir releases, only for the holder's process tree."""
 
 import errno
+import json
 import os
 import subprocess
 
@@ -125,3 +126,23 @@ def test_denied_rmdir_is_logged(mnt, spawn_agent):
     # WHO is the caller (no LOCKFS_SLUG in its environment)
     assert denied[0].who == f'{proc_comm(stranger.pid)}[{stranger.pid}]'
     assert holder.rmdir(mnt.path('x')) == 0
+
+
+def test_rmdir_refuses_a_record_rewritten_behind_the_daemons_back(mnt):
+    """Release only what you own: a record in DIR whose token is no longer
+    the one the daemon issued is kept, the rmdir refused, and the refusal
+    logged -- also when the forged record was read (ls, owner) meanwhile."""
+    os.mkdir(mnt.path('x'))
+    rec = os.path.join(mnt.lockdir('x'), 'owner.json')
+    with open(rec) as f:
+        r = json.load(f)
+    r['token'] = '0' * 32
+    with open(rec + '.new', 'w') as f:
+        f.write(json.dumps(r) + '\n')
+    os.rename(rec + '.new', rec)
+    assert read_owner(mnt.mnt, 'x')['token'] == '0' * 32   # read, not adopted
+    with pytest.raises(PermissionError):
+        os.rmdir(mnt.path('x'))
+    assert os.path.isdir(mnt.lockdir('x'))
+    assert [l for l in log_for(mnt.dir, 'x')
+            if l.event == 'denied' and l.details.get('reason') == 'token-mismatch']
