@@ -578,6 +578,11 @@ static int holder_check(struct lockfs_core *core, const struct holder_ref *h,
 		return -EPERM; /* held by a process of an earlier boot */
 	rc = lockfs_holder_may_release(core->procs, caller->tid, h->pid, h->start,
 				       lockfs_liveness_alive(core->liveness, h->pid, h->start));
+	/* A descendant that runs as another user (not root) does not act
+	 * for the holder: a root holder's child dropping to uid 4242 gets
+	 * EPERM, while `sudo rmdir` in a user's holder shell still works. */
+	if (rc == 0 && caller->uid != h->uid && caller->uid != 0)
+		rc = -EPERM;
 	return rc == -ESRCH ? -EPERM : rc;
 }
 

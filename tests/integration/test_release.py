@@ -146,3 +146,19 @@ def test_rmdir_refuses_a_record_rewritten_behind_the_daemons_back(mnt):
     assert os.path.isdir(mnt.lockdir('x'))
     assert [l for l in log_for(mnt.dir, 'x')
             if l.event == 'denied' and l.details.get('reason') == 'token-mismatch']
+
+
+def test_rmdir_by_holders_child_running_as_another_uid_is_eperm(mnt_ao, users):
+    """The holder's descendants may release -- but not one that runs as
+    another (non-root) user: it does not act for the holder."""
+    os.mkdir(mnt_ao.path('x'))          # this test process holds x
+    u = users[0]
+    r = subprocess.run(['setpriv', '--reuid=%d' % u.uid, '--regid=%d' % u.gid,
+                        '--clear-groups', 'rmdir', mnt_ao.path('x')], stderr=subprocess.PIPE)
+    assert r.returncode != 0 and b'Operation not permitted' in r.stderr, r.stderr
+    assert _held(mnt_ao, 'x')
+    # negative control: the same child as root (the holder's uid) may
+    r = subprocess.run(['setpriv', '--reuid=0', '--regid=0', '--clear-groups', 'rmdir',
+                        mnt_ao.path('x')], stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    assert not _held(mnt_ao, 'x')
