@@ -1,0 +1,249 @@
+"""Issue 4 point 3: an fd lock belongs to its open file description.
+
+"An fd lock belongs to its open file description (fi->lock_owner), not to a
+process: it ends on LOCK_UN, on the release that the kernel sends with
+flock_release when the last descriptor closes (including when the process
+dies), on `rmdir M/NAME` by its resolved holder, or on a break.  It is never
+released because the process that called flock exited (`flock 9` in a shell
+exits at once while the shell keeps the lock).  After a daemon restart no
+close can ever arrive for descriptors of the old mount: rebind such locks to
+their recorded holder process (pidfd), and log it."
+"""
+
+import errno
+import fcntl
+import os
+import signal
+
+from flock_helpers import children_of, fpath, is_wouldblock, procs, sh_quote  # noqa: F401
+from lockfs_helpers import (END_EVENTS, evidence, log_for, read_owner, stays_held, wait_free,
+                            wait_log, who_of)
+
+EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
+WINDOW = 0.5
+
+
+def _control_recovery(m, spawn_agent, name='control'):
+    """Positive control for a negative window: a holder that dies IS released."""
+    d = spawn_agent()
+    assert d.mkdir(m.path(name)) == 0
+    d.kill()
+    wait_free(m, name, timeout=2)
+
+
+def _is_held_by_other(m, procs, name='x'):
+    """A fresh process's LOCK_EX|LOCK_NB is refused."""
+    probe = procs.locker()
+    fd = probe.open(fpath(m, name))
+    rc = probe.flock(fd, EX | NB)
+    if rc == 0:
+        probe.flock(fd, UN)
+    probe.exit()
+    return is_wouldblock(rc)
+
+
+def test_shell_flock_9_keeps_the_lock_after_flock1_exits(mnt, procs, spawn_agent):
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}')
+    sh.ok('flock 9')
+    assert children_of(sh.pid) == []                  # flock(1) is gone
+    o = read_owner(mnt.mnt, 'x')
+    assert (o['holder']['pid'], o['holder']['comm'], o['bound']) == (sh.pid, 'bash', 'fd')
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert _is_held_by_other(mnt, procs)
+    assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
+    sh.ok('exec 9>&-')                                  # the shell closes fd 9
+    wait_free(mnt, 'x')
+    ends = [l for l in log_for(mnt.dir, 'x') if l.event in END_EVENTS]
+    assert [l.event for l in ends] == ['released'], ends
+    assert ends[0].details.get('pid') == str(sh.pid)
+
+
+def test_shell_flock_u_releases(mnt, procs):
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == sh.pid
+    sh.ok('flock -u 9')
+    wait_free(mnt, 'x')
+    assert _is_held_by_other(mnt, procs) is False
+
+
+def test_shell_exit_releases(mnt, procs):
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
+    assert sh.exit() == 0
+    wait_free(mnt, 'x', timeout=2)
+
+
+def test_lock_un_releases(mnt, procs):
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    assert lk.flock(fd, UN) == 0
+    wait_free(mnt, 'x')
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
+    assert lk.flock(fd, EX | NB) == 0                   # the same fd may lock again
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
+
+
+def test_last_close_releases_and_holder_death_releases(mnt, procs):
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    assert lk.close(fd) == 0
+    wait_free(mnt, 'x', timeout=2)
+    lk2 = procs.locker()
+    lk2.take(fpath(mnt, 'x'))
+    lk2.kill()
+    wait_free(mnt, 'x', timeout=2)
+    ends = [l.event for l in log_for(mnt.dir, 'x') if l.event in END_EVENTS]
+    assert len(ends) == 2, log_for(mnt.dir, 'x')
+
+
+def test_a_dup_shares_the_lock_until_the_last_close(mnt, procs, spawn_agent):
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    fd2 = lk.dup(fd)
+    fence = read_owner(mnt.mnt, 'x')['fence']
+    assert lk.close(fd) == 0                            # flush, but not the last close
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert _is_held_by_other(mnt, procs)
+    assert read_owner(mnt.mnt, 'x')['fence'] == fence
+    assert lk.flock(fd2, EX | NB) == 0                  # still ours through the dup
+    assert lk.close(fd2) == 0
+    wait_free(mnt, 'x', timeout=2)
+
+
+def test_a_forked_child_shares_the_lock(mnt, procs, spawn_agent):
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    child = procs.adopt(lk.fork())
+    assert lk.close(fd) == 0                            # the child still has it open
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert _is_held_by_other(mnt, procs)
+    os.kill(child, signal.SIGKILL)                      # its last descriptor goes
+    wait_free(mnt, 'x', timeout=2)
+
+
+def test_exit_of_the_flocking_process_does_not_release_while_the_fd_lives(mnt, procs,
+                                                                          spawn_agent):
+    lk = procs.locker()
+    lk.take(fpath(mnt, 'x'))
+    fence = read_owner(mnt.mnt, 'x')['fence']
+    child = procs.adopt(lk.fork())
+    lk.kill()                                           # the holder process dies
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert _is_held_by_other(mnt, procs)
+    assert read_owner(mnt.mnt, 'x')['fence'] == fence
+    assert not [l for l in log_for(mnt.dir, 'x') if l.event in END_EVENTS]
+    os.kill(child, signal.SIGKILL)
+    wait_free(mnt, 'x', timeout=2)
+
+
+def test_two_opens_in_one_process_conflict(mnt, procs):
+    lk = procs.locker()
+    f1 = lk.take(fpath(mnt, 'x'))
+    f2 = lk.open(fpath(mnt, 'x'))
+    assert is_wouldblock(lk.flock(f2, EX | NB))
+    assert is_wouldblock(lk.flock(f2, SH | NB))
+    assert lk.flock(f1, UN) == 0
+    assert lk.flock(f2, EX | NB) == 0                   # control
+    assert is_wouldblock(lk.flock(f1, EX | NB))
+
+
+def test_rmdir_by_the_resolved_holder_releases(mnt, procs, spawn_agent):
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    fence = read_owner(mnt.mnt, 'x')['fence']
+    assert lk.rmdir(mnt.path('x')) == 0
+    assert not os.path.lexists(mnt.lockdir('x'))
+    rel = [l for l in log_for(mnt.dir, 'x') if l.event == 'released']
+    assert len(rel) == 1 and rel[0].details.get('fence') == str(fence)
+    # the later close of the old descriptor releases nothing of a successor's
+    b = spawn_agent()
+    assert b.mkdir(mnt.path('x')) == 0
+    assert lk.flock(fd, UN) == 0
+    assert lk.close(fd) == 0
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
+    assert b.rmdir(mnt.path('x')) == 0
+
+
+def test_rmdir_by_a_child_of_the_holding_shell_releases(mnt, procs):
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
+    sh.ok(f'rmdir {sh_quote(mnt.path("x"))}')           # rmdir(1), a child of the holder
+    assert not os.path.lexists(mnt.lockdir('x'))
+    sh.ok('exec 9>&-')
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
+
+
+def test_rmdir_by_a_stranger_is_eperm_and_logged(mnt, procs, spawn_agent):
+    lk = procs.locker()
+    lk.take(fpath(mnt, 'x'))
+    s = spawn_agent()
+    assert s.rmdir(mnt.path('x')) == errno.EPERM
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
+    d = [l for l in log_for(mnt.dir, 'x') if l.event == 'denied']
+    assert len(d) == 1 and d[0].who == who_of(s.pid)
+
+
+def test_break_ends_an_fd_lock_and_the_old_close_releases_nothing(mnt, procs, spawn_agent):
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    with open(mnt.path('x', 'break'), 'w') as f:
+        f.write('hung\n')
+    assert not os.path.lexists(mnt.lockdir('x'))
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'broken']
+    b = spawn_agent()
+    assert b.mkdir(mnt.path('x')) == 0
+    assert lk.flock(fd, UN) == 0
+    assert lk.close(fd) == 0
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
+    assert b.rmdir(mnt.path('x')) == 0
+
+
+def test_daemon_restart_rebinds_to_the_recorded_holder_then_its_death_releases(
+        lockfs_factory, procs, spawn_agent):
+    m = lockfs_factory()
+    lk = procs.locker()
+    lk.take(fpath(m, 'x'))
+    o1 = read_owner(m.mnt, 'x')
+    who = who_of(lk.pid)
+    m.kill9(lazy=True)          # lk still has a descriptor on the dead mount
+    m2 = lockfs_factory.restart(m)
+    rb = wait_log(m2.dir, 'x', 'rebound')
+    assert len(rb) == 1, log_for(m2.dir, 'x')
+    assert rb[0].who == who
+    assert rb[0].details.get('fence', str(o1['fence'])) == str(o1['fence']), rb[0].raw
+    o2 = read_owner(m2.mnt, 'x')
+    assert o2['bound'] == 'process'
+    assert (o2['holder']['pid'], o2['fence']) == (lk.pid, o1['fence'])
+    other = spawn_agent()
+    assert other.mkdir(m2.path('x')) == errno.EEXIST
+    assert other.rmdir(m2.path('x')) == errno.EPERM
+    _control_recovery(m2, spawn_agent)
+    assert stays_held(m2, 'x', WINDOW)                  # the holder lives: kept
+    lk.kill()
+    wait_free(m2, 'x', timeout=2)
+    rec = wait_log(m2.dir, 'x', 'recovered')[0]
+    assert rec.who == who and 'exited' in evidence(rec), rec.raw
+
+
+def test_daemon_restart_rebound_lock_is_released_by_its_holders_rmdir(lockfs_factory, procs):
+    m = lockfs_factory()
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(m, "x"))}; flock 9')
+    m.kill9(lazy=True)
+    m2 = lockfs_factory.restart(m)
+    wait_log(m2.dir, 'x', 'rebound')
+    o = read_owner(m2.mnt, 'x')
+    assert (o['bound'], o['holder']['pid']) == ('process', sh.pid)
+    sh.ok(f'rmdir {sh_quote(m2.path("x"))}')
+    assert not os.path.lexists(m2.lockdir('x'))
+    assert [l.event for l in log_for(m2.dir, 'x')] == ['acquired', 'rebound', 'released']

@@ -1,0 +1,260 @@
+"""Issue 4 point 4: whole-file POSIX locks on M/.flock/NAME.
+
+"Whole-file POSIX locks (fcntl F_SETLK/F_SETLKW/F_GETLK, lockf) on
+.flock/NAME map to the same lock (F_WRLCK exclusive, F_RDLCK shared,
+released by POSIX rules: any close by the owning process); byte ranges that
+are not the whole file fail with ENOLCK.  Never leave a POSIX lock silently
+local to the kernel while someone else holds NAME."
+"""
+
+import errno
+import fcntl
+import os
+
+import pytest
+
+from flock_helpers import (fpath, holder_pids, is_wouldblock, procs,  # noqa: F401
+                           read_waiters, wait_waiters)
+from lockfs_helpers import (errno_of, log_for, read_owner, stays_held, wait_free)
+
+EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
+SETLK, SETLKW, GETLK = fcntl.F_SETLK, fcntl.F_SETLKW, fcntl.F_GETLK
+WR, RD, UNLCK = fcntl.F_WRLCK, fcntl.F_RDLCK, fcntl.F_UNLCK
+WINDOW = 0.5
+
+
+def _e(answer):
+    return answer.get('errno', 0)
+
+
+def _control_recovery(m, spawn_agent, name='control'):
+    d = spawn_agent()
+    assert d.mkdir(m.path(name)) == 0
+    d.kill()
+    wait_free(m, name, timeout=2)
+
+
+def test_lockf_takes_the_lock_exclusively(mnt, procs, spawn_agent):
+    a, b = procs.locker(), procs.locker()
+    fa = a.open(fpath(mnt, 'x'))
+    assert a.lockf(fa, EX) == 0
+    o = read_owner(mnt.mnt, 'x')
+    assert (o['bound'], o['mode'], o['holder']['pid']) == ('fd', 'exclusive', a.pid)
+    assert [h['pid'] for h in o['holders']] == [a.pid]
+    assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
+    fb = b.open(fpath(mnt, 'x'))
+    assert is_wouldblock(b.flock(fb, EX | NB))
+    assert is_wouldblock(b.flock(fb, SH | NB))
+    assert b.lockf(fb, EX | NB) in (errno.EAGAIN, errno.EACCES)
+    assert _e(b.fcntl_lock(fb, SETLK, RD)) == errno.EAGAIN
+    assert a.lockf(fa, UN) == 0
+    wait_free(mnt, 'x')
+    assert b.lockf(fb, EX | NB) == 0                 # control: free now
+
+
+def test_f_setlk_conflicts_with_an_flock_holder(mnt, procs):
+    a, b = procs.locker(), procs.locker()
+    fa = a.take(fpath(mnt, 'x'), EX)
+    fb = b.open(fpath(mnt, 'x'))
+    assert _e(b.fcntl_lock(fb, SETLK, WR)) == errno.EAGAIN
+    assert _e(b.fcntl_lock(fb, SETLK, RD)) == errno.EAGAIN
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == a.pid
+    assert a.flock(fa, UN) == 0
+    assert _e(b.fcntl_lock(fb, SETLK, WR)) == 0
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
+
+
+def test_f_setlk_conflicts_with_a_mkdir_holder(mnt, procs, spawn_agent):
+    """Never silently local: the kernel must not grant it while mkdir holds NAME."""
+    a = spawn_agent()
+    assert a.mkdir(mnt.path('x')) == 0
+    b = procs.locker()
+    fb = b.open(fpath(mnt, 'x'))
+    assert _e(b.fcntl_lock(fb, SETLK, WR)) == errno.EAGAIN
+    assert _e(b.fcntl_lock(fb, SETLK, RD)) == errno.EAGAIN
+    assert b.lockf(fb, EX | NB) in (errno.EAGAIN, errno.EACCES)
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == a.pid
+    assert a.rmdir(mnt.path('x')) == 0
+    assert _e(b.fcntl_lock(fb, SETLK, WR)) == 0
+    assert a.mkdir(mnt.path('x')) == errno.EEXIST   # and the other way round
+    assert a.rmdir(mnt.path('x')) == errno.EPERM
+
+
+def test_flock_and_mkdir_conflict_with_a_posix_holder(mnt, procs, spawn_agent):
+    a, b = procs.locker(), procs.locker()
+    fa = a.open(fpath(mnt, 'x'))
+    assert _e(a.fcntl_lock(fa, SETLK, WR)) == 0
+    fb = b.open(fpath(mnt, 'x'))
+    assert is_wouldblock(b.flock(fb, EX | NB))
+    assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
+
+
+def test_f_rdlck_is_shared_with_flock_lock_sh(mnt, procs):
+    a, b, c = procs.locker(), procs.locker(), procs.locker()
+    fa = a.open(fpath(mnt, 'x'))
+    assert _e(a.fcntl_lock(fa, SETLK, RD)) == 0
+    b.take(fpath(mnt, 'x'), SH)
+    o = read_owner(mnt.mnt, 'x')
+    assert o['mode'] == 'shared'
+    assert sorted(h['pid'] for h in o['holders']) == sorted([a.pid, b.pid])
+    fc = c.open(fpath(mnt, 'x'))
+    assert _e(c.fcntl_lock(fc, SETLK, WR)) == errno.EAGAIN
+    assert _e(c.fcntl_lock(fc, SETLK, RD)) == 0
+    assert holder_pids(mnt, 'x') == sorted([a.pid, b.pid, c.pid])
+
+
+def test_f_setlkw_waits_behind_an_flock_holder_and_is_granted(mnt, procs):
+    a, b = procs.locker(), procs.locker()
+    fa = a.take(fpath(mnt, 'x'), EX)
+    fb = b.open(fpath(mnt, 'x'))
+    rid = b.fcntl_start(fb, SETLKW, WR)
+    wait_waiters(mnt, 'x', [b.pid])
+    w = read_waiters(mnt, 'x')[0]
+    assert (w['kind'], w['mode']) == ('posix', 'exclusive')
+    assert b.poll(rid) is None
+    assert a.flock(fa, UN) == 0
+    assert _e(b.wait(rid, 5)) == 0
+    o = read_owner(mnt.mnt, 'x')
+    assert (o['holder']['pid'], o['mode'], o['bound']) == (b.pid, 'exclusive', 'fd')
+
+
+def test_lockf_waits_behind_a_mkdir_holder_and_is_granted(mnt, procs, spawn_agent):
+    a = spawn_agent()
+    assert a.mkdir(mnt.path('x')) == 0
+    b = procs.locker()
+    fb = b.open(fpath(mnt, 'x'))
+    rid = b.lockf_start(fb, EX)
+    wait_waiters(mnt, 'x', [b.pid])
+    assert b.poll(rid) is None
+    assert a.rmdir(mnt.path('x')) == 0
+    assert _e(b.wait(rid, 5)) == 0
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
+
+
+def test_flock_waits_behind_a_posix_holder(mnt, procs):
+    a, b = procs.locker(), procs.locker()
+    fa = a.open(fpath(mnt, 'x'))
+    assert a.lockf(fa, EX) == 0
+    fb = b.open(fpath(mnt, 'x'))
+    rid = b.flock_start(fb, EX)
+    wait_waiters(mnt, 'x', [b.pid])
+    assert read_waiters(mnt, 'x')[0]['kind'] == 'flock'
+    assert a.lockf(fa, UN) == 0
+    assert _e(b.wait(rid, 5)) == 0
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
+
+
+def test_f_getlk_reports_the_conflicting_lock(mnt, procs, spawn_agent):
+    q = procs.locker()
+    fq = q.open(fpath(mnt, 'x'))
+    free = q.fcntl_lock(fq, GETLK, WR)
+    assert _e(free) == 0 and free['type'] == UNLCK, free
+    a = procs.locker()
+    fa = a.take(fpath(mnt, 'x'), EX)
+    r = q.fcntl_lock(fq, GETLK, WR)
+    assert _e(r) == 0 and r['type'] == WR, r
+    r = q.fcntl_lock(fq, GETLK, RD)
+    assert _e(r) == 0 and r['type'] == WR, r
+    assert a.flock(fa, SH) == 0                      # now a reader holds it
+    r = q.fcntl_lock(fq, GETLK, WR)
+    assert _e(r) == 0 and r['type'] == RD, r
+    r = q.fcntl_lock(fq, GETLK, RD)
+    assert _e(r) == 0 and r['type'] == UNLCK, r      # readers do not conflict
+    assert a.flock(fa, UN) == 0
+    wait_free(mnt, 'x')
+    ag = spawn_agent()
+    assert ag.mkdir(mnt.path('x')) == 0               # a mkdir holder conflicts too
+    r = q.fcntl_lock(fq, GETLK, RD)
+    assert _e(r) == 0 and r['type'] == WR, r
+    assert not read_waiters(mnt, 'x')                 # F_GETLK never queues
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == ag.pid
+
+
+@pytest.mark.parametrize('start,length,whence', [
+    (0, 1, os.SEEK_SET), (0, 100, os.SEEK_SET), (5, 0, os.SEEK_SET), (1, 1, os.SEEK_SET),
+    (10, 0, os.SEEK_CUR),
+], ids=['0+1', '0+100', '5+eof', '1+1', 'cur10'])
+def test_a_byte_range_is_enolck(mnt, procs, start, length, whence):
+    lk = procs.locker()
+    fd = lk.open(fpath(mnt, 'x'))
+    for cmd in (SETLK, SETLKW, GETLK):
+        for typ in (WR, RD):
+            r = lk.fcntl_lock(fd, cmd, typ, start, length, whence)
+            assert _e(r) == errno.ENOLCK, (cmd, typ, r)
+    assert errno_of(os.stat, mnt.path('x')) == errno.ENOENT    # nothing taken
+    assert _e(lk.fcntl_lock(fd, SETLK, WR)) == 0               # control: whole file
+
+
+def test_lockf_with_a_length_is_enolck(mnt, procs):
+    lk = procs.locker()
+    fd = lk.open(fpath(mnt, 'x'))
+    assert lk.lockf(fd, EX, 10) == errno.ENOLCK
+    assert lk.lockf(fd, EX | NB, 0, 1) == errno.ENOLCK
+    assert lk.lockf(fd, SH | NB, 4096, 0) == errno.ENOLCK
+    assert errno_of(os.stat, mnt.path('x')) == errno.ENOENT
+    assert lk.lockf(fd, EX | NB) == 0                           # control
+
+
+def test_whole_file_from_seek_end_is_the_whole_file(mnt, procs):
+    """Size 0, so SEEK_END+0 with length 0 is start 0 to EOF: the whole file."""
+    lk = procs.locker()
+    fd = lk.open(fpath(mnt, 'x'))
+    assert _e(lk.fcntl_lock(fd, SETLK, WR, 0, 0, os.SEEK_END)) == 0
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
+
+
+def test_any_close_by_the_owning_process_releases(mnt, procs):
+    lk = procs.locker()
+    f1 = lk.open(fpath(mnt, 'x'))
+    assert lk.lockf(f1, EX) == 0
+    f2 = lk.open(fpath(mnt, 'x'))
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
+    assert lk.close(f2) == 0                          # another descriptor: POSIX rules
+    wait_free(mnt, 'x', timeout=2)
+    assert lk.lockf(f1, EX | NB) == 0
+    f3 = lk.dup(f1)
+    assert lk.close(f3) == 0                          # a dup counts too
+    wait_free(mnt, 'x', timeout=2)
+
+
+def test_a_close_by_another_process_releases_nothing(mnt, procs, spawn_agent):
+    a, b = procs.locker(), procs.locker()
+    fa = a.open(fpath(mnt, 'x'))
+    assert a.lockf(fa, EX) == 0
+    fb = b.open(fpath(mnt, 'x'))
+    assert b.close(fb) == 0
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == a.pid
+
+
+def test_posix_holder_exit_releases(mnt, procs):
+    lk = procs.locker()
+    fd = lk.open(fpath(mnt, 'x'))
+    assert lk.lockf(fd, EX) == 0
+    lk.kill()
+    wait_free(mnt, 'x', timeout=2)
+    assert [l.event for l in log_for(mnt.dir, 'x')][-1] in ('released', 'recovered')
+
+
+def test_f_unlck_releases(mnt, procs):
+    lk = procs.locker()
+    fd = lk.open(fpath(mnt, 'x'))
+    assert _e(lk.fcntl_lock(fd, SETLK, WR)) == 0
+    assert _e(lk.fcntl_lock(fd, SETLK, UNLCK)) == 0
+    wait_free(mnt, 'x')
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
+
+
+@pytest.mark.parametrize('path', ['.log', 'x/owner', 'x/operation', 'x/waiters'])
+def test_posix_locks_on_other_files_are_enolck(mnt, path):
+    os.mkdir(mnt.path('x'))
+    fd = os.open(mnt.path(*path.split('/')), os.O_RDONLY)
+    try:
+        assert errno_of(fcntl.lockf, fd, SH | NB) == errno.ENOLCK
+        assert errno_of(fcntl.lockf, fd, SH) == errno.ENOLCK
+        from flock_helpers import flock_struct
+        assert errno_of(fcntl.fcntl, fd, GETLK, flock_struct(RD)) == errno.ENOLCK
+    finally:
+        os.close(fd)
+    os.rmdir(mnt.path('x'))
