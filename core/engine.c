@@ -58,6 +58,20 @@ struct cached *cache_find(struct stripe *s, const char *name)
 	return NULL;
 }
 
+void stripe_unlock(struct stripe *s)
+{
+	struct lockfs_wait *w = s->done;
+
+	s->done = NULL;
+	pthread_mutex_unlock(&s->mu);
+	while (w) {
+		struct lockfs_wait *next = w->done_next;
+
+		w->done(w, w->result); /* may free W */
+		w = next;
+	}
+}
+
 static bool same_holder(const struct lockfs_record *a, const struct lockfs_record *b)
 {
 	return a->bound == b->bound && a->has_holder == b->has_holder &&
@@ -66,7 +80,7 @@ static bool same_holder(const struct lockfs_record *a, const struct lockfs_recor
 }
 
 /* Stop watching C's holder, if we were.  Called with the stripe mutex held. */
-static void cache_unwatch(struct lockfs_core *core, struct cached *c)
+void cache_unwatch(struct lockfs_core *core, struct cached *c)
 {
 	if (c->watched)
 		lockfs_liveness_unwatch(core->liveness, c->rec.holder.pid, c->rec.holder.start_time);
@@ -78,7 +92,7 @@ static void cache_unwatch(struct lockfs_core *core, struct cached *c)
  * or one that is gone already, marks the entry for recovery instead: only
  * a live holder keeps a lock.  Called with the stripe mutex held.
  */
-static void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
+void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 {
 	int rc;
 
@@ -133,8 +147,8 @@ void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name)
  * store, and only a name seen for the first time adopts its token.  Called
  * with s->mu held.  On allocation failure REC is cleared and nothing
  * cached. */
-static void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
-		      uint64_t identity, struct lockfs_record *rec, int pidfd, bool ours)
+void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
+	       uint64_t identity, struct lockfs_record *rec, int pidfd, bool ours)
 {
 	struct cached *c = cache_find(s, name);
 
@@ -315,7 +329,7 @@ static int make_token(char out[LOCKFS_TOKEN_HEX + 1])
  * BUF; "" when unset or unreadable.  Returns 0, or -EINVAL for a slug that
  * is too long (SLUG_MAX - 1 bytes at most), not UTF-8, or has a control
  * character: such a slug names nothing reliably. */
-static int caller_slug(pid_t tid, char *buf, size_t size)
+int caller_slug(pid_t tid, char *buf, size_t size)
 {
 	int n = tid > 0 ? lockfs_proc_getenv(tid, "LOCKFS_SLUG", buf, size) : -ENOENT;
 
@@ -355,7 +369,7 @@ void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
 /* Start LEASE anew: TTL_S from now (0 clears it).  The deadline that
  * counts is on the boot clock; the wall-clock copy is for people and is
  * fixed here, so every reading shows the same instant. */
-static void lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
+void lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
 {
 	lease->ttl_s = ttl_s;
 	lease->deadline_boot_ms = ttl_s ? lockfs_boot_ms() + (int64_t)ttl_s * 1000 : 0;
@@ -363,9 +377,8 @@ static void lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
 }
 
 /* Build the record for a new holder.  Returns 0 or -errno. */
-static int build_record(struct lockfs_core *core, const char *name,
-			const struct lockfs_proc *p, const char *slug,
-			struct lockfs_record *rec)
+int build_record(struct lockfs_core *core, const char *name,
+		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec)
 {
 	struct lockfs_holder *h = &rec->holder;
 	int rc;
@@ -446,7 +459,22 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		return rc;
 	/* No "is it free?" pre-check: the kernel looked NAME up just before
 	 * sending MKDIR and answers EEXIST itself when it exists; the
-	 * backend's indivisible step decides the rest. */
+	 * backend's indivisible step decides the rest.  But a name with
+	 * queued waiters is theirs first (no barging): it can only be free
+	 * here if a lock we cannot watch (the seed's) just went, so grant
+	 * the queue now and say EEXIST. */
+	s = stripe_of(core, name);
+	pthread_mutex_lock(&s->mu);
+	{
+		struct lockq *q = queue_find(s, name);
+
+		if (q && q->nactive) {
+			queue_grant_locked(core, s, name);
+			stripe_unlock(s);
+			return -EEXIST;
+		}
+	}
+	stripe_unlock(s);
 	if (caller_slug(caller->tid, slug, sizeof(slug)) < 0) {
 		const char *kv[] = { "reason", "bad-slug", NULL };
 
@@ -503,10 +531,9 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	who_of(who, sizeof(who), rec.slug, rec.holder.comm, rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
 	snprintf(pid, sizeof(pid), "%d", (int)rec.holder.pid);
-	s = stripe_of(core, name);
 	pthread_mutex_lock(&s->mu);
 	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1, true);
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	lockfs_record_clear(&rec);
 	{
 		const char *kv[] = { "fence", fence, "pid", pid, NULL };
@@ -539,18 +566,32 @@ struct holder_ref {
 	char slug[SLUG_MAX];
 };
 
+size_t holder_count(const struct lockfs_record *rec)
+{
+	return rec->has_holder ? 1 + rec->nshares : 0;
+}
+
+/* Holder I of REC (0: rec->holder; I >= 1: a shared lock's other ones). */
+static void holder_ref_at(struct holder_ref *h, const struct lockfs_record *rec, size_t i)
+{
+	const struct lockfs_holder *x;
+
+	memset(h, 0, sizeof(*h));
+	if (!rec || i >= holder_count(rec))
+		return;
+	x = i == 0 ? &rec->holder : &rec->shares[i - 1].holder;
+	h->known = true;
+	h->bound = i == 0 ? rec->bound : rec->shares[i - 1].bound;
+	h->pid = x->pid;
+	h->start = x->start_time;
+	h->uid = x->uid;
+	snprintf(h->boot_id, sizeof(h->boot_id), "%s", x->boot_id);
+	snprintf(h->slug, sizeof(h->slug), "%s", i == 0 && rec->slug ? rec->slug : "");
+}
+
 static void holder_ref_of(struct holder_ref *h, const struct lockfs_record *rec)
 {
-	memset(h, 0, sizeof(*h));
-	if (!rec || !rec->has_holder)
-		return;
-	h->known = true;
-	h->bound = rec->bound;
-	h->pid = rec->holder.pid;
-	h->start = rec->holder.start_time;
-	h->uid = rec->holder.uid;
-	snprintf(h->boot_id, sizeof(h->boot_id), "%s", rec->holder.boot_id);
-	snprintf(h->slug, sizeof(h->slug), "%s", rec->slug ? rec->slug : "");
+	holder_ref_at(h, rec, 0);
 }
 
 /*
@@ -587,8 +628,8 @@ static int holder_check(struct lockfs_core *core, const struct holder_ref *h,
 }
 
 /* holder_check() on the cached entry C (NULL: foreign). */
-static int holder_check_entry(struct lockfs_core *core, const struct cached *c,
-			      const struct lockfs_caller *caller)
+int holder_check_entry(struct lockfs_core *core, const struct cached *c,
+		       const struct lockfs_caller *caller)
 {
 	struct holder_ref h;
 
@@ -613,9 +654,63 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		kv[n++] = *extra;
 	kv[n] = NULL;
 	log_event(core, who, name, kv, event);
+	/* Someone waits: the lock goes straight to them, the store never
+	 * shows it free in between. */
+	if (queue_handoff_locked(core, s, c, identity)) {
+		free(name);
+		return 0;
+	}
 	rc = core->be->ops->release(core->be, name, identity);
 	cache_drop(core, s, name);
+	queue_grant_locked(core, s, name);
 	free(name);
+	return rc;
+}
+
+int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		       uint64_t identity, size_t i, const char *event,
+		       const char *const *extra)
+{
+	struct lockfs_record *r = &c->rec;
+	struct lockfs_entry_stat st = { .identity = identity };
+	const struct lockfs_holder *h;
+	char who[WHO_MAX], fence[24], pid[16];
+	const char *kv[16] = { "fence", fence, "pid", pid };
+	int n = 4, rc;
+
+	if (holder_count(r) <= 1)
+		return release_locked(core, s, c, identity, event, extra);
+	h = i == 0 ? &r->holder : &r->shares[i - 1].holder;
+	who_of(who, sizeof(who), NULL, h->comm, h->pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, i == 0 ? r->fence : r->shares[i - 1].fence);
+	snprintf(pid, sizeof(pid), "%d", (int)h->pid);
+	for (; extra && *extra && n < 14; extra++)
+		kv[n++] = *extra;
+	kv[n] = NULL;
+	log_event(core, who, c->name, kv, event);
+	if (i == 0) {
+		/* The next holder moves up; the lock (its fence, its time)
+		 * stays what it was. */
+		cache_unwatch(core, c);
+		lockfs_holder_clear(&r->holder);
+		r->holder = r->shares[0].holder;
+		r->bound = r->shares[0].bound;
+		memcpy(r->fd_owner, r->shares[0].fd_owner, sizeof(r->fd_owner));
+		c->holder_gone = false;
+		i = 1;
+	} else {
+		lockfs_holder_clear(&r->shares[i - 1].holder);
+	}
+	memmove(&r->shares[i - 1], &r->shares[i], (r->nshares - i) * sizeof(*r->shares));
+	if (--r->nshares == 0) {
+		free(r->shares);
+		r->shares = NULL;
+	}
+	rc = persist_locked(core, s, c, &st);
+	if (rc == 0) {
+		cache_watch(core, c, -1);
+		queue_grant_locked(core, s, c->name);
+	}
 	return rc;
 }
 
@@ -640,20 +735,30 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	if (c && strcmp(c->issued, c->rec.token) != 0) {
 		/* The record is not the one we issued: someone rewrote the
 		 * store behind our back.  Fail closed: keep it, say so. */
-		pthread_mutex_unlock(&s->mu);
+		stripe_unlock(s);
 		log_denied(core, name, caller, "token-mismatch");
 		return -EPERM;
 	}
-	rc = holder_check_entry(core, c, caller);
-	if (rc < 0) {
-		pthread_mutex_unlock(&s->mu);
-		log_denied(core, name, caller, foreign ? "foreign-lock" :
-			   rc == -EPERM ? "not-holder" : "caller-unknown");
-		return rc;
+	/* A shared lock: the caller lets go of the first share it holds. */
+	{
+		size_t i = 0, n = c ? holder_count(&c->rec) : 0;
+		struct holder_ref h;
+
+		rc = -EPERM;
+		do {
+			holder_ref_at(&h, c ? &c->rec : NULL, i);
+			rc = holder_check(core, &h, caller);
+		} while (rc == -EPERM && ++i < n);
+		if (rc < 0) {
+			stripe_unlock(s);
+			log_denied(core, name, caller, foreign ? "foreign-lock" :
+				   rc == -EPERM ? "not-holder" : "caller-unknown");
+			return rc;
+		}
+		rc = drop_holder_locked(core, s, c, st.identity, i, "released", NULL);
 	}
-	rc = release_locked(core, s, c, st.identity, "released", NULL);
 out:
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	return rc;
 }
 
@@ -679,7 +784,7 @@ static int with_record(struct lockfs_core *core, const char *name,
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc == 0)
 		rc = view(name, c, &st, arg);
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	return rc;
 }
 
@@ -830,14 +935,14 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
 	if (rc == 0)
 		holder_ref_of(&h, c ? &c->rec : NULL);
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	return rc == 0 ? holder_check(core, &h, caller) : rc;
 }
 
 /* Write C's record back to the store and follow its new identity.  Called
  * with the stripe mutex held.  0 or -errno (then the entry is dropped). */
-static int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
-			  struct lockfs_entry_stat *st)
+int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		   struct lockfs_entry_stat *st)
 {
 	size_t len;
 	char *json = lockfs_record_encode(&c->rec, LOCKFS_RECORD_WITH_TOKEN, &len);
@@ -879,7 +984,7 @@ static int edit_as_holder(struct lockfs_core *core, const char *name,
 		rc = edit(core, c, arg);
 	if (rc == 0)
 		rc = persist_locked(core, s, c, &st);
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	return rc == 1 ? 0 : rc;
 }
 
@@ -1117,6 +1222,7 @@ void lockfs_core_close(struct lockfs_core *core)
 
 			cache_drop(core, &core->stripes[i], c->name);
 		}
+		queue_free_all(&core->stripes[i]);
 		pthread_mutex_destroy(&core->stripes[i].mu);
 	}
 	lockfs_liveness_free(core->liveness);

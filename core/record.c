@@ -233,6 +233,59 @@ static json_t *lease_json(const struct lockfs_lease *l)
 	return o;
 }
 
+const char *lockfs_bound_name(enum lockfs_bound b)
+{
+	return b == LOCKFS_BOUND_SLUG ? "slug" : b == LOCKFS_BOUND_FD ? "fd" : "process";
+}
+
+/* One element of "holders": the holder's object plus its grant. */
+static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound,
+			  const char *fd_owner, uint64_t fence, int64_t at_ms, int flags)
+{
+	json_t *o = holder_json(h);
+	char when[32];
+	int err = 0;
+
+	if (!o)
+		return NULL;
+	err |= add(o, "bound", json_string(lockfs_bound_name(bound)));
+	if (!(flags & LOCKFS_RECORD_PRETTY) && fd_owner[0])
+		err |= add(o, "fd_owner", json_string(fd_owner));
+	err |= add(o, "fence", json_integer((json_int_t)fence));
+	err |= add(o, "acquired_at", json_string(lockfs_format_time(at_ms, when)));
+	err |= add(o, "acquired_at_ms", json_integer(at_ms));
+	if (err) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* Every holder, `holder` first: what a reader of a shared lock needs. */
+static json_t *holders_json(const struct lockfs_record *r, int flags)
+{
+	json_t *a = json_array();
+
+	if (!a)
+		return NULL;
+	if (r->has_holder &&
+	    json_array_append_new(a, share_json(&r->holder, r->bound, r->fd_owner, r->fence,
+						r->acquired_at_ms, flags)) < 0)
+		goto fail;
+	for (size_t i = 0; i < r->nshares; i++) {
+		const struct lockfs_share *sh = &r->shares[i];
+
+		if (json_array_append_new(a, share_json(&sh->holder, sh->bound, sh->fd_owner,
+							sh->fence, sh->acquired_at_ms,
+							flags)) < 0)
+			goto fail;
+	}
+	return a;
+fail:
+	json_decref(a);
+	return NULL;
+}
+
 /*
  * The compact form is written on every acquisition, so it is produced
  * directly rather than through a tree of jansson objects (a third of the
@@ -346,7 +399,7 @@ static char *encode_compact(const struct lockfs_record *r, int flags, size_t *le
 	sb_lit(&b, "{\"resource\":");
 	sb_str(&b, r->resource);
 	sb_lit(&b, r->bound == LOCKFS_BOUND_SLUG ? ",\"bound\":\"slug\"" : ",\"bound\":\"process\"");
-	sb_lit(&b, ",\"holder\":");
+	sb_lit(&b, ",\"mode\":\"exclusive\",\"holder\":");
 	if (r->has_holder) {
 		const struct lockfs_holder *h = &r->holder;
 
@@ -424,14 +477,22 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	size_t n;
 	int err = 0;
 
-	if (!(flags & LOCKFS_RECORD_PRETTY))
+	/* The common record (a mkdir lock) has a fast hand-written encoder;
+	 * fd and shared locks go through jansson. */
+	if (!(flags & LOCKFS_RECORD_PRETTY) && r->bound != LOCKFS_BOUND_FD &&
+	    r->mode == LOCKFS_EXCLUSIVE && r->nshares == 0)
 		return encode_compact(r, flags, len);
 	o = json_object();
 	if (!o)
 		return NULL;
 	err |= add(o, "resource", str_json(r->resource));
-	err |= add(o, "bound", json_string(r->bound == LOCKFS_BOUND_SLUG ? "slug" : "process"));
+	err |= add(o, "bound", json_string(lockfs_bound_name(r->bound)));
+	err |= add(o, "mode", json_string(r->mode == LOCKFS_SHARED ? "shared" : "exclusive"));
+	if (!(flags & LOCKFS_RECORD_PRETTY) && r->fd_owner[0])
+		err |= add(o, "fd_owner", json_string(r->fd_owner));
 	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder) : json_null());
+	if ((flags & LOCKFS_RECORD_PRETTY) || r->nshares)
+		err |= add(o, "holders", holders_json(r, flags));
 	err |= add(o, "acquired_at",
 		   json_string(lockfs_format_time(r->acquired_at_ms, when)));
 	err |= add(o, "acquired_at_ms", json_integer(r->acquired_at_ms));
@@ -467,6 +528,20 @@ out:
 	return out;
 }
 
+void lockfs_holder_clear(struct lockfs_holder *h)
+{
+	free(h->user);
+	free(h->comm);
+	free(h->host);
+	free(h->boot_id);
+	if (h->cmdline) {
+		for (char **a = h->cmdline; *a; a++)
+			free(*a);
+		free(h->cmdline);
+	}
+	memset(h, 0, sizeof(*h));
+}
+
 void lockfs_record_clear(struct lockfs_record *r)
 {
 	if (!r)
@@ -474,15 +549,10 @@ void lockfs_record_clear(struct lockfs_record *r)
 	free(r->resource);
 	free(r->operation);
 	free(r->slug);
-	free(r->holder.user);
-	free(r->holder.comm);
-	free(r->holder.host);
-	free(r->holder.boot_id);
-	if (r->holder.cmdline) {
-		for (char **a = r->holder.cmdline; *a; a++)
-			free(*a);
-		free(r->holder.cmdline);
-	}
+	lockfs_holder_clear(&r->holder);
+	for (size_t i = 0; i < r->nshares; i++)
+		lockfs_holder_clear(&r->shares[i].holder);
+	free(r->shares);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -622,9 +692,86 @@ static int parse_token(const json_t *o, char token[LOCKFS_TOKEN_HEX + 1])
 	return 0;
 }
 
+static int parse_bound(const json_t *v, enum lockfs_bound *out)
+{
+	const char *b = json_string_value(v);
+
+	if (!b)
+		return -EINVAL;
+	if (strcmp(b, "process") == 0)
+		*out = LOCKFS_BOUND_PROCESS;
+	else if (strcmp(b, "slug") == 0)
+		*out = LOCKFS_BOUND_SLUG;
+	else if (strcmp(b, "fd") == 0)
+		*out = LOCKFS_BOUND_FD;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* An optional "fd_owner": a string shorter than LOCKFS_FD_OWNER_MAX. */
+static int parse_fd_owner(const json_t *o, char out[LOCKFS_FD_OWNER_MAX])
+{
+	json_t *v = json_object_get(o, "fd_owner");
+
+	out[0] = '\0';
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v) || json_string_length(v) == 0 ||
+	    json_string_length(v) >= LOCKFS_FD_OWNER_MAX)
+		return -EINVAL;
+	memcpy(out, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+/* "holders" of a shared record: element 0 repeats `holder`; the rest
+ * are the other holders. */
+static int parse_shares(const json_t *o, struct lockfs_record *r)
+{
+	json_t *a = json_object_get(o, "holders");
+	size_t n;
+	json_int_t v;
+	int rc;
+
+	if (!a)
+		return 0;
+	if (!json_is_array(a) || json_array_size(a) < 1 || !r->has_holder ||
+	    json_array_size(a) > 65536)
+		return -EINVAL;
+	n = json_array_size(a) - 1;
+	if (n == 0)
+		return 0;
+	r->shares = calloc(n, sizeof(*r->shares));
+	if (!r->shares)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const json_t *e = json_array_get(a, i + 1);
+		struct lockfs_share *sh = &r->shares[i];
+
+		r->nshares = i + 1; /* cleared by the caller on failure */
+		if ((rc = parse_holder(e, &sh->holder)) < 0)
+			return rc;
+		if ((rc = parse_bound(json_object_get(e, "bound"), &sh->bound)) < 0)
+			return rc;
+		if (sh->bound == LOCKFS_BOUND_SLUG)
+			return -EINVAL;
+		if ((rc = parse_fd_owner(e, sh->fd_owner)) < 0)
+			return rc;
+		if ((sh->bound == LOCKFS_BOUND_FD) != (sh->fd_owner[0] != '\0'))
+			return -EINVAL;
+		if ((rc = get_int(e, "fence", 1, INT64_MAX, &v)) < 0)
+			return rc;
+		sh->fence = (uint64_t)v;
+		if ((rc = get_int(e, "acquired_at_ms", INT64_MIN, INT64_MAX, &v)) < 0)
+			return rc;
+		sh->acquired_at_ms = v;
+	}
+	return 0;
+}
+
 static int parse_object(const json_t *o, struct lockfs_record *r)
 {
-	json_t *holder, *lease, *bound;
+	json_t *holder, *lease, *bound, *mode;
 	json_int_t v;
 	int rc;
 
@@ -634,11 +781,21 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 		return rc;
 	/* Records written before "bound" existed were all process-bound. */
 	bound = json_object_get(o, "bound");
-	if (!bound || (json_is_string(bound) && strcmp(json_string_value(bound), "process") == 0))
+	if (!bound)
 		r->bound = LOCKFS_BOUND_PROCESS;
-	else if (json_is_string(bound) && strcmp(json_string_value(bound), "slug") == 0)
-		r->bound = LOCKFS_BOUND_SLUG;
-	else
+	else if ((rc = parse_bound(bound, &r->bound)) < 0)
+		return rc;
+	/* ... and before "mode", all exclusive. */
+	mode = json_object_get(o, "mode");
+	if (mode && (!json_is_string(mode) ||
+		     (strcmp(json_string_value(mode), "exclusive") != 0 &&
+		      strcmp(json_string_value(mode), "shared") != 0)))
+		return -EINVAL;
+	r->mode = mode && strcmp(json_string_value(mode), "shared") == 0 ? LOCKFS_SHARED
+									 : LOCKFS_EXCLUSIVE;
+	if ((rc = parse_fd_owner(o, r->fd_owner)) < 0)
+		return rc;
+	if ((r->bound == LOCKFS_BOUND_FD) != (r->fd_owner[0] != '\0'))
 		return -EINVAL;
 	if (r->bound == LOCKFS_BOUND_SLUG && !json_is_string(json_object_get(o, "slug")))
 		return -EINVAL;
@@ -678,6 +835,8 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 	if ((rc = get_int(o, "fence", 1, INT64_MAX, &v)) < 0)
 		return rc;
 	r->fence = (uint64_t)v;
+	if (r->mode == LOCKFS_SHARED && (rc = parse_shares(o, r)) < 0)
+		return rc;
 	/* Unknown keys are ignored, for the same forward compatibility. */
 	return parse_token(o, r->token);
 }

@@ -83,11 +83,16 @@ static void recover(struct lockfs_core *core, const char *name, const char *toke
 	pthread_mutex_lock(&s->mu);
 	if (load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c &&
 	    strcmp(c->rec.token, token) == 0) {
+		bool shared = c->rec.nshares > 0;
+
 		pid = c->rec.holder.pid;
 		start = c->rec.holder.start_time;
-		released = release_locked(core, s, c, st.identity, "recovered", extra) == 0;
+		/* A shared lock loses this holder only; the others keep it. */
+		released = drop_holder_locked(core, s, c, st.identity, 0, "recovered", extra) == 0;
+		if (shared)
+			released = false;
 	}
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	if (!released)
 		return;
 	if (signal && core->break_signal && pid > 0)
@@ -106,14 +111,14 @@ static void recover_gone(struct lockfs_core *core, const struct todo *t)
 	pthread_mutex_lock(&s->mu);
 	c = cache_find(s, t->name);
 	if (!c || strcmp(c->rec.token, t->token) != 0) {
-		pthread_mutex_unlock(&s->mu);
+		stripe_unlock(s);
 		return;
 	}
 	who_of(holder, sizeof(holder), NULL, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(start, sizeof(start), "%llu", c->rec.holder.start_time);
 	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0)
 		evidence = "boot-changed";
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	{
 		const char *extra[] = { "holder", holder, "start", start, "evidence", evidence, NULL };
 
@@ -132,7 +137,7 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 	pthread_mutex_lock(&s->mu);
 	c = cache_find(s, name);
 	if (!c || strcmp(c->rec.token, token) != 0) {
-		pthread_mutex_unlock(&s->mu);
+		stripe_unlock(s);
 		return;
 	}
 	c->expired_logged = true;
@@ -140,7 +145,7 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	snprintf(ttl, sizeof(ttl), "%u", c->rec.lease.ttl_s);
 	snprintf(pid, sizeof(pid), "%d", (int)(evidence_pid ? evidence_pid : c->rec.holder.pid));
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	{
 		const char *kv[] = { "fence", fence, "ttl_s", ttl, "evidence", evidence,
 				     "pid", pid, NULL };
@@ -192,7 +197,7 @@ static void collect(struct lockfs_core *core, struct todo_list *l, bool leases)
 				}
 			}
 		}
-		pthread_mutex_unlock(&s->mu);
+		stripe_unlock(s);
 	}
 }
 
@@ -205,7 +210,7 @@ static bool entry_logged(struct lockfs_core *core, const char *name)
 	pthread_mutex_lock(&s->mu);
 	c = cache_find(s, name);
 	logged = c && c->expired_logged;
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	return logged;
 }
 
@@ -244,7 +249,7 @@ void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
 				todo_add(&l, c, TODO_GONE);
 			}
 		}
-		pthread_mutex_unlock(&s->mu);
+		stripe_unlock(s);
 	}
 	act(core, &l);
 	todo_free(&l);
@@ -312,7 +317,7 @@ static void recover_stale_foreign(struct lockfs_core *core)
 			log_event(core, "?", nv.v[i], kv, "recovered");
 			released = core->be->ops->release(core->be, nv.v[i], st.identity) == 0;
 		}
-		pthread_mutex_unlock(&s->mu);
+		stripe_unlock(s);
 		if (released)
 			notify_removed(core, nv.v[i]);
 	}
@@ -328,10 +333,50 @@ void recovery_tick(void *arg)
 	collect(core, &l, true);
 	act(core, &l);
 	todo_free(&l);
+	queue_tick(core);
 	if (core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
 		core->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(core);
 	}
+}
+
+/*
+ * An fd lock found at startup was taken through an earlier mount: no
+ * close can ever arrive for its descriptors.  Bind it to the process the
+ * record names (watched like any process-bound holder), and say so.
+ */
+static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+			     struct lockfs_entry_stat *st)
+{
+	struct lockfs_record *r = &c->rec;
+	char who[WHO_MAX], fence[24], pid[16], holders[16];
+	bool any = r->bound == LOCKFS_BOUND_FD;
+
+	for (size_t i = 0; i < r->nshares; i++)
+		any |= r->shares[i].bound == LOCKFS_BOUND_FD;
+	if (!any)
+		return;
+	if (r->bound == LOCKFS_BOUND_FD)
+		r->bound = LOCKFS_BOUND_PROCESS;
+	r->fd_owner[0] = '\0';
+	for (size_t i = 0; i < r->nshares; i++) {
+		if (r->shares[i].bound == LOCKFS_BOUND_FD)
+			r->shares[i].bound = LOCKFS_BOUND_PROCESS;
+		r->shares[i].fd_owner[0] = '\0';
+	}
+	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
+	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
+	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
+	if (persist_locked(core, s, c, st) < 0)
+		return; /* dropped from the cache; the lock stays as it was */
+	{
+		const char *kv[] = { "fence", fence, "pid", pid, "holders", holders,
+				     "bound", "process", "evidence", "daemon-restart", NULL };
+
+		log_event(core, who, c->name, kv, "rebound");
+	}
+	cache_watch(core, c, -1);
 }
 
 int recovery_startup_scan(struct lockfs_core *core)
@@ -351,8 +396,9 @@ int recovery_startup_scan(struct lockfs_core *core)
 		/* Reading each record caches it and watches its holder; a
 		 * holder that died while no daemon watched is marked gone. */
 		pthread_mutex_lock(&s->mu);
-		load_locked(core, s, nv.v[i], &st, &foreign, true, &c);
-		pthread_mutex_unlock(&s->mu);
+		if (load_locked(core, s, nv.v[i], &st, &foreign, true, &c) == 0 && c)
+			rebind_fd_locked(core, s, c, &st);
+		stripe_unlock(s);
 	}
 	name_vec_free(&nv);
 	if (rc == 0) {
@@ -403,7 +449,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 		log_event(core, "?", name, kv, "broken");
 		rc = core->be->ops->release(core->be, name, st.identity);
 	}
-	pthread_mutex_unlock(&s->mu);
+	stripe_unlock(s);
 	free(why);
 	if (rc < 0)
 		return rc;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "lockfs/core.h"
+#include "lockfs/holder.h"
 #include "lockfs/log.h"
 #include "lockfs/record.h"
 #include "fence.h"
@@ -42,9 +43,34 @@ struct cached {
 	int64_t next_check_boot_ms; /* slug evidence: not before this */
 };
 
+/* One place in a name's FIFO queue (queue.c). */
+struct qentry {
+	struct qentry *next, *prev;
+	struct lockfs_wait *w;   /* NULL: a place kept for an interrupted waiter */
+	char owner[LOCKFS_FD_OWNER_MAX];
+	enum lockfs_mode mode;
+	struct lockfs_proc who;  /* the holder-to-be (helpers skipped) */
+	uid_t uid;               /* of the caller */
+	gid_t gid;
+	int64_t since_ms;        /* wall clock, for `waiters` */
+	int64_t keep_until_ms;   /* boot clock: a kept place's end */
+};
+
+/* The waiters of one name; exists while it has any. */
+struct lockq {
+	struct lockq *next;
+	char *name;
+	struct qentry *head, *tail;
+	size_t nactive;          /* entries with a parked request */
+};
+
 struct stripe {
 	pthread_mutex_t mu;
-	struct cached *head; /* protected by mu */
+	struct cached *head;     /* protected by mu */
+	struct lockq *queues;    /* protected by mu */
+	/* Waits granted or failed under mu, answered by stripe_unlock()
+	 * once mu is dropped (protected by mu). */
+	struct lockfs_wait *done;
 };
 
 struct uid_name {
@@ -104,6 +130,51 @@ void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size);
 void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event);
 void notify_removed(struct lockfs_core *core, const char *name);
+
+/* Drop S's mutex, then answer the waits completed under it. */
+void stripe_unlock(struct stripe *s);
+
+/* Watching holders (engine.c); with s->mu held. */
+void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd);
+void cache_unwatch(struct lockfs_core *core, struct cached *c);
+void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
+	       uint64_t identity, struct lockfs_record *rec, int pidfd, bool ours);
+int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		   struct lockfs_entry_stat *st);
+/* A record for a new holder WHO of NAME (fresh fence and token). */
+int build_record(struct lockfs_core *core, const char *name,
+		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec);
+void lease_start(struct lockfs_lease *lease, uint32_t ttl_s);
+int caller_slug(pid_t tid, char *buf, size_t size);
+
+/*
+ * Holder I of C (0 = rec.holder, I >= 1 = rec.shares[I - 1]) lets go:
+ * the last holder releases the lock (release_locked, which hands it to
+ * the queue's head), any other is removed from the record.  Logs EVENT
+ * for that holder.  With s->mu held and C fresh.  0 or -errno.
+ */
+int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		       uint64_t identity, size_t i, const char *event,
+		       const char *const *extra);
+size_t holder_count(const struct lockfs_record *rec);
+/* May CALLER act as C's holder (the rmdir rule)?  0, -EPERM, -EACCES. */
+int holder_check_entry(struct lockfs_core *core, const struct cached *c,
+		       const struct lockfs_caller *caller);
+
+/* The queue (queue.c); all with s->mu held. */
+struct lockq *queue_find(struct stripe *s, const char *name);
+/* Grant NAME's head (and the shared requests right behind it) if the lock
+ * allows now; drops the queue when it is empty. */
+void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *name);
+/* Give C's lock (being released, store identity IDENTITY) straight to
+ * the queue's head by rewriting the record in place: nobody can take it
+ * in between.  true if handed off (C is then replaced in the cache). */
+bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+			  uint64_t identity);
+/* Kept places that ran out, retries behind locks we cannot watch (the
+ * seed's), holders of rebound shared locks that died.  Liveness thread. */
+void queue_tick(struct lockfs_core *core);
+void queue_free_all(struct stripe *s);
 
 /* Recovery (recovery.c). */
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);

@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <fuse_lowlevel.h>
 
@@ -18,6 +20,7 @@
  * names two different things.
  */
 #define INO_LOG 2
+#define INO_FLOCK_DIR 3 /* M/.flock */
 enum lock_file {
 	LF_DIR = 0,
 	LF_OWNER = 1,
@@ -25,8 +28,15 @@ enum lock_file {
 	LF_FENCE = 3,
 	LF_LEASE = 4,
 	LF_BREAK = 5,
-	LF_COUNT
+	LF_WAITERS = 6,
+	LF_BIND = 7,
+	LF_COUNT,
+	/* Not in a lock directory: M/.flock/NAME, node (NAME, FLOCK_GEN). */
+	LF_FLOCK = LF_COUNT
 };
+/* The generation of .flock/NAME nodes: they stand for the name, whatever
+ * acquisition holds it (fences never reach this). */
+#define FLOCK_GEN UINT64_MAX
 #define INO_SHIFT 4
 
 static inline fuse_ino_t ino_make(uint64_t id, enum lock_file f)
@@ -44,6 +54,10 @@ static inline enum lock_file ino_file(fuse_ino_t ino)
 static inline int ino_is_lock(fuse_ino_t ino)
 {
 	return ino >= (1u << INO_SHIFT) && ino_file(ino) < LF_COUNT;
+}
+static inline int ino_is_flock(fuse_ino_t ino)
+{
+	return ino >= (1u << INO_SHIFT) && ino_file(ino) == LF_FLOCK;
 }
 
 /* The kernel's view: which lock names it holds inode numbers for. */
@@ -64,9 +78,11 @@ void inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
  * the kernel refuses to drop a directory entry while one is open. */
 void inodes_opened(struct inodes *t, uint64_t id, int delta);
 uint64_t inodes_open_count(struct inodes *t, uint64_t id);
-/* Up to MAX node ids the kernel holds for NAME (any generation), into IDS.
+/* Up to MAX node ids the kernel holds for NAME's lock directories (any
+ * generation but FLOCK_GEN), into IDS, their generations into GENS.
  * Returns how many. */
-size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, size_t max);
+size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, uint64_t *gens,
+		   size_t max);
 
 /* The thread that sends the kernel removals the engine made (notify.c). */
 struct notifier;
@@ -76,8 +92,13 @@ int notifier_run(struct notifier *nt);
 void notifier_removed(void *arg, const char *name);
 void notifier_free(struct notifier *nt);
 
+/* Parked flock/fcntl requests (flock.c). */
+struct parked;
+
 struct lockfs_fs {
 	struct lockfs_core *core;
+	pthread_mutex_t parked_mu;
+	struct parked *parked;     /* protected by parked_mu */
 	struct inodes *inodes;
 	struct fuse_session *se;
 	struct notifier *notifier;
@@ -87,5 +108,17 @@ struct lockfs_fs {
 };
 
 extern const struct fuse_lowlevel_ops lockfs_ops;
+
+/* flock.c: M/.flock/NAME and the locks taken through it. */
+int flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1]);
+void flock_dir_attr(struct lockfs_fs *fs, struct stat *st);
+void flock_file_attr(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st);
+void flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name);
+/* A close of an open .flock/NAME file (flush: POSIX owner; release). */
+void flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner);
+void lfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op);
+void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock);
+void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,
+	       int sleep);
 
 #endif

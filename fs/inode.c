@@ -150,14 +150,18 @@ out:
 	pthread_mutex_unlock(&t->mu);
 }
 
-size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, size_t max)
+size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, uint64_t *gens,
+		   size_t max)
 {
 	size_t n = 0;
 
 	pthread_mutex_lock(&t->mu);
-	for (struct node *x = t->by_name[name_hash(name)]; x && n < max; x = x->by_name_next)
-		if (strcmp(x->name, name) == 0)
+	for (struct node *x = t->by_name[name_hash(name)]; x && n < max; x = x->by_name_next) {
+		if (strcmp(x->name, name) == 0 && x->generation != FLOCK_GEN) {
+			gens[n] = x->generation;
 			ids[n++] = x->id;
+		}
+	}
 	pthread_mutex_unlock(&t->mu);
 	return n;
 }

@@ -221,6 +221,7 @@ int main(int argc, char *argv[])
 	char *fsname = NULL;
 	int dirfd = -1, lockfd = -1, rc, ret = 1;
 
+	pthread_mutex_init(&fs.parked_mu, NULL);
 	if (fuse_opt_parse(&args, &o, option_spec, NULL) == -1)
 		return 1;
 	if (fuse_parse_cmdline(&args, &opts) != 0)

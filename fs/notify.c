@@ -34,14 +34,20 @@ struct notifier {
 
 static void send_one(struct lockfs_fs *fs, const char *name)
 {
-	static const char *const files[] = { "owner", "operation", "fence", "lease", "break" };
-	uint64_t ids[8];
-	size_t n = inodes_find(fs->inodes, name, ids, 8);
+	static const char *const files[] = { "owner", "operation", "fence", "lease", "break",
+					     "waiters", "bind" };
+	struct lockfs_lock_stat now;
+	uint64_t ids[8], gens[8];
+	size_t n = inodes_find(fs->inodes, name, ids, gens, 8);
 	size_t len = strlen(name);
-	bool deleted = false;
+	bool deleted = false, held = lockfs_core_stat(fs->core, name, &now) == 0;
 
 	for (size_t i = 0; i < n; i++) {
 		fuse_ino_t dir = ino_make(ids[i], LF_DIR);
+
+		/* Handed straight to a waiter: the new holder's node stays. */
+		if (held && gens[i] == now.generation)
+			continue;
 
 		/* The kernel refuses to delete a directory entry that still
 		 * has children cached (ENOTEMPTY), and one with a file open
@@ -54,7 +60,7 @@ static void send_one(struct lockfs_fs *fs, const char *name)
 		if (fuse_lowlevel_notify_delete(fs->se, FUSE_ROOT_ID, dir, name, len) == 0)
 			deleted = true;
 	}
-	if (!deleted)
+	if (!deleted && !held)
 		fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, name, len);
 }
 

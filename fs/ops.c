@@ -41,6 +41,8 @@ static const char *const lock_file_names[LF_COUNT] = {
 	[LF_FENCE] = "fence",
 	[LF_LEASE] = "lease",
 	[LF_BREAK] = "break",
+	[LF_WAITERS] = "waiters",
+	[LF_BIND] = "bind",
 };
 
 /* Root and the user who mounted may break any lock. */
@@ -111,7 +113,12 @@ static void lock_attr(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
 		break;
 	case LF_OWNER:
 	case LF_FENCE:
+	case LF_WAITERS:
 		st->st_mode = S_IFREG | 0444;
+		break;
+	case LF_BIND:
+		/* The holder decides by the rmdir rule, not by mode bits. */
+		st->st_mode = S_IFREG | 0666;
 		break;
 	case LF_BREAK:
 		/* Breaking is for root and the user who mounted. */
@@ -192,11 +199,19 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			log_attr(fs, &e.attr);
 			return (void)fuse_reply_entry(req, &e);
 		}
+		if (strcmp(name, ".flock") == 0) {
+			struct fuse_entry_param e = { .ino = INO_FLOCK_DIR };
+
+			flock_dir_attr(fs, &e.attr);
+			return (void)fuse_reply_entry(req, &e);
+		}
 		rc = lockfs_core_stat(fs->core, name, &ls);
 		if (rc < 0)
 			return (void)fuse_reply_err(req, -rc);
 		return reply_lock_entry(req, fs, name, LF_DIR, &ls);
 	}
+	if (parent == INO_FLOCK_DIR)
+		return flock_lookup(req, fs, name);
 	if (!ino_is_lock(parent) || ino_file(parent) != LF_DIR)
 		return (void)fuse_reply_err(req, ENOTDIR);
 	rc = lock_name_of(fs, parent, lock, &ls);
@@ -210,7 +225,7 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void lfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	if (ino_is_lock(ino))
+	if (ino_is_lock(ino) || ino_is_flock(ino))
 		inodes_forget(fs_of(req)->inodes, ino_id(ino), nlookup);
 	fuse_reply_none(req);
 }
@@ -218,7 +233,7 @@ static void lfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 static void lfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
 	for (size_t i = 0; i < count; i++)
-		if (ino_is_lock(forgets[i].ino))
+		if (ino_is_lock(forgets[i].ino) || ino_is_flock(forgets[i].ino))
 			inodes_forget(fs_of(req)->inodes, ino_id(forgets[i].ino), forgets[i].nlookup);
 	fuse_reply_none(req);
 }
@@ -236,6 +251,16 @@ static int attr_of(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
 	}
 	if (ino == INO_LOG)
 		return log_attr(fs, st);
+	if (ino == INO_FLOCK_DIR) {
+		flock_dir_attr(fs, st);
+		return 0;
+	}
+	if (ino_is_flock(ino)) {
+		rc = flock_name_of(fs, ino, lock);
+		if (rc == 0)
+			flock_file_attr(fs, ino, st);
+		return rc;
+	}
 	rc = lock_name_of(fs, ino, lock, &ls);
 	if (rc == 0)
 		lock_attr(fs, ino_id(ino), ino_file(ino), &ls, st);
@@ -270,6 +295,14 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	 * allowed: `touch M/NAME` renews the lease (whoever may release), and
 	 * truncating a writable file to 0 (truncate(1), or O_TRUNC without
 	 * atomic_o_trunc) as the start of a write. */
+	if (ino_is_flock(ino)) {
+		/* chmod, utimens, O_TRUNC on a .flock file: accepted, and
+		 * nothing changes (lock libraries do all three). */
+		rc = attr_of(fs, ino, &st);
+		if (rc < 0)
+			return (void)fuse_reply_err(req, -rc);
+		return (void)fuse_reply_attr(req, &st, 0);
+	}
 	if (!ino_is_lock(ino))
 		return (void)fuse_reply_err(req, EPERM);
 	caller_of(req, &caller);
@@ -290,6 +323,8 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 		rc = lockfs_core_check_holder(fs->core, lock, &caller);
 	} else if (to_set == FUSE_SET_ATTR_SIZE && file == LF_BREAK) {
 		rc = may_break(fs, req) ? 0 : -EACCES;
+	} else if (to_set == FUSE_SET_ATTR_SIZE && file == LF_BIND) {
+		rc = lockfs_core_check_holder(fs->core, lock, &caller);
 	} else {
 		rc = -EPERM;
 	}
@@ -323,7 +358,7 @@ static void lfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	if (parent != FUSE_ROOT_ID)
 		return (void)fuse_reply_err(req, EPERM);
-	if (strcmp(name, ".log") == 0)
+	if (strcmp(name, ".log") == 0 || strcmp(name, ".flock") == 0)
 		return (void)fuse_reply_err(req, EPERM);
 	caller_of(req, &caller);
 	fuse_reply_err(req, -lockfs_core_release(fs->core, name, &caller));
@@ -398,12 +433,17 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int writing = (fi->flags & O_ACCMODE) != O_RDONLY;
 	int rc = 0;
 
-	if (ino == FUSE_ROOT_ID)
+	if (ino == FUSE_ROOT_ID || ino == INO_FLOCK_DIR)
 		return (void)fuse_reply_err(req, EISDIR);
 	of = calloc(1, sizeof(*of));
 	if (!of)
 		return (void)fuse_reply_err(req, ENOMEM);
 	of->fd = -1;
+	if (ino_is_flock(ino)) {
+		/* Opening takes nothing: flock/fcntl on it does. */
+		rc = flock_name_of(fs, ino, lock);
+		goto out;
+	}
 	if (ino == INO_LOG) {
 		rc = writing ? -EACCES : lockfs_core_log_open_ro(fs->core);
 		if (rc >= 0) {
@@ -436,6 +476,13 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		break;
 	case LF_BREAK:
 		rc = !writing || !may_break(fs, req) ? -EACCES : 0;
+		break;
+	case LF_WAITERS:
+		rc = writing ? -EACCES : lockfs_core_waiters(fs->core, lock, &of->data, &of->len);
+		break;
+	case LF_BIND:
+		/* Who may bind is decided at the write; reading shows it. */
+		rc = writing ? 0 : lockfs_core_binding(fs->core, lock, &of->data, &of->len);
 		break;
 	case LF_OWNER:
 		/* Rendered once per open, for this reader: reads of one open
@@ -571,7 +618,10 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	char *data;
 	int rc;
 
-	if (!ino_is_lock(ino) || (file != LF_OPERATION && file != LF_LEASE && file != LF_BREAK))
+	if (ino_is_flock(ino))
+		return (void)fuse_reply_write(req, size); /* `echo $$ >&9`: discarded */
+	if (!ino_is_lock(ino) || (file != LF_OPERATION && file != LF_LEASE && file != LF_BREAK &&
+				  file != LF_BIND))
 		return (void)fuse_reply_err(req, EBADF);
 	/* The file shows size 0 (its text is the daemon's), so the kernel's
 	 * O_APPEND offset would be 0: append to what this open file holds. */
@@ -619,6 +669,8 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 		}
 	} else if (rc == 0 && file == LF_LEASE)
 		rc = lockfs_core_set_lease(fs->core, lock, &caller, data, end);
+	else if (rc == 0 && file == LF_BIND)
+		rc = lockfs_core_bind(fs->core, lock, &caller, buf, size);
 	else if (rc == 0)
 		rc = lockfs_core_break(fs->core, lock, &caller, data, end);
 	if (rc < 0) {
@@ -641,6 +693,9 @@ static void lfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	char lock[NAME_MAX + 1];
 	int rc = 0;
 
+	/* POSIX: any close by the owning process ends its locks. */
+	if (ino_is_flock(ino))
+		flock_closed(fs, ino, "posix", fi->lock_owner);
 	if (of && of->pending && ino_is_lock(ino) && ino_file(ino) == LF_OPERATION) {
 		caller_of(req, &caller);
 		rc = lock_name_of(fs, ino, lock, NULL);
@@ -654,6 +709,10 @@ static void lfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	/* The last descriptor of an open file description with a flock
+	 * lock closed (also when its process died). */
+	if (ino_is_flock(ino) && fi->flock_release)
+		flock_closed(fs_of(req), ino, "flock", fi->lock_owner);
 	if (ino_is_lock(ino))
 		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
 	open_file_free((struct open_file *)(uintptr_t)fi->fh);
@@ -679,6 +738,8 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	d->self = ino;
 	if (ino == FUSE_ROOT_ID) {
 		rc = lockfs_core_list(fs->core, &d->names, &d->count);
+	} else if (ino == INO_FLOCK_DIR) {
+		rc = lockfs_core_list_flock(fs->core, &d->names, &d->count);
 	} else if (ino_is_lock(ino) && ino_file(ino) == LF_DIR) {
 		rc = lock_name_of(fs, ino, lock, NULL);
 	} else {
@@ -719,7 +780,15 @@ static const char *dir_entry(struct dir_snapshot *d, size_t i, fuse_ino_t *ino, 
 			*mode = S_IFREG;
 			return ".log";
 		}
-		i -= 1;
+		if (i == 1) {
+			*ino = INO_FLOCK_DIR;
+			return ".flock";
+		}
+		i -= 2;
+		return i < d->count ? d->names[i] : NULL;
+	}
+	if (d->self == INO_FLOCK_DIR) {
+		*mode = S_IFREG;
 		return i < d->count ? d->names[i] : NULL;
 	}
 	if (i + 1 < LF_COUNT) {
@@ -796,4 +865,7 @@ const struct fuse_lowlevel_ops lockfs_ops = {
 	.readdir = lfs_readdir,
 	.releasedir = lfs_releasedir,
 	.statfs = lfs_statfs,
+	.flock = lfs_flock,
+	.getlk = lfs_getlk,
+	.setlk = lfs_setlk,
 };

@@ -126,6 +126,71 @@ int lockfs_core_renew(struct lockfs_core *core, const char *name,
 int lockfs_core_break(struct lockfs_core *core, const char *name,
 		      const struct lockfs_caller *caller, const char *reason, size_t len);
 
+/*
+ * Waiting: fd locks (flock(2) and whole-file fcntl locks on M/.flock/NAME).
+ *
+ * An fd lock belongs to an open file description or a POSIX lock owner,
+ * named by OWNER ("flock:HEX" / "posix:HEX", < LOCKFS_FD_OWNER_MAX bytes):
+ * it ends when that owner lets go (lockfs_core_fd_unlock), not when the
+ * process that asked exits.  A blocking request that cannot be granted at
+ * once is parked in NAME's FIFO queue with its struct lockfs_wait, which
+ * the caller owns and keeps alive until DONE has been called -- exactly
+ * once, from whichever thread grants or fails it, with no engine mutex
+ * held.  A newcomer is granted at once only when nobody waits ahead of it.
+ */
+struct lockfs_wait {
+	/* Set by the caller: RESULT is 0 (granted) or -errno. */
+	void (*done)(struct lockfs_wait *w, int result);
+	/* The engine's: */
+	struct lockfs_wait *done_next;
+	int result;
+	void *entry;  /* its place in the queue, while parked */
+	bool parked;  /* protected by the name's stripe mutex */
+};
+
+/* Take NAME for OWNER, SHARED or exclusive.  0: granted now (also when
+ * OWNER holds it in that mode already); -EWOULDBLOCK: it would wait and
+ * BLOCK is false; -EINPROGRESS: parked, W->done will tell;
+ * -EINVAL/-ENAMETOOLONG (bad name), -EACCES (holder unknown), -errno.
+ * Holding it in the other mode, OWNER lets go first (flock(2)'s
+ * conversion: not atomic). */
+int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
+			const struct lockfs_caller *caller, const char *owner,
+			bool shared, bool block, struct lockfs_wait *w);
+
+/* Take W out of NAME's queue if it is still parked there (an interrupted
+ * request): its place is kept for a second for OWNER's restarted request.
+ * 0: cancelled, DONE will not be called (the caller answers);
+ * -EALREADY: not parked (not yet, or being granted: DONE will tell). */
+int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w);
+
+/* OWNER lets go of NAME (LOCK_UN, F_UNLCK, its last close).  0 also when
+ * OWNER held nothing. */
+int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char *owner);
+
+/* What F_GETLK reports: would SHARED/exclusive for OWNER conflict?
+ * 0 = no (*CONFLICT_PID untouched), 1 = yes: *CONFLICT_SHARED and
+ * *CONFLICT_PID (0 when unknown) describe the holder.  -errno. */
+int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *owner,
+			bool shared, bool *conflict_shared, pid_t *conflict_pid);
+
+/* NAME's queued waiters, one JSON object per line, in queue order
+ * (malloc'd, "" when none).  0, -ENOENT (not held). */
+int lockfs_core_waiters(struct lockfs_core *core, const char *name, char **text, size_t *len);
+
+/* NAME's binding as a line: "fd", "process" or "slug".  0, -ENOENT. */
+int lockfs_core_binding(struct lockfs_core *core, const char *name, char **text, size_t *len);
+
+/* Turn NAME's exclusive fd lock into a process-bound ("process") or
+ * slug-bound ("slug") one, with the same fence, for a caller that passes
+ * the rmdir rule.  0, -EPERM, -EINVAL (bad text, not an exclusive fd lock,
+ * no LOCKFS_SLUG), -ENOENT. */
+int lockfs_core_bind(struct lockfs_core *core, const char *name,
+		     const struct lockfs_caller *caller, const char *text, size_t len);
+
+/* Names that are held or have waiters, sorted (as lockfs_core_list). */
+int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count);
+
 /* Names of all held locks with a valid name, sorted bytewise.
  * *NAMES is a malloc'd NULL-terminated array; free with lockfs_names_free. */
 int lockfs_core_list(struct lockfs_core *core, char ***names, size_t *count);

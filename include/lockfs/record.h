@@ -31,6 +31,25 @@ struct lockfs_holder {
 enum lockfs_bound {
 	LOCKFS_BOUND_PROCESS = 0, /* the holder process: released when it exits */
 	LOCKFS_BOUND_SLUG,        /* (uid, slug): released by lease + evidence */
+	LOCKFS_BOUND_FD,          /* an open file description (flock/fcntl on
+				     M/.flock/NAME): released when it lets go */
+};
+
+enum lockfs_mode {
+	LOCKFS_EXCLUSIVE = 0,
+	LOCKFS_SHARED,            /* any number of holders, no exclusive one */
+};
+
+/* "flock:HEX" or "posix:HEX": the kernel's lock owner of an fd lock. */
+#define LOCKFS_FD_OWNER_MAX 24
+
+/* One more holder of a shared lock, besides the record's `holder`. */
+struct lockfs_share {
+	struct lockfs_holder holder;
+	enum lockfs_bound bound;  /* LOCKFS_BOUND_FD or _PROCESS (rebound) */
+	char fd_owner[LOCKFS_FD_OWNER_MAX]; /* "" unless bound to an fd */
+	uint64_t fence;           /* this holder's grant */
+	int64_t acquired_at_ms;
 };
 
 /* A lease: the lock needs renewing within ttl_s seconds.  Deadlines are on
@@ -45,7 +64,11 @@ struct lockfs_lease {
 
 struct lockfs_record {
 	char *resource;   /* the lock name */
-	enum lockfs_bound bound;
+	enum lockfs_bound bound;  /* of `holder` */
+	enum lockfs_mode mode;
+	char fd_owner[LOCKFS_FD_OWNER_MAX]; /* `holder`'s open file; "" unless fd-bound */
+	size_t nshares;           /* shared: the other holders, in grant order */
+	struct lockfs_share *shares;
 	bool has_holder;  /* false for a record that names no holder */
 	struct lockfs_holder holder;
 	int64_t acquired_at_ms; /* Unix time in milliseconds */
@@ -82,6 +105,12 @@ int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 /* LEASE as one line of JSON, exactly as it appears in the record ("null"
  * when none), malloc'd, with *LEN.  NULL when out of memory. */
 char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len);
+
+/* "process", "slug" or "fd". */
+const char *lockfs_bound_name(enum lockfs_bound b);
+
+/* Free everything H owns and zero it. */
+void lockfs_holder_clear(struct lockfs_holder *h);
 
 /* Free everything R owns and zero it.  Safe on a zeroed record. */
 void lockfs_record_clear(struct lockfs_record *r);

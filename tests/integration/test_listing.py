@@ -11,7 +11,7 @@ from lockfs_helpers import errname, errno_of, parse_rfc3339_ms, read_owner
 
 
 def _locks(m):
-    return [n for n in os.listdir(os.fsencode(m.mnt)) if n != b'.log']
+    return [n for n in os.listdir(os.fsencode(m.mnt)) if n not in (b'.log', b'.flock')]
 
 
 def test_ls_lists_held_locks_sorted(mnt):
@@ -139,5 +139,6 @@ def test_writing_log_view_fails(mnt):
 
 def test_lock_dir_contains_owner_and_operation(mnt):
     os.mkdir(mnt.path('x'))
-    assert sorted(os.listdir(mnt.path('x'))) == ['break', 'fence', 'lease', 'operation', 'owner']
+    assert sorted(os.listdir(mnt.path('x'))) == ['bind', 'break', 'fence', 'lease', 'operation',
+                                                'owner', 'waiters']
     os.rmdir(mnt.path('x'))

@@ -210,7 +210,7 @@ def test_one_holder_with_several_locks_loses_all(mnt, spawn_agent):
         lines = log_for(mnt.dir, n)
         assert [l.event for l in lines] == ['acquired', 'recovered'], (n, lines)
         assert lines[1].details.get('fence') == str(fences[n])
-    assert sorted(os.listdir(mnt.mnt)) == ['.log', 'other']
+    assert sorted(os.listdir(mnt.mnt)) == ['.flock', '.log', 'other']
     assert bystander.rmdir(mnt.path('other')) == 0
 
 
@@ -267,7 +267,7 @@ def test_daemon_keeps_running_through_many_recoveries(mnt, spawn_agent):
     for i, a in enumerate(agents):
         a.kill()
         wait_free(mnt, f'm{i}', timeout=DEADLINE)
-    assert os.listdir(mnt.mnt) == ['.log']
+    assert sorted(os.listdir(mnt.mnt)) == ['.flock', '.log']
     mnt.assert_alive()
 
 
@@ -313,5 +313,5 @@ def test_recoveries_during_concurrent_lookups_do_not_deadlock(mnt, spawn_agent):
             t.join(timeout=30)
     assert not any(t.is_alive() for t in threads), 'a lookup thread hangs'
     assert not errors, errors[:5]
-    assert os.listdir(mnt.mnt) == ['.log']
+    assert sorted(os.listdir(mnt.mnt)) == ['.flock', '.log']
     mnt.assert_alive()

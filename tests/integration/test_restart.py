@@ -167,7 +167,7 @@ def test_no_double_grant_across_a_crash_with_many_holders(lockfs_factory, spawn_
         assert others[i].rmdir(m2.path(f'n{i}')) == 0
     for i in range(3, 6):
         assert holders[i].rmdir(m2.path(f'n{i}')) == 0
-    assert os.listdir(m2.mnt) == ['.log']
+    assert sorted(os.listdir(m2.mnt)) == ['.flock', '.log']
 
 
 @pytest.mark.parametrize('how', ['sigkill', 'unmount'])
@@ -188,7 +188,7 @@ def test_restart_recovers_and_keeps_the_right_ones(lockfs_factory, spawn_agent, 
     wait_free(m2, 'dead', timeout=2)
     wait_free(m2, 'oldboot', timeout=2)
     assert stays_held(m2, 'live', 0.3)
-    assert sorted(os.listdir(m2.mnt)) == ['.log', 'live']
+    assert sorted(os.listdir(m2.mnt)) == ['.flock', '.log', 'live']
     assert live.rmdir(m2.path('live')) == 0
 
 

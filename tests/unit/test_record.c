@@ -202,7 +202,8 @@ static void test_compact_layout_and_key_order(void **state)
 	size_t len;
 	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
 	const char *want =
-		"{\"resource\":\"deploy\",\"bound\":\"process\",\"holder\":{\"pid\":4242,"
+		"{\"resource\":\"deploy\",\"bound\":\"process\",\"mode\":\"exclusive\","
+		"\"holder\":{\"pid\":4242,"
 		"\"start_time\":123456789,\"uid\":1000,\"user\":\"alice\","
 		"\"gid\":1001,\"comm\":\"make\","
 		"\"cmdline\":[\"flock\",\"-n\",\"/tmp/x\",\"make deploy\"],"
@@ -245,13 +246,81 @@ static void test_compact_equals_janssons_output(void **state)
 	free(ours);
 }
 
+/* A shared fd lock keeps every holder, each with its own fence and open
+ * file, through the store's encoding; the owner view lists them all. */
+static void test_shared_fd_record_round_trip(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	struct lockfs_share sh[2];
+	size_t len;
+	char *s, *pretty;
+
+	memset(sh, 0, sizeof(sh));
+	r.bound = LOCKFS_BOUND_FD;
+	r.slug = NULL;
+	r.mode = LOCKFS_SHARED;
+	strcpy(r.fd_owner, "flock:00000000000000aa");
+	sh[0].holder = r.holder;
+	sh[0].holder.pid = 4343;
+	sh[0].bound = LOCKFS_BOUND_FD;
+	strcpy(sh[0].fd_owner, "posix:00000000000000bb");
+	sh[0].fence = 8;
+	sh[0].acquired_at_ms = r.acquired_at_ms + 5;
+	sh[1].holder = r.holder;
+	sh[1].holder.pid = 4444;
+	sh[1].bound = LOCKFS_BOUND_PROCESS;
+	sh[1].fence = 9;
+	sh[1].acquired_at_ms = r.acquired_at_ms + 6;
+	r.shares = sh;
+	r.nshares = 2;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_int_equal(back.bound, LOCKFS_BOUND_FD);
+	assert_int_equal(back.mode, LOCKFS_SHARED);
+	assert_string_equal(back.fd_owner, "flock:00000000000000aa");
+	assert_int_equal(back.nshares, 2);
+	assert_int_equal(back.shares[0].holder.pid, 4343);
+	assert_string_equal(back.shares[0].fd_owner, "posix:00000000000000bb");
+	assert_int_equal(back.shares[0].fence, 8);
+	assert_int_equal(back.shares[1].holder.pid, 4444);
+	assert_int_equal(back.shares[1].bound, LOCKFS_BOUND_PROCESS);
+	assert_string_equal(back.shares[1].fd_owner, "");
+	assert_int_equal(back.shares[1].acquired_at_ms, r.acquired_at_ms + 6);
+	lockfs_record_clear(&back);
+	pretty = encode(&r, LOCKFS_RECORD_PRETTY, &len);
+	assert_non_null(strstr(pretty, "\"mode\": \"shared\""));
+	assert_non_null(strstr(pretty, "\"pid\": 4444"));
+	assert_null(strstr(pretty, "fd_owner")); /* the kernel's cookie stays inside */
+	free(pretty);
+	free(s);
+}
+
+/* An fd-bound record must say which open file holds it, and only it. */
+static void test_fd_owner_matches_bound(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	size_t len;
+	char *s;
+
+	r.bound = LOCKFS_BOUND_FD;
+	r.slug = NULL;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_int_equal(lockfs_record_parse(s, len, &back), -EINVAL);
+	free(s);
+	strcpy(r.fd_owner, "flock:1");
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	lockfs_record_clear(&back);
+	free(s);
+}
+
 static void test_pretty_is_indented_and_parses(void **state)
 {
 	struct lockfs_record r = full_record(), back;
 	size_t len;
 	char *s = encode(&r, LOCKFS_RECORD_PRETTY | LOCKFS_RECORD_WITH_TOKEN, &len);
 	const char *head = "{\n  \"resource\": \"deploy\",\n  \"bound\": \"process\",\n"
-		"  \"holder\": {\n    \"pid\": 4242,";
+		"  \"mode\": \"exclusive\",\n  \"holder\": {\n    \"pid\": 4242,";
 
 	assert_memory_equal(s, head, strlen(head));
 	assert_memory_equal(s + len - 3, "\n}\n", 3);
@@ -698,6 +767,8 @@ int main(void)
 		cmocka_unit_test(test_compact_layout_and_key_order),
 		cmocka_unit_test(test_pretty_is_indented_and_parses),
 		cmocka_unit_test(test_compact_equals_janssons_output),
+		cmocka_unit_test(test_shared_fd_record_round_trip),
+		cmocka_unit_test(test_fd_owner_matches_bound),
 		cmocka_unit_test(test_token_only_with_flag),
 		cmocka_unit_test(test_record_without_token_does_not_parse),
 		cmocka_unit_test(test_invalid_utf8_is_replaced),

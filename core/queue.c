@@ -1,0 +1,808 @@
+/*
+ * Waiting your turn: fd locks (flock(2), whole-file fcntl locks) and the
+ * FIFO queue of each name.  See include/lockfs/core.h.
+ *
+ * The queue lives next to the cache, under the same stripe mutex, so one
+ * hold of it decides everything about a name: who holds it, who waits,
+ * and who is granted when it is let go.  Granting never sleeps and never
+ * needs a thread: a parked request is a struct lockfs_wait, answered by
+ * whichever thread releases (stripe_unlock() calls its DONE once the mutex
+ * is dropped).
+ *
+ * The rules:
+ *  - A newcomer is granted at once only when nobody waits ahead of it; a
+ *    shared request behind a queued exclusive one waits its turn.
+ *  - On release the head is granted at once, by rewriting the record in
+ *    place (queue_handoff_locked): the store never shows the lock free in
+ *    between, so no mkdir, no LOCK_NB and no seed script can barge.
+ *  - An interrupted waiter leaves the queue, but its place is kept for
+ *    KEEP_MS for the same lock owner: the kernel restarts an interrupted
+ *    flock (SA_RESTART, Ctrl-Z + fg) as a new request.  Grants skip kept
+ *    places.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockfs/name.h"
+#include "table.h"
+
+/* How long an interrupted waiter's place is kept. */
+#define KEEP_MS 1000
+
+struct lockq *queue_find(struct stripe *s, const char *name)
+{
+	for (struct lockq *q = s->queues; q; q = q->next)
+		if (strcmp(q->name, name) == 0)
+			return q;
+	return NULL;
+}
+
+static struct lockq *queue_get(struct stripe *s, const char *name)
+{
+	struct lockq *q = queue_find(s, name);
+
+	if (q)
+		return q;
+	q = calloc(1, sizeof(*q));
+	if (!q || !(q->name = strdup(name))) {
+		free(q);
+		return NULL;
+	}
+	q->next = s->queues;
+	s->queues = q;
+	return q;
+}
+
+static void queue_unlink(struct lockq *q, struct qentry *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		q->head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		q->tail = e->prev;
+	if (e->w)
+		q->nactive--;
+	free(e);
+}
+
+/* Drop Q when nothing is left in it. */
+static void queue_maybe_free(struct stripe *s, struct lockq *q)
+{
+	if (q->head)
+		return;
+	for (struct lockq **pp = &s->queues; *pp; pp = &(*pp)->next) {
+		if (*pp == q) {
+			*pp = q->next;
+			break;
+		}
+	}
+	free(q->name);
+	free(q);
+}
+
+void queue_free_all(struct stripe *s)
+{
+	while (s->queues) {
+		struct lockq *q = s->queues;
+
+		while (q->head)
+			queue_unlink(q, q->head);
+		queue_maybe_free(s, q);
+	}
+}
+
+/* Answer W with RESULT once the stripe mutex is dropped. */
+static void complete(struct stripe *s, struct lockfs_wait *w, int result)
+{
+	w->parked = false;
+	w->entry = NULL;
+	w->result = result;
+	w->done_next = s->done;
+	s->done = w;
+}
+
+static struct qentry *first_active(struct lockq *q)
+{
+	struct qentry *e = q ? q->head : NULL;
+
+	while (e && !e->w)
+		e = e->next;
+	return e;
+}
+
+static void purge_kept(struct lockq *q, int64_t now)
+{
+	for (struct qentry *e = q ? q->head : NULL, *next; e; e = next) {
+		next = e->next;
+		if (!e->w && now >= e->keep_until_ms)
+			queue_unlink(q, e);
+	}
+}
+
+/* Which holder of REC is OWNER's?  Its index (see drop_holder_locked) or -1. */
+static long holder_of_owner(const struct lockfs_record *rec, const char *owner)
+{
+	if (rec->has_holder && rec->bound == LOCKFS_BOUND_FD && strcmp(rec->fd_owner, owner) == 0)
+		return 0;
+	for (size_t i = 0; i < rec->nshares; i++)
+		if (rec->shares[i].bound == LOCKFS_BOUND_FD &&
+		    strcmp(rec->shares[i].fd_owner, owner) == 0)
+			return (long)i + 1;
+	return -1;
+}
+
+/* The record of a new fd holder E of NAME. */
+static int build_fd_record(struct lockfs_core *core, const char *name, const struct qentry *e,
+			   struct lockfs_record *rec)
+{
+	int rc = build_record(core, name, &e->who, NULL, rec);
+
+	if (rc < 0)
+		return rc;
+	rec->bound = LOCKFS_BOUND_FD;
+	rec->mode = e->mode;
+	snprintf(rec->fd_owner, sizeof(rec->fd_owner), "%s", e->owner);
+	return 0;
+}
+
+static void log_granted(struct lockfs_core *core, const char *name,
+			const struct lockfs_holder *h, uint64_t fence, enum lockfs_mode mode)
+{
+	char who[WHO_MAX], f[24], pid[16];
+	const char *kv[] = { "fence", f, "pid", pid, "bound", "fd",
+			     "mode", mode == LOCKFS_SHARED ? "shared" : "exclusive", NULL };
+
+	who_of(who, sizeof(who), NULL, h->comm, h->pid);
+	snprintf(f, sizeof(f), "%" PRIu64, fence);
+	snprintf(pid, sizeof(pid), "%d", (int)h->pid);
+	log_event(core, who, name, kv, "acquired");
+}
+
+/* E joins C's shared lock as one more holder.  0 or -errno. */
+static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		       struct lockfs_entry_stat *st, const struct qentry *e)
+{
+	struct lockfs_record fresh;
+	struct lockfs_share *v;
+	int rc = build_fd_record(core, c->name, e, &fresh);
+
+	if (rc < 0)
+		return rc;
+	v = realloc(c->rec.shares, (c->rec.nshares + 1) * sizeof(*v));
+	if (!v) {
+		lockfs_record_clear(&fresh);
+		return -ENOMEM;
+	}
+	c->rec.shares = v;
+	v = &v[c->rec.nshares++];
+	memset(v, 0, sizeof(*v));
+	v->holder = fresh.holder;
+	memset(&fresh.holder, 0, sizeof(fresh.holder));
+	v->bound = LOCKFS_BOUND_FD;
+	memcpy(v->fd_owner, fresh.fd_owner, sizeof(v->fd_owner));
+	v->fence = fresh.fence;
+	v->acquired_at_ms = fresh.acquired_at_ms;
+	lockfs_record_clear(&fresh);
+	rc = persist_locked(core, s, c, st);
+	if (rc == 0)
+		log_granted(core, c->name, &v->holder, v->fence, LOCKFS_SHARED);
+	return rc;
+}
+
+/*
+ * Grant E now if NAME's state allows: take the free lock, or join a shared
+ * one.  0: granted; -EAGAIN: not now; -errno: E cannot be granted at all.
+ */
+static int try_grant(struct lockfs_core *core, struct stripe *s, const char *name,
+		     const struct qentry *e)
+{
+	struct lockfs_entry_stat st;
+	struct lockfs_record rec;
+	struct cached *c;
+	bool foreign;
+	size_t len;
+	char *json;
+	int rc = load_locked(core, s, name, &st, &foreign, false, &c);
+
+	if (rc == 0) {
+		if (c && c->rec.mode == LOCKFS_SHARED && e->mode == LOCKFS_SHARED &&
+		    strcmp(c->issued, c->rec.token) == 0 && holder_count(&c->rec) > 0)
+			return join_shared(core, s, c, &st, e) == 0 ? 0 : -EAGAIN;
+		return -EAGAIN;
+	}
+	if (rc != -ENOENT)
+		return -EAGAIN; /* the store cannot tell: keep waiting */
+	rc = build_fd_record(core, name, e, &rec);
+	if (rc < 0)
+		return rc;
+	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
+	if (!json) {
+		lockfs_record_clear(&rec);
+		return -ENOMEM;
+	}
+	rc = core->be->ops->acquire(core->be, name, json, len, &st);
+	free(json);
+	if (rc < 0) {
+		lockfs_record_clear(&rec);
+		return rc == -EEXIST ? -EAGAIN : rc;
+	}
+	log_granted(core, name, &rec.holder, rec.fence, rec.mode);
+	cache_put(core, s, name, st.identity, &rec, -1, true);
+	lockfs_record_clear(&rec);
+	return 0;
+}
+
+void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *name)
+{
+	struct lockq *q = queue_find(s, name);
+	struct qentry *e;
+
+	if (!q)
+		return;
+	purge_kept(q, lockfs_boot_ms());
+	while ((e = first_active(q))) {
+		int rc = try_grant(core, s, q->name, e);
+
+		if (rc == -EAGAIN)
+			break;
+		complete(s, e->w, rc);
+		queue_unlink(q, e);
+	}
+	queue_maybe_free(s, q);
+}
+
+bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+			  uint64_t identity)
+{
+	struct lockq *q = queue_find(s, c->name);
+	struct qentry *e = first_active(q);
+	struct lockfs_entry_stat st;
+	struct lockfs_record rec;
+	char *name, *json;
+	size_t len;
+	int rc;
+
+	if (!e)
+		return false;
+	if (build_fd_record(core, c->name, e, &rec) < 0)
+		return false;
+	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
+	if (!json) {
+		lockfs_record_clear(&rec);
+		return false;
+	}
+	rc = core->be->ops->update(core->be, c->name, identity, json, len, &st);
+	free(json);
+	if (rc < 0) {
+		lockfs_record_clear(&rec);
+		return false;
+	}
+	name = c->name; /* still owned by C until cache_put replaces it */
+	log_granted(core, name, &rec.holder, rec.fence, rec.mode);
+	name = strdup(name);
+	if (!name) {
+		/* The store holds the new record: re-read it next time. */
+		cache_drop(core, s, c->name);
+		lockfs_record_clear(&rec);
+		complete(s, e->w, 0);
+		queue_unlink(q, e);
+		return true;
+	}
+	cache_put(core, s, name, st.identity, &rec, -1, true);
+	lockfs_record_clear(&rec);
+	complete(s, e->w, 0);
+	queue_unlink(q, e);
+	/* Shared requests right behind a shared head come along. */
+	queue_grant_locked(core, s, name);
+	free(name);
+	return true;
+}
+
+int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
+			const struct lockfs_caller *caller, const char *owner,
+			bool shared, bool block, struct lockfs_wait *w)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct qentry *e = NULL, *kept = NULL;
+	struct lockq *q;
+	struct cached *c;
+	size_t ahead = 0;
+	bool foreign;
+	long held;
+	int rc;
+
+	rc = lockfs_name_check(name);
+	if (rc < 0)
+		return rc;
+	if (strlen(owner) >= LOCKFS_FD_OWNER_MAX)
+		return -EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, 0, &e->who);
+	if (rc < 0) {
+		free(e);
+		return rc == -ESRCH ? -EACCES : rc;
+	}
+	if (!e->who.have_ids) {
+		e->who.uid = caller->uid;
+		e->who.gid = caller->gid;
+	}
+	snprintf(e->owner, sizeof(e->owner), "%s", owner);
+	e->mode = shared ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE;
+	e->uid = caller->uid;
+	e->gid = caller->gid;
+	e->since_ms = lockfs_wall_ms();
+
+	pthread_mutex_lock(&s->mu);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
+	held = rc == 0 && c ? holder_of_owner(&c->rec, owner) : -1;
+	if (held >= 0) {
+		if (c->rec.mode == e->mode) {
+			rc = 0; /* flock(2) again in the same mode: nothing to do */
+			goto out;
+		}
+		/* Conversion, as flock(2) documents it: let go, then ask anew
+		 * (the lock may go to a waiter in between). */
+		if (strcmp(c->issued, c->rec.token) != 0) {
+			rc = -EPERM;
+			goto out;
+		}
+		drop_holder_locked(core, s, c, st.identity, (size_t)held, "released", NULL);
+	}
+	q = queue_find(s, name);
+	purge_kept(q, lockfs_boot_ms());
+	for (struct qentry *x = q ? q->head : NULL; x; x = x->next) {
+		if (!x->w && strcmp(x->owner, owner) == 0) {
+			kept = x; /* an interrupted request of ours, restarted */
+			break;
+		}
+		if (x->w)
+			ahead++;
+	}
+	if (ahead == 0) {
+		rc = try_grant(core, s, name, e);
+		if (rc != -EAGAIN) {
+			if (kept)
+				queue_unlink(q, kept);
+			if (q)
+				queue_maybe_free(s, q);
+			goto out;
+		}
+	}
+	if (!block) {
+		rc = -EWOULDBLOCK;
+		if (q)
+			queue_maybe_free(s, q);
+		goto out;
+	}
+	if (kept) {
+		/* Back in its old place, with its old `since`. */
+		kept->w = w;
+		kept->who = e->who;
+		kept->mode = e->mode;
+		q->nactive++;
+		w->entry = kept;
+	} else {
+		q = queue_get(s, name);
+		if (!q) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		e->w = w;
+		e->prev = q->tail;
+		if (q->tail)
+			q->tail->next = e;
+		else
+			q->head = e;
+		q->tail = e;
+		q->nactive++;
+		w->entry = e;
+		e = NULL;
+	}
+	w->parked = true;
+	rc = -EINPROGRESS;
+out:
+	free(e);
+	stripe_unlock(s);
+	return rc;
+}
+
+int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct qentry *e;
+	struct lockq *q;
+
+	pthread_mutex_lock(&s->mu);
+	if (!w->parked) {
+		stripe_unlock(s);
+		return -EALREADY;
+	}
+	e = w->entry;
+	q = queue_find(s, name);
+	w->parked = false;
+	w->entry = NULL;
+	e->w = NULL;
+	e->keep_until_ms = lockfs_boot_ms() + KEEP_MS;
+	q->nactive--;
+	/* A shared request that waited behind this one may go now. */
+	queue_grant_locked(core, s, name);
+	stripe_unlock(s);
+	return 0;
+}
+
+int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char *owner)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	struct lockq *q;
+	bool foreign, gone = false;
+	long held;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	/* The owner lets go: a place kept for it is no longer wanted. */
+	q = queue_find(s, name);
+	for (struct qentry *x = q ? q->head : NULL, *next; x; x = next) {
+		next = x->next;
+		if (!x->w && strcmp(x->owner, owner) == 0)
+			queue_unlink(q, x);
+	}
+	if (q)
+		queue_maybe_free(s, q);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
+	held = rc == 0 && c ? holder_of_owner(&c->rec, owner) : -1;
+	rc = 0;
+	if (held >= 0) {
+		if (strcmp(c->issued, c->rec.token) != 0) {
+			/* Rewritten behind our back: keep it, say so. */
+			const char *kv[] = { "reason", "token-mismatch", NULL };
+
+			log_event(core, "?", name, kv, "denied");
+			rc = -EPERM;
+		} else {
+			gone = holder_count(&c->rec) == 1;
+			rc = drop_holder_locked(core, s, c, st.identity, (size_t)held,
+						"released", NULL);
+		}
+	}
+	stripe_unlock(s);
+	if (gone && rc == 0)
+		notify_removed(core, name);
+	return rc;
+}
+
+int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *owner,
+			bool shared, bool *conflict_shared, pid_t *conflict_pid)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&s->mu);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
+	if (rc == -ENOENT) {
+		rc = 0;
+	} else if (rc == 0 && !c) {
+		*conflict_shared = false; /* a foreign lock: exclusive, holder unknown */
+		*conflict_pid = 0;
+		rc = 1;
+	} else if (rc == 0) {
+		long mine = holder_of_owner(&c->rec, owner);
+		bool others = holder_count(&c->rec) > (mine >= 0 ? 1u : 0u);
+
+		/* POSIX: a process's own lock never conflicts with itself. */
+		if (others && !(shared && c->rec.mode == LOCKFS_SHARED)) {
+			*conflict_shared = c->rec.mode == LOCKFS_SHARED;
+			*conflict_pid = mine == 0 && c->rec.nshares ? c->rec.shares[0].holder.pid
+								  : c->rec.holder.pid;
+			rc = 1;
+		}
+	}
+	stripe_unlock(s);
+	return rc;
+}
+
+static int view_waiters(struct stripe *s, const char *name, char **text, size_t *len)
+{
+	struct lockq *q = queue_find(s, name);
+	size_t used = 0, cap = 64;
+	char *buf = malloc(cap);
+
+	if (!buf)
+		return -ENOMEM;
+	buf[0] = '\0';
+	for (struct qentry *e = q ? q->head : NULL; e; e = e->next) {
+		char when[32], *line;
+		json_t *o;
+		size_t n;
+
+		if (!e->w)
+			continue;
+		o = json_pack("{s:i, s:s, s:i, s:s, s:s, s:s}",
+			      "pid", (int)e->who.pid, "comm", e->who.comm,
+			      "uid", (int)e->uid,
+			      "mode", e->mode == LOCKFS_SHARED ? "shared" : "exclusive",
+			      "kind", strncmp(e->owner, "posix:", 6) == 0 ? "posix" : "flock",
+			      "since", lockfs_format_time(e->since_ms, when));
+		line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		json_decref(o);
+		if (!line) {
+			free(buf);
+			return -ENOMEM;
+		}
+		n = strlen(line);
+		if (used + n + 2 > cap) {
+			char *b;
+
+			while (used + n + 2 > cap)
+				cap *= 2;
+			b = realloc(buf, cap);
+			if (!b) {
+				free(line);
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = b;
+		}
+		memcpy(buf + used, line, n);
+		used += n;
+		buf[used++] = '\n';
+		buf[used] = '\0';
+		free(line);
+	}
+	*text = buf;
+	*len = used;
+	return 0;
+}
+
+int lockfs_core_waiters(struct lockfs_core *core, const char *name, char **text, size_t *len)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
+	if (rc == 0)
+		rc = view_waiters(s, name, text, len);
+	stripe_unlock(s);
+	return rc;
+}
+
+int lockfs_core_binding(struct lockfs_core *core, const char *name, char **text, size_t *len)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
+	if (rc == 0) {
+		const char *b = c ? lockfs_bound_name(c->rec.bound) : "foreign";
+
+		*len = strlen(b) + 1;
+		*text = malloc(*len + 1);
+		if (*text)
+			snprintf(*text, *len + 1, "%s\n", b);
+		else
+			rc = -ENOMEM;
+	}
+	stripe_unlock(s);
+	return rc;
+}
+
+int lockfs_core_bind(struct lockfs_core *core, const char *name,
+		     const struct lockfs_caller *caller, const char *text, size_t len)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	char slug[SLUG_MAX], who[WHO_MAX], fence[24], pid[16];
+	struct cached *c;
+	bool foreign, to_slug;
+	int rc;
+
+	if (len > 0 && text[len - 1] == '\n')
+		len--;
+	if (len == 7 && memcmp(text, "process", 7) == 0)
+		to_slug = false;
+	else if (len == 4 && memcmp(text, "slug", 4) == 0)
+		to_slug = true;
+	else
+		return -EINVAL;
+	if (lockfs_name_check(name) < 0)
+		return -ENOENT;
+	slug[0] = '\0';
+	if (to_slug && (caller_slug(caller->tid, slug, sizeof(slug)) < 0 || !*slug))
+		return -EINVAL;
+
+	pthread_mutex_lock(&s->mu);
+	rc = load_locked(core, s, name, &st, &foreign, false, &c);
+	if (rc < 0)
+		goto out;
+	if (!c || strcmp(c->issued, c->rec.token) != 0) {
+		rc = -EPERM;
+		goto out;
+	}
+	if (c->rec.bound != LOCKFS_BOUND_FD || c->rec.mode != LOCKFS_EXCLUSIVE ||
+	    c->rec.nshares) {
+		rc = -EINVAL;
+		goto out;
+	}
+	rc = holder_check_entry(core, c, caller);
+	if (rc < 0)
+		goto out;
+	c->rec.fd_owner[0] = '\0';
+	if (to_slug) {
+		char *dup = strdup(slug);
+
+		if (!dup) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		free(c->rec.slug);
+		c->rec.slug = dup;
+		c->rec.bound = LOCKFS_BOUND_SLUG;
+		/* A slug lock belongs to the uid that asked for it. */
+		c->rec.holder.uid = caller->uid;
+		c->rec.holder.gid = caller->gid;
+		lease_start(&c->rec.lease, core->default_lease_s);
+	} else {
+		c->rec.bound = LOCKFS_BOUND_PROCESS;
+	}
+	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
+	snprintf(pid, sizeof(pid), "%d", (int)c->rec.holder.pid);
+	rc = persist_locked(core, s, c, &st);
+	if (rc == 0) {
+		const char *kv[] = { "fence", fence, "pid", pid,
+				     "bound", to_slug ? "slug" : "process", NULL };
+
+		log_event(core, who, name, kv, "bound");
+		cache_watch(core, c, -1);
+	}
+out:
+	stripe_unlock(s);
+	return rc;
+}
+
+struct flock_names {
+	char **v;
+	size_t n, cap;
+};
+
+static int add_unique(struct flock_names *l, const char *name)
+{
+	if (l->n + 2 > l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		char **v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n] = strdup(name);
+	if (!l->v[l->n])
+		return -ENOMEM;
+	l->v[++l->n] = NULL;
+	return 0;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count)
+{
+	struct flock_names l = { 0 };
+	char **held;
+	size_t nheld, out = 0;
+	int rc = lockfs_core_list(core, &held, &nheld);
+
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; rc == 0 && i < nheld; i++)
+		rc = add_unique(&l, held[i]);
+	lockfs_names_free(held);
+	for (int i = 0; rc == 0 && i < STRIPES; i++) {
+		struct stripe *s = &core->stripes[i];
+
+		pthread_mutex_lock(&s->mu);
+		for (struct lockq *q = s->queues; rc == 0 && q; q = q->next)
+			if (q->nactive)
+				rc = add_unique(&l, q->name);
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (rc == 0 && !l.v && !(l.v = calloc(1, sizeof(char *))))
+		rc = -ENOMEM;
+	if (rc < 0) {
+		lockfs_names_free(l.v);
+		return rc;
+	}
+	qsort(l.v, l.n, sizeof(char *), cmp_names);
+	for (size_t i = 0; i < l.n; i++) {
+		if (out > 0 && strcmp(l.v[out - 1], l.v[i]) == 0) {
+			free(l.v[i]);
+			continue;
+		}
+		l.v[out++] = l.v[i];
+	}
+	l.v[out] = NULL;
+	*names = l.v;
+	*count = out;
+	return 0;
+}
+
+/* Is a process-bound share's holder gone?  (Shares are few: only shared
+ * locks rebound at a restart have them.)  Unknown counts as alive. */
+static bool share_gone(const struct lockfs_share *sh, const char *boot_id)
+{
+	unsigned long long start;
+	int rc;
+
+	if (sh->bound != LOCKFS_BOUND_PROCESS)
+		return false;
+	if (strcmp(sh->holder.boot_id, boot_id) != 0)
+		return true;
+	rc = lockfs_proc_start_time(sh->holder.pid, &start);
+	return rc == -ESRCH || rc == -ENOENT || (rc == 0 && start != sh->holder.start_time);
+}
+
+void queue_tick(struct lockfs_core *core)
+{
+	for (int i = 0; i < STRIPES; i++) {
+		struct stripe *s = &core->stripes[i];
+		bool again = true;
+
+		pthread_mutex_lock(&s->mu);
+		for (struct lockq *q = s->queues, *next; q; q = next) {
+			next = q->next;
+			/* Behind a lock we cannot watch (the seed's), the queue
+			 * learns of its release here. */
+			queue_grant_locked(core, s, q->name);
+		}
+		/* Dropping a holder rewrites the cache: start over each time. */
+		while (again) {
+			again = false;
+			for (struct cached *c = s->head; c && !again; c = c->next) {
+				for (size_t k = 0; k < c->rec.nshares; k++) {
+					const char *kv[] = { "evidence", "exited", NULL };
+
+					if (!share_gone(&c->rec.shares[k], core->boot_id))
+						continue;
+					if (drop_holder_locked(core, s, c, c->identity, k + 1,
+							       "recovered", kv) == 0)
+						again = true;
+					break;
+				}
+			}
+		}
+		stripe_unlock(s);
+	}
+}

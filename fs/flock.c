@@ -1,0 +1,293 @@
+/*
+ * M/.flock/NAME: a file for every lock name, on which flock(2) and
+ * whole-file fcntl locks take lock NAME -- the way to wait for a lock
+ * without holding the parent directory's i_rwsem (mkdir must answer at
+ * once).  The file itself is nothing: opening it creates nothing, writes
+ * vanish, its size is 0.
+ *
+ * A blocking request that cannot be granted is parked: its fuse_req_t is
+ * kept in a struct parked and answered by whichever thread grants it (the
+ * engine calls parked_done) or by the interrupt callback when the caller
+ * gives up.  Who answers is decided under the name's stripe mutex
+ * (lockfs_core_fd_cancel), so a grant racing an interrupt is answered
+ * exactly once: either the caller has the lock or the next in line gets it.
+ *
+ * Lifetime of a struct parked: two references, the handler's and the
+ * answer's.  PARKED_MU guards the list the interrupt callback searches;
+ * a parked request leaves it before it is answered, and the callback does
+ * all its work under PARKED_MU, so it never sees a freed one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+
+#include "fs.h"
+#include "lockfs/name.h"
+#include "lockfs/record.h"
+
+struct parked {
+	struct lockfs_wait w;        /* first: the engine's handle */
+	struct parked *next, *prev;  /* in fs->parked; protected by parked_mu */
+	fuse_req_t req;
+	struct lockfs_fs *fs;
+	bool listed;                 /* in fs->parked (protected by parked_mu) */
+	bool interrupted;            /* before it was parked (protected by parked_mu) */
+	int refs;                    /* protected by parked_mu */
+	char name[NAME_MAX + 1];
+};
+
+int flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
+{
+	uint64_t generation;
+
+	if (!ino_is_flock(ino))
+		return -ENOENT;
+	return inodes_name(fs->inodes, ino_id(ino), name, &generation);
+}
+
+void flock_dir_attr(struct lockfs_fs *fs, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = INO_FLOCK_DIR;
+	st->st_mode = S_IFDIR | 0555;
+	st->st_nlink = 2;
+	st->st_uid = fs->mount_uid;
+	st->st_gid = fs->mount_gid;
+	st->st_atim = st->st_mtim = st->st_ctim = fs->mounted_at;
+}
+
+void flock_file_attr(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	/* Anyone may open it to wait; it holds nothing to protect. */
+	st->st_mode = S_IFREG | 0666;
+	st->st_nlink = 1;
+	st->st_uid = fs->mount_uid;
+	st->st_gid = fs->mount_gid;
+	st->st_atim = st->st_mtim = st->st_ctim = fs->mounted_at;
+}
+
+void flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name)
+{
+	struct fuse_entry_param e;
+	uint64_t id;
+	int rc = lockfs_name_check(name);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	id = inodes_ref(fs->inodes, name, FLOCK_GEN);
+	if (!id)
+		return (void)fuse_reply_err(req, ENOMEM);
+	memset(&e, 0, sizeof(e));
+	e.ino = ino_make(id, LF_FLOCK);
+	flock_file_attr(fs, e.ino, &e.attr);
+	/* The node stands for the name whatever happens to the lock: the
+	 * kernel may keep it. */
+	e.attr_timeout = 1;
+	e.entry_timeout = 1;
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		inodes_forget(fs->inodes, id, 1);
+}
+
+static void owner_key(char out[LOCKFS_FD_OWNER_MAX], const char *kind, uint64_t owner)
+{
+	snprintf(out, LOCKFS_FD_OWNER_MAX, "%s:%016" PRIx64, kind, owner);
+}
+
+void flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner)
+{
+	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
+
+	if (flock_name_of(fs, ino, name) < 0)
+		return;
+	owner_key(key, kind, owner);
+	lockfs_core_fd_unlock(fs->core, name, key);
+}
+
+/* Drop one reference; the last frees P.  Called with parked_mu held. */
+static void parked_put(struct parked *p)
+{
+	if (--p->refs == 0)
+		free(p);
+}
+
+static void parked_unlist(struct lockfs_fs *fs, struct parked *p)
+{
+	if (!p->listed)
+		return;
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		fs->parked = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	p->listed = false;
+}
+
+/* The engine granted or failed P (lockfs_wait.done); no engine mutex held. */
+static void parked_done(struct lockfs_wait *w, int result)
+{
+	struct parked *p = (struct parked *)w;
+	struct lockfs_fs *fs = p->fs;
+
+	pthread_mutex_lock(&fs->parked_mu);
+	parked_unlist(fs, p);
+	fuse_reply_err(p->req, -result);
+	parked_put(p);
+	pthread_mutex_unlock(&fs->parked_mu);
+}
+
+/* Answer P with EINTR if it is still parked (then it leaves the queue).
+ * The caller holds a reference to P and not parked_mu: cancelling may
+ * grant others, whose answers take parked_mu. */
+static void parked_cancel(struct lockfs_fs *fs, struct parked *p)
+{
+	if (lockfs_core_fd_cancel(fs->core, p->name, &p->w) < 0)
+		return; /* not parked yet, or being granted: that answers */
+	pthread_mutex_lock(&fs->parked_mu);
+	parked_unlist(fs, p);
+	fuse_reply_err(p->req, EINTR);
+	parked_put(p); /* the answer's */
+	pthread_mutex_unlock(&fs->parked_mu);
+}
+
+/* The caller gave up (signal, flock -w, timeout): the kernel sent an
+ * INTERRUPT.  The request stays alive while this runs. */
+static void parked_interrupt(fuse_req_t req, void *data)
+{
+	struct lockfs_fs *fs = data;
+	struct parked *p;
+
+	pthread_mutex_lock(&fs->parked_mu);
+	for (p = fs->parked; p && p->req != req; p = p->next)
+		;
+	if (p) {
+		p->refs++;
+		/* Seen by the handler if the request is not parked yet. */
+		p->interrupted = true;
+	}
+	pthread_mutex_unlock(&fs->parked_mu);
+	if (!p)
+		return;
+	parked_cancel(fs, p);
+	pthread_mutex_lock(&fs->parked_mu);
+	parked_put(p);
+	pthread_mutex_unlock(&fs->parked_mu);
+}
+
+/* Take lock NAME for OWNER (a key from owner_key) and answer REQ, now or
+ * when granted. */
+static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, const char *owner,
+		    bool shared, bool block)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct lockfs_caller caller = { ctx->pid, ctx->uid, ctx->gid };
+	struct parked *p = calloc(1, sizeof(*p));
+	bool interrupted;
+	int rc;
+
+	if (!p)
+		return (void)fuse_reply_err(req, ENOMEM);
+	p->w.done = parked_done;
+	p->req = req;
+	p->fs = fs;
+	p->refs = 2; /* the handler's, the answer's */
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	if (block) {
+		pthread_mutex_lock(&fs->parked_mu);
+		p->next = fs->parked;
+		if (p->next)
+			p->next->prev = p;
+		fs->parked = p;
+		p->listed = true;
+		pthread_mutex_unlock(&fs->parked_mu);
+		/* Before parking: once parked it may be answered (and REQ
+		 * freed) by another thread at any moment. */
+		fuse_req_interrupt_func(req, parked_interrupt, fs);
+	}
+	rc = lockfs_core_fd_lock(fs->core, name, &caller, owner, shared, block, &p->w);
+	pthread_mutex_lock(&fs->parked_mu);
+	if (rc != -EINPROGRESS) {
+		parked_unlist(fs, p);
+		fuse_reply_err(req, -rc);
+		parked_put(p); /* the answer's */
+	}
+	interrupted = rc == -EINPROGRESS && p->interrupted;
+	pthread_mutex_unlock(&fs->parked_mu);
+	if (interrupted)
+		parked_cancel(fs, p); /* interrupted before it was parked */
+	pthread_mutex_lock(&fs->parked_mu);
+	parked_put(p); /* the handler's */
+	pthread_mutex_unlock(&fs->parked_mu);
+}
+
+void lfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
+{
+	struct lockfs_fs *fs = fuse_req_userdata(req);
+	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
+
+	/* ENOLCK, not ENOSYS: ENOSYS would make the kernel lock every
+	 * file of the mount locally from then on. */
+	if (flock_name_of(fs, ino, name) < 0)
+		return (void)fuse_reply_err(req, ENOLCK);
+	owner_key(key, "flock", fi->lock_owner);
+	if (op & LOCK_UN)
+		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
+	fd_lock(req, fs, name, key, (op & LOCK_SH) != 0, !(op & LOCK_NB));
+}
+
+/* libfuse gives whole-file locks as l_start 0, l_len 0. */
+static bool whole_file(const struct flock *lock)
+{
+	return lock->l_start == 0 && lock->l_len == 0;
+}
+
+void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock)
+{
+	struct lockfs_fs *fs = fuse_req_userdata(req);
+	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
+	bool conflict_shared = false;
+	pid_t pid = 0;
+	int rc;
+
+	if (flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
+		return (void)fuse_reply_err(req, ENOLCK);
+	owner_key(key, "posix", fi->lock_owner);
+	rc = lockfs_core_fd_test(fs->core, name, key, lock->l_type == F_RDLCK,
+				 &conflict_shared, &pid);
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	if (rc == 0) {
+		lock->l_type = F_UNLCK;
+	} else {
+		lock->l_type = conflict_shared ? F_RDLCK : F_WRLCK;
+		lock->l_whence = SEEK_SET;
+		lock->l_start = 0;
+		lock->l_len = 0;
+		lock->l_pid = pid;
+	}
+	fuse_reply_lock(req, lock);
+}
+
+void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,
+	       int sleep)
+{
+	struct lockfs_fs *fs = fuse_req_userdata(req);
+	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
+
+	/* Byte ranges are not locks of a name: refuse rather than keep a
+	 * lock the other holders of NAME cannot see. */
+	if (flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
+		return (void)fuse_reply_err(req, ENOLCK);
+	owner_key(key, "posix", fi->lock_owner);
+	if (lock->l_type == F_UNLCK)
+		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
+	if (lock->l_type != F_RDLCK && lock->l_type != F_WRLCK)
+		return (void)fuse_reply_err(req, EINVAL);
+	fd_lock(req, fs, name, key, lock->l_type == F_RDLCK, sleep != 0);
+}
