@@ -171,7 +171,8 @@ static void test_record_without_bound_is_process_bound(void **state)
 
 	/* A record from before "bound" existed. */
 	assert_non_null(p);
-	memmove(p, p + strlen("\"bound\":\"process\","), strlen(p + strlen("\"bound\":\"process\",")) + 1);
+	for (const char *q = p + strlen("\"bound\":\"process\","); (*p++ = *q++) != '\0';)
+		;
 	assert_int_equal(lockfs_record_parse(s, strlen(s), &back), 0);
 	assert_int_equal(back.bound, LOCKFS_BOUND_PROCESS);
 	lockfs_record_clear(&back);
