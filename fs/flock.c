@@ -291,3 +291,16 @@ void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct
 		return (void)fuse_reply_err(req, EINVAL);
 	fd_lock(req, fs, name, key, lock->l_type == F_RDLCK, sleep != 0);
 }
+
+void flock_shutdown(struct lockfs_fs *fs)
+{
+	pthread_mutex_lock(&fs->parked_mu);
+	while (fs->parked) {
+		struct parked *p = fs->parked;
+
+		parked_unlist(fs, p);
+		fuse_reply_err(p->req, ENOTCONN);
+		parked_put(p); /* the answer's; the handler's went long ago */
+	}
+	pthread_mutex_unlock(&fs->parked_mu);
+}

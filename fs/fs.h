@@ -95,10 +95,20 @@ void notifier_free(struct notifier *nt);
 /* Parked flock/fcntl requests (flock.c). */
 struct parked;
 
+/* Every open file and directory (ops.c): the kernel sends no release for
+ * them once the connection is gone, so they are freed at exit. */
+struct handle {
+	struct handle *next, *prev;
+	void (*free)(struct handle *h);
+};
+void handles_free_all(struct lockfs_fs *fs);
+
 struct lockfs_fs {
 	struct lockfs_core *core;
 	pthread_mutex_t parked_mu;
 	struct parked *parked;     /* protected by parked_mu */
+	pthread_mutex_t handles_mu;
+	struct handle *handles;    /* protected by handles_mu */
 	struct inodes *inodes;
 	struct fuse_session *se;
 	struct notifier *notifier;
@@ -116,6 +126,9 @@ void flock_file_attr(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st);
 void flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name);
 /* A close of an open .flock/NAME file (flush: POSIX owner; release). */
 void flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner);
+/* The loop and the engine's thread have stopped: answer every parked
+ * request with ENOTCONN and free it. */
+void flock_shutdown(struct lockfs_fs *fs);
 void lfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op);
 void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock);
 void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,

@@ -222,6 +222,7 @@ int main(int argc, char *argv[])
 	int dirfd = -1, lockfd = -1, rc, ret = 1;
 
 	pthread_mutex_init(&fs.parked_mu, NULL);
+	pthread_mutex_init(&fs.handles_mu, NULL);
 	if (fuse_opt_parse(&args, &o, option_spec, NULL) == -1)
 		return 1;
 	if (fuse_parse_cmdline(&args, &opts) != 0)
@@ -345,11 +346,14 @@ out_unmount:
 	lockfs_core_stop(fs.core);
 	notifier_free(fs.notifier);
 	fs.notifier = NULL;
+	/* Nothing grants any more: tell the waiters the service is gone. */
+	flock_shutdown(&fs);
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_session:
 	fuse_session_destroy(fs.se);
+	handles_free_all(&fs);
 out_inodes:
 	free(fsname);
 	notifier_free(fs.notifier);

@@ -399,6 +399,7 @@ static void lfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 
 /* An open file: a snapshot to read, or the holder's text being written. */
 struct open_file {
+	struct handle h; /* first */
 	char *data;
 	size_t len;
 	int fd; /* the audit log, for INO_LOG; else -1 */
@@ -412,6 +413,41 @@ struct open_file {
 	size_t before_len;
 };
 
+static void handle_add(struct lockfs_fs *fs, struct handle *h)
+{
+	pthread_mutex_lock(&fs->handles_mu);
+	h->prev = NULL;
+	h->next = fs->handles;
+	if (h->next)
+		h->next->prev = h;
+	fs->handles = h;
+	pthread_mutex_unlock(&fs->handles_mu);
+}
+
+static void handle_del(struct lockfs_fs *fs, struct handle *h)
+{
+	pthread_mutex_lock(&fs->handles_mu);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&fs->handles_mu);
+}
+
+void handles_free_all(struct lockfs_fs *fs)
+{
+	pthread_mutex_lock(&fs->handles_mu);
+	while (fs->handles) {
+		struct handle *h = fs->handles;
+
+		fs->handles = h->next;
+		h->free(h);
+	}
+	pthread_mutex_unlock(&fs->handles_mu);
+}
+
 static void open_file_free(struct open_file *of)
 {
 	if (!of)
@@ -421,6 +457,11 @@ static void open_file_free(struct open_file *of)
 	free(of->data);
 	free(of->before);
 	free(of);
+}
+
+static void open_file_free_handle(struct handle *h)
+{
+	open_file_free((struct open_file *)h);
 }
 
 static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -518,6 +559,8 @@ out:
 		return (void)fuse_reply_err(req, -rc);
 	}
 	fi->fh = (uint64_t)(uintptr_t)of;
+	of->h.free = open_file_free_handle;
+	handle_add(fs, &of->h);
 	fi->direct_io = 1; /* content depends on the reader and the moment */
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
@@ -526,6 +569,7 @@ out:
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		if (ino_is_lock(ino))
 			inodes_opened(fs->inodes, ino_id(ino), -1);
+		handle_del(fs, &of->h);
 		open_file_free(of);
 	}
 }
@@ -715,16 +759,26 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		flock_closed(fs_of(req), ino, "flock", fi->lock_owner);
 	if (ino_is_lock(ino))
 		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
+	handle_del(fs_of(req), (struct handle *)(uintptr_t)fi->fh);
 	open_file_free((struct open_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
 /* A directory listing, taken at opendir so offsets stay meaningful. */
 struct dir_snapshot {
+	struct handle h; /* first */
 	char **names; /* NULL-terminated; entries 0.. are after "." and ".." */
 	size_t count;
 	fuse_ino_t self;
 };
+
+static void dir_snapshot_free(struct handle *h)
+{
+	struct dir_snapshot *d = (struct dir_snapshot *)h;
+
+	lockfs_names_free(d->names);
+	free(d);
+}
 
 static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -750,13 +804,15 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return (void)fuse_reply_err(req, -rc);
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
+	d->h.free = dir_snapshot_free;
+	handle_add(fs, &d->h);
 	if (ino_is_lock(ino))
 		inodes_opened(fs->inodes, ino_id(ino), +1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		if (ino_is_lock(ino))
 			inodes_opened(fs->inodes, ino_id(ino), -1);
-		lockfs_names_free(d->names);
-		free(d);
+		handle_del(fs, &d->h);
+		dir_snapshot_free(&d->h);
 	}
 }
 
@@ -829,8 +885,8 @@ static void lfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 
 	if (ino_is_lock(ino))
 		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
-	lockfs_names_free(d->names);
-	free(d);
+	handle_del(fs_of(req), &d->h);
+	dir_snapshot_free(&d->h);
 	fuse_reply_err(req, 0);
 }
 
