@@ -7,5 +7,6 @@ apt-get install -y -q --no-install-recommends \
 	gcc libc6-dev pkg-config meson ninja-build \
 	libfuse3-dev fuse3 libjansson-dev \
 	libcmocka-dev python3 python3-pytest \
+	python3-filelock python3-fasteners python3-portalocker \
 	util-linux passwd procps strace \
 	clang libclang-rt-14-dev
