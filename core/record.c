@@ -398,8 +398,14 @@ static char *encode_compact(const struct lockfs_record *r, int flags, size_t *le
 
 	sb_lit(&b, "{\"resource\":");
 	sb_str(&b, r->resource);
-	sb_lit(&b, r->bound == LOCKFS_BOUND_SLUG ? ",\"bound\":\"slug\"" : ",\"bound\":\"process\"");
-	sb_lit(&b, ",\"mode\":\"exclusive\",\"holder\":");
+	sb_lit(&b, ",\"bound\":\"");
+	sb_lit(&b, lockfs_bound_name(r->bound));
+	sb_lit(&b, "\",\"mode\":\"exclusive\"");
+	if (r->fd_owner[0]) {
+		sb_lit(&b, ",\"fd_owner\":");
+		sb_str(&b, r->fd_owner);
+	}
+	sb_lit(&b, ",\"holder\":");
 	if (r->has_holder) {
 		const struct lockfs_holder *h = &r->holder;
 
@@ -477,10 +483,9 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	size_t n;
 	int err = 0;
 
-	/* The common record (a mkdir lock) has a fast hand-written encoder;
-	 * fd and shared locks go through jansson. */
-	if (!(flags & LOCKFS_RECORD_PRETTY) && r->bound != LOCKFS_BOUND_FD &&
-	    r->mode == LOCKFS_EXCLUSIVE && r->nshares == 0)
+	/* Exclusive records (mkdir, and the fd lock a waiter is handed) have
+	 * a fast hand-written encoder; shared ones go through jansson. */
+	if (!(flags & LOCKFS_RECORD_PRETTY) && r->mode == LOCKFS_EXCLUSIVE && r->nshares == 0)
 		return encode_compact(r, flags, len);
 	o = json_object();
 	if (!o)
