@@ -648,7 +648,7 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 	if (!name)
 		return -ENOMEM;
 	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
-	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
+	snprintf(fence, sizeof(fence), "%" PRIu64, lockfs_holder_fence(&c->rec));
 	snprintf(pid, sizeof(pid), "%d", (int)c->rec.holder.pid);
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
@@ -682,7 +682,8 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 		return release_locked(core, s, c, identity, event, extra);
 	h = i == 0 ? &r->holder : &r->shares[i - 1].holder;
 	who_of(who, sizeof(who), NULL, h->comm, h->pid);
-	snprintf(fence, sizeof(fence), "%" PRIu64, i == 0 ? r->fence : r->shares[i - 1].fence);
+	snprintf(fence, sizeof(fence), "%" PRIu64,
+		 i == 0 ? lockfs_holder_fence(r) : r->shares[i - 1].fence);
 	snprintf(pid, sizeof(pid), "%d", (int)h->pid);
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
@@ -694,6 +695,8 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 		cache_unwatch(core, c);
 		lockfs_holder_clear(&r->holder);
 		r->holder = r->shares[0].holder;
+		r->holder_fence = r->shares[0].fence;
+		r->holder_acquired_at_ms = r->shares[0].acquired_at_ms;
 		r->bound = r->shares[0].bound;
 		memcpy(r->fd_owner, r->shares[0].fd_owner, sizeof(r->fd_owner));
 		c->holder_gone = false;

@@ -233,6 +233,16 @@ static json_t *lease_json(const struct lockfs_lease *l)
 	return o;
 }
 
+uint64_t lockfs_holder_fence(const struct lockfs_record *r)
+{
+	return r->holder_fence ? r->holder_fence : r->fence;
+}
+
+int64_t lockfs_holder_acquired_at(const struct lockfs_record *r)
+{
+	return r->holder_fence ? r->holder_acquired_at_ms : r->acquired_at_ms;
+}
+
 const char *lockfs_bound_name(enum lockfs_bound b)
 {
 	return b == LOCKFS_BOUND_SLUG ? "slug" : b == LOCKFS_BOUND_FD ? "fd" : "process";
@@ -269,8 +279,9 @@ static json_t *holders_json(const struct lockfs_record *r, int flags)
 	if (!a)
 		return NULL;
 	if (r->has_holder &&
-	    json_array_append_new(a, share_json(&r->holder, r->bound, r->fd_owner, r->fence,
-						r->acquired_at_ms, flags)) < 0)
+	    json_array_append_new(a, share_json(&r->holder, r->bound, r->fd_owner,
+						lockfs_holder_fence(r),
+						lockfs_holder_acquired_at(r), flags)) < 0)
 		goto fail;
 	for (size_t i = 0; i < r->nshares; i++) {
 		const struct lockfs_share *sh = &r->shares[i];
@@ -496,7 +507,7 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	if (!(flags & LOCKFS_RECORD_PRETTY) && r->fd_owner[0])
 		err |= add(o, "fd_owner", json_string(r->fd_owner));
 	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder) : json_null());
-	if ((flags & LOCKFS_RECORD_PRETTY) || r->nshares)
+	if ((flags & LOCKFS_RECORD_PRETTY) || r->mode == LOCKFS_SHARED)
 		err |= add(o, "holders", holders_json(r, flags));
 	err |= add(o, "acquired_at",
 		   json_string(lockfs_format_time(r->acquired_at_ms, when)));
@@ -735,7 +746,7 @@ static int parse_shares(const json_t *o, struct lockfs_record *r)
 {
 	json_t *a = json_object_get(o, "holders");
 	size_t n;
-	json_int_t v;
+	json_int_t v, v2;
 	int rc;
 
 	if (!a)
@@ -744,6 +755,16 @@ static int parse_shares(const json_t *o, struct lockfs_record *r)
 	    json_array_size(a) > 65536)
 		return -EINVAL;
 	n = json_array_size(a) - 1;
+	/* holders[0] is `holder`: only its own grant is new here. */
+	if (json_is_object(json_array_get(a, 0))) {
+		const json_t *first = json_array_get(a, 0);
+
+		if (get_int(first, "fence", 1, INT64_MAX, &v) == 0 &&
+		    get_int(first, "acquired_at_ms", INT64_MIN, INT64_MAX, &v2) == 0) {
+			r->holder_fence = (uint64_t)v;
+			r->holder_acquired_at_ms = v2;
+		}
+	}
 	if (n == 0)
 		return 0;
 	r->shares = calloc(n, sizeof(*r->shares));

@@ -76,6 +76,10 @@ struct lockfs_record {
 	char *slug;       /* LOCKFS_SLUG of the acquiring process; NULL = none */
 	struct lockfs_lease lease;
 	uint64_t fence;   /* strictly increasing per acquisition of the name */
+	/* `holder`'s own grant: the same as fence and acquired_at_ms except
+	 * in a shared lock whose first holder has left. */
+	uint64_t holder_fence;
+	int64_t holder_acquired_at_ms;
 	char token[LOCKFS_TOKEN_HEX + 1]; /* "" when unknown/hidden */
 };
 
@@ -105,6 +109,10 @@ int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 /* LEASE as one line of JSON, exactly as it appears in the record ("null"
  * when none), malloc'd, with *LEN.  NULL when out of memory. */
 char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len);
+
+/* The fence and time of `holder`'s own grant (see holder_fence). */
+uint64_t lockfs_holder_fence(const struct lockfs_record *r);
+int64_t lockfs_holder_acquired_at(const struct lockfs_record *r);
 
 /* "process", "slug" or "fd". */
 const char *lockfs_bound_name(enum lockfs_bound b);

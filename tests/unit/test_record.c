@@ -274,11 +274,17 @@ static void test_shared_fd_record_round_trip(void **state)
 	sh[1].acquired_at_ms = r.acquired_at_ms + 6;
 	r.shares = sh;
 	r.nshares = 2;
+	/* The first holder left: `holder` is a later grant than the lock's. */
+	r.holder_fence = 11;
+	r.holder_acquired_at_ms = r.acquired_at_ms + 9;
 	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
 	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
 	assert_int_equal(back.bound, LOCKFS_BOUND_FD);
 	assert_int_equal(back.mode, LOCKFS_SHARED);
 	assert_string_equal(back.fd_owner, "flock:00000000000000aa");
+	assert_int_equal(back.fence, r.fence);
+	assert_int_equal(lockfs_holder_fence(&back), 11);
+	assert_int_equal(lockfs_holder_acquired_at(&back), r.acquired_at_ms + 9);
 	assert_int_equal(back.nshares, 2);
 	assert_int_equal(back.shares[0].holder.pid, 4343);
 	assert_string_equal(back.shares[0].fd_owner, "posix:00000000000000bb");
