@@ -212,6 +212,10 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 	int rc = load_locked(core, s, name, &st, &foreign, false, &c);
 
 	if (rc == 0) {
+		/* Two threads blocked in flock on one descriptor: the second
+		 * finds the lock already its own, as flock(2) would. */
+		if (c && c->rec.mode == e->mode && holder_of_owner(&c->rec, e->owner) >= 0)
+			return 0;
 		if (c && c->rec.mode == LOCKFS_SHARED && e->mode == LOCKFS_SHARED &&
 		    strcmp(c->issued, c->rec.token) == 0 && holder_count(&c->rec) > 0)
 			return join_shared(core, s, c, &st, e) == 0 ? 0 : -EAGAIN;
