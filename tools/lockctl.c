@@ -984,6 +984,16 @@ static char *holder_now(const char *mnt, const char *name)
 	return s;
 }
 
+/* Say why flock(2) on NAME failed with E; the exit status. */
+static int flock_failed(const char *name, int e)
+{
+	if (e == EACCES)
+		return fail(EX_NOPERM, "%s: refused (%s): the daemon cannot tell who would hold the"
+			    " lock; run lockctl from a process that stays alive, not an orphaned"
+			    " background job", name, strerror(e));
+	return fail(errno_status(e), "%s: flock: %s", name, strerror(e));
+}
+
 /*
  * Take the lock on FD with flock(2) OP (LOCK_EX or LOCK_SH), waiting in the
  * daemon's queue; O's timeout decides for how long (0: try once).
@@ -1006,7 +1016,7 @@ static int wait_for_lock(const struct opts *o, const char *mnt, int fd, int op)
 		if (e == ENOLCK)
 			return fail(EX_UNAVAILABLE, "%s: flock on %s/.flock is not supported: this"
 				    " lockfs daemon is too old for lockctl", name, mnt);
-		return fail(errno_status(e), "%s: flock: %s", name, strerror(e));
+		return flock_failed(name, e);
 	}
 
 	struct sigaction sa;
@@ -1055,7 +1065,7 @@ static int wait_for_lock(const struct opts *o, const char *mnt, int fd, int op)
 	if (e == ENOLCK)
 		return fail(EX_UNAVAILABLE, "%s: flock on %s/.flock is not supported: this lockfs"
 			    " daemon is too old for lockctl", name, mnt);
-	return fail(errno_status(e), "%s: flock: %s", name, strerror(e));
+	return flock_failed(name, e);
 }
 
 /* Give up FD's lock, if any, and close it. */
