@@ -1,12 +1,12 @@
 /*
  * bench_handoff: the C client of the issue-4 benchmark (tools/bench_handoff.sh).
  *
- *   bench_handoff handoff FILE N PARKED [SETTLE_US]
+ *   bench_handoff handoff N SETTLE_US FILE PARKED [FILE2 PARKED2]...
  *       Hand-off latency through flock(2) on FILE, N timed samples.  Two
  *       processes, each with its own open file description of FILE: the
  *       holder takes flock(LOCK_EX); the waiter calls flock(LOCK_EX) and
  *       blocks; once the waiter is known to be parked (PARKED, below) and
- *       SETTLE_US more microseconds have passed (default 1000), the holder
+ *       SETTLE_US more microseconds have passed, the holder
  *       reads CLOCK_MONOTONIC and calls flock(LOCK_UN); the waiter reads
  *       CLOCK_MONOTONIC as soon as its flock returns.  A sample is the
  *       difference.  The waiter then unlocks, and the next sample starts.
@@ -18,6 +18,11 @@
  *                   lockfs's M/NAME/waiters does: parked once it is not
  *                   empty (the waiter is the only one; a line without the
  *                   waiter's pid is reported once on stderr).
+ *       With several FILE PARKED pairs (up to 4), each has its own holder
+ *       descriptor and waiter process, and the samples alternate between
+ *       them one by one (A B, B A, A B, ...), so that they share the same
+ *       moments of a noisy machine; each output line has one column per
+ *       FILE.
  *   bench_handoff poll LOCKDIR N INTERVAL_MS
  *       The seed tool's protocol: the holder owns LOCKDIR (mkdir); the
  *       waiter tries mkdir(LOCKDIR) every INTERVAL_MS until it succeeds.
@@ -33,7 +38,7 @@
  *       many of the first quarter of all grants (by acquisition order) it
  *       got.  Mutual exclusion is checked on every grant.
  *
- * handoff and poll print the N latencies in µs on stdout, one per line, after
+ * handoff and poll print the N latencies in µs on stdout, one line each, after
  * an untimed warm-up.  Any failing call, a waiter that never parks, or a lock
  * that is never handed over (timeout: LOCKFS_BENCH_TIMEOUT seconds, default
  * 30) aborts the run with a message on stderr and exit status 1, so an error
@@ -67,7 +72,7 @@ static int timeout_s = 30;
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s handoff FILE N proc|sleep|WAITERS_FILE [SETTLE_US]\n"
+		"usage: %s handoff N SETTLE_US FILE proc|sleep|WAITERS_FILE [FILE PARKED]...\n"
 		"       %s poll LOCKDIR N INTERVAL_MS\n"
 		"       %s herd FILE AGENTS ROUNDS\n",
 		prog, prog, prog);
@@ -432,73 +437,118 @@ static double holder_sample(const struct ho_lock *lk, int fd, pid_t waiter,
 	return sh->t_return - t0;
 }
 
-static int run_handoff(const struct ho_lock *lk, long n)
-{
+/* One lock of a hand-off run, with its holder's descriptor and its waiter. */
+struct ho_pair {
+	struct ho_lock lk;
 	struct ho_shared *sh;
-	int go[2], done[2], fd = -1, rc = 1;
-	double *lat;
+	int fd;          /* the holder's descriptor (flock), or -1 */
+	int go, done;    /* pipes to and from the waiter */
 	pid_t waiter;
-	long warm = warmup_count(n);
+	double *lat;
+};
 
-	lat = calloc((size_t) n, sizeof(*lat));
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (!lat || sh == MAP_FAILED || pipe2(go, O_CLOEXEC) != 0 ||
+/* Sets up P: the holder's descriptor and the waiter. Returns 0 or -1. */
+static int pair_start(struct ho_pair *p, long n)
+{
+	int go[2], done[2];
+
+	p->fd = -1;
+	p->waiter = 0;
+	p->lat = calloc((size_t) n, sizeof(*p->lat));
+	p->sh = mmap(NULL, sizeof(*p->sh), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (!p->lat || p->sh == MAP_FAILED || pipe2(go, O_CLOEXEC) != 0 ||
 	    pipe2(done, O_CLOEXEC) != 0) {
 		perror("bench_handoff: setup");
-		return 1;
+		return -1;
 	}
-	if (!lk->poll) {
-		fd = open(lk->path, O_RDWR | O_CLOEXEC);
-		if (fd < 0) {
-			fprintf(stderr, "bench_handoff: open %s: %s\n", lk->path,
-				strerror(errno));
-			return 1;
+	if (!p->lk.poll) {
+		p->fd = open(p->lk.path, O_RDWR | O_CLOEXEC);
+		if (p->fd < 0) {
+			fprintf(stderr, "bench_handoff: open %s: %s\n",
+				p->lk.path, strerror(errno));
+			return -1;
 		}
 	}
-	waiter = fork();
-	if (waiter < 0) {
+	p->waiter = fork();
+	if (p->waiter < 0) {
 		perror("bench_handoff: fork");
-		return 1;
+		return -1;
 	}
-	if (waiter == 0) {
+	if (p->waiter == 0) {
 		close(go[1]);
 		close(done[0]);
-		if (fd >= 0)
-			close(fd);
-		waiter_main(lk, sh, go[0], done[1]);
+		if (p->fd >= 0)
+			close(p->fd);
+		waiter_main(&p->lk, p->sh, go[0], done[1]);
 	}
 	close(go[0]);
 	close(done[1]);
+	p->go = go[1];
+	p->done = done[0];
+	return 0;
+}
 
-	for (long i = -warm; i < n; i++) {
-		double t = holder_sample(lk, fd, waiter, sh, go[1], done[0]);
+/* Tells P's waiter to quit and reaps it (killed if it will not). Returns 0 or -1. */
+static int pair_stop(struct ho_pair *p)
+{
+	int status, rc = -1;
 
-		if (t < 0)
-			goto out;
-		if (i >= 0)
-			lat[i] = t;
-	}
-	if (write_byte(go[1], QUIT) == 0) {
-		int status;
-
-		close(go[1]);
-		go[1] = -1;
-		if (waitpid(waiter, &status, 0) == waiter && WIFEXITED(status) &&
-		    WEXITSTATUS(status) == 0)
+	if (p->waiter <= 0)
+		return -1;
+	if (write_byte(p->go, QUIT) == 0) {
+		close(p->go);
+		if (waitpid(p->waiter, &status, 0) == p->waiter &&
+		    WIFEXITED(status) && WEXITSTATUS(status) == 0)
 			rc = 0;
-		waiter = 0;
+	} else {
+		kill_and_reap(p->waiter);
+	}
+	p->waiter = 0;
+	return rc;
+}
+
+/*
+ * N timed samples on each of the NP locks, interleaved sample by sample
+ * (A B, then B A, ...), so that every lock sees the same moments of a noisy
+ * machine.  Prints one line per sample with one column per lock.
+ */
+static int run_handoff(struct ho_pair *pairs, int np, long n)
+{
+	long warm = warmup_count(n);
+	int rc = 0;
+
+	for (int k = 0; k < np; k++)
+		if (pair_start(&pairs[k], n) != 0) {
+			rc = 1;
+			break;
+		}
+	for (long i = -warm; rc == 0 && i < n; i++) {
+		for (int j = 0; j < np; j++) {
+			int k = (i & 1) ? np - 1 - j : j;
+			struct ho_pair *p = &pairs[k];
+			double t = holder_sample(&p->lk, p->fd, p->waiter, p->sh,
+						 p->go, p->done);
+
+			if (t < 0) {
+				rc = 1;
+				break;
+			}
+			if (i >= 0)
+				p->lat[i] = t;
+		}
+	}
+	for (int k = 0; k < np; k++) {
+		if (pairs[k].waiter > 0 && pair_stop(&pairs[k]) != 0)
+			rc = 1;
+		if (pairs[k].fd >= 0)
+			close(pairs[k].fd);
 	}
 	for (long i = 0; rc == 0 && i < n; i++)
-		printf("%.3f\n", lat[i] * 1e6);
-out:
-	if (waiter > 0)
-		kill_and_reap(waiter);
-	if (go[1] >= 0)
-		close(go[1]);
-	if (fd >= 0)
-		close(fd);
-	free(lat);
+		for (int k = 0; k < np; k++)
+			printf("%.3f%c", pairs[k].lat[i] * 1e6, k == np - 1 ? '\n' : ' ');
+	for (int k = 0; k < np; k++)
+		free(pairs[k].lat);
 	return rc;
 }
 
@@ -662,27 +712,37 @@ static int run_herd(const char *file, long agents, long rounds)
 	return 0;
 }
 
+#define MAX_PAIRS 4
+
 int main(int argc, char *argv[])
 {
 	const char *t = getenv("LOCKFS_BENCH_TIMEOUT");
-	struct ho_lock lk = { .settle_us = 1000 };
+	struct ho_pair pairs[MAX_PAIRS];
 
+	memset(pairs, 0, sizeof(pairs));
 	if (t)
 		timeout_s = (int) parse_long(t, "LOCKFS_BENCH_TIMEOUT", 1, 3600);
 	if (argc < 2)
 		usage(argv[0]);
-	if (strcmp(argv[1], "handoff") == 0 && (argc == 5 || argc == 6)) {
-		lk.path = argv[2];
-		lk.parked = argv[4];
-		if (argc == 6)
-			lk.settle_us = parse_long(argv[5], "SETTLE_US", 0, 1000000);
-		return run_handoff(&lk, parse_long(argv[3], "N", 1, MAX_SAMPLES));
+	if (strcmp(argv[1], "handoff") == 0 && argc >= 6 && argc % 2 == 0 &&
+	    (argc - 4) / 2 <= MAX_PAIRS) {
+		long n = parse_long(argv[2], "N", 1, MAX_SAMPLES);
+		long settle = parse_long(argv[3], "SETTLE_US", 0, 1000000);
+		int np = (argc - 4) / 2;
+
+		for (int k = 0; k < np; k++) {
+			pairs[k].lk.path = argv[4 + 2 * k];
+			pairs[k].lk.parked = argv[5 + 2 * k];
+			pairs[k].lk.settle_us = settle;
+		}
+		return run_handoff(pairs, np, n);
 	}
 	if (strcmp(argv[1], "poll") == 0 && argc == 5) {
-		lk.path = argv[2];
-		lk.poll = 1;
-		lk.interval_us = 1000 * parse_long(argv[4], "INTERVAL_MS", 1, 10000);
-		return run_handoff(&lk, parse_long(argv[3], "N", 1, MAX_SAMPLES));
+		pairs[0].lk.path = argv[2];
+		pairs[0].lk.poll = 1;
+		pairs[0].lk.interval_us =
+			1000 * parse_long(argv[4], "INTERVAL_MS", 1, 10000);
+		return run_handoff(pairs, 1, parse_long(argv[3], "N", 1, MAX_SAMPLES));
 	}
 	if (strcmp(argv[1], "herd") == 0 && argc == 5) {
 		long agents = parse_long(argv[3], "AGENTS", 4, MAX_AGENTS);

@@ -5,9 +5,9 @@
 #                          [--agents N] [--per-agent N] [--settle US]
 #                          [--timeout S] [--without-lockfs] [BUILD_DIR]
 #
-# Side by side in one run, interleaved round by round (round 1: lockfs then
-# kernel, round 2: kernel then lockfs, ...):
-#   hand-off latency, holder releases -> the parked waiter's flock returns
+# Side by side in one run, in rounds:
+#   hand-off latency, holder releases -> the parked waiter's flock returns;
+#   lockfs and kernel flock alternate sample by sample (A B, B A, ...)
 #     lockfs   flock(LOCK_EX) on M/.flock/handoff, holder's flock(LOCK_UN);
 #              the waiter counts as parked once M/handoff/waiters lists it
 #     kernel   the same on a tmpfs file; parked once /proc/locks shows the
@@ -15,7 +15,8 @@
 #     poll     the seed tool's protocol: the waiter tries mkdir DIR/NAME.lock
 #              every 0.05 s, the holder releases by rmdir at a random phase
 #              (--poll-samples in all, spread over the rounds)
-#   herd: --agents processes x --per-agent rounds of
+#   herd (lockfs then kernel in odd rounds, kernel then lockfs in even ones):
+#     --agents processes x --per-agent rounds of
 #     {flock(LOCK_EX); tiny critical section; flock(LOCK_UN)} on one lock, for
 #     lockfs and for kernel flock: total time, and fairness (grants per agent
 #     among the first quarter of all grants, in acquisition order).
@@ -37,7 +38,7 @@
 set -euo pipefail
 
 ROUNDS=7
-SAMPLES=300
+SAMPLES=500
 POLL_SAMPLES=40
 AGENTS=64
 PER_AGENT=100
@@ -175,13 +176,18 @@ client() { # OUTFILE ARGS...: run bench_handoff in the background, wait for it
 	[ -z "$M" ] || : > "$DIR/lock.log"
 }
 
-run_handoff() { # CONFIG ROUND
-	local out=$W/out
-	case "$1" in
-	lockfs) client "$out" handoff "$M/.flock/handoff" "$SAMPLES" "$M/handoff/waiters" "$SETTLE" ;;
-	kernel) client "$out" handoff "$T/kflock-handoff" "$SAMPLES" proc "$SETTLE" ;;
-	esac
-	awk -v c="$1" -v r="$2" '{ print "handoff\t" c "\t" r "\t" $1 }' "$out" >> "$RES"
+run_handoff() { # ROUND: lockfs and kernel flock, alternating sample by sample
+	local out=$W/out args=() c
+	for c in "${CONFIGS[@]}"; do
+		case "$c" in
+		lockfs) args+=("$M/.flock/handoff" "$M/handoff/waiters") ;;
+		kernel) args+=("$T/kflock-handoff" proc) ;;
+		esac
+	done
+	client "$out" handoff "$SAMPLES" "$SETTLE" "${args[@]}"
+	awk -v r="$1" -v cfgs="${CONFIGS[*]}" '
+		BEGIN { n = split(cfgs, c, " ") }
+		{ for (i = 1; i <= n; i++) print "handoff\t" c[i] "\t" r "\t" $i }' "$out" >> "$RES"
 }
 
 run_poll() { # ROUND N
@@ -208,7 +214,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	if (( r % 2 )); then order=("${CONFIGS[@]}")
 	else order=(); for ((i = ${#CONFIGS[@]} - 1; i >= 0; i--)); do order+=("${CONFIGS[i]}"); done
 	fi
-	for c in "${order[@]}"; do run_handoff "$c" "$r"; done
+	run_handoff "$r"
 	n=$(( POLL_SAMPLES / ROUNDS + (r <= POLL_SAMPLES % ROUNDS ? 1 : 0) ))
 	[ "$n" = 0 ] || run_poll "$r" "$n"
 	for c in "${order[@]}"; do run_herd "$c" "$r"; done
