@@ -59,15 +59,18 @@ def test_twenty_waiters_are_granted_in_arrival_order(mnt, procs, spawn_agent):
     ws = _queue(mnt, procs, 'x', [EX] * 20)
     assert _ready(ws) == []
     assert holder.rmdir(mnt.path('x')) == 0
-    order = []
+    order, fences = [], []
     for k, (w, fd, rid) in enumerate(ws):
         _granted(w, rid)
         order.append(w.pid)
-        assert read_owner(mnt.mnt, 'x')['holder']['pid'] == w.pid
+        o = read_owner(mnt.mnt, 'x')
+        assert o['holder']['pid'] == w.pid
+        fences.append(o['fence'])
         assert [x['pid'] for x in read_waiters(mnt, 'x')] == [x.pid for x, _, _ in ws[k + 1:]]
         assert _ready(ws[k + 1:]) == [], f'granted out of turn after #{k}'
         assert w.flock(fd, UN) == 0
     assert order == [w.pid for w, _, _ in ws]
+    assert fences == sorted(set(fences)), f'fences not strictly increasing: {fences}'
     acq = [int(l.details['pid']) for l in log_for(mnt.dir, 'x') if l.event == 'acquired']
     assert acq == [holder.pid] + order
     assert_alternating(log_for(mnt.dir, 'x'), 'x')
@@ -293,3 +296,31 @@ def test_waiters_behind_a_lock_taken_directly_in_dir_learn_of_its_release(mnt, p
     _granted(w, rid, timeout=5)
     o = read_owner(mnt.mnt, 'x')
     assert (o['holder']['pid'], o['bound']) == (w.pid, 'fd')
+
+
+def test_a_break_grants_the_head_waiter(mnt, procs):
+    h = procs.locker()
+    h.take(fpath(mnt, 'x'))
+    ws = _queue(mnt, procs, 'x', [EX, EX])
+    with open(mnt.path('x', 'break'), 'w') as f:
+        f.write('stuck\n')
+    (w1, f1, q1), (w2, f2, q2) = ws
+    _granted(w1, q1)
+    assert w2.poll(q2) is None
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == w1.pid
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'broken', 'acquired']
+
+
+def test_a_recovered_slug_lock_grants_the_head_waiter(lockfs_factory, procs):
+    """A slug-bound lock whose lease ran out (and no process carries the
+    slug) is recovered, and the queue moves on."""
+    m = lockfs_factory(options=['lease=1'])
+    env = {k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'}
+    env['LOCKFS_SLUG'] = 'gone-agent'
+    r = subprocess.run(['bash', '-c', 'mkdir "$1" && true', 'bash', m.path('x')], env=env,
+                       capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    [(w, fw, qw)] = _queue(m, procs, 'x', [EX])
+    _granted(w, qw, timeout=15)
+    assert read_owner(m.mnt, 'x')['holder']['pid'] == w.pid
+    assert [l.event for l in log_for(m.dir, 'x')] == ['acquired', 'recovered', 'acquired']

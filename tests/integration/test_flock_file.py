@@ -16,8 +16,8 @@ import subprocess
 
 import pytest
 
-from flock_helpers import fpath, held_names, procs  # noqa: F401  (fixture)
-from lockfs_helpers import (errno_of, expected_name_errno, read_owner, snapshot, wait_free,
+from flock_helpers import dir_state, fpath, held_names, procs  # noqa: F401  (fixture)
+from lockfs_helpers import (errno_of, expected_name_errno, read_owner, wait_free,
                             wait_until)
 
 VALID = ['x', 'deploy', 'a b', 'café', 'Z-9_.', 'n' * 250]
@@ -46,11 +46,11 @@ def test_flock_directory_is_0555_and_owned_by_the_mounting_user(mnt):
 
 @pytest.mark.parametrize('name', VALID, ids=lambda n: n[:12])
 def test_lookup_of_any_valid_name_is_an_empty_0666_file_and_changes_nothing(mnt, name):
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     _stat_ok(os.stat(fpath(mnt, name)))
     _stat_ok(os.lstat(fpath(mnt, name)))
     assert os.path.isfile(fpath(mnt, name))
-    assert snapshot(mnt.dir) == before
+    assert dir_state(mnt) == before
     _no_lock(mnt, name)
 
 
@@ -63,11 +63,11 @@ def test_lookup_of_any_valid_name_is_an_empty_0666_file_and_changes_nothing(mnt,
     os.O_RDONLY | os.O_CREAT | os.O_NOCTTY,         # flock(1)
 ], ids=['ro', 'wr-creat-trunc', 'rdwr-creat-trunc', 'rdwr-creat', 'append', 'flock1'])
 def test_open_creates_nothing_in_dir_and_takes_no_lock(mnt, procs, flags):
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     fd = os.open(fpath(mnt, 'x'), flags, 0o644)
     try:
         _stat_ok(os.fstat(fd))
-        assert snapshot(mnt.dir) == before
+        assert dir_state(mnt) == before
         _no_lock(mnt, 'x')
         # another process can take the lock while the file is open here
         other = procs.locker()
@@ -85,7 +85,7 @@ def test_open_of_a_held_name_changes_nothing_for_the_holder(mnt, spawn_agent):
     a = spawn_agent()
     assert a.mkdir(mnt.path('x')) == 0
     o = read_owner(mnt.mnt, 'x')
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     fd = os.open(fpath(mnt, 'x'), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
         assert os.write(fd, b'junk\n') == 5
@@ -93,14 +93,14 @@ def test_open_of_a_held_name_changes_nothing_for_the_holder(mnt, spawn_agent):
         os.ftruncate(fd, 0)
     finally:
         os.close(fd)
-    assert snapshot(mnt.dir) == before
+    assert dir_state(mnt) == before
     assert read_owner(mnt.mnt, 'x') == o
     assert a.rmdir(mnt.path('x')) == 0
 
 
 def test_chmod_fchmod_succeed_and_change_nothing(mnt):
     p = fpath(mnt, 'x')
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     os.chmod(p, 0o600)
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o666
     fd = os.open(p, os.O_RDWR | os.O_CREAT)
@@ -111,13 +111,13 @@ def test_chmod_fchmod_succeed_and_change_nothing(mnt):
         os.close(fd)
     assert subprocess.run(['chmod', '600', p]).returncode == 0
     _stat_ok(os.stat(p))
-    assert snapshot(mnt.dir) == before
+    assert dir_state(mnt) == before
     _no_lock(mnt, 'x')
 
 
 def test_utimens_succeeds_and_changes_nothing(mnt):
     p = fpath(mnt, 'x')
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     os.utime(p, (1000000000, 1000000000))          # 2001: would be visible
     assert os.stat(p).st_mtime != 1000000000
     os.utime(p)                                     # touch
@@ -129,13 +129,13 @@ def test_utimens_succeeds_and_changes_nothing(mnt):
     finally:
         os.close(fd)
     _stat_ok(os.stat(p))
-    assert snapshot(mnt.dir) == before
+    assert dir_state(mnt) == before
     _no_lock(mnt, 'x')
 
 
 def test_truncate_succeeds_and_size_stays_zero(mnt):
     p = fpath(mnt, 'x')
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     os.truncate(p, 4096)
     assert os.stat(p).st_size == 0
     fd = os.open(p, os.O_RDWR)
@@ -144,12 +144,12 @@ def test_truncate_succeeds_and_size_stays_zero(mnt):
         assert os.fstat(fd).st_size == 0
     finally:
         os.close(fd)
-    assert snapshot(mnt.dir) == before
+    assert dir_state(mnt) == before
 
 
 def test_writes_are_accepted_and_discarded(mnt):
     p = fpath(mnt, 'x')
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
         assert os.write(fd, b'12345\n') == 6
@@ -163,7 +163,7 @@ def test_writes_are_accepted_and_discarded(mnt):
     assert os.stat(p).st_size == 0
     with open(p, 'rb') as f:
         assert f.read() == b''
-    assert snapshot(mnt.dir) == before
+    assert dir_state(mnt) == before
     _no_lock(mnt, 'x')
 
 
@@ -244,11 +244,11 @@ def test_invalid_names_are_refused_like_mkdir(mnt, name):
     want = expected_name_errno(name)
     assert want in (errno.EINVAL, errno.ENAMETOOLONG)
     p = fpath(mnt, name)
-    before = snapshot(mnt.dir)
+    before = dir_state(mnt)
     assert errno_of(os.stat, p) == want
     assert errno_of(os.open, p, os.O_RDWR | os.O_CREAT, 0o644) == want
     assert errno_of(os.open, p, os.O_RDONLY) == want
-    assert snapshot(mnt.dir) == before
+    assert dir_state(mnt) == before
     assert held_names(mnt) == []
 
 
@@ -263,3 +263,17 @@ def test_other_users_can_open_it_for_writing_with_allow_other(mnt_ao, users, pro
     assert os.stat(mnt_ao.path('x')).st_uid == users[0].uid
     assert lk.close(fd) == 0
     wait_free(mnt_ao, 'x')
+
+
+def test_a_name_with_waiters_behind_a_foreign_lock_is_listed(mnt, procs):
+    """DIR/NAME.lock made by another tool, and a waiter queued behind it."""
+    os.mkdir(mnt.lockdir('x'))
+    w = procs.locker()
+    fd = w.open(fpath(mnt, 'x'))
+    rid = w.flock_start(fd, fcntl.LOCK_EX)
+    wait_until(lambda: [x['pid'] for x in _waiters(mnt, 'x')] == [w.pid],
+               what='the waiter to be listed in M/x/waiters')
+    assert held_names(mnt) == [b'x']
+    assert w.poll(rid) is None
+    os.rmdir(mnt.lockdir('x'))
+    assert 'errno' not in w.wait(rid, 10)

@@ -314,3 +314,15 @@ def test_relock_in_the_same_mode_keeps_the_lock(mnt, procs):
     assert o['fence'] >= fence
     assert lk.flock(fd, UN) == 0
     wait_until(lambda: errno_of(os.stat, mnt.path('x')) == errno.ENOENT, what='release')
+
+
+def test_a_dying_reader_leaves_the_other_readers_holding(mnt, procs):
+    a, b = procs.locker(), procs.locker()
+    a.take(fpath(mnt, 'x'), SH)
+    fb = b.take(fpath(mnt, 'x'), SH)
+    a.kill()
+    wait_until(lambda: holder_pids(mnt, 'x') == [b.pid], what='the dead reader to leave')
+    o = read_owner(mnt.mnt, 'x')
+    assert o['mode'] == 'shared' and o['holder']['pid'] == b.pid
+    assert b.flock(fb, UN) == 0
+    wait_free(mnt, 'x')

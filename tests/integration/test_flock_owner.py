@@ -14,9 +14,12 @@ import errno
 import fcntl
 import os
 import signal
+import subprocess
+
+import pytest
 
 from flock_helpers import children_of, fpath, is_wouldblock, procs, sh_quote  # noqa: F401
-from lockfs_helpers import (END_EVENTS, evidence, log_for, read_owner, stays_held, wait_free,
+from lockfs_helpers import (PYTHON, END_EVENTS, evidence, log_for, read_owner, stays_held, wait_free,
                             wait_log, who_of)
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
@@ -247,3 +250,50 @@ def test_daemon_restart_rebound_lock_is_released_by_its_holders_rmdir(lockfs_fac
     sh.ok(f'rmdir {sh_quote(m2.path("x"))}')
     assert not os.path.lexists(m2.lockdir('x'))
     assert [l.event for l in log_for(m2.dir, 'x')] == ['acquired', 'rebound', 'released']
+
+
+def test_the_resolved_holder_may_write_operation_others_may_not(mnt, procs, spawn_agent):
+    """"The holder" is whoever may rmdir: also for an fd lock."""
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
+    sh.ok(f'echo "migrating" > {sh_quote(mnt.path("x", "operation"))}')
+    assert read_owner(mnt.mnt, 'x')['operation'] == 'migrating'
+    assert spawn_agent().write(mnt.path('x', 'operation'), b'mine\n') == errno.EPERM
+    assert read_owner(mnt.mnt, 'x')['operation'] == 'migrating'
+
+
+READERS = r'''
+import fcntl, os, sys
+fds = []
+for i in range(int(sys.argv[2])):
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    fds.append(fd)
+print('held', flush=True)
+sys.stdin.readline()
+'''
+
+
+@pytest.mark.parametrize('readers', [2, 150])
+def test_daemon_restart_rebinds_a_shared_lock_with_any_number_of_readers(lockfs_factory,
+                                                                        procs, readers):
+    """"any number of readers" (point 2), each its own open file description,
+    and after a restart the lock is rebound to the recorded holder, not left
+    behind as a foreign lock that nobody can ever recover."""
+    m = lockfs_factory()
+    p = procs.popen([PYTHON, '-c', READERS, fpath(m, 'x'), str(readers)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b'held\n'
+    o1 = read_owner(m.mnt, 'x')
+    assert (o1['mode'], len(o1['holders'])) == ('shared', readers)
+    m.kill9(lazy=True)
+    m2 = lockfs_factory.restart(m)
+    o2 = read_owner(m2.mnt, 'x')
+    assert not o2.get('foreign') and o2['holder'] is not None, \
+        (f'after the restart the lock of {readers} readers reads as foreign '
+         f'(owner.json is {os.path.getsize(os.path.join(m2.lockdir("x"), "owner.json"))} bytes)')
+    assert o2['bound'] == 'process' and o2['holder']['pid'] == p.pid
+    assert wait_log(m2.dir, 'x', 'rebound')
+    p.kill()
+    p.wait()
+    wait_free(m2, 'x', timeout=5)

@@ -256,3 +256,125 @@ def test_a_waiter_killed_as_it_is_granted_never_leaks_the_lock(mnt, procs):
     wait_until(lambda: not os.path.lexists(mnt.lockdir('x')), what='x to be free')
     assert held_names(mnt) == []
     assert_alternating(log_for(mnt.dir, 'x'), 'x')
+
+
+# -- interrupted without SA_RESTART: EINTR reaches the caller ----------------
+
+EINTR_SETUP = r'''
+import signal
+signal.signal(signal.SIGUSR1, lambda s, f: None)
+signal.siginterrupt(signal.SIGUSR1, True)       # no SA_RESTART: flock(2) says EINTR
+'''
+
+
+def _eintr_waiter(m, procs, name='x'):
+    w = procs.locker(setup=EINTR_SETUP)
+    fd = w.open(fpath(m, name))
+    return w, fd, w.cflock_start(fd, EX)
+
+
+def _interrupt(w, rid):
+    os.kill(w.pid, signal.SIGUSR1)
+    a = w.wait(rid, 10)
+    assert a.get('errno') == errno.EINTR, a
+    return a
+
+
+def test_an_interrupted_waiter_retrying_at_once_resumes_its_place(mnt, procs):
+    """What the kernel does for SA_RESTART, done by the caller itself within
+    the second: the same open file description asks again."""
+    h = procs.locker()
+    fh = h.take(fpath(mnt, 'x'))
+    w1, f1, q1 = _eintr_waiter(mnt, procs)
+    wait_waiters(mnt, 'x', [w1.pid])
+    w2, f2, q2 = _waiter(mnt, procs)
+    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    _interrupt(w1, q1)
+    q1 = w1.cflock_start(f1, EX)
+    wait_until(lambda: blocked_in_flock(w1.pid), what='the retry to block')
+    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    assert h.flock(fh, UN) == 0
+    _granted(w1, q1)
+    assert w2.poll(q2) is None
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == w1.pid
+
+
+def test_a_kept_place_belongs_to_the_open_file_description(mnt, procs):
+    """Another descriptor (another open) of the same process goes to the back."""
+    h = procs.locker()
+    fh = h.take(fpath(mnt, 'x'))
+    w1, f1, q1 = _eintr_waiter(mnt, procs)
+    wait_waiters(mnt, 'x', [w1.pid])
+    w2, f2, q2 = _waiter(mnt, procs)
+    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    _interrupt(w1, q1)
+    other = w1.open(fpath(mnt, 'x'))
+    q1b = w1.cflock_start(other, EX)
+    wait_waiters(mnt, 'x', [w2.pid, w1.pid])
+    assert h.flock(fh, UN) == 0
+    _granted(w2, q2)
+    assert w1.poll(q1b) is None
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == w2.pid
+
+
+def test_a_grant_racing_an_interrupt_never_leaks_the_lock(mnt, procs):
+    """SIGUSR1 (no SA_RESTART) to the head waiter and the release at the same
+    moment, 30 times: the waiter either gets the lock (flock returns 0) or
+    EINTR -- and then the next in line gets it, not nobody."""
+    h = procs.locker()
+    fh = h.take(fpath(mnt, 'x'))
+    outcomes = {'granted': 0, 'eintr': 0}
+    for rnd in range(30):
+        w, fw, qw = _eintr_waiter(mnt, procs)
+        wait_waiters(mnt, 'x', [w.pid])
+        n, fn, qn = _waiter(mnt, procs)
+        wait_waiters(mnt, 'x', [w.pid, n.pid])
+        if rnd % 2:
+            ru = h.start('flock', fd=fh, how=UN)
+            os.kill(w.pid, signal.SIGUSR1)
+        else:
+            os.kill(w.pid, signal.SIGUSR1)
+            ru = h.start('flock', fd=fh, how=UN)
+        assert 'errno' not in h.wait(ru, 10)
+        a = w.wait(qw, 10)
+        if 'errno' not in a:
+            outcomes['granted'] += 1
+            assert read_owner(mnt.mnt, 'x')['holder']['pid'] == w.pid, f'round {rnd}'
+            assert n.poll(qn) is None
+            assert w.flock(fw, UN) == 0
+        else:
+            assert a['errno'] == errno.EINTR, a
+            outcomes['eintr'] += 1
+        _granted(n, qn, timeout=3)
+        assert read_owner(mnt.mnt, 'x')['holder']['pid'] == n.pid, f'round {rnd}: {outcomes}'
+        w.kill()
+        h, fh = n, fn
+    print(f'\ngrant vs interrupt outcomes: {outcomes}')
+    assert h.flock(fh, UN) == 0
+    wait_until(lambda: not os.path.lexists(mnt.lockdir('x')), what='x to be free')
+    assert_alternating(log_for(mnt.dir, 'x'), 'x')
+
+
+def test_interrupts_at_any_moment_of_the_request_leave_no_trace(mnt, procs):
+    """SIGUSR1 (no SA_RESTART) sent over and over from the moment flock(2)
+    is called -- before, while and after the daemon parks it -- until the
+    caller gets EINTR: nothing stays queued and nobody but the holder ever
+    held the lock."""
+    h = procs.locker()
+    fh = h.take(fpath(mnt, 'x'))
+    w = procs.locker(setup=EINTR_SETUP)
+    fd = w.open(fpath(mnt, 'x'))
+    for rnd in range(20):
+        rid = w.cflock_start(fd, EX)
+        deadline = time.monotonic() + 10
+        while (a := w.poll(rid)) is None:
+            assert time.monotonic() < deadline, f'round {rnd}: no EINTR in 10 s'
+            os.kill(w.pid, signal.SIGUSR1)
+            time.sleep(0.0005 * (rnd % 4))
+        assert a.get('errno') == errno.EINTR, (rnd, a)
+    wait_until(lambda: read_waiters(mnt, 'x') == [], timeout=5,
+               what='the interrupted requests to leave the queue')
+    assert h.flock(fh, UN) == 0
+    wait_until(lambda: errno_of(os.stat, mnt.path('x')) == errno.ENOENT, what='x to be free')
+    assert held_names(mnt) == []
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']

@@ -258,3 +258,18 @@ def test_posix_locks_on_other_files_are_enolck(mnt, path):
     finally:
         os.close(fd)
     os.rmdir(mnt.path('x'))
+
+
+def test_posix_locks_of_one_process_never_conflict(mnt, procs):
+    """POSIX rules: the owner is the process, so a second descriptor of the
+    same process locks again instead of waiting for itself."""
+    lk = procs.locker()
+    f1 = lk.open(fpath(mnt, 'x'))
+    f2 = lk.open(fpath(mnt, 'x'))
+    assert lk.lockf(f1, EX) == 0
+    assert lk.lockf(f2, EX | NB) == 0
+    assert _e(lk.fcntl_lock(f2, SETLK, RD)) == 0
+    o = read_owner(mnt.mnt, 'x')
+    assert [h['pid'] for h in o['holders']] == [lk.pid]
+    other = procs.locker()
+    assert other.lockf(other.open(fpath(mnt, 'x')), EX | NB) in (errno.EAGAIN, errno.EACCES)

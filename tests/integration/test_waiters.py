@@ -13,8 +13,9 @@ import stat
 import subprocess
 import time
 
-from flock_helpers import fpath, proc_state, procs, read_waiters, wait_waiters  # noqa: F401
-from lockfs_helpers import errno_of, parse_rfc3339_ms, proc_comm, read_owner, snapshot
+from flock_helpers import (dir_state, fpath, proc_state, procs, read_waiters,  # noqa: F401
+                           wait_waiters)
+from lockfs_helpers import errno_of, parse_rfc3339_ms, proc_comm, read_owner
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
 KEYS = {'pid', 'comm', 'uid', 'mode', 'kind', 'since'}
@@ -92,7 +93,7 @@ def test_uid_of_a_non_root_waiter(mnt_ao, users, procs, spawn_agent):
     assert holder.mkdir(mnt_ao.path('x')) == 0
     w = procs.locker(user=users[0])
     fd = w.open(fpath(mnt_ao, 'x'))
-    w.flock_start(fd, EX)
+    rid = w.flock_start(fd, EX)
     wait_waiters(mnt_ao, 'x', [w.pid])
     assert read_waiters(mnt_ao, 'x')[0]['uid'] == users[0].uid
     # everyone may read it
@@ -100,6 +101,11 @@ def test_uid_of_a_non_root_waiter(mnt_ao, users, procs, spawn_agent):
                         '--clear-groups', 'cat', mnt_ao.path('x', 'waiters')],
                        capture_output=True)
     assert r.returncode == 0 and b'"uid":%d' % users[0].uid in r.stdout.replace(b' ', b''), r
+    assert holder.rmdir(mnt_ao.path('x')) == 0
+    assert 'errno' not in w.wait(rid, 5)
+    o = read_owner(mnt_ao.mnt, 'x')
+    assert (o['holder']['pid'], o['holder']['uid']) == (w.pid, users[0].uid)
+    assert os.stat(mnt_ao.path('x')).st_uid == users[0].uid
 
 
 def test_granted_and_departed_waiters_leave_the_list(mnt, procs):
@@ -135,11 +141,11 @@ def test_waiters_cannot_be_written(mnt, procs):
     w = procs.locker()
     w.flock_start(w.open(fpath(mnt, 'x')), EX)
     wait_waiters(mnt, 'x', [w.pid])
-    before_dir = snapshot(mnt.dir)
+    before_dir = dir_state(mnt)
     before = read_waiters(mnt, 'x')
     for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
         assert errno_of(os.open, mnt.path('x', 'waiters'), flags) in (errno.EACCES, errno.EPERM)
     assert errno_of(os.truncate, mnt.path('x', 'waiters'), 0) in (errno.EACCES, errno.EPERM)
     assert read_waiters(mnt, 'x') == before
-    assert snapshot(mnt.dir) == before_dir
+    assert dir_state(mnt) == before_dir
     assert proc_state(w.pid) == 'S'
