@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from flock_helpers import (fpath, holder_pids, is_wouldblock, procs,  # noqa: F401
+from flock_helpers import (fpath, gone, holder_pids, is_wouldblock, procs,  # noqa: F401
                            read_waiters, wait_waiters)
-from lockfs_helpers import (errno_of, log_for, read_owner, stays_held, wait_free)
+from lockfs_helpers import errno_of, log_for, read_owner, stays_held, wait_free, wait_until
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
 SETLK, SETLKW, GETLK = fcntl.F_SETLK, fcntl.F_SETLKW, fcntl.F_GETLK
@@ -273,3 +273,45 @@ def test_posix_locks_of_one_process_never_conflict(mnt, procs):
     assert [h['pid'] for h in o['holders']] == [lk.pid]
     other = procs.locker()
     assert other.lockf(other.open(fpath(mnt, 'x')), EX | NB) in (errno.EAGAIN, errno.EACCES)
+
+
+F_OFD_SETLK, F_OFD_SETLKW = 37, 38      # linux/fcntl.h
+
+
+def test_an_open_file_description_lock_never_outlives_its_descriptor(mnt, procs):
+    """F_OFD_SETLK is a whole-file fcntl lock too.  Whether the daemon grants
+    it or refuses it, it must not leak: once granted, the last close of its
+    descriptor (or its process's death) ends it, like a flock lock."""
+    lk = procs.locker()
+    fd = lk.open(fpath(mnt, 'x'))
+    r = lk.fcntl_lock(fd, F_OFD_SETLK, WR)
+    if _e(r):
+        assert errno_of(os.stat, mnt.path('x')) == errno.ENOENT, 'refused, yet held'
+        return
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
+    assert lk.close(fd) == 0
+    try:
+        wait_free(mnt, 'x', timeout=2)
+    except AssertionError:
+        raise AssertionError('an F_OFD_SETLK lock stays held after its only descriptor '
+                             f'was closed: {[l.raw for l in log_for(mnt.dir, "x")]}') from None
+    lk2 = procs.locker()
+    fd2 = lk2.open(fpath(mnt, 'y'))
+    assert _e(lk2.fcntl_lock(fd2, F_OFD_SETLK, WR)) == 0
+    lk2.kill()
+    wait_free(mnt, 'y', timeout=2)
+
+
+def test_a_forked_childs_exit_releases_nothing_of_its_parents_posix_lock(mnt, procs,
+                                                                       spawn_agent):
+    """POSIX locks are not inherited: the child's close of the inherited
+    descriptor is not a close by the owning process."""
+    lk = procs.locker()
+    fd = lk.open(fpath(mnt, 'x'))
+    assert lk.lockf(fd, EX) == 0
+    child = procs.adopt(lk.fork())
+    os.kill(child, 9)
+    wait_until(lambda: gone(child), what='the forked child to die')
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid

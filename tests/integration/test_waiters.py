@@ -8,6 +8,7 @@ is empty when nobody waits.
 
 import errno
 import fcntl
+import json
 import os
 import stat
 import subprocess
@@ -15,7 +16,7 @@ import time
 
 from flock_helpers import (dir_state, fpath, proc_state, procs, read_waiters,  # noqa: F401
                            wait_waiters)
-from lockfs_helpers import errno_of, parse_rfc3339_ms, proc_comm, read_owner
+from lockfs_helpers import errno_of, parse_rfc3339_ms, proc_comm, read_owner, wait_until
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
 KEYS = {'pid', 'comm', 'uid', 'mode', 'kind', 'since'}
@@ -149,3 +150,31 @@ def test_waiters_cannot_be_written(mnt, procs):
     assert read_waiters(mnt, 'x') == before
     assert dir_state(mnt) == before_dir
     assert proc_state(w.pid) == 'S'
+
+
+def test_a_waiter_whose_comm_is_not_utf8_does_not_break_the_list(mnt, procs):
+    """comm is whatever a process sets (prctl PR_SET_NAME, or the name of the
+    file it executed): the list must stay readable, one JSON object per line,
+    as owner does for a holder with such a comm."""
+    h = procs.locker()
+    h.take(fpath(mnt, 'x'))
+    plain = procs.locker()
+    plain.flock_start(plain.open(fpath(mnt, 'x')), EX)
+    wait_waiters(mnt, 'x', [plain.pid])
+    odd = procs.locker(setup="import ctypes\nctypes.CDLL(None).prctl(15, b'\\xff\\xfeodd', 0, 0, 0)")
+    ofd = odd.open(fpath(mnt, 'x'))                   # answered after its setup ran
+    with open(f'/proc/{odd.pid}/comm', 'rb') as f:
+        assert f.read() == b'\xff\xfeodd\n'                     # premise
+    odd.flock_start(ofd, EX)
+    wait_until(lambda: proc_state(odd.pid) == 'S' and
+               open(f'/proc/{odd.pid}/syscall').read().startswith('73 '),
+               what='the odd waiter to block in flock')
+    try:
+        with open(mnt.path('x', 'waiters'), 'rb') as f:
+            raw = f.read()
+    except OSError as e:
+        raise AssertionError(f'M/x/waiters unreadable while a waiter has a non-UTF-8 comm: '
+                             f'{errno.errorcode.get(e.errno)}') from None
+    recs = [json.loads(l) for l in raw.decode('utf-8').split('\n')[:-1]]
+    assert [r['pid'] for r in recs] == [plain.pid, odd.pid]
+    assert isinstance(recs[1]['comm'], str)
