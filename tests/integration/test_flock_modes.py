@@ -326,3 +326,20 @@ def test_a_dying_reader_leaves_the_other_readers_holding(mnt, procs):
     assert o['mode'] == 'shared' and o['holder']['pid'] == b.pid
     assert b.flock(fb, UN) == 0
     wait_free(mnt, 'x')
+
+
+def test_each_reader_keeps_its_own_fence_and_time_when_another_leaves(mnt, procs):
+    """owner.holders lists every shared holder "with fence and acquired_at":
+    its own, issued when it got its share -- not the departed first reader's."""
+    a, b, c = procs.locker(), procs.locker(), procs.locker()
+    fa = a.take(fpath(mnt, 'x'), SH)
+    b.take(fpath(mnt, 'x'), SH)
+    c.take(fpath(mnt, 'x'), SH)
+    before = {h['pid']: (h['fence'], h['acquired_at']) for h in read_owner(mnt.mnt, 'x')['holders']}
+    assert len({f for f, _ in before.values()}) == 3, before       # one fence each
+    acq = {int(l.details['pid']): int(l.details['fence'])
+           for l in log_for(mnt.dir, 'x') if l.event == 'acquired'}
+    assert {p: f for p, (f, _) in before.items()} == acq
+    assert a.flock(fa, UN) == 0
+    after = {h['pid']: (h['fence'], h['acquired_at']) for h in read_owner(mnt.mnt, 'x')['holders']}
+    assert after == {b.pid: before[b.pid], c.pid: before[c.pid]}, (before, after)
