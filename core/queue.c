@@ -171,8 +171,12 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 {
 	struct lockfs_record fresh;
 	struct lockfs_share *v;
-	int rc = build_fd_record(core, c->name, e, &fresh);
+	int rc;
 
+	/* Every holder must fit in a record the store can give back. */
+	if (holder_count(&c->rec) >= LOCKFS_SHARED_MAX)
+		return -ENOLCK;
+	rc = build_fd_record(core, c->name, e, &fresh);
 	if (rc < 0)
 		return rc;
 	v = realloc(c->rec.shares, (c->rec.nshares + 1) * sizeof(*v));
@@ -217,8 +221,10 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 		if (c && c->rec.mode == e->mode && holder_of_owner(&c->rec, e->owner) >= 0)
 			return 0;
 		if (c && c->rec.mode == LOCKFS_SHARED && e->mode == LOCKFS_SHARED &&
-		    strcmp(c->issued, c->rec.token) == 0 && holder_count(&c->rec) > 0)
-			return join_shared(core, s, c, &st, e) == 0 ? 0 : -EAGAIN;
+		    strcmp(c->issued, c->rec.token) == 0 && holder_count(&c->rec) > 0) {
+			rc = join_shared(core, s, c, &st, e);
+			return rc == 0 || rc == -ENOLCK ? rc : -EAGAIN;
+		}
 		return -EAGAIN;
 	}
 	if (rc != -ENOENT)
@@ -539,8 +545,9 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 
 		if (!e->w)
 			continue;
-		o = json_pack("{s:i, s:s, s:i, s:s, s:s, s:s}",
-			      "pid", (int)e->who.pid, "comm", e->who.comm,
+		/* comm is any bytes (prctl): "o" takes the lossy string. */
+		o = json_pack("{s:i, s:o, s:i, s:s, s:s, s:s}",
+			      "pid", (int)e->who.pid, "comm", lockfs_json_string_lossy(e->who.comm),
 			      "uid", (int)e->uid,
 			      "mode", e->mode == LOCKFS_SHARED ? "shared" : "exclusive",
 			      "kind", strncmp(e->owner, "posix:", 6) == 0 ? "posix" : "flock",

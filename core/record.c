@@ -166,6 +166,11 @@ static json_t *str_json(const char *s)
 	return j;
 }
 
+json_t *lockfs_json_string_lossy(const char *s)
+{
+	return str_json(s);
+}
+
 /* A JSON string for S, or null when S is NULL.  NULL when out of memory. */
 static json_t *opt_str_json(const char *s)
 {
@@ -752,7 +757,7 @@ static int parse_shares(const json_t *o, struct lockfs_record *r)
 	if (!a)
 		return 0;
 	if (!json_is_array(a) || json_array_size(a) < 1 || !r->has_holder ||
-	    json_array_size(a) > 65536)
+	    json_array_size(a) > LOCKFS_SHARED_MAX)
 		return -EINVAL;
 	n = json_array_size(a) - 1;
 	/* holders[0] is `holder`: only its own grant is new here. */

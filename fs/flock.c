@@ -289,6 +289,7 @@ void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct
 		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
 	if (lock->l_type != F_RDLCK && lock->l_type != F_WRLCK)
 		return (void)fuse_reply_err(req, EINVAL);
+	open_file_note_lock_owner(fs, fi->fh, fi->lock_owner);
 	fd_lock(req, fs, name, key, lock->l_type == F_RDLCK, sleep != 0);
 }
 

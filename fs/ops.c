@@ -411,6 +411,10 @@ struct open_file {
 	 * first write is refused (a refused write changes nothing). */
 	char *before;
 	size_t before_len;
+	/* .flock/NAME: the fcntl lock owners that asked through this open
+	 * file (protected by fs->handles_mu). */
+	uint64_t *lk_owners;
+	size_t nlk;
 };
 
 static void handle_add(struct lockfs_fs *fs, struct handle *h)
@@ -456,7 +460,28 @@ static void open_file_free(struct open_file *of)
 		close(of->fd);
 	free(of->data);
 	free(of->before);
+	free(of->lk_owners);
 	free(of);
+}
+
+void open_file_note_lock_owner(struct lockfs_fs *fs, uint64_t fh, uint64_t owner)
+{
+	struct open_file *of = (struct open_file *)(uintptr_t)fh;
+	uint64_t *v;
+
+	if (!of)
+		return;
+	pthread_mutex_lock(&fs->handles_mu);
+	for (size_t i = 0; i < of->nlk; i++)
+		if (of->lk_owners[i] == owner)
+			goto out;
+	v = realloc(of->lk_owners, (of->nlk + 1) * sizeof(*v));
+	if (v) {
+		of->lk_owners = v;
+		v[of->nlk++] = owner;
+	}
+out:
+	pthread_mutex_unlock(&fs->handles_mu);
 }
 
 static void open_file_free_handle(struct handle *h)
@@ -757,6 +782,16 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	 * lock closed (also when its process died). */
 	if (ino_is_flock(ino) && fi->flock_release)
 		flock_closed(fs_of(req), ino, "flock", fi->lock_owner);
+	/* An open file description lock (F_OFD_SETLK) ends with its last
+	 * close, and no flush tells of it: end every fcntl lock taken
+	 * through this open file.  A classic POSIX lock taken through it
+	 * was already ended by its owner's close (flush). */
+	if (ino_is_flock(ino) && fi->fh) {
+		struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+
+		for (size_t i = 0; i < of->nlk; i++)
+			flock_closed(fs_of(req), ino, "posix", of->lk_owners[i]);
+	}
 	if (ino_is_lock(ino))
 		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
 	handle_del(fs_of(req), (struct handle *)(uintptr_t)fi->fh);

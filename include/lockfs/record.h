@@ -7,8 +7,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Largest record accepted from the backing store, in bytes. */
-#define LOCKFS_RECORD_MAX (64 * 1024)
+/* Largest record accepted from the backing store, in bytes: room for
+ * LOCKFS_SHARED_MAX holders with 4 KiB command lines each. */
+#define LOCKFS_RECORD_MAX (8 * 1024 * 1024)
+/* Most holders of one shared lock; one more gets ENOLCK. */
+#define LOCKFS_SHARED_MAX 1024
 /* Largest `operation` text, in bytes. */
 #define LOCKFS_OPERATION_MAX 1024
 /* A token is 128 random bits written as 32 lower-case hex digits. */
@@ -113,6 +116,11 @@ char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len);
 /* The fence and time of `holder`'s own grant (see holder_fence). */
 uint64_t lockfs_holder_fence(const struct lockfs_record *r);
 int64_t lockfs_holder_acquired_at(const struct lockfs_record *r);
+
+/* S as a JSON string, each byte that is not UTF-8 replaced by U+FFFD
+ * (comm and cmdline are any bytes).  NULL when out of memory. */
+struct json_t;
+struct json_t *lockfs_json_string_lossy(const char *s);
 
 /* "process", "slug" or "fd". */
 const char *lockfs_bound_name(enum lockfs_bound b);

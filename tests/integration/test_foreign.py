@@ -11,7 +11,7 @@ import pytest
 from lockfs_helpers import (errno_of, evidence, fuse_conn_abort, log_for, read_owner,
                             stays_held, wait_free, wait_until)
 
-RECORD_CAP = 64 * 1024
+RECORD_CAP = 8 * 1024 * 1024
 DAY = 86400
 
 
