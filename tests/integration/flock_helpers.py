@@ -34,7 +34,7 @@ import time
 
 import pytest
 
-from lockfs_helpers import PYTHON, wait_until
+from lockfs_helpers import PYTHON, proc_start_time, wait_until
 
 SYS_FLOCK = 73          # x86_64
 SYS_FCNTL = 72
@@ -149,6 +149,14 @@ def threads_of(pid):
             if line.startswith('Threads:'):
                 return int(line.split()[1])
     raise AssertionError(f'no Threads: line for {pid}')
+
+
+def start_or_none(pid):
+    """PID's start time, or None once it is gone."""
+    try:
+        return proc_start_time(pid)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
 
 
 def gone(pid):
@@ -563,7 +571,9 @@ class Procs:
         return p
 
     def adopt(self, pid):
-        self.adopted.append(pid)
+        # Remember its start time: pids are recycled fast here (pid_max
+        # 32768), and a pid that exited must never be killed again.
+        self.adopted.append((pid, start_or_none(pid)))
         return pid
 
     def cleanup(self):
@@ -575,9 +585,10 @@ class Procs:
         before the unmount, libfuse 3.14 keeps it unanswered in its list of
         early interrupts and LeakSanitizer reports 128 bytes.)"""
         problems = []
-        for pid in self.adopted:
+        for pid, start in self.adopted:
             try:
-                os.kill(pid, signal.SIGKILL)
+                if start is not None and start_or_none(pid) == start:
+                    os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         mine = [lk.proc for lk in self.lockers] + [s.proc for s in self.shells]
@@ -612,8 +623,9 @@ class Procs:
                 except OSError:
                     pass
         deadline = time.monotonic() + 10
-        for pid in self.adopted:
-            while not gone(pid) and time.monotonic() < deadline:
+        for pid, start in self.adopted:
+            while start is not None and not gone(pid) and start_or_none(pid) == start \
+                    and time.monotonic() < deadline:
                 time.sleep(0.01)
         return problems
 

@@ -355,8 +355,15 @@ def test_chaos(lockfs_factory, bind_dir, tmp_path):
         out, err = p.communicate(timeout=30)
         return out, err
 
+    self_exits = []  # agents found dead before the driver killed them
+
     def kill(pid):
         p = agents.pop(pid)
+        if p.poll() is not None:
+            # Nothing but the driver kills agents: an agent that died on
+            # its own crashed (or someone else's kill hit a recycled pid).
+            self_exits.append(f'agent {pid} exited by itself with {p.returncode}: '
+                              f'{p.stderr.read().decode(errors="replace")[-1500:]}')
         W(f'kill {pid}\n')
         killed_at[pid] = time.time()
         os.kill(pid, signal.SIGKILL)
@@ -459,6 +466,7 @@ def test_chaos(lockfs_factory, bind_dir, tmp_path):
         if text:
             print(f'--- stderr of daemon {mm.pid} ---\n{text[-3000:]}')
 
+    assert not self_exits, '\n'.join(self_exits)
     assert not wbad, f'{len(wbad)} witness violations:\n' + '\n'.join(wbad[:20])
     assert not lbad, f'{len(lbad)} log violations:\n' + '\n'.join(lbad[:20])
     assert len(restarts) == 2
