@@ -60,16 +60,7 @@ struct cached *cache_find(struct stripe *s, const char *name)
 
 void stripe_unlock(struct stripe *s)
 {
-	struct lockfs_wait *w = s->done;
-
-	s->done = NULL;
 	pthread_mutex_unlock(&s->mu);
-	while (w) {
-		struct lockfs_wait *next = w->done_next;
-
-		w->done(w, w->result); /* may free W */
-		w = next;
-	}
 }
 
 static bool same_holder(const struct lockfs_record *a, const struct lockfs_record *b)
@@ -378,7 +369,8 @@ void lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
 
 /* Build the record for a new holder.  Returns 0 or -errno. */
 int build_record(struct lockfs_core *core, const char *name,
-		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec)
+		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
+		 char ***cmdline)
 {
 	struct lockfs_holder *h = &rec->holder;
 	int rc;
@@ -394,8 +386,12 @@ int build_record(struct lockfs_core *core, const char *name,
 	h->comm = strdup(p->comm);
 	h->host = strdup(core->host);
 	h->boot_id = strdup(core->boot_id);
-	if (lockfs_proc_cmdline(p->pid, CMDLINE_MAX, &h->cmdline) < 0)
+	if (cmdline && *cmdline) {
+		h->cmdline = *cmdline; /* read earlier (a parked waiter) */
+		*cmdline = NULL;
+	} else if (lockfs_proc_cmdline(p->pid, CMDLINE_MAX, &h->cmdline) < 0) {
 		h->cmdline = calloc(1, sizeof(char *));
+	}
 	if (slug && *slug) {
 		/* Agents whose commands run in throwaway shells bind the lock
 		 * to (uid, slug); a lease stands in for a process to watch. */
@@ -508,7 +504,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		holder.uid = caller->uid;
 		holder.gid = caller->gid;
 	}
-	rc = build_record(core, name, &holder, slug, &rec);
+	rc = build_record(core, name, &holder, slug, &rec, NULL);
 	if (rc < 0) {
 		lockfs_proc_put(&holder);
 		return rc;

@@ -6,8 +6,8 @@
  * hold of it decides everything about a name: who holds it, who waits,
  * and who is granted when it is let go.  Granting never sleeps and never
  * needs a thread: a parked request is a struct lockfs_wait, answered by
- * whichever thread releases (stripe_unlock() calls its DONE once the mutex
- * is dropped).
+ * whichever thread releases, under the stripe mutex, the moment the store
+ * shows it as the holder.
  *
  * The rules:
  *  - A newcomer is granted at once only when nobody waits ahead of it; a
@@ -69,6 +69,7 @@ static void queue_unlink(struct lockq *q, struct qentry *e)
 		q->tail = e->prev;
 	if (e->w)
 		q->nactive--;
+	lockfs_argv_free(e->cmdline);
 	free(e);
 }
 
@@ -98,14 +99,16 @@ void queue_free_all(struct stripe *s)
 	}
 }
 
-/* Answer W with RESULT once the stripe mutex is dropped. */
+/* Answer W with RESULT now, under the stripe mutex: the waiter runs as
+ * soon as possible (a hand-off's latency is this), and what only records
+ * the grant (its log line) comes after.  DONE must not call back into the
+ * engine. */
 static void complete(struct stripe *s, struct lockfs_wait *w, int result)
 {
+	(void)s;
 	w->parked = false;
 	w->entry = NULL;
-	w->result = result;
-	w->done_next = s->done;
-	s->done = w;
+	w->done(w, result);
 }
 
 static struct qentry *first_active(struct lockq *q)
@@ -138,11 +141,11 @@ static long holder_of_owner(const struct lockfs_record *rec, const char *owner)
 	return -1;
 }
 
-/* The record of a new fd holder E of NAME. */
-static int build_fd_record(struct lockfs_core *core, const char *name, const struct qentry *e,
+/* The record of a new fd holder E of NAME (E's cmdline goes into it). */
+static int build_fd_record(struct lockfs_core *core, const char *name, struct qentry *e,
 			   struct lockfs_record *rec)
 {
-	int rc = build_record(core, name, &e->who, NULL, rec);
+	int rc = build_record(core, name, &e->who, NULL, rec, &e->cmdline);
 
 	if (rc < 0)
 		return rc;
@@ -167,7 +170,7 @@ static void log_granted(struct lockfs_core *core, const char *name,
 
 /* E joins C's shared lock as one more holder.  0 or -errno. */
 static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached *c,
-		       struct lockfs_entry_stat *st, const struct qentry *e)
+		       struct lockfs_entry_stat *st, struct qentry *e)
 {
 	struct lockfs_record fresh;
 	struct lockfs_share *v;
@@ -195,6 +198,10 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 	v->acquired_at_ms = fresh.acquired_at_ms;
 	lockfs_record_clear(&fresh);
 	rc = persist_locked(core, s, c, st);
+	if (rc == 0 && e->w) {
+		complete(s, e->w, 0);
+		e->w = NULL;
+	}
 	if (rc == 0)
 		log_granted(core, c->name, &v->holder, v->fence, LOCKFS_SHARED);
 	return rc;
@@ -202,10 +209,11 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 
 /*
  * Grant E now if NAME's state allows: take the free lock, or join a shared
- * one.  0: granted; -EAGAIN: not now; -errno: E cannot be granted at all.
+ * one.  0: granted (E's parked request, if any, answered, and E->w
+ * cleared); -EAGAIN: not now; -errno: E cannot be granted at all.
  */
 static int try_grant(struct lockfs_core *core, struct stripe *s, const char *name,
-		     const struct qentry *e)
+		     struct qentry *e)
 {
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
@@ -243,6 +251,10 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 		lockfs_record_clear(&rec);
 		return rc == -EEXIST ? -EAGAIN : rc;
 	}
+	if (e->w) {
+		complete(s, e->w, 0);
+		e->w = NULL;
+	}
 	log_granted(core, name, &rec.holder, rec.fence, rec.mode);
 	cache_put(core, s, name, st.identity, &rec, -1, true);
 	lockfs_record_clear(&rec);
@@ -262,7 +274,11 @@ void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *
 
 		if (rc == -EAGAIN)
 			break;
-		complete(s, e->w, rc);
+		if (e->w) {
+			complete(s, e->w, rc); /* failed */
+			e->w = NULL;
+		}
+		q->nactive--;
 		queue_unlink(q, e);
 	}
 	queue_maybe_free(s, q);
@@ -294,21 +310,21 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 		lockfs_record_clear(&rec);
 		return false;
 	}
-	name = c->name; /* still owned by C until cache_put replaces it */
-	log_granted(core, name, &rec.holder, rec.fence, rec.mode);
-	name = strdup(name);
+	/* In place: answer the waiter first, then write down what happened. */
+	complete(s, e->w, 0);
+	e->w = NULL;
+	q->nactive--;
+	queue_unlink(q, e);
+	log_granted(core, c->name, &rec.holder, rec.fence, rec.mode);
+	name = strdup(c->name);
 	if (!name) {
 		/* The store holds the new record: re-read it next time. */
 		cache_drop(core, s, c->name);
 		lockfs_record_clear(&rec);
-		complete(s, e->w, 0);
-		queue_unlink(q, e);
 		return true;
 	}
 	cache_put(core, s, name, st.identity, &rec, -1, true);
 	lockfs_record_clear(&rec);
-	complete(s, e->w, 0);
-	queue_unlink(q, e);
 	/* Shared requests right behind a shared head come along. */
 	queue_grant_locked(core, s, name);
 	free(name);
@@ -351,6 +367,9 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	e->uid = caller->uid;
 	e->gid = caller->gid;
 	e->since_ms = lockfs_wall_ms();
+	/* Read now, not at the grant: a hand-off should do no /proc read. */
+	if (lockfs_proc_cmdline(e->who.pid, 4096, &e->cmdline) < 0)
+		e->cmdline = NULL;
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
@@ -399,6 +418,9 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 		kept->w = w;
 		kept->who = e->who;
 		kept->mode = e->mode;
+		lockfs_argv_free(kept->cmdline);
+		kept->cmdline = e->cmdline;
+		e->cmdline = NULL;
 		q->nactive++;
 		w->entry = kept;
 	} else {
@@ -421,6 +443,8 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	w->parked = true;
 	rc = -EINPROGRESS;
 out:
+	if (e)
+		lockfs_argv_free(e->cmdline);
 	free(e);
 	stripe_unlock(s);
 	return rc;
@@ -483,9 +507,10 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 			log_event(core, "?", name, kv, "denied");
 			rc = -EPERM;
 		} else {
-			gone = holder_count(&c->rec) == 1;
 			rc = drop_holder_locked(core, s, c, st.identity, (size_t)held,
 						"released", NULL);
+			/* Handed to a waiter, the name stays: nothing to tell. */
+			gone = rc == 0 && !cache_find(s, name);
 		}
 	}
 	stripe_unlock(s);

@@ -50,6 +50,7 @@ struct qentry {
 	char owner[LOCKFS_FD_OWNER_MAX];
 	enum lockfs_mode mode;
 	struct lockfs_proc who;  /* the holder-to-be (helpers skipped) */
+	char **cmdline;          /* its argv, read when it asked (may be NULL) */
 	uid_t uid;               /* of the caller */
 	gid_t gid;
 	int64_t since_ms;        /* wall clock, for `waiters` */
@@ -68,9 +69,6 @@ struct stripe {
 	pthread_mutex_t mu;
 	struct cached *head;     /* protected by mu */
 	struct lockq *queues;    /* protected by mu */
-	/* Waits granted or failed under mu, answered by stripe_unlock()
-	 * once mu is dropped (protected by mu). */
-	struct lockfs_wait *done;
 };
 
 struct uid_name {
@@ -131,7 +129,7 @@ void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event);
 void notify_removed(struct lockfs_core *core, const char *name);
 
-/* Drop S's mutex, then answer the waits completed under it. */
+/* Drop S's mutex. */
 void stripe_unlock(struct stripe *s);
 
 /* Watching holders (engine.c); with s->mu held. */
@@ -143,7 +141,8 @@ int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		   struct lockfs_entry_stat *st);
 /* A record for a new holder WHO of NAME (fresh fence and token). */
 int build_record(struct lockfs_core *core, const char *name,
-		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec);
+		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
+		 char ***cmdline);
 void lease_start(struct lockfs_lease *lease, uint32_t ttl_s);
 int caller_slug(pid_t tid, char *buf, size_t size);
 

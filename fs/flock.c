@@ -129,7 +129,9 @@ static void parked_unlist(struct lockfs_fs *fs, struct parked *p)
 	p->listed = false;
 }
 
-/* The engine granted or failed P (lockfs_wait.done); no engine mutex held. */
+/* The engine granted or failed P (lockfs_wait.done), holding NAME's
+ * stripe mutex: answer, take nothing but parked_mu (always taken after a
+ * stripe mutex, never before one). */
 static void parked_done(struct lockfs_wait *w, int result)
 {
 	struct parked *p = (struct parked *)w;

@@ -135,15 +135,15 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
  * process that asked exits.  A blocking request that cannot be granted at
  * once is parked in NAME's FIFO queue with its struct lockfs_wait, which
  * the caller owns and keeps alive until DONE has been called -- exactly
- * once, from whichever thread grants or fails it, with no engine mutex
- * held.  A newcomer is granted at once only when nobody waits ahead of it.
+ * once, from whichever thread grants or fails it, with NAME's engine mutex
+ * held (so the waiter runs as soon as it may): DONE must answer and
+ * return, never call into the engine.  A newcomer is granted at once only
+ * when nobody waits ahead of it.
  */
 struct lockfs_wait {
 	/* Set by the caller: RESULT is 0 (granted) or -errno. */
 	void (*done)(struct lockfs_wait *w, int result);
 	/* The engine's: */
-	struct lockfs_wait *done_next;
-	int result;
 	void *entry;  /* its place in the queue, while parked */
 	bool parked;  /* protected by the name's stripe mutex */
 };
