@@ -649,13 +649,15 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
 	kv[n] = NULL;
-	log_event(core, who, name, kv, event);
 	/* Someone waits: the lock goes straight to them, the store never
-	 * shows it free in between. */
-	if (queue_handoff_locked(core, s, c, identity)) {
+	 * shows it free in between.  The lock never leaves DIR, so EVENT is
+	 * logged after the waiter has its answer (still before its
+	 * `acquired`). */
+	if (queue_handoff_locked(core, s, c, identity, who, kv, event)) {
 		free(name);
 		return 0;
 	}
+	log_event(core, who, name, kv, event);
 	rc = core->be->ops->release(core->be, name, identity);
 	cache_drop(core, s, name);
 	queue_grant_locked(core, s, name);

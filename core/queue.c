@@ -285,7 +285,8 @@ void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *
 }
 
 bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
-			  uint64_t identity)
+			  uint64_t identity, const char *who, const char *const *kv,
+			  const char *event)
 {
 	struct lockq *q = queue_find(s, c->name);
 	struct qentry *e = first_active(q);
@@ -315,6 +316,7 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	e->w = NULL;
 	q->nactive--;
 	queue_unlink(q, e);
+	log_event(core, who, c->name, kv, event);
 	log_granted(core, c->name, &rec.holder, rec.fence, rec.mode);
 	name = strdup(c->name);
 	if (!name) {

@@ -169,7 +169,8 @@ void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *
  * the queue's head by rewriting the record in place: nobody can take it
  * in between.  true if handed off (C is then replaced in the cache). */
 bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
-			  uint64_t identity);
+			  uint64_t identity, const char *who, const char *const *kv,
+			  const char *event);
 /* Kept places that ran out, retries behind locks we cannot watch (the
  * seed's), holders of rebound shared locks that died.  Liveness thread. */
 void queue_tick(struct lockfs_core *core);

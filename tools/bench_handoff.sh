@@ -150,7 +150,7 @@ mkdir -m 0700 "$DIR"
 
 if [ "$WITH_LOCKFS" = 1 ]; then
 	mkdir "$W/m"
-	"$LOCKFS" -f -o backing="$DIR" "$W/m" 2>"$W/lockfs.err" &
+	"$LOCKFS" -f -o backing="$DIR" ${LOCKFS_OPTS:-} "$W/m" 2>"$W/lockfs.err" &
 	DAEMON_PID=$!
 	M=$W/m
 	for i in $(seq 100); do
