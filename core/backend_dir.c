@@ -390,20 +390,6 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 	return 0;
 }
 
-/* Is DIR/LOCK still the stored lock IDENTITY names?  0 or -ENOENT.
- * *RECORD (may be NULL) tells whether it is one with a record file. */
-static int check_identity(int dirfd, const char *lock, uint64_t identity, bool *record)
-{
-	struct stat st;
-	int rc = stat_lock(dirfd, lock, &st);
-
-	if (rc < 0)
-		return rc == -ENOENT ? -ENOENT : rc;
-	if (record)
-		*record = S_ISREG(st.st_mode);
-	return stat_identity(&st) == identity ? 0 : -ENOENT;
-}
-
 static int dir_update(struct lockfs_backend *be, const char *name, uint64_t identity,
 		      const char *record, size_t len, struct lockfs_entry_stat *out)
 {
