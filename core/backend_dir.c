@@ -414,8 +414,9 @@ static int dir_update(struct lockfs_backend *be, const char *name, uint64_t iden
 		unlinkat(d->dirfd, from, 0);
 		return rc;
 	}
-	/* rename(2) changed the file's ctime: take the identity afresh. */
-	return dir_stat(be, name, out, true);
+	/* rename(2) changed the file's ctime: take the identity afresh
+	 * (unless the caller will, later). */
+	return out ? dir_stat(be, name, out, true) : 0;
 }
 
 static int dir_release(struct lockfs_backend *be, const char *name, uint64_t identity)

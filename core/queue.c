@@ -305,13 +305,14 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 		lockfs_record_clear(&rec);
 		return false;
 	}
-	rc = core->be->ops->update(core->be, c->name, identity, json, len, &st);
+	rc = core->be->ops->update(core->be, c->name, identity, json, len, NULL);
 	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
 		return false;
 	}
-	/* In place: answer the waiter first, then write down what happened. */
+	/* In place: answer the waiter first, then write down what happened
+	 * and learn the store's new identity. */
 	complete(s, e->w, 0);
 	e->w = NULL;
 	q->nactive--;
@@ -319,10 +320,11 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	log_event(core, who, c->name, kv, event);
 	log_granted(core, c->name, &rec.holder, rec.fence, rec.mode);
 	name = strdup(c->name);
-	if (!name) {
+	if (!name || core->be->ops->stat(core->be, name, &st, true) < 0) {
 		/* The store holds the new record: re-read it next time. */
 		cache_drop(core, s, c->name);
 		lockfs_record_clear(&rec);
+		free(name);
 		return true;
 	}
 	cache_put(core, s, name, st.identity, &rec, -1, true);

@@ -51,7 +51,8 @@ struct lockfs_backend_ops {
 		    struct lockfs_entry_stat *st, bool likely_held);
 
 	/* Replace NAME's record with RECORD, only while the stored lock is the
-	 * one IDENTITY names, and fill ST with the new identity.
+	 * one IDENTITY names, and fill ST with the new identity (ST NULL: the
+	 * caller will stat() for it).
 	 * 0, -ENOENT when gone or replaced, -errno. */
 	int (*update)(struct lockfs_backend *be, const char *name, uint64_t identity,
 		      const char *record, size_t len, struct lockfs_entry_stat *st);
