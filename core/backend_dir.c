@@ -395,7 +395,6 @@ static int dir_update(struct lockfs_backend *be, const char *name, uint64_t iden
 {
 	struct backend_dir *d = to_dir(be);
 	char lock[NAME_MAX + 1], tmp[64], from[NAME_MAX * 2 + 2], to[NAME_MAX * 2 + 2];
-	struct stat st;
 	int rc = lock_path(lock, name);
 
 	if (rc < 0)
@@ -405,7 +404,7 @@ static int dir_update(struct lockfs_backend *be, const char *name, uint64_t iden
 	 * no more atomic with the rename than that one). */
 	(void)identity;
 	tmp_name(tmp, "rec");
-	rc = write_record(d->dirfd, lock, tmp, record, len, &st, false);
+	rc = write_record(d->dirfd, lock, tmp, record, len, NULL, false);
 	snprintf(from, sizeof(from), "%s/%s", lock, tmp);
 	snprintf(to, sizeof(to), "%s/%s", lock, RECORD_FILE);
 	if (rc == 0 && renameat(d->dirfd, from, d->dirfd, to) < 0)
