@@ -545,9 +545,12 @@ int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *
 	} else if (rc == 0) {
 		long mine = holder_of_owner(&c->rec, owner);
 		bool others = holder_count(&c->rec) > (mine >= 0 ? 1u : 0u);
+		struct lockq *q = queue_find(s, name);
 
-		/* POSIX: a process's own lock never conflicts with itself. */
-		if (others && !(shared && c->rec.mode == LOCKFS_SHARED)) {
+		/* POSIX: a process's own lock never conflicts with itself.  A
+		 * shared request may join readers only with nobody queued
+		 * ahead (as F_SETLK would find). */
+		if (others && (!(shared && c->rec.mode == LOCKFS_SHARED) || (q && q->nactive))) {
 			*conflict_shared = c->rec.mode == LOCKFS_SHARED;
 			*conflict_pid = mine == 0 && c->rec.nshares ? c->rec.shares[0].holder.pid
 								  : c->rec.holder.pid;
@@ -668,17 +671,12 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 
 	if (len > 0 && text[len - 1] == '\n')
 		len--;
-	if (len == 7 && memcmp(text, "process", 7) == 0)
-		to_slug = false;
-	else if (len == 4 && memcmp(text, "slug", 4) == 0)
-		to_slug = true;
-	else
-		return -EINVAL;
+	to_slug = len == 4 && memcmp(text, "slug", 4) == 0;
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	slug[0] = '\0';
-	if (to_slug && (caller_slug(caller->tid, slug, sizeof(slug)) < 0 || !*slug))
-		return -EINVAL;
+	if (to_slug && caller_slug(caller->tid, slug, sizeof(slug)) < 0)
+		slug[0] = '\0';
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
@@ -688,14 +686,16 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		rc = -EPERM;
 		goto out;
 	}
-	if (c->rec.bound != LOCKFS_BOUND_FD || c->rec.mode != LOCKFS_EXCLUSIVE ||
-	    c->rec.nshares) {
-		rc = -EINVAL;
-		goto out;
-	}
+	/* Anyone but the holder: EPERM, whatever they wrote. */
 	rc = holder_check_entry(core, c, caller);
 	if (rc < 0)
 		goto out;
+	if ((!to_slug && !(len == 7 && memcmp(text, "process", 7) == 0)) ||
+	    (to_slug && !*slug) || c->rec.bound != LOCKFS_BOUND_FD ||
+	    c->rec.mode != LOCKFS_EXCLUSIVE || c->rec.nshares) {
+		rc = -EINVAL;
+		goto out;
+	}
 	c->rec.fd_owner[0] = '\0';
 	if (to_slug) {
 		char *dup = strdup(slug);
@@ -827,18 +827,31 @@ void queue_tick(struct lockfs_core *core)
 			 * learns of its release here. */
 			queue_grant_locked(core, s, q->name);
 		}
-		/* Dropping a holder rewrites the cache: start over each time. */
-		while (again) {
+		/* Dropping a holder rewrites (or, failing, drops) the cache
+		 * entry and may grant others: after each attempt start over
+		 * from the head, a bounded number of times. */
+		for (int tries = 0; again && tries < 64; tries++) {
 			again = false;
 			for (struct cached *c = s->head; c && !again; c = c->next) {
 				for (size_t k = 0; k < c->rec.nshares; k++) {
 					const char *kv[] = { "evidence", "exited", NULL };
+					struct lockfs_entry_stat st;
+					struct cached *fresh;
+					bool foreign;
+					char *name;
 
 					if (!share_gone(&c->rec.shares[k], core->boot_id))
 						continue;
-					if (drop_holder_locked(core, s, c, c->identity, k + 1,
-							       "recovered", kv) == 0)
-						again = true;
+					/* Only what the store still holds. */
+					name = strdup(c->name);
+					if (name && load_locked(core, s, name, &st, &foreign, false,
+								&fresh) == 0 && fresh &&
+					    k < fresh->rec.nshares &&
+					    strcmp(fresh->issued, fresh->rec.token) == 0)
+						drop_holder_locked(core, s, fresh, st.identity, k + 1,
+								   "recovered", kv);
+					free(name);
+					again = true;
 					break;
 				}
 			}

@@ -37,6 +37,8 @@ struct parked {
 	bool listed;                 /* in fs->parked (protected by parked_mu) */
 	bool interrupted;            /* before it was parked (protected by parked_mu) */
 	int refs;                    /* protected by parked_mu */
+	bool posix;                  /* an fcntl lock of OWNER through FH */
+	uint64_t owner, fh;
 	char name[NAME_MAX + 1];
 };
 
@@ -137,6 +139,8 @@ static void parked_done(struct lockfs_wait *w, int result)
 	struct parked *p = (struct parked *)w;
 	struct lockfs_fs *fs = p->fs;
 
+	if (result == 0 && p->posix)
+		open_file_posix_granted(fs, p->fh, p->owner);
 	pthread_mutex_lock(&fs->parked_mu);
 	parked_unlist(fs, p);
 	fuse_reply_err(p->req, -result);
@@ -185,7 +189,7 @@ static void parked_interrupt(fuse_req_t req, void *data)
 /* Take lock NAME for OWNER (a key from owner_key) and answer REQ, now or
  * when granted. */
 static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, const char *owner,
-		    bool shared, bool block)
+		    bool shared, bool block, const struct fuse_file_info *posix)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct lockfs_caller caller = { ctx->pid, ctx->uid, ctx->gid };
@@ -200,6 +204,11 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, cons
 	p->fs = fs;
 	p->refs = 2; /* the handler's, the answer's */
 	snprintf(p->name, sizeof(p->name), "%s", name);
+	if (posix) {
+		p->posix = true;
+		p->owner = posix->lock_owner;
+		p->fh = posix->fh;
+	}
 	if (block) {
 		pthread_mutex_lock(&fs->parked_mu);
 		p->next = fs->parked;
@@ -213,6 +222,8 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, cons
 		fuse_req_interrupt_func(req, parked_interrupt, fs);
 	}
 	rc = lockfs_core_fd_lock(fs->core, name, &caller, owner, shared, block, &p->w);
+	if (rc == 0 && posix)
+		open_file_posix_granted(fs, posix->fh, posix->lock_owner);
 	pthread_mutex_lock(&fs->parked_mu);
 	if (rc != -EINPROGRESS) {
 		parked_unlist(fs, p);
@@ -237,10 +248,12 @@ void lfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op
 	 * file of the mount locally from then on. */
 	if (flock_name_of(fs, ino, name) < 0)
 		return (void)fuse_reply_err(req, ENOLCK);
-	owner_key(key, "flock", fi->lock_owner);
+	/* A flock lock belongs to the open file description, named by our
+	 * own handle (see lfs_release for why not by fi->lock_owner). */
+	owner_key(key, "flock", fi->fh);
 	if (op & LOCK_UN)
 		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
-	fd_lock(req, fs, name, key, (op & LOCK_SH) != 0, !(op & LOCK_NB));
+	fd_lock(req, fs, name, key, (op & LOCK_SH) != 0, !(op & LOCK_NB), NULL);
 }
 
 /* libfuse gives whole-file locks as l_start 0, l_len 0. */
@@ -291,8 +304,7 @@ void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct
 		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
 	if (lock->l_type != F_RDLCK && lock->l_type != F_WRLCK)
 		return (void)fuse_reply_err(req, EINVAL);
-	open_file_note_lock_owner(fs, fi->fh, fi->lock_owner);
-	fd_lock(req, fs, name, key, lock->l_type == F_RDLCK, sleep != 0);
+	fd_lock(req, fs, name, key, lock->l_type == F_RDLCK, sleep != 0, fi);
 }
 
 void flock_shutdown(struct lockfs_fs *fs)

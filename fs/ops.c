@@ -411,8 +411,9 @@ struct open_file {
 	 * first write is refused (a refused write changes nothing). */
 	char *before;
 	size_t before_len;
-	/* .flock/NAME: the fcntl lock owners that asked through this open
-	 * file (protected by fs->handles_mu). */
+	/* .flock/NAME: the fcntl lock owners whose current lock was granted
+	 * through this open file (protected by fs->handles_mu). */
+	fuse_ino_t ino;
 	uint64_t *lk_owners;
 	size_t nlk;
 };
@@ -464,7 +465,22 @@ static void open_file_free(struct open_file *of)
 	free(of);
 }
 
-void open_file_note_lock_owner(struct lockfs_fs *fs, uint64_t fh, uint64_t owner)
+static void open_file_free_handle(struct handle *h)
+{
+	open_file_free((struct open_file *)h);
+}
+
+static void forget_owner(struct open_file *of, uint64_t owner)
+{
+	for (size_t i = 0; i < of->nlk; i++) {
+		if (of->lk_owners[i] == owner) {
+			of->lk_owners[i] = of->lk_owners[--of->nlk];
+			return;
+		}
+	}
+}
+
+void open_file_posix_granted(struct lockfs_fs *fs, uint64_t fh, uint64_t owner)
 {
 	struct open_file *of = (struct open_file *)(uintptr_t)fh;
 	uint64_t *v;
@@ -472,6 +488,14 @@ void open_file_note_lock_owner(struct lockfs_fs *fs, uint64_t fh, uint64_t owner
 	if (!of)
 		return;
 	pthread_mutex_lock(&fs->handles_mu);
+	/* OWNER's lock on this name now comes through OF: a close of any
+	 * other open file of the name must not end it. */
+	for (struct handle *h = fs->handles; h; h = h->next) {
+		struct open_file *o = (struct open_file *)h;
+
+		if (h->free == open_file_free_handle && o != of && o->ino == of->ino)
+			forget_owner(o, owner);
+	}
 	for (size_t i = 0; i < of->nlk; i++)
 		if (of->lk_owners[i] == owner)
 			goto out;
@@ -482,11 +506,6 @@ void open_file_note_lock_owner(struct lockfs_fs *fs, uint64_t fh, uint64_t owner
 	}
 out:
 	pthread_mutex_unlock(&fs->handles_mu);
-}
-
-static void open_file_free_handle(struct handle *h)
-{
-	open_file_free((struct open_file *)h);
 }
 
 static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -505,6 +524,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!of)
 		return (void)fuse_reply_err(req, ENOMEM);
 	of->fd = -1;
+	of->ino = ino;
 	if (ino_is_flock(ino)) {
 		/* Opening takes nothing: flock/fcntl on it does. */
 		rc = flock_name_of(fs, ino, lock);
@@ -778,19 +798,31 @@ static void lfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	/* The last descriptor of an open file description with a flock
-	 * lock closed (also when its process died). */
-	if (ino_is_flock(ino) && fi->flock_release)
-		flock_closed(fs_of(req), ino, "flock", fi->lock_owner);
+	/* The last descriptor of an open file description closed (also when
+	 * its process died): its flock lock ends.  Keyed by our handle, not
+	 * the kernel's lock owner: the kernel sends this release in the
+	 * background, and a new open file may already have the old one's
+	 * address -- and so its lock owner -- and be locking. */
+	if (ino_is_flock(ino))
+		flock_closed(fs_of(req), ino, "flock", fi->fh);
 	/* An open file description lock (F_OFD_SETLK) ends with its last
-	 * close, and no flush tells of it: end every fcntl lock taken
-	 * through this open file.  A classic POSIX lock taken through it
-	 * was already ended by its owner's close (flush). */
+	 * close, and no flush tells of it: end the fcntl locks granted
+	 * through this open file and not through another one since.  A
+	 * classic POSIX lock taken through it was already ended by its
+	 * owner's close (flush). */
 	if (ino_is_flock(ino) && fi->fh) {
 		struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+		uint64_t *owners = NULL;
+		size_t n;
 
-		for (size_t i = 0; i < of->nlk; i++)
-			flock_closed(fs_of(req), ino, "posix", of->lk_owners[i]);
+		pthread_mutex_lock(&fs_of(req)->handles_mu);
+		n = of->nlk;
+		if (n && (owners = malloc(n * sizeof(*owners))))
+			memcpy(owners, of->lk_owners, n * sizeof(*owners));
+		pthread_mutex_unlock(&fs_of(req)->handles_mu);
+		for (size_t i = 0; owners && i < n; i++)
+			flock_closed(fs_of(req), ino, "posix", owners[i]);
+		free(owners);
 	}
 	if (ino_is_lock(ino))
 		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);

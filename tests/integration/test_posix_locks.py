@@ -315,3 +315,24 @@ def test_a_forked_childs_exit_releases_nothing_of_its_parents_posix_lock(mnt, pr
     _control_recovery(mnt, spawn_agent)
     assert stays_held(mnt, 'x', WINDOW)
     assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
+
+
+def test_a_lock_taken_again_through_another_file_outlives_the_first_files_release(
+        mnt, procs, spawn_agent):
+    """The release of an open file ends only the fcntl locks granted through it
+    and not granted through another open file since: a process that closed fd1
+    (ending its lock), then locked again through fd2, keeps that lock when a
+    forked child's last copy of fd1 is closed."""
+    lk = procs.locker()
+    fd1 = lk.open(fpath(mnt, 'x'))
+    assert lk.lockf(fd1, EX) == 0
+    child = procs.adopt(lk.fork())          # keeps fd1's open file alive
+    assert lk.close(fd1) == 0               # a close by the owner: released
+    wait_free(mnt, 'x', timeout=2)
+    fd2 = lk.open(fpath(mnt, 'x'))
+    assert lk.lockf(fd2, EX) == 0
+    os.kill(child, 9)                       # the last copy of fd1 goes: release
+    wait_until(lambda: gone(child), what='the forked child to die')
+    _control_recovery(mnt, spawn_agent)
+    assert stays_held(mnt, 'x', WINDOW)
+    assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
