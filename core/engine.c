@@ -768,10 +768,10 @@ out:
  * mutex held: the shape of every read-only request.  Returns VIEW's
  * result, -ENOENT when not held, -errno.
  */
-static int with_record(struct lockfs_core *core, const char *name,
-		       int (*view)(const char *name, struct cached *c,
-				   const struct lockfs_entry_stat *st, void *arg),
-		       void *arg)
+int with_record(struct lockfs_core *core, const char *name,
+		int (*view)(const char *name, struct cached *c,
+			    const struct lockfs_entry_stat *st, void *arg),
+		void *arg)
 {
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
@@ -1117,23 +1117,56 @@ void lockfs_names_free(char **names)
 	free(names);
 }
 
+/* Hand L's names out sorted and without repeats (or free them on RC < 0). */
+static int list_done(struct name_list *l, int rc, char ***names, size_t *count)
+{
+	size_t out = 0;
+
+	if (rc == 0)
+		rc = l->err;
+	if (rc == 0 && !l->names && !(l->names = calloc(1, sizeof(char *))))
+		rc = -ENOMEM;
+	if (rc < 0) {
+		lockfs_names_free(l->names);
+		return rc;
+	}
+	qsort(l->names, l->count, sizeof(char *), cmp_names);
+	for (size_t i = 0; i < l->count; i++) {
+		if (out > 0 && strcmp(l->names[out - 1], l->names[i]) == 0)
+			free(l->names[i]);
+		else
+			l->names[out++] = l->names[i];
+	}
+	l->names[out] = NULL;
+	*names = l->names;
+	*count = out;
+	return 0;
+}
+
 int lockfs_core_list(struct lockfs_core *core, char ***names, size_t *count)
+{
+	struct name_list l = { 0 };
+
+	return list_done(&l, core->be->ops->list(core->be, collect_name, &l), names, count);
+}
+
+int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count)
 {
 	struct name_list l = { 0 };
 	int rc = core->be->ops->list(core->be, collect_name, &l);
 
-	if (rc == 0)
-		rc = l.err;
-	if (rc == 0 && !l.names && !(l.names = calloc(1, sizeof(char *))))
-		rc = -ENOMEM;
-	if (rc < 0) {
-		lockfs_names_free(l.names);
-		return rc;
+	/* Held names, and names that only have waiters (behind nothing we
+	 * could read yet, or in between). */
+	for (int i = 0; rc == 0 && !l.err && i < STRIPES; i++) {
+		struct stripe *s = &core->stripes[i];
+
+		pthread_mutex_lock(&s->mu);
+		for (struct lockq *q = s->queues; q && !l.err; q = q->next)
+			if (q->nactive)
+				collect_name(&l, q->name);
+		pthread_mutex_unlock(&s->mu);
 	}
-	qsort(l.names, l.count, sizeof(char *), cmp_names);
-	*names = l.names;
-	*count = l.count;
-	return 0;
+	return list_done(&l, rc, names, count);
 }
 
 int lockfs_core_log_open_ro(struct lockfs_core *core)

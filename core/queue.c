@@ -561,6 +561,13 @@ int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *
 	return rc;
 }
 
+/* Where a view of the queue puts its text. */
+struct queue_text {
+	char **text;
+	size_t *len;
+	struct stripe *s;
+};
+
 static int view_waiters(struct stripe *s, const char *name, char **text, size_t *len)
 {
 	struct lockq *q = queue_find(s, name);
@@ -615,48 +622,40 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 	return 0;
 }
 
+static int view_waiters_of(const char *name, struct cached *c,
+			   const struct lockfs_entry_stat *st, void *arg)
+{
+	struct queue_text *o = arg;
+
+	return view_waiters(o->s, name, o->text, o->len);
+}
+
 int lockfs_core_waiters(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct stripe *s = stripe_of(core, name);
-	struct lockfs_entry_stat st;
-	struct cached *c;
-	bool foreign;
-	int rc;
+	struct queue_text o = { text, len, stripe_of(core, name) };
 
-	if (lockfs_name_check(name) < 0)
-		return -ENOENT;
-	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	if (rc == 0)
-		rc = view_waiters(s, name, text, len);
-	stripe_unlock(s);
-	return rc;
+	return with_record(core, name, view_waiters_of, &o);
+}
+
+static int view_binding(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+			void *arg)
+{
+	struct queue_text *o = arg;
+	const char *b = c ? lockfs_bound_name(c->rec.bound) : "foreign";
+
+	*o->len = strlen(b) + 1;
+	*o->text = malloc(*o->len + 1);
+	if (!*o->text)
+		return -ENOMEM;
+	snprintf(*o->text, *o->len + 1, "%s\n", b);
+	return 0;
 }
 
 int lockfs_core_binding(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct stripe *s = stripe_of(core, name);
-	struct lockfs_entry_stat st;
-	struct cached *c;
-	bool foreign;
-	int rc;
+	struct queue_text o = { text, len, NULL };
 
-	if (lockfs_name_check(name) < 0)
-		return -ENOENT;
-	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	if (rc == 0) {
-		const char *b = c ? lockfs_bound_name(c->rec.bound) : "foreign";
-
-		*len = strlen(b) + 1;
-		*text = malloc(*len + 1);
-		if (*text)
-			snprintf(*text, *len + 1, "%s\n", b);
-		else
-			rc = -ENOMEM;
-	}
-	stripe_unlock(s);
-	return rc;
+	return with_record(core, name, view_binding, &o);
 }
 
 int lockfs_core_bind(struct lockfs_core *core, const char *name,
@@ -728,75 +727,6 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 out:
 	stripe_unlock(s);
 	return rc;
-}
-
-struct flock_names {
-	char **v;
-	size_t n, cap;
-};
-
-static int add_unique(struct flock_names *l, const char *name)
-{
-	if (l->n + 2 > l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		char **v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n] = strdup(name);
-	if (!l->v[l->n])
-		return -ENOMEM;
-	l->v[++l->n] = NULL;
-	return 0;
-}
-
-static int cmp_names(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count)
-{
-	struct flock_names l = { 0 };
-	char **held;
-	size_t nheld, out = 0;
-	int rc = lockfs_core_list(core, &held, &nheld);
-
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; rc == 0 && i < nheld; i++)
-		rc = add_unique(&l, held[i]);
-	lockfs_names_free(held);
-	for (int i = 0; rc == 0 && i < STRIPES; i++) {
-		struct stripe *s = &core->stripes[i];
-
-		pthread_mutex_lock(&s->mu);
-		for (struct lockq *q = s->queues; rc == 0 && q; q = q->next)
-			if (q->nactive)
-				rc = add_unique(&l, q->name);
-		pthread_mutex_unlock(&s->mu);
-	}
-	if (rc == 0 && !l.v && !(l.v = calloc(1, sizeof(char *))))
-		rc = -ENOMEM;
-	if (rc < 0) {
-		lockfs_names_free(l.v);
-		return rc;
-	}
-	qsort(l.v, l.n, sizeof(char *), cmp_names);
-	for (size_t i = 0; i < l.n; i++) {
-		if (out > 0 && strcmp(l.v[out - 1], l.v[i]) == 0) {
-			free(l.v[i]);
-			continue;
-		}
-		l.v[out++] = l.v[i];
-	}
-	l.v[out] = NULL;
-	*names = l.v;
-	*count = out;
-	return 0;
 }
 
 /* Is a process-bound share's holder gone?  (Shares are few: only shared

@@ -129,6 +129,16 @@ void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event);
 void notify_removed(struct lockfs_core *core, const char *name);
 
+/*
+ * Run VIEW on NAME's record (C is NULL for a foreign lock) with the stripe
+ * mutex held: the shape of every read-only request (engine.c).  Returns
+ * VIEW's result, -ENOENT when not held, -errno.
+ */
+int with_record(struct lockfs_core *core, const char *name,
+		int (*view)(const char *name, struct cached *c,
+			    const struct lockfs_entry_stat *st, void *arg),
+		void *arg);
+
 /* Drop S's mutex. */
 void stripe_unlock(struct stripe *s);
 
