@@ -289,7 +289,7 @@ def test_waiters_behind_a_lock_taken_directly_in_dir_learn_of_its_release(mnt, p
     w = procs.locker()
     fd = w.open(fpath(mnt, 'x'))
     rid = w.flock_start(fd, EX)
-    wait_until(lambda: blocked_in_flock(w.pid), what='the waiter to block in flock')
+    wait_waiters(mnt, 'x', [w.pid])                   # queued, not just in flock(2)
     assert w.poll(rid) is None
     os.unlink(os.path.join(mnt.lockdir('x'), 'owner.json'))
     os.rmdir(mnt.lockdir('x'))

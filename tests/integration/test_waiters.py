@@ -166,15 +166,23 @@ def test_a_waiter_whose_comm_is_not_utf8_does_not_break_the_list(mnt, procs):
     with open(f'/proc/{odd.pid}/comm', 'rb') as f:
         assert f.read() == b'\xff\xfeodd\n'                     # premise
     odd.flock_start(ofd, EX)
-    wait_until(lambda: proc_state(odd.pid) == 'S' and
-               open(f'/proc/{odd.pid}/syscall').read().startswith('73 '),
-               what='the odd waiter to block in flock')
-    try:
-        with open(mnt.path('x', 'waiters'), 'rb') as f:
-            raw = f.read()
-    except OSError as e:
-        raise AssertionError(f'M/x/waiters unreadable while a waiter has a non-UTF-8 comm: '
-                             f'{errno.errorcode.get(e.errno)}') from None
+
+    def read_raw():
+        try:
+            with open(mnt.path('x', 'waiters'), 'rb') as f:
+                return f.read()
+        except OSError as e:
+            raise AssertionError(f'M/x/waiters unreadable while a waiter has a non-UTF-8 comm: '
+                                 f'{errno.errorcode.get(e.errno)}') from None
+    # Blocked in flock(2) is not yet queued: the daemon may not have read the
+    # request.  Wait for the list itself to show a second line.
+    last = [b'']
+
+    def both_listed():
+        last[0] = read_raw()
+        return last[0].count(b'\n') == 2
+    wait_until(both_listed, what='the odd waiter to be listed')
+    raw = last[0]
     recs = [json.loads(l) for l in raw.decode('utf-8').split('\n')[:-1]]
     assert [r['pid'] for r in recs] == [plain.pid, odd.pid]
     assert isinstance(recs[1]['comm'], str)
