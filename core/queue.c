@@ -261,6 +261,24 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 	return 0;
 }
 
+/* OWNER has just been granted MODE: its other requests for MODE, wherever
+ * they wait, are answered too.  Two threads blocked in flock(2) on one
+ * open file (or in F_SETLKW in one process) both return once it holds the
+ * lock, as the kernel's locks do, even with another waiter between them. */
+static void grant_same_owner(struct stripe *s, struct lockq *q, const char *owner,
+			     enum lockfs_mode mode)
+{
+	for (struct qentry *x = q ? q->head : NULL, *next; x; x = next) {
+		next = x->next;
+		if (x->w && x->mode == mode && strcmp(x->owner, owner) == 0) {
+			complete(s, x->w, 0);
+			x->w = NULL;
+			q->nactive--;
+			queue_unlink(q, x);
+		}
+	}
+}
+
 void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *name)
 {
 	struct lockq *q = queue_find(s, name);
@@ -278,6 +296,8 @@ void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *
 			complete(s, e->w, rc); /* failed */
 			e->w = NULL;
 		}
+		if (rc == 0)
+			grant_same_owner(s, q, e->owner, e->mode);
 		q->nactive--;
 		queue_unlink(q, e);
 	}
@@ -315,6 +335,7 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	 * and learn the store's new identity. */
 	complete(s, e->w, 0);
 	e->w = NULL;
+	grant_same_owner(s, q, e->owner, e->mode);
 	q->nactive--;
 	queue_unlink(q, e);
 	log_event(core, who, c->name, kv, event);

@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from flock_helpers import (blocked_in_flock, fpath, holder_pids, is_wouldblock,  # noqa: F401
-                           procs, read_waiters, wait_waiters)
+                           procs, read_waiters, wait_waiters, waiter_pids)
 from lockfs_helpers import (PYTHON, assert_alternating, log_for, read_owner, wait_until)
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
@@ -324,3 +324,46 @@ def test_a_recovered_slug_lock_grants_the_head_waiter(lockfs_factory, procs):
     _granted(w, qw, timeout=15)
     assert read_owner(m.mnt, 'x')['holder']['pid'] == w.pid
     assert [l.event for l in log_for(m.dir, 'x')] == ['acquired', 'recovered', 'acquired']
+
+
+def test_two_threads_on_one_open_file_both_return_when_it_is_granted(mnt, procs):
+    """Kernel flock: a second thread blocked on the same open file returns as
+    soon as that open file holds the lock, whoever waits between the two."""
+    h = procs.locker()
+    fh = h.take(fpath(mnt, 'x'))
+    t = procs.locker()
+    tfd = t.open(fpath(mnt, 'x'))
+    t1 = t.flock_start(tfd, EX, bg=True)
+    wait_waiters(mnt, 'x', [t.pid])
+    (w, wfd, wrid), = _queue_after(mnt, procs, 'x', [t.pid], [EX])
+    t2 = t.flock_start(tfd, EX, bg=True)
+    wait_waiters(mnt, 'x', [t.pid, w.pid, t.pid])
+    assert h.flock(fh, UN) == 0
+    _granted(t, t1)
+    _granted(t, t2)
+    assert waiter_pids(mnt, 'x') == [w.pid]
+    assert w.poll(wrid) is None
+    assert holder_pids(mnt, 'x') == [t.pid]
+    assert t.flock(tfd, UN) == 0
+    _granted(w, wrid)
+    assert holder_pids(mnt, 'x') == [w.pid]
+
+
+def test_two_posix_waiters_of_one_process_both_return_when_it_is_granted(mnt, procs):
+    """The same for F_SETLKW: a lock's owner is the process, so its second
+    thread's request is its own lock once the first is granted."""
+    h = procs.locker()
+    fh = h.take(fpath(mnt, 'x'))
+    t = procs.locker()
+    tfd = t.open(fpath(mnt, 'x'))
+    t1 = t.lockf_start(tfd, fcntl.LOCK_EX, bg=True)
+    wait_waiters(mnt, 'x', [t.pid])
+    (w, wfd, wrid), = _queue_after(mnt, procs, 'x', [t.pid], [EX])
+    t2 = t.lockf_start(tfd, fcntl.LOCK_EX, bg=True)
+    wait_waiters(mnt, 'x', [t.pid, w.pid, t.pid])
+    assert h.flock(fh, UN) == 0
+    _granted(t, t1)
+    _granted(t, t2)
+    assert waiter_pids(mnt, 'x') == [w.pid]
+    assert w.poll(wrid) is None
+    assert holder_pids(mnt, 'x') == [t.pid]
