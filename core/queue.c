@@ -793,6 +793,8 @@ void queue_tick(struct lockfs_core *core)
 
 					if (!share_gone(&c->rec.shares[k], core->boot_id))
 						continue;
+					if (strcmp(c->rec.shares[k].holder.boot_id, core->boot_id) != 0)
+						kv[1] = "boot-changed";
 					/* Only what the store still holds. */
 					name = strdup(c->name);
 					if (name && load_locked(core, s, name, &st, &foreign, false,

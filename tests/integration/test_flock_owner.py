@@ -11,6 +11,7 @@ their recorded holder process (pidfd), and log it."
 """
 
 import errno
+import json
 import fcntl
 import os
 import signal
@@ -297,3 +298,25 @@ def test_daemon_restart_rebinds_a_shared_lock_with_any_number_of_readers(lockfs_
     p.kill()
     p.wait()
     wait_free(m2, 'x', timeout=5)
+
+
+def test_after_a_restart_a_share_recorded_on_another_boot_is_recovered_as_such(
+        lockfs_factory, procs):
+    """A share whose boot id is not this boot's cannot be alive: it is dropped
+    with evidence boot-changed (as a holder would be), and the live share stays."""
+    m = lockfs_factory()
+    r1, r2 = procs.locker(), procs.locker()
+    r1.take(fpath(m, 'x'), SH)
+    r2.take(fpath(m, 'x'), SH)
+    assert [h['pid'] for h in read_owner(m.mnt, 'x')['holders']] == [r1.pid, r2.pid]
+    m.kill9(lazy=True)
+    p = os.path.join(m.lockdir('x'), 'owner.json')
+    with open(p, 'rb') as f:
+        rec = json.loads(f.read())
+    rec['holders'][1]['boot_id'] = '00000000-0000-4000-8000-000000000000'
+    with open(p, 'wb') as f:
+        f.write((json.dumps(rec, separators=(',', ':')) + '\n').encode())
+    m2 = lockfs_factory.restart(m)
+    rec = wait_log(m2.dir, 'x', 'recovered')
+    assert len(rec) == 1 and evidence(rec[0]) == {'boot-changed'}, rec[0].raw
+    assert [h['pid'] for h in read_owner(m2.mnt, 'x')['holders']] == [r1.pid]
