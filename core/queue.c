@@ -785,7 +785,10 @@ void queue_tick(struct lockfs_core *core)
 			again = false;
 			for (struct cached *c = s->head; c && !again; c = c->next) {
 				for (size_t k = 0; k < c->rec.nshares; k++) {
-					const char *kv[] = { "evidence", "exited", NULL };
+					const struct lockfs_holder *h = &c->rec.shares[k].holder;
+					char holder[WHO_MAX], start[24];
+					const char *kv[] = { "holder", holder, "start", start,
+							     "evidence", "exited", NULL };
 					struct lockfs_entry_stat st;
 					struct cached *fresh;
 					bool foreign;
@@ -793,8 +796,11 @@ void queue_tick(struct lockfs_core *core)
 
 					if (!share_gone(&c->rec.shares[k], core->boot_id))
 						continue;
-					if (strcmp(c->rec.shares[k].holder.boot_id, core->boot_id) != 0)
-						kv[1] = "boot-changed";
+					/* As recover_gone() logs a holder (docs/log.md). */
+					who_of(holder, sizeof(holder), NULL, h->comm, h->pid);
+					snprintf(start, sizeof(start), "%llu", h->start_time);
+					if (strcmp(h->boot_id, core->boot_id) != 0)
+						kv[5] = "boot-changed";
 					/* Only what the store still holds. */
 					name = strdup(c->name);
 					if (name && load_locked(core, s, name, &st, &foreign, false,

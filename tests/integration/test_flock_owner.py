@@ -319,4 +319,6 @@ def test_after_a_restart_a_share_recorded_on_another_boot_is_recovered_as_such(
     m2 = lockfs_factory.restart(m)
     rec = wait_log(m2.dir, 'x', 'recovered')
     assert len(rec) == 1 and evidence(rec[0]) == {'boot-changed'}, rec[0].raw
+    assert (rec[0].details['pid'], rec[0].details['holder']) == (str(r2.pid), who_of(r2.pid))
+    assert rec[0].details['start'].isdigit()
     assert [h['pid'] for h in read_owner(m2.mnt, 'x')['holders']] == [r1.pid]
