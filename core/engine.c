@@ -657,7 +657,8 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		free(name);
 		return 0;
 	}
-	log_event(core, who, name, kv, event);
+	if (event)
+		log_event(core, who, name, kv, event);
 	rc = core->be->ops->release(core->be, name, identity);
 	cache_drop(core, s, name);
 	queue_grant_locked(core, s, name);
@@ -686,7 +687,8 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
 	kv[n] = NULL;
-	log_event(core, who, c->name, kv, event);
+	if (event)
+		log_event(core, who, c->name, kv, event);
 	if (i == 0) {
 		/* The next holder moves up; the lock (its fence, its time)
 		 * stays what it was. */

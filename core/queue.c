@@ -90,6 +90,13 @@ static void queue_maybe_free(struct stripe *s, struct lockq *q)
 
 void queue_free_all(struct stripe *s)
 {
+	while (s->retries) {
+		struct unlock_retry *r = s->retries;
+
+		s->retries = r->next;
+		free(r->name);
+		free(r);
+	}
 	while (s->queues) {
 		struct lockq *q = s->queues;
 
@@ -129,15 +136,43 @@ static void purge_kept(struct lockq *q, int64_t now)
 	}
 }
 
-/* Which holder of REC is OWNER's?  Its index (see drop_holder_locked) or -1. */
-static long holder_of_owner(const struct lockfs_record *rec, const char *owner)
+/* Is holder I of REC (see drop_holder_locked) OWNER's grant?  FENCE 0:
+ * any of OWNER's grants. */
+static bool holder_is(const struct lockfs_record *rec, size_t i, const char *owner,
+		      uint64_t fence)
 {
-	if (rec->has_holder && rec->bound == LOCKFS_BOUND_FD && strcmp(rec->fd_owner, owner) == 0)
-		return 0;
-	for (size_t i = 0; i < rec->nshares; i++)
-		if (rec->shares[i].bound == LOCKFS_BOUND_FD &&
-		    strcmp(rec->shares[i].fd_owner, owner) == 0)
-			return (long)i + 1;
+	const char *o = i == 0 ? rec->fd_owner : rec->shares[i - 1].fd_owner;
+	enum lockfs_bound b = i == 0 ? rec->bound : rec->shares[i - 1].bound;
+	uint64_t f = i == 0 ? lockfs_holder_fence(rec) : rec->shares[i - 1].fence;
+
+	return b == LOCKFS_BOUND_FD && strcmp(o, owner) == 0 && (fence == 0 || f == fence);
+}
+
+static struct unlock_retry *retry_find(struct stripe *s, const char *name, const char *owner,
+				       uint64_t fence)
+{
+	for (struct unlock_retry *r = s->retries; r; r = r->next)
+		if (strcmp(r->name, name) == 0 && strcmp(r->owner, owner) == 0 &&
+		    r->fence == fence)
+			return r;
+	return NULL;
+}
+
+/*
+ * Which holder of NAME's record REC is OWNER's?  Its index or -1.  A grant
+ * that OWNER let go but the store still holds (struct unlock_retry) is not
+ * OWNER's any more: the key may already name a new open file or process.
+ */
+static long holder_of_owner(struct stripe *s, const char *name,
+			    const struct lockfs_record *rec, const char *owner)
+{
+	for (size_t i = 0; rec->has_holder && i <= rec->nshares; i++) {
+		if (!holder_is(rec, i, owner, 0))
+			continue;
+		if (!s->retries || !retry_find(s, name, owner, i == 0 ? lockfs_holder_fence(rec)
+								  : rec->shares[i - 1].fence))
+			return (long)i;
+	}
 	return -1;
 }
 
@@ -226,7 +261,7 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 	if (rc == 0) {
 		/* Two threads blocked in flock on one descriptor: the second
 		 * finds the lock already its own, as flock(2) would. */
-		if (c && c->rec.mode == e->mode && holder_of_owner(&c->rec, e->owner) >= 0)
+		if (c && c->rec.mode == e->mode && holder_of_owner(s, name, &c->rec, e->owner) >= 0)
 			return 0;
 		if (c && c->rec.mode == LOCKFS_SHARED && e->mode == LOCKFS_SHARED &&
 		    strcmp(c->issued, c->rec.token) == 0 && holder_count(&c->rec) > 0) {
@@ -338,7 +373,8 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	grant_same_owner(s, q, e->owner, e->mode);
 	q->nactive--;
 	queue_unlink(q, e);
-	log_event(core, who, c->name, kv, event);
+	if (event)
+		log_event(core, who, c->name, kv, event);
 	log_granted(core, c->name, &rec.holder, rec.fence, rec.mode);
 	name = strdup(c->name);
 	if (!name || core->be->ops->stat(core->be, name, &st, true) < 0) {
@@ -398,7 +434,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	held = rc == 0 && c ? holder_of_owner(&c->rec, owner) : -1;
+	held = rc == 0 && c ? holder_of_owner(s, name, &c->rec, owner) : -1;
 	if (held >= 0) {
 		if (c->rec.mode == e->mode) {
 			rc = 0; /* flock(2) again in the same mode: nothing to do */
@@ -499,6 +535,69 @@ int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct loc
 	return 0;
 }
 
+/*
+ * OWNER let go of its grant FENCE of NAME but the store could not be
+ * written (ERR): the lock stays in DIR, held by nobody (fail closed).
+ * Remember it, so that the tick ends it once the store takes writes
+ * again.  Its `released` line is already in the log.
+ */
+static void retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
+		      int err)
+{
+	struct unlock_retry *r = calloc(1, sizeof(*r));
+
+	fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept, retried every tick\n",
+		name, owner, strerror(-err));
+	if (!r || !(r->name = strdup(name))) {
+		free(r);
+		return;
+	}
+	snprintf(r->owner, sizeof(r->owner), "%s", owner);
+	r->fence = fence;
+	r->next = s->retries;
+	s->retries = r;
+}
+
+/* Try S's retries once each; a retry ends when its grant is gone. */
+static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
+{
+	for (struct unlock_retry **pp = &s->retries, *r; (r = *pp);) {
+		struct lockfs_entry_stat st;
+		struct cached *c;
+		bool foreign, done = true, gone = false;
+		int rc = load_locked(core, s, r->name, &st, &foreign, false, &c);
+
+		if (rc == 0 && c && strcmp(c->issued, c->rec.token) == 0) {
+			for (size_t i = 0; c->rec.has_holder && i <= c->rec.nshares; i++) {
+				if (!holder_is(&c->rec, i, r->owner, r->fence))
+					continue;
+				/* Logged `released` at the first try. */
+				rc = drop_holder_locked(core, s, c, st.identity, i, NULL, NULL);
+				done = rc == 0 || rc == -ENOENT;
+				gone = rc == 0 && !cache_find(s, r->name);
+				break;
+			}
+		} else if (rc < 0 && rc != -ENOENT) {
+			done = false; /* the store cannot tell yet */
+		}
+		if (!done) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		if (gone) {
+			/* notify_removed() must not run under the stripe mutex;
+			 * the list may change meanwhile: start over. */
+			stripe_unlock(s);
+			notify_removed(core, r->name);
+			pthread_mutex_lock(&s->mu);
+			pp = &s->retries;
+		}
+		free(r->name);
+		free(r);
+	}
+}
+
 int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char *owner)
 {
 	struct stripe *s = stripe_of(core, name);
@@ -522,7 +621,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	if (q)
 		queue_maybe_free(s, q);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
-	held = rc == 0 && c ? holder_of_owner(&c->rec, owner) : -1;
+	held = rc == 0 && c ? holder_of_owner(s, name, &c->rec, owner) : -1;
 	rc = 0;
 	if (held >= 0) {
 		if (strcmp(c->issued, c->rec.token) != 0) {
@@ -532,10 +631,15 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 			log_event(core, "?", name, kv, "denied");
 			rc = -EPERM;
 		} else {
+			uint64_t fence = held == 0 ? lockfs_holder_fence(&c->rec)
+						   : c->rec.shares[held - 1].fence;
+
 			rc = drop_holder_locked(core, s, c, st.identity, (size_t)held,
 						"released", NULL);
 			/* Handed to a waiter, the name stays: nothing to tell. */
 			gone = rc == 0 && !cache_find(s, name);
+			if (rc < 0 && rc != -ENOENT)
+				retry_add(s, name, owner, fence, rc);
 		}
 	}
 	stripe_unlock(s);
@@ -564,7 +668,7 @@ int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *
 		*conflict_pid = 0;
 		rc = 1;
 	} else if (rc == 0) {
-		long mine = holder_of_owner(&c->rec, owner);
+		long mine = holder_of_owner(s, name, &c->rec, owner);
 		bool others = holder_count(&c->rec) > (mine >= 0 ? 1u : 0u);
 		struct lockq *q = queue_find(s, name);
 
@@ -772,6 +876,8 @@ void queue_tick(struct lockfs_core *core)
 		bool again = true;
 
 		pthread_mutex_lock(&s->mu);
+		if (s->retries)
+			retry_tick_locked(core, s);
 		for (struct lockq *q = s->queues, *next; q; q = next) {
 			next = q->next;
 			/* Behind a lock we cannot watch (the seed's), the queue

@@ -65,10 +65,20 @@ struct lockq {
 	size_t nactive;          /* entries with a parked request */
 };
 
+/* An fd lock whose owner let go (last close, LOCK_UN) while the store
+ * could not be written: still held in DIR, by nobody.  The tick retries. */
+struct unlock_retry {
+	struct unlock_retry *next;
+	char *name;
+	char owner[LOCKFS_FD_OWNER_MAX];
+	uint64_t fence;          /* of that holder: only that grant is ended */
+};
+
 struct stripe {
 	pthread_mutex_t mu;
 	struct cached *head;     /* protected by mu */
 	struct lockq *queues;    /* protected by mu */
+	struct unlock_retry *retries; /* protected by mu */
 };
 
 struct uid_name {
@@ -114,7 +124,8 @@ int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
 /*
  * Remove C's lock from the store, logging EVENT first (so the log never
  * shows two holders at once) with fence=, pid= and then EXTRA (key, value,
- * ..., NULL; may be NULL).  Called with s->mu held and C a fresh entry
+ * ..., NULL; may be NULL).  EVENT NULL logs nothing (a retry of a
+ * release already logged).  Called with s->mu held and C a fresh entry
  * (read from the store under this hold); drops it.  0 or -errno.
  */
 int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
@@ -160,7 +171,7 @@ int caller_slug(pid_t tid, char *buf, size_t size);
  * Holder I of C (0 = rec.holder, I >= 1 = rec.shares[I - 1]) lets go:
  * the last holder releases the lock (release_locked, which hands it to
  * the queue's head), any other is removed from the record.  Logs EVENT
- * for that holder.  With s->mu held and C fresh.  0 or -errno.
+ * (unless NULL) for that holder.  With s->mu held and C fresh.  0 or -errno.
  */
 int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		       uint64_t identity, size_t i, const char *event,

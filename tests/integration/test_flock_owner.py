@@ -21,6 +21,7 @@ import pytest
 
 from flock_helpers import children_of, fpath, is_wouldblock, procs, sh_quote  # noqa: F401
 from lockfs_helpers import (PYTHON, END_EVENTS, evidence, log_for, read_owner, stays_held, wait_free,
+                            wait_until,
                             wait_log, who_of)
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
@@ -322,3 +323,66 @@ def test_after_a_restart_a_share_recorded_on_another_boot_is_recovered_as_such(
     assert (rec[0].details['pid'], rec[0].details['holder']) == (str(r2.pid), who_of(r2.pid))
     assert rec[0].details['start'].isdigit()
     assert [h['pid'] for h in read_owner(m2.mnt, 'x')['holders']] == [r1.pid]
+
+
+class _Immutable:
+    """chattr +i on DIR: renames in it fail (EPERM) -- the store cannot take
+    a release -- while files inside lock directories can still be written."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def __enter__(self):
+        subprocess.run(['chattr', '+i', self.d], check=True)
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(['chattr', '-i', self.d], check=True)
+
+
+def test_a_last_close_the_store_cannot_take_keeps_the_lock_then_ends_it(mnt, procs, spawn_agent):
+    """Fail closed, then finish the job: the lock stays held while DIR refuses
+    the release (said on stderr), and ends by itself once DIR takes it, with
+    one `released` line in all."""
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    with _Immutable(mnt.dir):
+        assert lk.close(fd) == 0
+        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        assert stays_held(mnt, 'x', WINDOW)
+        assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
+        assert _is_held_by_other(mnt, procs)
+    wait_free(mnt, 'x', timeout=5)
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
+    assert lk.flock(lk.open(fpath(mnt, 'x')), EX | NB) == 0          # free for anyone
+
+
+def test_a_lock_kept_after_a_failed_close_goes_to_the_next_waiter(mnt, procs):
+    """The retry hands it over like any release: in place, which DIR allows."""
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    with _Immutable(mnt.dir):
+        assert lk.close(fd) == 0
+        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        w = procs.locker()
+        rid = w.flock_start(w.open(fpath(mnt, 'x')), EX)
+        a = w.wait(rid, 5)                  # granted by a hand-off in place
+        assert 'errno' not in a, a
+        assert read_owner(mnt.mnt, 'x')['holder']['pid'] == w.pid
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released', 'acquired']
+
+
+def test_a_share_the_store_cannot_drop_is_dropped_once_it_can(mnt, procs):
+    """The same for one holder of a shared lock: its record is rewritten in
+    place, so the lock directory is what refuses here."""
+    r1, r2 = procs.locker(), procs.locker()
+    r1.take(fpath(mnt, 'x'), SH)
+    fd2 = r2.take(fpath(mnt, 'x'), SH)
+    with _Immutable(mnt.lockdir('x')):
+        assert r2.close(fd2) == 0
+        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        assert [h['pid'] for h in read_owner(mnt.mnt, 'x')['holders']] == [r1.pid, r2.pid]
+    wait_until(lambda: [h['pid'] for h in read_owner(mnt.mnt, 'x')['holders']] == [r1.pid],
+               what="r2's share to be dropped")
+    assert [(l.event, l.details['pid']) for l in log_for(mnt.dir, 'x')] == [
+        ('acquired', str(r1.pid)), ('acquired', str(r2.pid)), ('released', str(r2.pid))]
