@@ -326,17 +326,24 @@ def test_a_recovered_slug_lock_grants_the_head_waiter(lockfs_factory, procs):
     assert [l.event for l in log_for(m.dir, 'x')] == ['acquired', 'recovered', 'acquired']
 
 
-def test_two_threads_on_one_open_file_both_return_when_it_is_granted(mnt, procs):
-    """Kernel flock: a second thread blocked on the same open file returns as
-    soon as that open file holds the lock, whoever waits between the two."""
+@pytest.mark.parametrize('kind', ['flock', 'lockf'])
+def test_two_threads_of_one_owner_both_return_when_it_is_granted(mnt, procs, kind):
+    """Kernel locks: a second thread blocked for the same owner (the same open
+    file for flock, the same process for fcntl/lockf) returns as soon as that
+    owner holds the lock, whoever waits between the two."""
     h = procs.locker()
     fh = h.take(fpath(mnt, 'x'))
     t = procs.locker()
     tfd = t.open(fpath(mnt, 'x'))
-    t1 = t.flock_start(tfd, EX, bg=True)
+
+    def start():
+        if kind == 'flock':
+            return t.flock_start(tfd, EX, bg=True)
+        return t.lockf_start(tfd, fcntl.LOCK_EX, bg=True)
+    t1 = start()
     wait_waiters(mnt, 'x', [t.pid])
     (w, wfd, wrid), = _queue_after(mnt, procs, 'x', [t.pid], [EX])
-    t2 = t.flock_start(tfd, EX, bg=True)
+    t2 = start()
     wait_waiters(mnt, 'x', [t.pid, w.pid, t.pid])
     assert h.flock(fh, UN) == 0
     _granted(t, t1)
@@ -344,26 +351,9 @@ def test_two_threads_on_one_open_file_both_return_when_it_is_granted(mnt, procs)
     assert waiter_pids(mnt, 'x') == [w.pid]
     assert w.poll(wrid) is None
     assert holder_pids(mnt, 'x') == [t.pid]
-    assert t.flock(tfd, UN) == 0
+    if kind == 'flock':
+        assert t.flock(tfd, UN) == 0
+    else:
+        assert t.lockf(tfd, fcntl.LOCK_UN) == 0
     _granted(w, wrid)
     assert holder_pids(mnt, 'x') == [w.pid]
-
-
-def test_two_posix_waiters_of_one_process_both_return_when_it_is_granted(mnt, procs):
-    """The same for F_SETLKW: a lock's owner is the process, so its second
-    thread's request is its own lock once the first is granted."""
-    h = procs.locker()
-    fh = h.take(fpath(mnt, 'x'))
-    t = procs.locker()
-    tfd = t.open(fpath(mnt, 'x'))
-    t1 = t.lockf_start(tfd, fcntl.LOCK_EX, bg=True)
-    wait_waiters(mnt, 'x', [t.pid])
-    (w, wfd, wrid), = _queue_after(mnt, procs, 'x', [t.pid], [EX])
-    t2 = t.lockf_start(tfd, fcntl.LOCK_EX, bg=True)
-    wait_waiters(mnt, 'x', [t.pid, w.pid, t.pid])
-    assert h.flock(fh, UN) == 0
-    _granted(t, t1)
-    _granted(t, t2)
-    assert waiter_pids(mnt, 'x') == [w.pid]
-    assert w.poll(wrid) is None
-    assert holder_pids(mnt, 'x') == [t.pid]
