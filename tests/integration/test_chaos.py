@@ -119,7 +119,10 @@ def holder():
         drop()
         return ('unknown', None)
     finally:
-        os.close(f)
+        try:
+            os.close(f)     # close may fail (the flush) while the daemon is dead
+        except OSError as e:
+            count(e.errno)
     try:
         h = json.loads(data)['holder']
         return ('held', h['pid'] if h else None)
@@ -364,6 +367,9 @@ def test_chaos(lockfs_factory, bind_dir, tmp_path):
             # its own crashed (or someone else's kill hit a recycled pid).
             self_exits.append(f'agent {pid} exited by itself with {p.returncode}: '
                               f'{p.stderr.read().decode(errors="replace")[-1500:]}')
+            p.stdout.close()
+            p.stderr.close()
+            return      # reaped: its pid may be anyone's now, never kill it
         W(f'kill {pid}\n')
         killed_at[pid] = time.time()
         os.kill(pid, signal.SIGKILL)
