@@ -962,11 +962,15 @@ static int open_flock(const char *mnt, const char *name)
 		return fd;
 	char *dir = xasprintf("%s/.flock", mnt);
 	struct stat st;
-	bool has_flock_dir = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+	int se = stat(dir, &st) == 0 ? (S_ISDIR(st.st_mode) ? 0 : ENOTDIR) : errno;
 	free(dir);
-	if (!has_flock_dir)
+	/* Only a daemon that answers can be too old: a dead one (ENOTCONN)
+	 * says so itself. */
+	if (se == ENOENT || se == ENOTDIR)
 		return -fail(EX_UNAVAILABLE, "%s has no .flock directory: this lockfs daemon is too"
 			     " old for lockctl", mnt);
+	if (se)
+		e = se;
 	if (e == EINVAL || e == ENAMETOOLONG)
 		return -fail(EX_USAGE, "'%s' is not a valid lock name: %s", name, strerror(e));
 	return -fail(errno_status(e), "cannot open %s/.flock/%s: %s", mnt, name, strerror(e));

@@ -329,6 +329,22 @@ def test_not_a_lockfs_mount_exits_69(tmp_path, verb):
     assert os.listdir(tmp_path) == [], 'lockctl created something in a non-lockfs directory'
 
 
+@pytest.mark.parametrize('verb', [
+    ['status'], ['release', 'x'], ['acquire', 'x'], ['acquire', 'x', '--timeout', '0'],
+    ['run', 'x', '--', 'true'], ['break', 'x', '--reason', 'r'],
+])
+def test_a_mount_whose_daemon_died_exits_69_and_says_not_connected(lockfs_factory, verb):
+    m = lockfs_factory()
+    m.proc.send_signal(signal.SIGKILL)
+    m.proc.wait()                       # still mounted: every request is ENOTCONN
+    try:
+        r = lc(m, *verb)
+    finally:
+        m.kill9(lazy=True)              # reaped already: just unmounts
+    assert r.returncode == EX_UNAVAILABLE, (r.returncode, r.stderr)
+    one_error_line(r, 'not connected')
+
+
 def test_mount_from_env_symlink_and_default(mnt, tmp_path, spawn_agent):
     hold_with_mkdir(spawn_agent, mnt, 'envlock')
     r = lc(None, 'status', 'envlock', env={'LOCKFS_MOUNT': mnt.mnt})
