@@ -792,6 +792,12 @@ static void lfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			rc = lockfs_core_set_operation(fs->core, lock, &caller,
 						       of->data ? of->data : "", of->len);
 		of->pending = false;
+		/* Refused at last (a character never completed): the text
+		 * before an O_TRUNC open comes back, as for a refused write. */
+		if (rc < 0)
+			restore_before(fs, req, ino, of);
+		free(of->before);
+		of->before = NULL;
 	}
 	fuse_reply_err(req, -rc);
 }

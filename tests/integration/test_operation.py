@@ -190,6 +190,12 @@ def test_refused_write_after_truncating_open_keeps_old_text(mnt):
     assert read_owner(mnt.mnt, 'x')['operation'] == 'first task'
     assert _write(op, b'\xff\n') == errno.EINVAL
     assert read_owner(mnt.mnt, 'x')['operation'] == 'first task'
+    # a text that ends inside a character is refused at close: the same
+    assert _write(op, b'ab\xc3') == errno.EINVAL
+    assert read_owner(mnt.mnt, 'x')['operation'] == 'first task'
+    # bash ignores the close's error of a builtin's redirection; the text stays
+    subprocess.run(['bash', '-c', 'printf "ab\\303" > "$0"', op], check=True)
+    assert read_owner(mnt.mnt, 'x')['operation'] == 'first task'
     os.rmdir(mnt.path('x'))
 
 
