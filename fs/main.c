@@ -99,6 +99,12 @@ static int open_backing(const char *dir, int is_default)
 			(unsigned)(st.st_mode & 07777));
 		return -1;
 	}
+	/* Its owner can write it whatever the mode says. */
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		fprintf(stderr, "lockfs: backing dir %s belongs to uid %u, who could forge or remove "
+			"locks: chown it to uid %u\n", dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -1;
+	}
 	if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) < 0) {
 		fprintf(stderr, "lockfs: backing dir %s is not writable: %s\n", dir, strerror(errno));
 		return -1;

@@ -47,6 +47,15 @@ def test_group_or_world_writable_backing_dir_is_refused(scratch_dir, mode):
     _refusal(d, _mountpoint(scratch_dir))
 
 
+def test_backing_dir_of_another_user_is_refused(scratch_dir):
+    """Mode 0755, but its owner (uid 65534 here) could write it."""
+    d = os.path.join(scratch_dir, 'backing')
+    os.mkdir(d)
+    os.chmod(d, 0o755)
+    os.chown(d, 65534, 65534)
+    assert '65534' in _refusal(d, _mountpoint(scratch_dir))
+
+
 def test_backing_dir_mode_0755_is_accepted(lockfs_factory, tmp_path):
     """Negative control for the mode checks: others may read, not write."""
     d = tmp_path / 'backing-0755'
