@@ -191,14 +191,14 @@ static void parked_interrupt(fuse_req_t req, void *data)
 static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, const char *owner,
 		    bool shared, bool block, const struct fuse_file_info *posix)
 {
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct lockfs_caller caller = { ctx->pid, ctx->uid, ctx->gid };
+	struct lockfs_caller caller;
 	struct parked *p = calloc(1, sizeof(*p));
 	bool interrupted;
 	int rc;
 
 	if (!p)
 		return (void)fuse_reply_err(req, ENOMEM);
+	caller_of(req, &caller);
 	p->w.done = parked_done;
 	p->req = req;
 	p->fs = fs;

@@ -112,12 +112,15 @@ struct lockfs_fs {
 	struct inodes *inodes;
 	struct fuse_session *se;
 	struct notifier *notifier;
+	bool proc_foreign; /* /proc is another pid namespace's: see no caller */
 	uid_t mount_uid;   /* who mounted: owns the root, may break locks */
 	gid_t mount_gid;
 	struct timespec mounted_at;
 };
 
 extern const struct fuse_lowlevel_ops lockfs_ops;
+/* Who sent REQ (tid 0 when the daemon cannot tell). */
+void caller_of(fuse_req_t req, struct lockfs_caller *c);
 
 /* flock.c: M/.flock/NAME and the locks taken through it. */
 int flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1]);

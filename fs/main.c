@@ -72,6 +72,28 @@ static void usage(const char *prog)
 }
 
 /*
+ * The holder rule reads /proc by the pids FUSE reports, which are pids of
+ * our own pid namespace.  Under a /proc of another namespace (unshare -p
+ * without a proc of its own) those pids would name strangers: then every
+ * caller counts as one we cannot see (EACCES, fail closed), and we say so.
+ * Returns true when /proc is ours; false after one line on stderr.
+ */
+static bool proc_is_ours(void)
+{
+	char self[32];
+	ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
+
+	if (n >= 0) {
+		self[n] = '\0';
+		if (strtol(self, NULL, 10) == (long)getpid())
+			return true;
+	}
+	fprintf(stderr, "lockfs: warning: /proc is not of this pid namespace; every caller is "
+		"refused (EACCES) until the daemon runs with its own proc (unshare --mount-proc)\n");
+	return false;
+}
+
+/*
  * Check DIR and open it.  The default is created when missing; an explicit
  * one must already be there.  Returns an fd or -1 after one line on stderr.
  */
@@ -257,6 +279,7 @@ int main(int argc, char *argv[])
 	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0))
 		goto out_args;
 
+	fs.proc_foreign = !proc_is_ours();
 	dirfd = open_backing(backing, !o.backing);
 	if (dirfd < 0)
 		goto out_args;

@@ -26,11 +26,11 @@ static struct lockfs_fs *fs_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static void caller_of(fuse_req_t req, struct lockfs_caller *c)
+void caller_of(fuse_req_t req, struct lockfs_caller *c)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
-	c->tid = ctx->pid;
+	c->tid = fs_of(req)->proc_foreign ? 0 : ctx->pid;
 	c->uid = ctx->uid;
 	c->gid = ctx->gid;
 }

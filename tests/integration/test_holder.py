@@ -175,6 +175,24 @@ def test_caller_in_invisible_pid_namespace_is_eacces(lockfs_factory):
     assert [l.event for l in log_for(m.dir, 'x')] == ['denied']
 
 
+def test_daemon_under_a_proc_of_another_pid_namespace_sees_no_caller(lockfs_factory):
+    """Its /proc is the host's while FUSE reports pids of its own namespace:
+    a pid there would name a stranger on the host (pid 2 is kthreadd).  Fail
+    closed: said once on stderr, and every caller, even one in the daemon's
+    own namespace, gets EACCES."""
+    if subprocess.run(['unshare', '--pid', '--fork', 'true']).returncode != 0:
+        pytest.skip('cannot create a pid namespace here')
+    m = lockfs_factory(wrapper=['unshare', '--pid', '--fork'])
+    assert 'not of this pid namespace' in m.stderr()
+    with open(f'/proc/{m.pid}/task/{m.pid}/children') as f:
+        daemon = int(f.read().split()[0])           # unshare forked it
+    r = subprocess.run(['nsenter', '-t', str(daemon), '-p', '--', 'mkdir', m.path('x')],
+                       capture_output=True)
+    assert r.returncode != 0 and b'Permission denied' in r.stderr, r
+    assert not os.path.exists(m.lockdir('x'))
+    assert [l.event for l in log_for(m.dir, 'x')] == ['denied']
+
+
 def test_non_root_shell_script_holder(mnt_ao, users):
     """setpriv'd shell script: the shell (uid 4242) holds, mkdir(1) is skipped."""
     u = users[0]
