@@ -6,7 +6,7 @@
  * rmdir, so describing a process costs as few /proc reads as the question
  * needs: stat always (parent, session, start time, comm, and whether the
  * id is a thread-group leader), the exe link only where helpers are
- * skipped (plus cmdline for busybox/toybox, whose exe says nothing), and
+ * skipped (plus comm or cmdline for busybox/toybox, whose exe says nothing), and
  * status -- the dearest file, ~10 us -- only for a non-leader thread's
  * Tgid or where uid and gid are asked for.
  */
@@ -268,20 +268,45 @@ static void copy_str(char *dst, size_t size, const char *src)
 	dst[len] = '\0';
 }
 
-/* Basename of argv[0] of PID into BUF; leaves BUF alone when unreadable or
- * empty (the caller keeps what it had). */
-static void read_applet(pid_t pid, char *buf, size_t size)
+static bool is_multicall(const char *name)
+{
+	return strcmp(name, "busybox") == 0 || strcmp(name, "toybox") == 0;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	return base ? base + 1 : path;
+}
+
+/*
+ * The applet a multi-call binary (PID, whose stat gave COMM) runs, into
+ * BUF; BUF is left alone when nothing tells.  Busybox's shell runs some
+ * applets in a forked child without exec: the shell's argv stays and only
+ * comm names the applet.  Otherwise argv[0] names it (a symlink, where comm
+ * says the same), or argv[1] after an explicit `busybox APPLET`.
+ */
+static void read_applet(pid_t pid, const char *comm, char *buf, size_t size)
 {
 	char path[64], cmd[512];
+	const char *base;
+	ssize_t n;
+
+	if (*comm && !is_multicall(comm)) {
+		snprintf(buf, size, "%s", comm);
+		return;
+	}
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	if (read_small(path, cmd, sizeof(cmd)) <= 0)
+	n = read_small(path, cmd, sizeof(cmd));
+	if (n <= 0)
 		return;
-	/* read_small NUL-terminated it, so cmd is argv[0] (maybe cut short) */
-	const char *base = strrchr(cmd, '/');
-	base = base ? base + 1 : cmd;
-	if (!*base)
-		return;
-	copy_str(buf, size, base);
+	/* read_small NUL-terminated it: cmd is argv[0] (maybe cut short) */
+	base = base_name(cmd);
+	if (is_multicall(base) && strlen(cmd) + 1 < (size_t)n)
+		base = base_name(cmd + strlen(cmd) + 1);
+	if (*base)
+		copy_str(buf, size, base);
 }
 
 /* Fill EXE of *OUT from /proc/PID/exe: its basename, "" when unreadable
@@ -303,8 +328,8 @@ static void read_exe(pid_t pid, struct lockfs_proc *out)
 	base = base ? base + 1 : target;
 	copy_str(out->exe, sizeof(out->exe), base);
 	/* A multi-call binary tells what it is running only through argv[0]. */
-	if (strcmp(out->exe, "busybox") == 0 || strcmp(out->exe, "toybox") == 0)
-		read_applet(pid, out->exe, sizeof(out->exe));
+	if (is_multicall(out->exe))
+		read_applet(pid, out->comm, out->exe, sizeof(out->exe));
 }
 
 void lockfs_proc_put(struct lockfs_proc *p)

@@ -157,6 +157,53 @@ static int lock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX
 	return rc;
 }
 
+/*
+ * What REQ's caller reads in FILE of LOCK now: the text an open for reading
+ * takes, and so the size stat shows.  sendfile(2), splice(2) and
+ * copy_file_range(2) stop at the size (busybox cat uses sendfile): a size
+ * of 0 would read as empty.  *DATA is malloc'd (NULL for nothing).
+ */
+static int render(struct lockfs_fs *fs, fuse_req_t req, const char *lock, enum lock_file file,
+		  const struct lockfs_lock_stat *ls, char **data, size_t *len)
+{
+	*data = NULL;
+	*len = 0;
+	switch (file) {
+	case LF_FENCE:
+		*data = malloc(24);
+		if (!*data)
+			return -ENOMEM;
+		*len = ls->fence ? (size_t)snprintf(*data, 24, "%" PRIu64 "\n", ls->fence)
+				 : (size_t)snprintf(*data, 24, "null\n");
+		return 0;
+	case LF_LEASE:
+		return lockfs_core_lease(fs->core, lock, data, len);
+	case LF_WAITERS:
+		return lockfs_core_waiters(fs->core, lock, data, len);
+	case LF_BIND:
+		return lockfs_core_binding(fs->core, lock, data, len);
+	case LF_OWNER:
+		/* For this reader: the token only for the holder's uid and root. */
+		return lockfs_core_owner(fs->core, lock, fuse_req_ctx(req)->uid, data, len);
+	case LF_OPERATION:
+		return lockfs_core_operation(fs->core, lock, data, len);
+	default:
+		return 0; /* the lock directory, break: nothing to read */
+	}
+}
+
+/* ST's size: what REQ's caller would read now (see render). */
+static void content_size(struct lockfs_fs *fs, fuse_req_t req, const char *lock,
+			 enum lock_file file, const struct lockfs_lock_stat *ls, struct stat *st)
+{
+	char *data = NULL;
+	size_t len;
+
+	if (file != LF_DIR && render(fs, req, lock, file, ls, &data, &len) == 0)
+		st->st_size = (off_t)len;
+	free(data);
+}
+
 /* Reply to a lookup of FILE in lock NAME, taking a kernel reference. */
 static void reply_lock_entry(fuse_req_t req, struct lockfs_fs *fs, const char *name,
 			     enum lock_file file, const struct lockfs_lock_stat *ls)
@@ -169,6 +216,7 @@ static void reply_lock_entry(fuse_req_t req, struct lockfs_fs *fs, const char *n
 	memset(&e, 0, sizeof(e));
 	e.ino = ino_make(id, file);
 	lock_attr(fs, id, file, ls, &e.attr);
+	content_size(fs, req, name, file, ls, &e.attr);
 	e.attr_timeout = 0;
 	e.entry_timeout = 0;
 	if (fuse_reply_entry(req, &e) == -ENOENT)
@@ -239,8 +287,9 @@ static void lfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_da
 }
 
 /* Attributes of any inode.  0 or -errno. */
-static int attr_of(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
+static int attr_of(fuse_req_t req, fuse_ino_t ino, struct stat *st)
 {
+	struct lockfs_fs *fs = fs_of(req);
 	struct lockfs_lock_stat ls;
 	char lock[NAME_MAX + 1];
 	int rc;
@@ -262,15 +311,17 @@ static int attr_of(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
 		return rc;
 	}
 	rc = lock_name_of(fs, ino, lock, &ls);
-	if (rc == 0)
+	if (rc == 0) {
 		lock_attr(fs, ino_id(ino), ino_file(ino), &ls, st);
+		content_size(fs, req, lock, ino_file(ino), &ls, st);
+	}
 	return rc;
 }
 
 static void lfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct stat st;
-	int rc = attr_of(fs_of(req), ino, &st);
+	int rc = attr_of(req, ino, &st);
 
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
@@ -298,7 +349,7 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	if (ino_is_flock(ino)) {
 		/* chmod, utimens, O_TRUNC on a .flock file: accepted, and
 		 * nothing changes (lock libraries do all three). */
-		rc = attr_of(fs, ino, &st);
+		rc = attr_of(req, ino, &st);
 		if (rc < 0)
 			return (void)fuse_reply_err(req, -rc);
 		return (void)fuse_reply_attr(req, &st, 0);
@@ -329,7 +380,7 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 		rc = -EPERM;
 	}
 	if (rc == 0)
-		rc = attr_of(fs, ino, &st);
+		rc = attr_of(req, ino, &st);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	fuse_reply_attr(req, &st, 0);
@@ -543,38 +594,23 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		goto out;
 	switch (ino_file(ino)) {
 	case LF_FENCE:
-		if (writing) {
-			rc = -EACCES;
-		} else if (ls.fence) {
-			of->data = malloc(24);
-			of->len = of->data ? (size_t)snprintf(of->data, 24, "%" PRIu64 "\n", ls.fence) : 0;
-			rc = of->data ? 0 : -ENOMEM;
-		} else {
-			of->data = strdup("null\n");
-			of->len = 5;
-			rc = of->data ? 0 : -ENOMEM;
-		}
+	case LF_WAITERS:
+	case LF_OWNER:
+		/* Rendered once per open, for this reader: reads of one open
+		 * file see one consistent text. */
+		rc = writing ? -EACCES : render(fs, req, lock, ino_file(ino), &ls, &of->data, &of->len);
 		break;
 	case LF_LEASE:
 		caller_of(req, &caller);
 		rc = writing ? lockfs_core_check_holder(fs->core, lock, &caller)
-			     : lockfs_core_lease(fs->core, lock, &of->data, &of->len);
+			     : render(fs, req, lock, LF_LEASE, &ls, &of->data, &of->len);
 		break;
 	case LF_BREAK:
 		rc = !writing || !may_break(fs, req) ? -EACCES : 0;
 		break;
-	case LF_WAITERS:
-		rc = writing ? -EACCES : lockfs_core_waiters(fs->core, lock, &of->data, &of->len);
-		break;
 	case LF_BIND:
 		/* Who may bind is decided at the write; reading shows it. */
-		rc = writing ? 0 : lockfs_core_binding(fs->core, lock, &of->data, &of->len);
-		break;
-	case LF_OWNER:
-		/* Rendered once per open, for this reader: reads of one open
-		 * file see one consistent record. */
-		rc = writing ? -EACCES : lockfs_core_owner(fs->core, lock, fuse_req_ctx(req)->uid,
-							   &of->data, &of->len);
+		rc = writing ? 0 : render(fs, req, lock, LF_BIND, &ls, &of->data, &of->len);
 		break;
 	case LF_OPERATION:
 		caller_of(req, &caller);
@@ -592,7 +628,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			if (rc == 0 && !(fi->flags & O_TRUNC))
 				rc = lockfs_core_operation(fs->core, lock, &of->data, &of->len);
 		} else {
-			rc = lockfs_core_operation(fs->core, lock, &of->data, &of->len);
+			rc = render(fs, req, lock, LF_OPERATION, &ls, &of->data, &of->len);
 		}
 		break;
 	default:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 
@@ -191,6 +192,26 @@ def test_daemon_under_a_proc_of_another_pid_namespace_sees_no_caller(lockfs_fact
     assert r.returncode != 0 and b'Permission denied' in r.stderr, r
     assert not os.path.exists(m.lockdir('x'))
     assert [l.event for l in log_for(m.dir, 'x')] == ['denied']
+
+
+@pytest.mark.parametrize('how', ['busybox-sh', 'busybox-applet'])
+def test_busybox_applets_are_skipped_like_the_programs(mnt, how):
+    """"for busybox/toybox the applet name": busybox's own shell runs mkdir in
+    a forked child that never execs (only its comm says mkdir), and
+    `busybox mkdir` names the applet in argv[1].  Either way the script's
+    shell holds the lock."""
+    busybox = shutil.which('busybox')
+    assert busybox, 'busybox is not installed (tools/deps.sh installs busybox-static)'
+    script = 'mkdir "$1" || exit 9; cat "$1/owner"; rmdir "$1" || exit 8'
+    if how == 'busybox-sh':
+        argv = [busybox, 'sh', '-c', script, 'sh', mnt.path('x')]
+    else:
+        argv = ['bash', '-c', script.replace('mkdir', 'busybox mkdir'), 'sh', mnt.path('x')]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd='/')
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, (p.returncode, err)
+    assert json.loads(out)['holder']['pid'] == p.pid
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
 
 
 def test_non_root_shell_script_holder(mnt_ao, users):

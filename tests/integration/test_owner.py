@@ -2,13 +2,15 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import time
 
 import pytest
 
-from lockfs_helpers import (TOKEN_RE, boot_id, parse_rfc3339_ms, proc_cmdline, proc_comm,
+from lockfs_helpers import (PYTHON, TOKEN_RE, boot_id, parse_rfc3339_ms, proc_cmdline, proc_comm,
                             proc_start_time, read_owner, snapshot)
 
 
@@ -206,3 +208,61 @@ def test_owner_read_in_small_chunks_is_consistent(mnt):
     assert b''.join(parts) == whole
     json.loads(whole)
     os.rmdir(mnt.path('x'))
+
+
+def _sendfile_all(path):
+    """PATH's content as sendfile(2) copies it (it stops at the file's size)."""
+    fd = os.open(path, os.O_RDONLY)
+    out = os.open('/dev/shm', os.O_TMPFILE | os.O_RDWR)
+    try:
+        while os.sendfile(out, fd, None, 1 << 20) > 0:
+            pass
+        os.lseek(out, 0, os.SEEK_SET)
+        return os.read(out, 1 << 24)
+    finally:
+        os.close(fd)
+        os.close(out)
+
+
+@pytest.mark.parametrize('file', ['owner', 'operation', 'fence', 'lease', 'bind', 'waiters'])
+def test_size_is_what_a_read_gives_so_sendfile_and_busybox_cat_read_it_all(mnt, file):
+    """A size of 0 made sendfile(2), splice(2) and busybox cat (which uses
+    sendfile: Alpine containers) read these files as empty."""
+    busybox = shutil.which('busybox')
+    assert busybox, 'busybox is not installed (tools/deps.sh installs busybox-static)'
+    os.mkdir(mnt.path('x'))
+    with open(mnt.path('x', 'operation'), 'w') as f:
+        f.write('deploying v2\n')
+    p = mnt.path('x', file)
+    with open(p, 'rb') as f:
+        want = f.read()
+    assert os.stat(p).st_size == len(want)
+    assert _sendfile_all(p) == want
+    r = subprocess.run([busybox, 'cat', p], capture_output=True, check=True)
+    assert r.stdout == want
+    os.rmdir(mnt.path('x'))
+
+
+def test_size_of_owner_is_that_readers_record(mnt_ao, users, spawn_agent):
+    """The record depends on the reader (the token): so does its size, and a
+    reader without the token reads all of its own record through sendfile."""
+    holder = spawn_agent(user=users[0])
+    assert holder.mkdir(mnt_ao.path('x')) == 0
+    p = mnt_ao.path('x', 'owner')
+    with open(p, 'rb') as f:
+        mine = f.read()                                       # root: with the token
+    assert os.stat(p).st_size == len(mine)
+    code = ('import os, sys\n'
+            'fd = os.open(sys.argv[1], os.O_RDONLY)\n'
+            'out = os.open("/dev/shm", os.O_TMPFILE | os.O_RDWR)\n'
+            'while os.sendfile(out, fd, None, 1 << 20) > 0: pass\n'
+            'os.lseek(out, 0, 0)\n'
+            'sys.stdout.buffer.write(os.read(out, 1 << 24))\n'
+            'print(os.stat(sys.argv[1]).st_size, file=sys.stderr)\n')
+    u = users[1]
+    r = subprocess.run(['setpriv', f'--reuid={u.uid}', f'--regid={u.gid}', '--clear-groups',
+                        PYTHON, '-c', code, p], capture_output=True, check=True)
+    theirs = json.loads(r.stdout)
+    assert 'token' not in theirs and theirs['holder']['pid'] == holder.pid
+    assert int(r.stderr) == len(r.stdout) < len(mine)
+    assert holder.rmdir(mnt_ao.path('x')) == 0
