@@ -680,7 +680,7 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	if (holder_count(r) <= 1)
 		return release_locked(core, s, c, identity, event, extra);
 	h = i == 0 ? &r->holder : &r->shares[i - 1].holder;
-	who_of(who, sizeof(who), NULL, h->comm, h->pid);
+	who_of(who, sizeof(who), i == 0 ? r->slug : r->shares[i - 1].slug, h->comm, h->pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64,
 		 i == 0 ? lockfs_holder_fence(r) : r->shares[i - 1].fence);
 	snprintf(pid, sizeof(pid), "%d", (int)h->pid);
@@ -699,10 +699,13 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 		r->holder_acquired_at_ms = r->shares[0].acquired_at_ms;
 		r->bound = r->shares[0].bound;
 		memcpy(r->fd_owner, r->shares[0].fd_owner, sizeof(r->fd_owner));
+		free(r->slug);
+		r->slug = r->shares[0].slug;
 		c->holder_gone = false;
 		i = 1;
 	} else {
 		lockfs_holder_clear(&r->shares[i - 1].holder);
+		free(r->shares[i - 1].slug);
 	}
 	memmove(&r->shares[i - 1], &r->shares[i], (r->nshares - i) * sizeof(*r->shares));
 	if (--r->nshares == 0) {

@@ -70,6 +70,7 @@ static void queue_unlink(struct lockq *q, struct qentry *e)
 	if (e->w)
 		q->nactive--;
 	lockfs_argv_free(e->cmdline);
+	free(e->slug);
 	free(e);
 }
 
@@ -184,6 +185,12 @@ static int build_fd_record(struct lockfs_core *core, const char *name, struct qe
 
 	if (rc < 0)
 		return rc;
+	/* A slug names the holder in the log (issue 2's WHO) and in owner;
+	 * the lock stays bound to the descriptor, with no lease. */
+	if (e->slug && !(rec->slug = strdup(e->slug))) {
+		lockfs_record_clear(rec);
+		return -ENOMEM;
+	}
 	rec->bound = LOCKFS_BOUND_FD;
 	rec->mode = e->mode;
 	snprintf(rec->fd_owner, sizeof(rec->fd_owner), "%s", e->owner);
@@ -191,13 +198,14 @@ static int build_fd_record(struct lockfs_core *core, const char *name, struct qe
 }
 
 static void log_granted(struct lockfs_core *core, const char *name,
-			const struct lockfs_holder *h, uint64_t fence, enum lockfs_mode mode)
+			const struct lockfs_holder *h, const char *slug, uint64_t fence,
+			enum lockfs_mode mode)
 {
 	char who[WHO_MAX], f[24], pid[16];
 	const char *kv[] = { "fence", f, "pid", pid, "bound", "fd",
 			     "mode", mode == LOCKFS_SHARED ? "shared" : "exclusive", NULL };
 
-	who_of(who, sizeof(who), NULL, h->comm, h->pid);
+	who_of(who, sizeof(who), slug, h->comm, h->pid);
 	snprintf(f, sizeof(f), "%" PRIu64, fence);
 	snprintf(pid, sizeof(pid), "%d", (int)h->pid);
 	log_event(core, who, name, kv, "acquired");
@@ -231,6 +239,8 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 	memcpy(v->fd_owner, fresh.fd_owner, sizeof(v->fd_owner));
 	v->fence = fresh.fence;
 	v->acquired_at_ms = fresh.acquired_at_ms;
+	v->slug = fresh.slug;
+	fresh.slug = NULL;
 	lockfs_record_clear(&fresh);
 	rc = persist_locked(core, s, c, st);
 	if (rc == 0 && e->w) {
@@ -238,7 +248,7 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 		e->w = NULL;
 	}
 	if (rc == 0)
-		log_granted(core, c->name, &v->holder, v->fence, LOCKFS_SHARED);
+		log_granted(core, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED);
 	return rc;
 }
 
@@ -290,7 +300,7 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 		complete(s, e->w, 0);
 		e->w = NULL;
 	}
-	log_granted(core, name, &rec.holder, rec.fence, rec.mode);
+	log_granted(core, name, &rec.holder, rec.slug, rec.fence, rec.mode);
 	cache_put(core, s, name, st.identity, &rec, -1, true);
 	lockfs_record_clear(&rec);
 	return 0;
@@ -375,7 +385,7 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	queue_unlink(q, e);
 	if (event)
 		log_event(core, who, c->name, kv, event);
-	log_granted(core, c->name, &rec.holder, rec.fence, rec.mode);
+	log_granted(core, c->name, &rec.holder, rec.slug, rec.fence, rec.mode);
 	name = strdup(c->name);
 	if (!name || core->be->ops->stat(core->be, name, &st, true) < 0) {
 		/* The store holds the new record: re-read it next time. */
@@ -431,6 +441,14 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	/* Read now, not at the grant: a hand-off should do no /proc read. */
 	if (lockfs_proc_cmdline(e->who.pid, 4096, &e->cmdline) < 0)
 		e->cmdline = NULL;
+	{
+		/* The caller's LOCKFS_SLUG names the holder (lockctl --slug);
+		 * a bad one reads as none here rather than failing flock. */
+		char slug[SLUG_MAX];
+
+		if (caller_slug(caller->tid, slug, sizeof(slug)) == 0 && *slug)
+			e->slug = strdup(slug);
+	}
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
@@ -482,6 +500,9 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 		lockfs_argv_free(kept->cmdline);
 		kept->cmdline = e->cmdline;
 		e->cmdline = NULL;
+		free(kept->slug);
+		kept->slug = e->slug;
+		e->slug = NULL;
 		q->nactive++;
 		w->entry = kept;
 	} else {
@@ -504,8 +525,10 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	w->parked = true;
 	rc = -EINPROGRESS;
 out:
-	if (e)
+	if (e) {
 		lockfs_argv_free(e->cmdline);
+		free(e->slug);
+	}
 	free(e);
 	stripe_unlock(s);
 	return rc;

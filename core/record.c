@@ -255,7 +255,8 @@ const char *lockfs_bound_name(enum lockfs_bound b)
 
 /* One element of "holders": the holder's object plus its grant. */
 static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound,
-			  const char *fd_owner, uint64_t fence, int64_t at_ms, int flags)
+			  const char *fd_owner, uint64_t fence, int64_t at_ms, const char *slug,
+			  int flags)
 {
 	json_t *o = holder_json(h);
 	char when[32];
@@ -269,6 +270,7 @@ static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound
 	err |= add(o, "fence", json_integer((json_int_t)fence));
 	err |= add(o, "acquired_at", json_string(lockfs_format_time(at_ms, when)));
 	err |= add(o, "acquired_at_ms", json_integer(at_ms));
+	err |= add(o, "slug", opt_str_json(slug));
 	if (err) {
 		json_decref(o);
 		return NULL;
@@ -286,13 +288,13 @@ static json_t *holders_json(const struct lockfs_record *r, int flags)
 	if (r->has_holder &&
 	    json_array_append_new(a, share_json(&r->holder, r->bound, r->fd_owner,
 						lockfs_holder_fence(r),
-						lockfs_holder_acquired_at(r), flags)) < 0)
+						lockfs_holder_acquired_at(r), r->slug, flags)) < 0)
 		goto fail;
 	for (size_t i = 0; i < r->nshares; i++) {
 		const struct lockfs_share *sh = &r->shares[i];
 
 		if (json_array_append_new(a, share_json(&sh->holder, sh->bound, sh->fd_owner,
-							sh->fence, sh->acquired_at_ms,
+							sh->fence, sh->acquired_at_ms, sh->slug,
 							flags)) < 0)
 			goto fail;
 	}
@@ -571,8 +573,10 @@ void lockfs_record_clear(struct lockfs_record *r)
 	free(r->operation);
 	free(r->slug);
 	lockfs_holder_clear(&r->holder);
-	for (size_t i = 0; i < r->nshares; i++)
+	for (size_t i = 0; i < r->nshares; i++) {
 		lockfs_holder_clear(&r->shares[i].holder);
+		free(r->shares[i].slug);
+	}
 	free(r->shares);
 	memset(r, 0, sizeof(*r));
 }
@@ -796,6 +800,10 @@ static int parse_shares(const json_t *o, struct lockfs_record *r)
 		if ((rc = get_int(e, "acquired_at_ms", INT64_MIN, INT64_MAX, &v)) < 0)
 			return rc;
 		sh->acquired_at_ms = v;
+		/* Optional: shares stored before it was kept have none. */
+		if (json_object_get(e, "slug") &&
+		    (rc = get_opt_str(e, "slug", SIZE_MAX, &sh->slug)) < 0)
+			return rc;
 	}
 	return 0;
 }

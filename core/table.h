@@ -51,6 +51,7 @@ struct qentry {
 	enum lockfs_mode mode;
 	struct lockfs_proc who;  /* the holder-to-be (helpers skipped) */
 	char **cmdline;          /* its argv, read when it asked (may be NULL) */
+	char *slug;              /* the caller's LOCKFS_SLUG, or NULL */
 	uid_t uid;               /* of the caller */
 	gid_t gid;
 	int64_t since_ms;        /* wall clock, for `waiters` */

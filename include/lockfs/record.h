@@ -53,6 +53,8 @@ struct lockfs_share {
 	char fd_owner[LOCKFS_FD_OWNER_MAX]; /* "" unless bound to an fd */
 	uint64_t fence;           /* this holder's grant */
 	int64_t acquired_at_ms;
+	char *slug;               /* its LOCKFS_SLUG when it asked, or NULL (a name
+				     for the log; the share stays bound as BOUND says) */
 };
 
 /* A lease: the lock needs renewing within ttl_s seconds.  Deadlines are on

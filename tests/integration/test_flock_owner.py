@@ -386,3 +386,34 @@ def test_a_share_the_store_cannot_drop_is_dropped_once_it_can(mnt, procs):
                what="r2's share to be dropped")
     assert [(l.event, l.details['pid']) for l in log_for(mnt.dir, 'x')] == [
         ('acquired', str(r1.pid)), ('acquired', str(r2.pid)), ('released', str(r2.pid))]
+
+
+def test_lockfs_slug_of_a_flock_caller_names_the_holder_in_owner_and_log(mnt):
+    """Issue 2's WHO: "the value of LOCKFS_SLUG in the caller's environment
+    when set" -- for fd locks too, each share by its own slug."""
+    sh = subprocess.run(['sh', '-c', 'LOCKFS_SLUG=agent-1 flock "$1" cat "$2"', 'sh',
+                         fpath(mnt, 'x'), mnt.path('x', 'owner')],
+                        capture_output=True, check=True)
+    o = json.loads(sh.stdout)
+    assert (o['slug'], o['bound']) == ('agent-1', 'fd')
+    assert [(l.who, l.event) for l in log_for(mnt.dir, 'x')] == [
+        ('agent-1', 'acquired'), ('agent-1', 'released')]
+
+
+def test_each_share_keeps_its_own_slug(mnt, procs):
+    r1 = procs.locker(env={'LOCKFS_SLUG': 'reader-1'})
+    r2 = procs.locker(env={'LOCKFS_SLUG': 'reader-2'})
+    r3 = procs.locker()
+    f1 = r1.take(fpath(mnt, 'x'), SH)
+    f2 = r2.take(fpath(mnt, 'x'), SH)
+    r3.take(fpath(mnt, 'x'), SH)
+    o = read_owner(mnt.mnt, 'x')
+    assert [h['slug'] for h in o['holders']] == ['reader-1', 'reader-2', None]
+    assert o['slug'] == 'reader-1'
+    assert r1.flock(f1, UN) == 0              # the first leaves: the next moves up
+    o = read_owner(mnt.mnt, 'x')
+    assert o['slug'] == 'reader-2' and [h['slug'] for h in o['holders']] == ['reader-2', None]
+    assert r2.flock(f2, UN) == 0
+    assert [(l.who, l.event) for l in log_for(mnt.dir, 'x')][:5] == [
+        ('reader-1', 'acquired'), ('reader-2', 'acquired'), (f'python3[{r3.pid}]', 'acquired'),
+        ('reader-1', 'released'), ('reader-2', 'released')]

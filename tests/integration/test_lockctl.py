@@ -533,6 +533,17 @@ def test_run_passes_stdio_and_args_and_sets_the_slug(mnt):
     assert r.stdout == b'in\n[a b] slug=agent-3\n'
 
 
+def test_run_slug_names_the_holder_in_owner_and_in_every_log_line(mnt):
+    """The seed's --slug: "your agent's identity, logged with every
+    transition".  The lock stays lockctl's (bound to its descriptor)."""
+    r = lc(mnt, 'run', 'cam', '--slug', 'agent-3', '--', 'cat', mnt.path('cam', 'owner'))
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert (o['slug'], o['bound']) == ('agent-3', 'fd')
+    assert [(l.who, l.event) for l in log_for(mnt.dir, 'cam')] == [
+        ('agent-3', 'acquired'), ('agent-3', 'released')]
+
+
 def test_run_holds_the_lock_while_cmd_runs(mnt, tmp_path, spawn_agent, bg):
     b, info = start_blocked_run(bg, mnt, tmp_path, 'held')
     owner = info['owner']

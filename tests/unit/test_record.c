@@ -272,6 +272,9 @@ static void test_shared_fd_record_round_trip(void **state)
 	sh[1].bound = LOCKFS_BOUND_PROCESS;
 	sh[1].fence = 9;
 	sh[1].acquired_at_ms = r.acquired_at_ms + 6;
+	char slug2[] = "reader-2"; /* the share's own LOCKFS_SLUG, for the log */
+
+	sh[1].slug = slug2;
 	r.shares = sh;
 	r.nshares = 2;
 	/* The first holder left: `holder` is a later grant than the lock's. */
@@ -293,7 +296,21 @@ static void test_shared_fd_record_round_trip(void **state)
 	assert_int_equal(back.shares[1].bound, LOCKFS_BOUND_PROCESS);
 	assert_string_equal(back.shares[1].fd_owner, "");
 	assert_int_equal(back.shares[1].acquired_at_ms, r.acquired_at_ms + 6);
+	assert_null(back.shares[0].slug);
+	assert_string_equal(back.shares[1].slug, "reader-2");
 	lockfs_record_clear(&back);
+	{
+		/* a share stored without "slug" (before it was kept) still parses */
+		char *old = strdup(s), *p = strstr(old, ",\"slug\":\"reader-2\"");
+
+		assert_non_null(p);
+		memmove(p, p + strlen(",\"slug\":\"reader-2\""),
+			strlen(p + strlen(",\"slug\":\"reader-2\"")) + 1);
+		assert_int_equal(lockfs_record_parse(old, strlen(old), &back), 0);
+		assert_null(back.shares[1].slug);
+		lockfs_record_clear(&back);
+		free(old);
+	}
 	pretty = encode(&r, LOCKFS_RECORD_PRETTY, &len);
 	assert_non_null(strstr(pretty, "\"mode\": \"shared\""));
 	assert_non_null(strstr(pretty, "\"pid\": 4444"));
