@@ -812,6 +812,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	char slug[SLUG_MAX], who[WHO_MAX], fence[24], pid[16];
+	struct lockfs_proc writer;
 	struct cached *c;
 	bool foreign, to_slug;
 	int rc;
@@ -824,6 +825,11 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	slug[0] = '\0';
 	if (to_slug && caller_slug(caller->tid, slug, sizeof(slug)) < 0)
 		slug[0] = '\0';
+	/* The writer as a holder (helpers skipped), resolved outside the
+	 * mutex: `setpriv --reuid=U lockctl acquire` writes as uid U for
+	 * the shell that holds the lock. */
+	if (lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, 0, &writer) < 0)
+		writer.pid = 0;
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
@@ -833,8 +839,14 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		rc = -EPERM;
 		goto out;
 	}
-	/* Anyone but the holder: EPERM, whatever they wrote. */
-	rc = holder_check_entry(core, c, caller);
+	/* "The resolved holder ... may write": the writer that resolves to
+	 * the holder itself, whatever its uid (it asked for the fd lock
+	 * through a helper such as lockctl); any other descendant by the
+	 * rmdir rule.  Anyone else: EPERM, whatever they wrote. */
+	if (!(writer.pid > 0 && writer.pid == c->rec.holder.pid &&
+	      writer.start_time == c->rec.holder.start_time &&
+	      strcmp(c->rec.holder.boot_id, core->boot_id) == 0))
+		rc = holder_check_entry(core, c, caller);
 	if (rc < 0)
 		goto out;
 	if ((!to_slug && !(len == 7 && memcmp(text, "process", 7) == 0)) ||

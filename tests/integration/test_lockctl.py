@@ -846,6 +846,25 @@ def test_acquire_with_slug_then_release_from_another_process(mnt, spawn_agent):
     assert_free_for_others(mnt, spawn_agent, 'gadget')
 
 
+def test_acquire_and_release_with_a_slug_as_another_user_through_setpriv(mnt_ao, users):
+    """lockctl is a helper, so the fd lock's holder is the root shell that ran
+    setpriv; lockctl, writing bind as uid U for that holder, may still
+    convert it, and the slug lock is U's, as `setpriv ... mkdir` would make it."""
+    u = users[0]
+    pre = ['setpriv', f'--reuid={u.uid}', f'--regid={u.gid}', '--clear-groups', LOCKCTL,
+           '--mount', mnt_ao.mnt]
+    r = subprocess.run(pre + ['acquire', 'g', '--slug', 'agent-u'], capture_output=True,
+                       timeout=RUN_TIMEOUT, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    o = read_owner(mnt_ao.mnt, 'g')
+    assert (o['bound'], o['slug'], o['holder']['uid']) == ('slug', 'agent-u', u.uid)
+    r = subprocess.run(pre + ['release', 'g', '--slug', 'agent-u'], capture_output=True,
+                       timeout=RUN_TIMEOUT, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    assert not os.path.lexists(mnt_ao.lockdir('g'))
+    assert [l.event for l in log_for(mnt_ao.dir, 'g')] == ['acquired', 'bound', 'released']
+
+
 def test_acquire_binds_to_the_slug_in_the_environment(mnt):
     r = lc(mnt, 'acquire', 'envslug', env={'LOCKFS_SLUG': 'agent-9'})
     assert r.returncode == 0, r.stderr
