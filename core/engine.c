@@ -761,7 +761,11 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 				   rc == -EPERM ? "not-holder" : "caller-unknown");
 			return rc;
 		}
-		rc = drop_holder_locked(core, s, c, st.identity, i, "released", NULL);
+		/* A grant whose descriptor let go while the store refused:
+		 * its `released` is logged already; this finishes the job. */
+		rc = drop_holder_locked(core, s, c, st.identity, i,
+					retry_pending_locked(s, name, &c->rec, i) ? NULL : "released",
+					NULL);
 	}
 out:
 	stripe_unlock(s);
@@ -1245,8 +1249,12 @@ int lockfs_core_start(struct lockfs_core *core)
 
 void lockfs_core_stop(struct lockfs_core *core)
 {
-	if (core)
-		lockfs_liveness_stop(core->liveness);
+	if (!core)
+		return;
+	lockfs_liveness_stop(core->liveness);
+	/* Releases the store refused get one last try while the mount can
+	 * still be told; what is left stays in DIR (see queue_free_all). */
+	queue_retry_all(core);
 }
 
 void lockfs_core_close(struct lockfs_core *core)

@@ -91,6 +91,8 @@ static void queue_maybe_free(struct stripe *s, struct lockq *q)
 
 void queue_free_all(struct stripe *s)
 {
+	/* Retries not done by now are lost: the lock stays in DIR and the
+	 * next start rebinds it to its holder process (fail closed). */
 	while (s->retries) {
 		struct unlock_retry *r = s->retries;
 
@@ -175,6 +177,42 @@ static long holder_of_owner(struct stripe *s, const char *name,
 			return (long)i;
 	}
 	return -1;
+}
+
+/*
+ * OWNER let go of its grant FENCE of NAME but the store could not be
+ * written (ERR): the lock stays in DIR, held by nobody (fail closed).
+ * Remember it, so that the tick ends it once the store takes writes
+ * again.  Its `released` line is already in the log.
+ */
+static void retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
+		      int err)
+{
+	struct unlock_retry *r = calloc(1, sizeof(*r));
+
+	if (!r || !(r->name = strdup(name))) {
+		free(r);
+		fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept until the daemon "
+			"restarts (out of memory)\n", name, owner, strerror(-err));
+		return;
+	}
+	fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept, retried every tick\n",
+		name, owner, strerror(-err));
+	snprintf(r->owner, sizeof(r->owner), "%s", owner);
+	r->fence = fence;
+	r->next = s->retries;
+	s->retries = r;
+}
+
+bool retry_pending_locked(struct stripe *s, const char *name, const struct lockfs_record *rec,
+			  size_t i)
+{
+	if (!s->retries || !rec->has_holder || i > rec->nshares)
+		return false;
+	if ((i == 0 ? rec->bound : rec->shares[i - 1].bound) != LOCKFS_BOUND_FD)
+		return false;
+	return retry_find(s, name, i == 0 ? rec->fd_owner : rec->shares[i - 1].fd_owner,
+			  i == 0 ? lockfs_holder_fence(rec) : rec->shares[i - 1].fence) != NULL;
 }
 
 /* The record of a new fd holder E of NAME (E's cmdline goes into it). */
@@ -464,7 +502,17 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 			rc = -EPERM;
 			goto out;
 		}
-		drop_holder_locked(core, s, c, st.identity, (size_t)held, "released", NULL);
+		{
+			uint64_t fence = held == 0 ? lockfs_holder_fence(&c->rec)
+						   : c->rec.shares[held - 1].fence;
+
+			rc = drop_holder_locked(core, s, c, st.identity, (size_t)held,
+						"released", NULL);
+			/* As for an unlock the store refuses: the old grant
+			 * ends once it can; this request waits behind it. */
+			if (rc < 0 && rc != -ENOENT)
+				retry_add(s, name, owner, fence, rc);
+		}
 	}
 	q = queue_find(s, name);
 	purge_kept(q, lockfs_boot_ms());
@@ -558,29 +606,6 @@ int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct loc
 	return 0;
 }
 
-/*
- * OWNER let go of its grant FENCE of NAME but the store could not be
- * written (ERR): the lock stays in DIR, held by nobody (fail closed).
- * Remember it, so that the tick ends it once the store takes writes
- * again.  Its `released` line is already in the log.
- */
-static void retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
-		      int err)
-{
-	struct unlock_retry *r = calloc(1, sizeof(*r));
-
-	fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept, retried every tick\n",
-		name, owner, strerror(-err));
-	if (!r || !(r->name = strdup(name))) {
-		free(r);
-		return;
-	}
-	snprintf(r->owner, sizeof(r->owner), "%s", owner);
-	r->fence = fence;
-	r->next = s->retries;
-	s->retries = r;
-}
-
 /* Try S's retries once each; a retry ends when its grant is gone. */
 static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
 {
@@ -618,6 +643,18 @@ static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
 		}
 		free(r->name);
 		free(r);
+	}
+}
+
+void queue_retry_all(struct lockfs_core *core)
+{
+	for (int i = 0; i < STRIPES; i++) {
+		struct stripe *s = &core->stripes[i];
+
+		pthread_mutex_lock(&s->mu);
+		if (s->retries)
+			retry_tick_locked(core, s);
+		stripe_unlock(s);
 	}
 }
 
@@ -847,6 +884,10 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	      writer.start_time == c->rec.holder.start_time &&
 	      strcmp(c->rec.holder.boot_id, core->boot_id) == 0))
 		rc = holder_check_entry(core, c, caller);
+	/* A grant its descriptor let go (the store is yet to take it) is
+	 * nobody's to keep. */
+	if (rc == 0 && retry_pending_locked(s, name, &c->rec, 0))
+		rc = -EPERM;
 	if (rc < 0)
 		goto out;
 	if ((!to_slug && !(len == 7 && memcmp(text, "process", 7) == 0)) ||

@@ -182,6 +182,13 @@ size_t holder_count(const struct lockfs_record *rec);
 int holder_check_entry(struct lockfs_core *core, const struct cached *c,
 		       const struct lockfs_caller *caller);
 
+/* Is holder I of NAME's record REC a grant whose descriptor let go while
+ * the store refused the release (struct unlock_retry)?  With s->mu held. */
+bool retry_pending_locked(struct stripe *s, const char *name, const struct lockfs_record *rec,
+			  size_t i);
+/* Try the pending retries of every stripe once (queue.c; takes the mutexes). */
+void queue_retry_all(struct lockfs_core *core);
+
 /* The queue (queue.c); all with s->mu held. */
 struct lockq *queue_find(struct stripe *s, const char *name);
 /* Grant NAME's head (and the shared requests right behind it) if the lock

@@ -748,8 +748,8 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	if (!ino_is_lock(ino) || (file != LF_OPERATION && file != LF_LEASE && file != LF_BREAK &&
 				  file != LF_BIND))
 		return (void)fuse_reply_err(req, EBADF);
-	/* The file shows size 0 (its text is the daemon's), so the kernel's
-	 * O_APPEND offset would be 0: append to what this open file holds. */
+	/* The kernel's O_APPEND offset is the size it last saw, which need
+	 * not be this open file's text: append to what this open file holds. */
 	if (fi->flags & O_APPEND)
 		off = (off_t)of->len;
 	/* Room for the limit plus the newline `echo` adds.  A refused write

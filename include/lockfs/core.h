@@ -66,7 +66,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, void *arg);
 /* Start the liveness thread (after any fork).  0 or -errno. */
 int lockfs_core_start(struct lockfs_core *core) __attribute__((warn_unused_result));
-/* Stop it: no removal is reported after this returns.  Idempotent. */
+/* Stop it, and give releases the store refused one last try: no removal
+ * is reported after this returns.  Idempotent. */
 void lockfs_core_stop(struct lockfs_core *core);
 void lockfs_core_close(struct lockfs_core *core);
 

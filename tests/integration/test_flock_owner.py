@@ -417,3 +417,49 @@ def test_each_share_keeps_its_own_slug(mnt, procs):
     assert [(l.who, l.event) for l in log_for(mnt.dir, 'x')][:5] == [
         ('reader-1', 'acquired'), ('reader-2', 'acquired'), (f'python3[{r3.pid}]', 'acquired'),
         ('reader-1', 'released'), ('reader-2', 'released')]
+
+
+def test_after_a_refused_close_the_holders_rmdir_finishes_it_without_a_second_line(mnt, procs):
+    """The shell closed fd 9 while DIR refused the release, then runs rmdir:
+    one `released` in all, whoever ends it in the store."""
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
+    with _Immutable(mnt.dir):
+        sh.ok('exec 9>&-')
+        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        rc, _ = sh.run(f'rmdir {sh_quote(mnt.path("x"))}')
+        assert rc != 0                                    # the store still refuses
+    wait_free(mnt, 'x', timeout=5)
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
+
+
+def test_a_grant_let_go_while_the_store_refused_cannot_be_bound(mnt, procs):
+    """bind would keep what the descriptor let go (and lose the retry)."""
+    sh = procs.shell()
+    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
+    with _Immutable(mnt.dir):
+        sh.ok('exec 9>&-')
+        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        rc, out = sh.run(f'echo process > {sh_quote(mnt.path("x", "bind"))}')
+        assert rc != 0 and 'Operation not permitted' in out, out
+    wait_free(mnt, 'x', timeout=5)
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
+
+
+def test_a_conversion_the_store_refuses_completes_once_it_can(mnt, procs):
+    """LOCK_EX -> LOCK_SH lets go of the exclusive grant first: refused by
+    DIR, the request waits for that release and is then granted, with one
+    `released` for the old grant (not a second at the close)."""
+    lk = procs.locker()
+    fd = lk.take(fpath(mnt, 'x'))
+    with _Immutable(mnt.dir):
+        rid = lk.flock_start(fd, SH)
+        a = lk.wait(rid, 5)               # handed over in place: DIR allows that
+        assert 'errno' not in a, a
+    o = read_owner(mnt.mnt, 'x')
+    assert (o['mode'], o['holder']['pid']) == ('shared', lk.pid)
+    assert lk.close(fd) == 0
+    wait_free(mnt, 'x', timeout=5)
+    assert [(l.event, l.details.get('mode')) for l in log_for(mnt.dir, 'x')] == [
+        ('acquired', 'exclusive'), ('released', None), ('acquired', 'shared'),
+        ('released', None)]
