@@ -10,6 +10,7 @@ close can ever arrive for descriptors of the old mount: rebind such locks to
 their recorded holder process (pidfd), and log it."
 """
 
+import contextlib
 import errno
 import json
 import fcntl
@@ -419,14 +420,22 @@ def test_each_share_keeps_its_own_slug(mnt, procs):
         ('reader-1', 'released'), ('reader-2', 'released')]
 
 
-def test_after_a_refused_close_the_holders_rmdir_finishes_it_without_a_second_line(mnt, procs):
-    """The shell closed fd 9 while DIR refused the release, then runs rmdir:
-    one `released` in all, whoever ends it in the store."""
-    sh = procs.shell()
+@contextlib.contextmanager
+def _shell_let_go_while_refused(mnt, sh):
+    """SH takes x with `exec 9>…; flock 9`, then, while DIR refuses renames,
+    closes fd 9: the release fails.  DIR refuses until the block ends."""
     sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
     with _Immutable(mnt.dir):
         sh.ok('exec 9>&-')
         wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        yield
+
+
+def test_after_a_refused_close_the_holders_rmdir_finishes_it_without_a_second_line(mnt, procs):
+    """The shell closed fd 9 while DIR refused the release, then runs rmdir:
+    one `released` in all, whoever ends it in the store."""
+    sh = procs.shell()
+    with _shell_let_go_while_refused(mnt, sh):
         rc, _ = sh.run(f'rmdir {sh_quote(mnt.path("x"))}')
         assert rc != 0                                    # the store still refuses
     wait_free(mnt, 'x', timeout=5)
@@ -436,10 +445,7 @@ def test_after_a_refused_close_the_holders_rmdir_finishes_it_without_a_second_li
 def test_a_grant_let_go_while_the_store_refused_cannot_be_bound(mnt, procs):
     """bind would keep what the descriptor let go (and lose the retry)."""
     sh = procs.shell()
-    sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
-    with _Immutable(mnt.dir):
-        sh.ok('exec 9>&-')
-        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+    with _shell_let_go_while_refused(mnt, sh):
         rc, out = sh.run(f'echo process > {sh_quote(mnt.path("x", "bind"))}')
         assert rc != 0 and 'Operation not permitted' in out, out
     wait_free(mnt, 'x', timeout=5)
