@@ -264,6 +264,17 @@ while True:
 '''
 
 
+def _kill_and_reap(proc, what):
+    """SIGKILL PROC unless already reaped (its pid may be anyone's then), and
+    reap it within 10 s, else fail with WHAT."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(what) from None
+
+
 class LockerError(OSError):
     pass
 
@@ -419,13 +430,8 @@ class Locker:
     # -- lifetime -------------------------------------------------------
     def kill(self):
         """SIGKILL and reap (bounded)."""
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f'locker {self.pid} does not die (stuck in a FUSE request '
-                                 f'the daemon never answers?)')
+        _kill_and_reap(self.proc, f'locker {self.pid} does not die (stuck in a FUSE '
+                                  f'request the daemon never answers?)')
 
     def exit(self):
         """Let it exit normally (closes its descriptors); wait for it."""
@@ -520,12 +526,7 @@ class Shell:
         return out
 
     def kill(self):
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f'shell {self.pid} does not die')
+        _kill_and_reap(self.proc, f'shell {self.pid} does not die')
 
     def exit(self, timeout=10):
         if self.proc.poll() is None:

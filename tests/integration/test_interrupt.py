@@ -36,6 +36,19 @@ def _waiter(m, procs, name='x', mode=EX, **kw):
     return w, fd, w.flock_start(fd, mode)
 
 
+def _held_with_two_waiters(m, procs, first=None):
+    """x held by a locker, and two waiters queued behind it in that order,
+    the first made by FIRST (default _waiter).
+    Returns h, fh, (w1, f1, q1), (w2, f2, q2)."""
+    h = procs.locker()
+    fh = h.take(fpath(m, 'x'))
+    w1 = (first or _waiter)(m, procs)
+    wait_waiters(m, 'x', [w1[0].pid])
+    w2 = _waiter(m, procs)
+    wait_waiters(m, 'x', [w1[0].pid, w2[0].pid])
+    return h, fh, w1, w2
+
+
 def _no_trace(m, holder_pid, name='x'):
     """Only the holder ever held NAME."""
     acq = [l.details.get('pid') for l in log_for(m.dir, name) if l.event == 'acquired']
@@ -180,12 +193,7 @@ def _cont(pid):
 
 
 def test_ctrl_z_and_fg_keep_the_waiters_place(mnt, procs):
-    h = procs.locker()
-    fh = h.take(fpath(mnt, 'x'))
-    w1, f1, q1 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid])
-    w2, f2, q2 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    h, fh, (w1, f1, q1), (w2, f2, q2) = _held_with_two_waiters(mnt, procs)
     _stop(w1.pid)
     _cont(w1.pid)
     assert w1.poll(q1) is None
@@ -197,12 +205,7 @@ def test_ctrl_z_and_fg_keep_the_waiters_place(mnt, procs):
 
 
 def test_a_grant_skips_a_stopped_waiters_held_place(mnt, procs):
-    h = procs.locker()
-    fh = h.take(fpath(mnt, 'x'))
-    w1, f1, q1 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid])
-    w2, f2, q2 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    h, fh, (w1, f1, q1), (w2, f2, q2) = _held_with_two_waiters(mnt, procs)
     _stop(w1.pid)
     assert h.flock(fh, UN) == 0
     _granted(w2, q2)                                   # not held up by the stopped one
@@ -216,12 +219,7 @@ def test_a_grant_skips_a_stopped_waiters_held_place(mnt, procs):
 
 
 def test_a_held_place_lapses_after_about_a_second(mnt, procs):
-    h = procs.locker()
-    h.take(fpath(mnt, 'x'))
-    w1, f1, q1 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid])
-    w2, f2, q2 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    h, _, (w1, f1, q1), (w2, f2, q2) = _held_with_two_waiters(mnt, procs)
     _stop(w1.pid)
     time.sleep(3.0)            # the duration under test: well past "about a second"
     _cont(w1.pid)
@@ -283,12 +281,7 @@ def _interrupt(w, rid):
 def test_an_interrupted_waiter_retrying_at_once_resumes_its_place(mnt, procs):
     """What the kernel does for SA_RESTART, done by the caller itself within
     the second: the same open file description asks again."""
-    h = procs.locker()
-    fh = h.take(fpath(mnt, 'x'))
-    w1, f1, q1 = _eintr_waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid])
-    w2, f2, q2 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    h, fh, (w1, f1, q1), (w2, f2, q2) = _held_with_two_waiters(mnt, procs, first=_eintr_waiter)
     _interrupt(w1, q1)
     q1 = w1.cflock_start(f1, EX)
     wait_until(lambda: blocked_in_flock(w1.pid), what='the retry to block')
@@ -301,12 +294,7 @@ def test_an_interrupted_waiter_retrying_at_once_resumes_its_place(mnt, procs):
 
 def test_a_kept_place_belongs_to_the_open_file_description(mnt, procs):
     """Another descriptor (another open) of the same process goes to the back."""
-    h = procs.locker()
-    fh = h.take(fpath(mnt, 'x'))
-    w1, f1, q1 = _eintr_waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid])
-    w2, f2, q2 = _waiter(mnt, procs)
-    wait_waiters(mnt, 'x', [w1.pid, w2.pid])
+    h, fh, (w1, f1, q1), (w2, f2, q2) = _held_with_two_waiters(mnt, procs, first=_eintr_waiter)
     _interrupt(w1, q1)
     other = w1.open(fpath(mnt, 'x'))
     q1b = w1.cflock_start(other, EX)
