@@ -179,8 +179,8 @@ static void handle_line(struct lockfs_etcd_watch *w, const char *text, size_t le
 	} else if (w->created && !lockfs_etcd_get_bool(r, "created") &&
 		   !lockfs_etcd_get_bool(r, "canceled")) {
 		/* A progress notification.  next_revision stays: etcd 3.4
-		 * may send one before a catching-up watch has caught up
-		 * (etcd issue 15220), so it proves nothing. */
+		 * does not order these with the stream's events (etcd issue
+		 * 15220), so one proves nothing about what was delivered. */
 		msg.kind = LOCKFS_ETCD_WATCH_PROGRESS;
 		deliver(w, &msg);
 	}

@@ -762,6 +762,38 @@ static void test_watch_from_a_revision_replays_history_and_resumes_without_gaps(
 	lockfs_etcd_close(c);
 }
 
+static void test_watch_progress_notifications_do_not_advance_the_resume_point(void **state)
+{
+	struct lockfs_etcd *c = client();
+	struct lockfs_etcd_watch_req req = {
+		.key = "/t/progress/", .prefix = true, .progress_notify = true,
+	};
+	struct collector col;
+	struct lockfs_etcd_watch *w;
+	int64_t created_next, deadline = now_ms() + WAIT_MS;
+	bool seen = false;
+
+	collector_init(&col);
+	assert_int_equal(lockfs_etcd_watch_open(&w, c, &req, collect, &col), 0);
+	pthread_mutex_lock(&col.mu);
+	created_next = col.next_revision;
+	pthread_mutex_unlock(&col.mu);
+	put(c, "/t/elsewhere", "moves the store's revision on", 0);
+	/* The fixture's etcd notifies every 200 ms. */
+	while (!seen && now_ms() < deadline) {
+		sleep_ms(20);
+		pthread_mutex_lock(&col.mu);
+		seen = col.progress > 0;
+		pthread_mutex_unlock(&col.mu);
+	}
+	lockfs_etcd_watch_close(w);
+	assert_true(seen);
+	assert_int_equal(col.n, 0);
+	assert_int_equal(col.next_revision, created_next);
+	collector_destroy(&col);
+	lockfs_etcd_close(c);
+}
+
 static void test_compaction_ends_an_old_watch_with_resync(void **state)
 {
 	struct lockfs_etcd *c = client();
@@ -1294,6 +1326,7 @@ int main(void)
 		cmocka_unit_test(test_lease_expiry_removes_keys_and_refuses_new_ones),
 		cmocka_unit_test(test_watch_delivers_put_and_delete_in_order),
 		cmocka_unit_test(test_watch_from_a_revision_replays_history_and_resumes_without_gaps),
+		cmocka_unit_test(test_watch_progress_notifications_do_not_advance_the_resume_point),
 		cmocka_unit_test(test_compaction_ends_an_old_watch_with_resync),
 		cmocka_unit_test(test_watch_reports_a_broken_connection_with_its_resume_point),
 		cmocka_unit_test(test_watch_idle_timeout_ends_a_frozen_watch),
