@@ -1084,11 +1084,12 @@ static void test_silent_endpoints_time_out_within_the_bound(void **state)
 	assert_int_equal(lockfs_etcd_range(c, &op, &got), -ETIMEDOUT);
 	took = now_ms() - t0;
 	assert_true(took >= LOCKFS_ETCD_TIMEOUT_MS - 50);
-	assert_true(took < LOCKFS_ETCD_TIMEOUT_MS + 300);
+	assert_true(took < LOCKFS_ETCD_TIMEOUT_MS + 500);  /* slack for a loaded machine */
 	t0 = now_ms();
 	assert_int_equal(create_if_absent(c, "/t/k", "x", 0, &r), -ETIMEDOUT);
 	took = now_ms() - t0;
-	assert_true(took < LOCKFS_ETCD_TIMEOUT_MS + 300);
+	assert_true(took >= LOCKFS_ETCD_TIMEOUT_MS - 50);
+	assert_true(took < LOCKFS_ETCD_TIMEOUT_MS + 500);
 	lockfs_etcd_close(c);
 	close(fd1);
 	close(fd2);
@@ -1120,7 +1121,7 @@ static void test_silent_first_endpoint_reads_fail_over_and_next_call_skips_it(vo
 	assert_false(exists(c, "/t/silent/k"));
 	t0 = now_ms();
 	assert_int_equal(create_if_absent(c, "/t/silent/k", "x", 0, &r), 0);
-	assert_true(now_ms() - t0 < 200);
+	assert_true(now_ms() - t0 < LOCKFS_ETCD_TIMEOUT_MS / 2);  /* not the silent one again */
 	assert_true(r.succeeded);
 	assert_true(guarded_delete(c, "/t/silent/k", r.revision));
 	lockfs_etcd_txn_resp_free(&r);
@@ -1200,7 +1201,7 @@ static void test_watch_start_fails_within_the_bound_when_nothing_answers(void **
 	t0 = now_ms();
 	assert_int_equal(lockfs_etcd_watch_open(&w, c, &req, collect, &col), -ETIMEDOUT);
 	assert_null(w);
-	assert_true(now_ms() - t0 < LOCKFS_ETCD_TIMEOUT_MS + 300);
+	assert_true(now_ms() - t0 < LOCKFS_ETCD_TIMEOUT_MS + 500);
 	assert_int_equal(col.created, 0);
 	lockfs_etcd_close(c);
 	collector_destroy(&col);
