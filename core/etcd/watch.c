@@ -63,7 +63,9 @@ static void start_done(struct lockfs_etcd_watch *w, int rc)
 	pthread_mutex_unlock(&w->start_mu);
 }
 
-static void end(struct lockfs_etcd_watch *w, int error, bool resync, int64_t compact)
+/* Decide how the stream ends (the first cause found stands); the thread
+ * stops reading and reports it in the ENDED message. */
+static void watch_end(struct lockfs_etcd_watch *w, int error, bool resync, int64_t compact)
 {
 	if (w->ended)
 		return;
@@ -146,7 +148,7 @@ static void handle_line(struct lockfs_etcd_watch *w, const char *text, size_t le
 	if (!json_is_object(r)) {
 		/* {"error":{"grpc_code":1,"message":"grpc: the client
 		 * connection is closing",...}} when etcd stops. */
-		end(w, json_is_object(json_object_get(j, "error")) ? -ECONNRESET : -EPROTO,
+		watch_end(w, json_is_object(json_object_get(j, "error")) ? -ECONNRESET : -EPROTO,
 		    false, 0);
 		json_decref(j);
 		return;
@@ -157,7 +159,7 @@ static void handle_line(struct lockfs_etcd_watch *w, const char *text, size_t le
 	if (!rc && json_object_get(r, "events"))
 		rc = parse_events(json_object_get(r, "events"), &events, &n_events);
 	if (rc) {
-		end(w, rc, false, 0);
+		watch_end(w, rc, false, 0);
 		json_decref(j);
 		return;
 	}
@@ -186,7 +188,7 @@ static void handle_line(struct lockfs_etcd_watch *w, const char *text, size_t le
 	}
 	free_events(events, n_events);
 	if (lockfs_etcd_get_bool(r, "canceled"))
-		end(w, compact > 0 ? -ERANGE : -ECANCELED, compact > 0, compact);
+		watch_end(w, compact > 0 ? -ERANGE : -ECANCELED, compact > 0, compact);
 	json_decref(j);
 }
 
@@ -208,7 +210,7 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 			cap *= 2;
 		grown = cap <= LOCKFS_ETCD_BODY_MAX ? realloc(w->line, cap) : NULL;
 		if (!grown) {
-			end(w, cap <= LOCKFS_ETCD_BODY_MAX ? -ENOMEM : -EPROTO, false, 0);
+			watch_end(w, cap <= LOCKFS_ETCD_BODY_MAX ? -ENOMEM : -EPROTO, false, 0);
 			return 0;
 		}
 		w->line = grown;
@@ -267,7 +269,7 @@ static CURLcode run_transfer(struct lockfs_etcd_watch *w, int64_t start_deadline
 		int64_t now;
 
 		if (curl_multi_perform(w->multi, &running) != CURLM_OK) {
-			end(w, -EIO, false, 0);
+			watch_end(w, -EIO, false, 0);
 			return CURLE_OK;
 		}
 		while ((m = curl_multi_info_read(w->multi, &queued)))
@@ -285,7 +287,7 @@ static CURLcode run_transfer(struct lockfs_etcd_watch *w, int64_t start_deadline
 			int64_t idle_end = w->last_byte_ms + w->idle_timeout_ms;
 
 			if (now >= idle_end) {
-				end(w, -ETIMEDOUT, false, 0);
+				watch_end(w, -ETIMEDOUT, false, 0);
 				return CURLE_OK;
 			}
 			if (idle_end - now < wait_ms)
@@ -333,7 +335,7 @@ static void *watch_thread(void *arg)
 			lockfs_etcd_endpoint_answered(c, i);
 			/* Closed by etcd, or broken: either way a new watch
 			 * from next_revision resumes. */
-			end(w, -ECONNRESET, false, 0);
+			watch_end(w, -ECONNRESET, false, 0);
 			if (!atomic_load(&w->stop)) {
 				struct lockfs_etcd_watch_msg msg = {
 					.kind = LOCKFS_ETCD_WATCH_ENDED,
