@@ -9,4 +9,8 @@ apt-get install -y -q --no-install-recommends \
 	libcmocka-dev python3 python3-pytest \
 	python3-filelock python3-fasteners python3-portalocker \
 	util-linux passwd procps strace busybox-static \
-	clang libclang-rt-14-dev
+	clang libclang-rt-14-dev \
+	libcurl4-openssl-dev etcd-server etcd-client openssl
+# etcd-server enables etcd.service, which starts on 2379/2380 on a systemd
+# host.  lockfs's tests never use it: they start their own etcd on other
+# loopback ports (tests/integration/etcd_fixtures.py) and leave it alone.

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
-command -v meson >/dev/null && command -v pytest-3 >/dev/null && pkg-config --exists fuse3 jansson cmocka && command -v clang >/dev/null \
+command -v meson >/dev/null && command -v pytest-3 >/dev/null && pkg-config --exists fuse3 jansson cmocka libcurl && command -v clang etcd >/dev/null \
 	|| tools/deps.sh
 [ -d "$build" ] || meson setup "$build" "$@"
 meson compile -C "$build"

@@ -1,0 +1,95 @@
+/*
+ * What the etcd client's files share (client.c, codec.c, kv.c, lease.c,
+ * watch.c).  Not a public interface: include/lockfs/etcd.h is.
+ */
+#ifndef LOCKFS_ETCD_INTERNAL_H
+#define LOCKFS_ETCD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "lockfs/etcd.h"
+
+/* Largest answer (or watch line) we accept: -EPROTO beyond. */
+#define LOCKFS_ETCD_BODY_MAX (64u << 20)
+
+/* ---- client.c ---- */
+
+/* Whether a call may be sent again, to another endpoint, after it may
+ * have reached etcd: true for reads and for writes whose repetition is
+ * harmless (keepalive, revoke). */
+enum lockfs_etcd_resend { LOCKFS_ETCD_ONCE, LOCKFS_ETCD_RESEND };
+
+/*
+ * POST BODY to PATH ("/v3/kv/range") on the first endpoint that answers,
+ * within the client's time bound (see docs/etcd.md "Failover").  Returns 0
+ * and *OUT (a JSON object, the caller's reference) for HTTP 200, or the
+ * negative errno of include/lockfs/etcd.h.
+ */
+int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
+		     enum lockfs_etcd_resend resend, json_t **out);
+
+/* Set what every handle of client C needs: TLS files, no signals, no
+ * proxy, HTTP/1.1, TCP keepalive, our headers.  0 or -ENOMEM/-EIO. */
+int lockfs_etcd_easy_setup(const struct lockfs_etcd *c, CURL *curl);
+
+/* The endpoint to try first (the last that answered), and the verdict on
+ * one that failed (the next call starts at the one after it). */
+size_t lockfs_etcd_preferred(struct lockfs_etcd *c);
+void lockfs_etcd_endpoint_failed(struct lockfs_etcd *c, size_t i);
+void lockfs_etcd_endpoint_answered(struct lockfs_etcd *c, size_t i);
+int lockfs_etcd_timeout_ms(const struct lockfs_etcd *c);
+
+/* The errno for a libcurl failure; *SENT tells whether any of the
+ * request left us (then a write may have been applied). */
+int lockfs_etcd_curl_errno(CURL *curl, CURLcode res, const char *errbuf, bool *sent);
+
+/* Of two failures, the one worth reporting (-ENOMEM over -EACCES over -ETIMEDOUT over
+ * -EAGAIN over -EPROTO over -EIO). */
+int lockfs_etcd_worse(int a, int b);
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+int64_t lockfs_etcd_now_ms(void);
+
+/* ---- codec.c ---- */
+
+/* Standard base64 with padding, as a new JSON string (NULL: no memory). */
+json_t *lockfs_etcd_json_b64(const void *data, size_t len);
+
+/* Decode the standard padded base64 string S into a malloc'd buffer with
+ * a NUL after its *LEN bytes.  0, -EPROTO for bad input, -ENOMEM. */
+int lockfs_etcd_b64_decode(const char *s, size_t slen, char **out, size_t *len);
+
+/* An int64 as the decimal JSON string etcd expects (NULL: no memory). */
+json_t *lockfs_etcd_json_int64(int64_t v);
+
+/* OBJ's field NAME as an int64 (a decimal string or a JSON integer;
+ * missing or null: 0).  0 or -EPROTO. */
+int lockfs_etcd_get_int64(const json_t *obj, const char *name, int64_t *v);
+int lockfs_etcd_get_uint64(const json_t *obj, const char *name, uint64_t *v);
+
+/* OBJ's field NAME as a bool (missing: false). */
+bool lockfs_etcd_get_bool(const json_t *obj, const char *name);
+
+/* Fill KV from the JSON kv object J (missing fields: zero, empty).
+ * 0, -EPROTO, -ENOMEM; on error KV is left empty. */
+int lockfs_etcd_parse_kv(const json_t *j, struct lockfs_etcd_kv *kv);
+void lockfs_etcd_kv_clear(struct lockfs_etcd_kv *kv);
+
+/* Parse the array of kvs ARR (NULL or missing: none) into *KVS, *N.
+ * 0, -EPROTO, -ENOMEM. */
+int lockfs_etcd_parse_kvs(const json_t *arr, struct lockfs_etcd_kv **kvs, size_t *n);
+
+/* Add "key" (and "range_end") for OP-style selection to OBJ: KEY alone,
+ * [KEY, RANGE_END) or, with PREFIX, every key starting with KEY.
+ * 0, -EINVAL (KEY NULL), -ENOMEM. */
+int lockfs_etcd_set_range(json_t *obj, const char *key, const char *range_end, bool prefix);
+
+/* The errno for gRPC status CODE. */
+int lockfs_etcd_grpc_errno(int64_t code);
+
+#endif
