@@ -24,6 +24,7 @@
 
 #include "fs.h"
 #include "guard.h"
+#include "stop.h"
 #include "takeover.h"
 #include "lockfs/backend.h"
 #include "lockfs/core.h"
@@ -353,6 +354,10 @@ int main(int argc, char *argv[])
 		goto out_inodes;
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
+	if (lockfs_stop_install(fs.se) < 0) {
+		fprintf(stderr, "lockfs: cannot set signal handlers: %s\n", strerror(errno));
+		goto out_signals;
+	}
 	/* Nothing may touch the mount point before a dead mount of ours is
 	 * gone from it: a hung one would hang us. */
 	if (lockfs_clear_dead_mount(dirfd, backing, opts.mountpoint) < 0)
@@ -364,7 +369,7 @@ int main(int argc, char *argv[])
 	fuse_daemonize(opts.foreground);
 	record_pid(lockfd);
 	/* Threads start after the fork that detaching makes. */
-	if (lockfs_core_start(fs.core) < 0) {
+	if (lockfs_core_start(fs.core) < 0 || lockfs_stop_start() < 0) {
 		fprintf(stderr, "lockfs: cannot start threads: %s\n", strerror(errno));
 		goto out_unmount;
 	}
@@ -391,6 +396,7 @@ int main(int argc, char *argv[])
 	/* A signal or an unmount both end the loop; either is a clean exit. */
 	ret = rc < 0 && rc != -EINTR ? 1 : 0;
 out_unmount:
+	lockfs_stop_loop_ended();
 	/* No thread of ours ever waits in the kernel on this mount (we send
 	 * no notifications: ops.c), so none of these steps can hang, and the
 	 * unmount or our exit ends every request still waiting. */

@@ -23,11 +23,13 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, fusermount_u,  # noqa: E402
-                            is_lockfs_mounted, mount_entry, rmtree_unguarded, unguard)
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, fuse_conn_alive,  # noqa: E402
+                            fusermount_u, is_lockfs_mounted, mount_dev, mount_entry,
+                            rmtree_unguarded, unguard)
 
 MOUNT_TIMEOUT = 10.0
 EXIT_TIMEOUT = 10.0
+UNMOUNT_GRACE = 2.0
 STDERR_BAD = ('ERROR', 'AddressSanitizer', 'LeakSanitizer', 'ThreadSanitizer',
               'UndefinedBehaviorSanitizer', 'runtime error:')
 
@@ -151,9 +153,26 @@ class Mount:
         return self.returncode
 
     def unmount(self):
-        """fusermount3 -u; wait for the daemon; return its exit status."""
+        """fusermount3 -u; wait for the daemon; return its exit status.
+
+        The kernel ends the connection only when the last copy of the mount
+        is gone.  Any mount namespace made while M was mounted (another
+        suite's `unshare --mount`, a container started meanwhile) holds a
+        copy, and the daemon rightly serves it until that namespace ends;
+        if the connection is still alive a moment after the unmount, the
+        daemon is stopped with SIGTERM instead (it then exits 0 as well).
+        A daemon that stays up although its connection is gone still fails.
+        """
         self.stopped = True
+        dev = mount_dev(self.mnt)
         fusermount_u(self.mnt)
+        try:
+            self.returncode = self.proc.wait(UNMOUNT_GRACE)
+            return self.returncode
+        except subprocess.TimeoutExpired:
+            pass
+        if dev and fuse_conn_alive(dev):
+            self.proc.send_signal(signal.SIGTERM)
         return self._wait_exit()
 
     def signal(self, sig):

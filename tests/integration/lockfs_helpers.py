@@ -424,6 +424,19 @@ def who_of(pid):
     return f'{proc_comm(pid)}[{pid}]'
 
 
+FUSECTL = '/sys/fs/fuse/connections'
+
+
+def fuse_conn_alive(dev):
+    """Does FUSE connection DEV ("0:NN") still exist (its superblock still
+    mounted somewhere, maybe in another mount namespace)?"""
+    if not any(l.split(' ')[4] == FUSECTL and ' - fusectl ' in l
+               for l in open('/proc/self/mountinfo')):
+        subprocess.run(['mount', '-t', 'fusectl', 'fusectl', FUSECTL],
+                       stderr=subprocess.DEVNULL)
+    return os.path.isdir(os.path.join(FUSECTL, dev.split(':')[1]))
+
+
 def fuse_conn_abort(mnt):
     """Abort the FUSE connection of MNT (fusectl): every process stuck in a
     request of a hung daemon gets ENOTCONN.  True if it was aborted."""
