@@ -13,7 +13,6 @@ docs/performance.md); these tests hold generous bounds and the rules:
 """
 
 import errno
-import os
 import signal
 import subprocess
 import time
