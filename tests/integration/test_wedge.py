@@ -33,8 +33,8 @@ import time
 
 import pytest
 
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, held_in_backing, mount_dev, mount_entry,
-                            read_owner, wait_until)
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, errno_of, held_in_backing, mount_dev,
+                            mount_entry, read_owner, wait_until)
 from wedge_load import WEDGED_SRC, Load, abort_conn, task_states, witness_overlaps
 
 TRIALS = int(os.environ.get('LOCKFS_WEDGE_TRIALS', '10'))
@@ -165,19 +165,11 @@ def test_restart_after_sigkill_detaches_the_dead_mount(lockfs_factory):
     m.stopped = True
     m.proc.kill()
     m.proc.wait()
-    assert errno_of_mkdir(m.path('x')) == errno.ENOTCONN
+    assert errno_of(os.mkdir, m.path('x')) == errno.ENOTCONN
     m2 = lockfs_factory(backing=m.dir, mountpoint=m.mnt, replacing=True)
     assert 'detached the dead mount' in m2.stderr()
     os.mkdir(m2.path('x'))
     os.rmdir(m2.path('x'))
-
-
-def errno_of_mkdir(path):
-    try:
-        os.mkdir(path)
-    except OSError as e:
-        return e.errno
-    return 0
 
 
 def test_restart_leaves_a_dead_mount_of_another_dir_alone(lockfs_factory, tmp_path):
