@@ -74,23 +74,8 @@ uint64_t inodes_ref(struct inodes *t, const char *name, uint64_t generation);
 int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation);
 /* The kernel forgets N lookups of node ID. */
 void inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
-/* Count files opened (DELTA +1) and released (-1) inside lock node ID:
- * the kernel refuses to drop a directory entry while one is open. */
-void inodes_opened(struct inodes *t, uint64_t id, int delta);
-uint64_t inodes_open_count(struct inodes *t, uint64_t id);
-/* Up to MAX node ids the kernel holds for NAME's lock directories (any
- * generation but FLOCK_GEN), into IDS, their generations into GENS.
- * Returns how many. */
-size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, uint64_t *gens,
-		   size_t max);
 
-/* The thread that sends the kernel removals the engine made (notify.c). */
-struct notifier;
 struct lockfs_fs;
-struct notifier *notifier_new(struct lockfs_fs *fs);
-int notifier_run(struct notifier *nt);
-void notifier_removed(void *arg, const char *name);
-void notifier_free(struct notifier *nt);
 
 /* Parked flock/fcntl requests (flock.c). */
 struct parked;
@@ -111,7 +96,6 @@ struct lockfs_fs {
 	struct handle *handles;    /* protected by handles_mu */
 	struct inodes *inodes;
 	struct fuse_session *se;
-	struct notifier *notifier;
 	bool proc_foreign; /* /proc is another pid namespace's: see no caller */
 	uid_t mount_uid;   /* who mounted: owns the root, may break locks */
 	gid_t mount_gid;

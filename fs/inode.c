@@ -22,7 +22,6 @@ struct node {
 	uint64_t id;
 	uint64_t generation; /* which acquisition of NAME this node shows */
 	uint64_t nlookup;
-	uint64_t nopen;      /* open files inside the lock directory */
 	char name[];
 };
 
@@ -148,44 +147,4 @@ void inodes_forget(struct inodes *t, uint64_t id, uint64_t count)
 	free(n);
 out:
 	pthread_mutex_unlock(&t->mu);
-}
-
-size_t inodes_find(struct inodes *t, const char *name, uint64_t *ids, uint64_t *gens,
-		   size_t max)
-{
-	size_t n = 0;
-
-	pthread_mutex_lock(&t->mu);
-	for (struct node *x = t->by_name[name_hash(name)]; x && n < max; x = x->by_name_next) {
-		if (strcmp(x->name, name) == 0 && x->generation != FLOCK_GEN) {
-			gens[n] = x->generation;
-			ids[n++] = x->id;
-		}
-	}
-	pthread_mutex_unlock(&t->mu);
-	return n;
-}
-
-void inodes_opened(struct inodes *t, uint64_t id, int delta)
-{
-	struct node *n;
-
-	pthread_mutex_lock(&t->mu);
-	n = find_id(t, id);
-	if (n && (delta > 0 || n->nopen > 0))
-		n->nopen += delta;
-	pthread_mutex_unlock(&t->mu);
-}
-
-uint64_t inodes_open_count(struct inodes *t, uint64_t id)
-{
-	struct node *n;
-	uint64_t count = 0;
-
-	pthread_mutex_lock(&t->mu);
-	n = find_id(t, id);
-	if (n)
-		count = n->nopen;
-	pthread_mutex_unlock(&t->mu);
-	return count;
 }

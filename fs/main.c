@@ -4,6 +4,7 @@
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
  *          [FUSE options] MOUNTPOINT
+ *   lockfs --guard MOUNTPOINT
  *
  * Checks the backing directory and takes it for this daemon before
  * mounting, so a misconfigured lock is a one-line error at second zero,
@@ -22,6 +23,9 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "guard.h"
+#include "stop.h"
+#include "takeover.h"
 #include "lockfs/backend.h"
 #include "lockfs/core.h"
 
@@ -57,7 +61,9 @@ static const struct fuse_opt option_spec[] = {
 
 static void usage(const char *prog)
 {
-	printf("usage: %s [-f] [-o OPTION[,OPTION...]] MOUNTPOINT\n\n"
+	printf("usage: %s [-f] [-o OPTION[,OPTION...]] MOUNTPOINT\n"
+	       "       %s --guard MOUNTPOINT   make MOUNTPOINT immutable while nothing is\n"
+	       "                               mounted on it, so mkdir there fails (root)\n\n"
 	       "lockfs options:\n"
 	       "    -o backing=DIR        backing directory (default " DEFAULT_BACKING ")\n"
 	       "    -o helpers=A:B:...    programs skipped when resolving a holder\n"
@@ -68,7 +74,7 @@ static void usage(const char *prog)
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
-	       prog);
+	       prog, prog);
 }
 
 /*
@@ -140,7 +146,9 @@ static int open_backing(const char *dir, int is_default)
 /*
  * One daemon per backing dir: hold flock(2) on DIR/.lockfs for our whole
  * life (it survives fuse_daemonize's fork: the lock belongs to the open
- * file description).  Returns the fd, or -1 after one line on stderr.
+ * file description).  A predecessor that died but is wedged in the kernel
+ * is aborted and replaced (takeover.c); a live one is refused.
+ * Returns the fd, or -1 after one line on stderr.
  */
 static int claim_backing(int dirfd, const char *dir)
 {
@@ -152,7 +160,16 @@ static int claim_backing(int dirfd, const char *dir)
 		return -1;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+		int rc = lockfs_takeover(fd, dirfd, dir);
+		ssize_t n;
+
+		if (rc == 0)
+			return fd;
+		if (rc != -EBUSY) {
+			close(fd);
+			return -1;
+		}
+		n = pread(fd, pid, sizeof(pid) - 1, 0);
 
 		pid[n > 0 ? n : 0] = '\0';
 		pid[strcspn(pid, "\n")] = '\0';
@@ -249,6 +266,8 @@ int main(int argc, char *argv[])
 	char *fsname = NULL;
 	int dirfd = -1, lockfd = -1, rc, ret = 1;
 
+	if (argc >= 2 && strcmp(argv[1], "--guard") == 0)
+		return lockfs_guard_main(argc, argv);
 	pthread_mutex_init(&fs.parked_mu, NULL);
 	pthread_mutex_init(&fs.handles_mu, NULL);
 	if (fuse_opt_parse(&args, &o, option_spec, NULL) == -1)
@@ -306,12 +325,10 @@ int main(int argc, char *argv[])
 		goto out_lock;
 	}
 	fs.inodes = inodes_new();
-	fs.notifier = notifier_new(&fs);
-	if (!fs.inodes || !fs.notifier) {
+	if (!fs.inodes) {
 		fprintf(stderr, "lockfs: out of memory\n");
 		goto out_inodes;
 	}
-	lockfs_core_set_removed(fs.core, notifier_removed, fs.notifier);
 	fs.mount_uid = getuid();
 	fs.mount_gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &fs.mounted_at);
@@ -337,13 +354,22 @@ int main(int argc, char *argv[])
 		goto out_inodes;
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
+	if (lockfs_stop_install(fs.se) < 0) {
+		fprintf(stderr, "lockfs: cannot set signal handlers: %s\n", strerror(errno));
+		goto out_signals;
+	}
+	/* Nothing may touch the mount point before a dead mount of ours is
+	 * gone from it: a hung one would hang us. */
+	if (lockfs_clear_dead_mount(dirfd, backing, opts.mountpoint) < 0)
+		goto out_signals;
+	lockfs_guard_before_mount(opts.mountpoint);
 	if (fuse_session_mount(fs.se, opts.mountpoint) != 0)
 		goto out_signals;
 	/* Detach only now: when `lockfs` returns, the mount is ready. */
 	fuse_daemonize(opts.foreground);
 	record_pid(lockfd);
 	/* Threads start after the fork that detaching makes. */
-	if (notifier_run(fs.notifier) < 0 || lockfs_core_start(fs.core) < 0) {
+	if (lockfs_core_start(fs.core) < 0 || lockfs_stop_start() < 0) {
 		fprintf(stderr, "lockfs: cannot start threads: %s\n", strerror(errno));
 		goto out_unmount;
 	}
@@ -370,11 +396,11 @@ int main(int argc, char *argv[])
 	/* A signal or an unmount both end the loop; either is a clean exit. */
 	ret = rc < 0 && rc != -EINTR ? 1 : 0;
 out_unmount:
-	/* The engine's thread feeds the notifier, which talks to the
-	 * session: stop them in that order, before the session goes. */
+	lockfs_stop_loop_ended();
+	/* No thread of ours ever waits in the kernel on this mount (we send
+	 * no notifications: ops.c), so none of these steps can hang, and the
+	 * unmount or our exit ends every request still waiting. */
 	lockfs_core_stop(fs.core);
-	notifier_free(fs.notifier);
-	fs.notifier = NULL;
 	/* Nothing grants any more: tell the waiters the service is gone. */
 	flock_shutdown(&fs);
 	fuse_session_unmount(fs.se);
@@ -385,7 +411,6 @@ out_session:
 	handles_free_all(&fs);
 out_inodes:
 	free(fsname);
-	notifier_free(fs.notifier);
 	inodes_free(fs.inodes);
 	lockfs_core_close(fs.core);
 out_lock:

@@ -6,6 +6,33 @@
  * Entry and attribute timeouts are 0: the backing store can change behind
  * our back (the seed's script, another lockfs instance later), so the
  * kernel asks every time and never caches a negative lookup.
+ *
+ * No notifications: the daemon never writes a fuse_lowlevel_notify_* to
+ * the kernel.  With zero timeouts the next lookup, stat, ls or mkdir asks
+ * us and gets the truth, so a lock the engine removed on its own
+ * (recovered, broken, an fd lock's last close) is ENOENT and free at once
+ * without one.  All a notification would add is DELETE_SELF for an
+ * inotify watcher of the lock directory, and the stale dentry dropped
+ * before the next lookup or memory pressure drops it.  Its price is a
+ * wedge: notify_delete and notify_inval_entry (fuse_reverse_inval_entry)
+ * take the parent directory's inode lock uninterruptibly, and every
+ * mkdir, rmdir, readdir and uncached lookup in that directory holds that
+ * lock while its request waits for our answer -- from the moment the
+ * kernel queues it, before any thread of ours has read it.  If the daemon
+ * dies (SIGKILL, the OOM killer, a crash) while a thread waits there, the
+ * request is never answered, so that thread never leaves the kernel, so
+ * the process never finishes exiting, so /dev/fuse is never closed, so
+ * the connection is never aborted and the request never ends: every
+ * client of the mount hangs in D state until someone writes
+ * /sys/fs/fuse/connections/N/abort.  No code of ours runs on SIGKILL, so
+ * only never sending such a notification rules that out.  The ones that
+ * take no directory lock are no help: inval_inode of attributes is
+ * redundant with zero attribute timeouts, and inval_inode of data waits
+ * for page locks that a read in flight holds (the same wedge).  So a
+ * thread of this process is never inside the kernel waiting for a
+ * request of this mount, and SIGKILL always ends it at once, closing
+ * /dev/fuse, which aborts the connection and ends every waiting request
+ * with ENOTCONN or ECONNABORTED.  See docs/recovery.md.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -645,11 +672,7 @@ out:
 	fi->direct_io = 1; /* content depends on the reader and the moment */
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
-	if (ino_is_lock(ino))
-		inodes_opened(fs->inodes, ino_id(ino), +1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
-		if (ino_is_lock(ino))
-			inodes_opened(fs->inodes, ino_id(ino), -1);
 		handle_del(fs, &of->h);
 		open_file_free(of);
 	}
@@ -866,8 +889,6 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 			flock_closed(fs_of(req), ino, "posix", owners[i]);
 		free(owners);
 	}
-	if (ino_is_lock(ino))
-		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
 	handle_del(fs_of(req), (struct handle *)(uintptr_t)fi->fh);
 	open_file_free((struct open_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
@@ -915,11 +936,7 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	fi->fh = (uint64_t)(uintptr_t)d;
 	d->h.free = dir_snapshot_free;
 	handle_add(fs, &d->h);
-	if (ino_is_lock(ino))
-		inodes_opened(fs->inodes, ino_id(ino), +1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
-		if (ino_is_lock(ino))
-			inodes_opened(fs->inodes, ino_id(ino), -1);
 		handle_del(fs, &d->h);
 		dir_snapshot_free(&d->h);
 	}
@@ -992,8 +1009,6 @@ static void lfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 {
 	struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
 
-	if (ino_is_lock(ino))
-		inodes_opened(fs_of(req)->inodes, ino_id(ino), -1);
 	handle_del(fs_of(req), &d->h);
 	dir_snapshot_free(&d->h);
 	fuse_reply_err(req, 0);

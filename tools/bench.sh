@@ -115,6 +115,8 @@ cleanup() {
 		if grep -q " ${W}[/ ]" /proc/self/mountinfo; then
 			echo "bench.sh: something is still mounted under $W; not removing it" >&2
 		else
+			# lockfs made its mount points immutable (the guard)
+			for m in "${MOUNTS[@]}"; do chattr -i "$m" 2>/dev/null; done
 			rm -rf --one-file-system "$W"
 		fi
 	fi

@@ -128,6 +128,8 @@ cleanup() {
 		if grep -q " ${W}[/ ]" /proc/self/mountinfo; then
 			echo "bench_handoff.sh: something is still mounted under $W; not removing it" >&2
 		else
+			# lockfs made its mount point immutable (the guard)
+			[ -z "$M" ] || chattr -i "$M" 2>/dev/null
 			rm -rf --one-file-system "$W"
 		fi
 	fi

@@ -87,6 +87,8 @@ def lockfs_rounds(build, rounds):
         daemon.wait(10)
         subprocess.call(['umount', back])
         os.rmdir(back)
+        # lockfs made its mount point immutable (the guard): chattr -i
+        subprocess.call(['chattr', '-i', mnt])
         os.rmdir(mnt)
         os.rmdir(top)
     return lat

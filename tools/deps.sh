@@ -8,7 +8,7 @@ apt-get install -y -q --no-install-recommends \
 	libfuse3-dev fuse3 libjansson-dev \
 	libcmocka-dev python3 python3-pytest \
 	python3-filelock python3-fasteners python3-portalocker \
-	util-linux passwd procps strace busybox-static \
+	util-linux passwd procps strace busybox-static e2fsprogs \
 	clang libclang-rt-14-dev \
 	libcurl4-openssl-dev etcd-server etcd-client openssl
 # etcd-server enables etcd.service, which starts on 2379/2380 on a systemd

@@ -14,7 +14,6 @@ import json
 import os
 import pwd
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,11 +23,13 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, fusermount_u,  # noqa: E402
-                            is_lockfs_mounted, mount_entry)
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, fuse_conn_alive,  # noqa: E402
+                            fusermount_u, is_lockfs_mounted, mount_dev, mount_entry,
+                            rmtree_unguarded, unguard)
 
 MOUNT_TIMEOUT = 10.0
 EXIT_TIMEOUT = 10.0
+UNMOUNT_GRACE = 2.0
 STDERR_BAD = ('ERROR', 'AddressSanitizer', 'LeakSanitizer', 'ThreadSanitizer',
               'UndefinedBehaviorSanitizer', 'runtime error:')
 
@@ -152,9 +153,26 @@ class Mount:
         return self.returncode
 
     def unmount(self):
-        """fusermount3 -u; wait for the daemon; return its exit status."""
+        """fusermount3 -u; wait for the daemon; return its exit status.
+
+        The kernel ends the connection only when the last copy of the mount
+        is gone.  Any mount namespace made while M was mounted (another
+        suite's `unshare --mount`, a container started meanwhile) holds a
+        copy, and the daemon rightly serves it until that namespace ends;
+        if the connection is still alive a moment after the unmount, the
+        daemon is stopped with SIGTERM instead (it then exits 0 as well).
+        A daemon that stays up although its connection is gone still fails.
+        """
         self.stopped = True
+        dev = mount_dev(self.mnt)
         fusermount_u(self.mnt)
+        try:
+            self.returncode = self.proc.wait(UNMOUNT_GRACE)
+            return self.returncode
+        except subprocess.TimeoutExpired:
+            pass
+        if dev and fuse_conn_alive(dev):
+            self.proc.send_signal(signal.SIGTERM)
         return self._wait_exit()
 
     def signal(self, sig):
@@ -182,6 +200,15 @@ class Mount:
         return rc
 
 
+def _recorded_pid(backing):
+    """The pid in DIR/.lockfs (what a daemon writes once it has mounted)."""
+    try:
+        with open(os.path.join(backing, '.lockfs')) as f:
+            return int(f.readline() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
 @pytest.fixture
 def lockfs_factory(tmp_path):
     """start(backing=None, allow_other=False, options=(), wrapper=(),
@@ -197,12 +224,16 @@ def lockfs_factory(tmp_path):
     start.restart(m, options=None) starts a new daemon on m's backing dir
     and mountpoint with m's options (m must be stopped and unmounted, e.g.
     by m.kill9()).
+    REPLACING=True: a dead or wedged lockfs mount is still on MOUNTPOINT and
+    the new daemon must replace it: it is ready once it has mounted and
+    written its pid to DIR/.lockfs (the device number may be the same).
     """
     base = tempfile.mkdtemp(prefix='lockfs-it-')
     os.chmod(base, 0o755)
     mounts = []
 
-    def start(backing=None, allow_other=False, options=(), wrapper=(), mountpoint=None):
+    def start(backing=None, allow_other=False, options=(), wrapper=(), mountpoint=None,
+              replacing=None):
         n = len(mounts)
         if backing is None:
             backing = str(tmp_path / f'backing{n}')
@@ -214,7 +245,7 @@ def lockfs_factory(tmp_path):
             os.chmod(mnt, 0o755)
         else:
             mnt = mountpoint
-            assert mount_entry(mnt) is None, f"{mnt} is still mounted"
+            assert replacing or mount_entry(mnt) is None, f"{mnt} is still mounted"
         stderr_path = str(tmp_path / f'lockfs{n}.stderr')
         stdout_path = str(tmp_path / f'lockfs{n}.stdout')
         cmd = list(wrapper) + [LOCKFS_BIN, '-f', '-o', f'backing={backing}']
@@ -242,6 +273,8 @@ def lockfs_factory(tmp_path):
                 pytest.fail(f'daemon exited with {rc} before mounting: {cmd}\n'
                             f'stderr:\n{m.stderr()}')
             entry = mount_entry(mnt)
+            if entry is not None and replacing and _recorded_pid(backing) != proc.pid:
+                entry = None  # still the mount it is to replace
             if entry is not None:
                 assert entry[0] == 'fuse.lockfs', f'{mnt} mounted with type {entry[0]}'
                 break
@@ -290,12 +323,15 @@ def lockfs_factory(tmp_path):
             problems.append(f'{m}: daemon stderr reports errors:\n' + '\n'.join(bad[:20]))
         if problems and m.stderr():
             problems.append(f'--- stderr of {m} ---\n{m.stderr()[-4000:]}')
+        # The daemon made its mount point immutable (the guard).
+        if mount_entry(m.mnt) is None:
+            unguard(m.mnt)
         try:
             os.rmdir(m.mnt)
         except OSError:
             pass
     if not any(mount_entry(os.path.join(base, n)) for n in os.listdir(base)):
-        shutil.rmtree(base, ignore_errors=True)
+        rmtree_unguarded(base)
     if problems:
         pytest.fail('\n'.join(problems), pytrace=False)
 
@@ -533,4 +569,4 @@ def scratch_dir():
         p = os.path.join(d, n)
         if mount_entry(p) is not None:
             fusermount_u(p)
-    shutil.rmtree(d, ignore_errors=True)
+    rmtree_unguarded(d)

@@ -6,11 +6,14 @@ audit log format, so the test modules can import it directly.
 
 import datetime
 import errno
+import fcntl
 import json
 import math
 import os
 import re
+import shutil
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -54,6 +57,19 @@ def mount_entry(mnt):
             post_f = post.split(' ')
             found = (post_f[0], _unescape_mountinfo(post_f[1]) if len(post_f) > 1 else '')
     return found
+
+
+def mount_dev(mnt):
+    """The device ("MAJOR:MINOR") of the topmost mount at MNT, or None: read
+    from mountinfo, never by stat(), which a hung FUSE mount would hang."""
+    mnt = os.fspath(mnt)
+    dev = None
+    with open('/proc/self/mountinfo') as f:
+        for line in f:
+            fields = line.split(' ')
+            if len(fields) > 4 and _unescape_mountinfo(fields[4]) == mnt:
+                dev = fields[2]
+    return dev
 
 
 def proc_mounts_type(mnt):
@@ -408,6 +424,19 @@ def who_of(pid):
     return f'{proc_comm(pid)}[{pid}]'
 
 
+FUSECTL = '/sys/fs/fuse/connections'
+
+
+def fuse_conn_alive(dev):
+    """Does FUSE connection DEV ("0:NN") still exist (its superblock still
+    mounted somewhere, maybe in another mount namespace)?"""
+    if not any(l.split(' ')[4] == FUSECTL and ' - fusectl ' in l
+               for l in open('/proc/self/mountinfo')):
+        subprocess.run(['mount', '-t', 'fusectl', 'fusectl', FUSECTL],
+                       stderr=subprocess.DEVNULL)
+    return os.path.isdir(os.path.join(FUSECTL, dev.split(':')[1]))
+
+
 def fuse_conn_abort(mnt):
     """Abort the FUSE connection of MNT (fusectl): every process stuck in a
     request of a hung daemon gets ENOTCONN.  True if it was aborted."""
@@ -430,3 +459,55 @@ def fuse_conn_abort(mnt):
     except OSError:
         return False
     return True
+
+
+# --------------------------------------------------------------------------
+# issue 9 point 1: the daemon makes its mount point immutable (the guard)
+
+FS_IOC_GETFLAGS = 0x80086601
+FS_IOC_SETFLAGS = 0x40086602
+FS_IMMUTABLE_FL = 0x10
+
+
+def dir_flags(path):
+    """The inode flags (chattr) of directory PATH (never a FUSE mount)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        return struct.unpack('i', fcntl.ioctl(fd, FS_IOC_GETFLAGS, b'\0' * 4))[0]
+    finally:
+        os.close(fd)
+
+
+def is_guarded(path):
+    return bool(dir_flags(path) & FS_IMMUTABLE_FL)
+
+
+def unguard(path):
+    """chattr -i PATH (a directory with nothing mounted on it).  Tests must
+    leave no directory behind that even root cannot remove."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        flags = struct.unpack('i', fcntl.ioctl(fd, FS_IOC_GETFLAGS, b'\0' * 4))[0]
+        if flags & FS_IMMUTABLE_FL:
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack('i', flags & ~FS_IMMUTABLE_FL))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def rmtree_unguarded(top):
+    """shutil.rmtree(TOP) after clearing the immutable flag of every
+    directory under it, never entering a mount (read from mountinfo)."""
+    for root, dirs, _ in os.walk(top):
+        if root != top and mount_entry(root) is not None:
+            dirs[:] = []
+            continue
+        unguard(root)
+        dirs[:] = [d for d in dirs if mount_entry(os.path.join(root, d)) is None]
+        for d in dirs:
+            unguard(os.path.join(root, d))
+    shutil.rmtree(top, ignore_errors=True)

@@ -313,10 +313,9 @@ def _ts_ms(ts):
     return int(round(parse_rfc3339_ms(ts) * 1000))
 
 
-# What the daemon may print under this chaos.  libfuse perror()s a refused
-# notification: notify_delete gets ENOTEMPTY while an agent has a file of the
-# recovered lock open (it reads owner), and the daemon then falls back to
-# notify_inval_entry as issue 3 point 1 says.
+# What the daemon may print under this chaos.  Daemons before issue 8 sent
+# notify_delete, which libfuse perror()ed as below when the kernel refused it
+# (a file of the recovered lock open); lockfs now sends no notification.
 EXPECTED_STDERR = [
     re.compile(r'^fuse: writing device: Directory not empty$'),
 ]

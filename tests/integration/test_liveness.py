@@ -82,8 +82,9 @@ def test_recovered_lock_is_enoent_at_once_and_free_for_another_process(mnt, spaw
 
 
 def test_recovery_while_a_file_inside_is_open(mnt, spawn_agent):
-    """notify_delete is refused (ENOTEMPTY-like) while owner is open: the entry
-    must still be invalidated so the next mkdir works and shows the new holder."""
+    """With a file of the lock open, the kernel keeps the old entry's inode:
+    the next lookup must still see the lock gone, so the next mkdir works
+    and shows the new holder."""
     a, b = spawn_agent(), spawn_agent()
     assert a.mkdir(mnt.path('x')) == 0
     fd = os.open(mnt.path('x', 'owner'), os.O_RDONLY)
@@ -272,9 +273,9 @@ def test_daemon_keeps_running_through_many_recoveries(mnt, spawn_agent):
 
 
 def test_recoveries_during_concurrent_lookups_do_not_deadlock(mnt, spawn_agent):
-    """notify_delete waits for the kernel's directory lock, which a lookup in
-    flight holds while it waits for the daemon: the notification must come from
-    a thread that serves no request, holding no daemon mutex."""
+    """Recoveries while lookups hold the kernel's directory lock: nothing the
+    daemon does on a recovery may wait for that lock (it sends the kernel no
+    notification at all, see fs/ops.c)."""
     stop = threading.Event()
     errors = []
 

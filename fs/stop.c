@@ -1,0 +1,120 @@
+/*
+ * Stopping on SIGTERM or SIGINT in bounded time.
+ *
+ * libfuse 3.14's handler only sets the session's exit flag.  The loop sees
+ * it when the signal interrupts the loop's thread where it sleeps
+ * (sem_wait in the multi-threaded loop, read(/dev/fuse) with -s).  A signal
+ * that lands between the loop's test of the flag and that sleep is
+ * consumed without waking it, and the daemon then stays up until the next
+ * request arrives -- forever on an idle mount (libfuse issue #997, fixed
+ * in 3.18).  The window is tiny but widens when the host is loaded.  So
+ * our handler also wakes a thread of ours (a pipe: async-signal-safe),
+ * which interrupts the loop's thread every KICK_MS until the loop has
+ * returned: a kick that lands in the window is followed by one that does
+ * not.
+ *
+ * State is static because a signal handler can reach nothing else; there
+ * is one session per process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stop.h"
+
+#define KICK_MS 10
+
+static struct fuse_session *stop_se;
+static int stop_pipe[2] = { -1, -1 };   /* written by the handler */
+static pthread_t loop_thread, kicker;
+static bool kicker_running;              /* main thread only */
+static atomic_bool loop_done;
+
+static void on_stop_signal(int sig)
+{
+	int saved = errno;
+	char c = (char)sig;
+
+	/* Once the loop has ended the session may be gone: ignore repeats. */
+	if (atomic_load(&loop_done))
+		return;
+	fuse_session_exit(stop_se);
+	/* Nonblocking: a full pipe already holds a wake-up. */
+	if (write(stop_pipe[1], &c, 1) < 0) {
+		/* nothing to do in a signal handler */
+	}
+	errno = saved;
+}
+
+int lockfs_stop_install(struct fuse_session *se)
+{
+	struct sigaction sa;
+
+	if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -errno;
+	stop_se = se;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	/* No SA_RESTART: the loop's sleep must end with EINTR. */
+	if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0)
+		return -errno;
+	return 0;
+}
+
+static void drain(void)
+{
+	char buf[64];
+
+	while (read(stop_pipe[0], buf, sizeof(buf)) > 0)
+		;
+}
+
+static void *kicker_main(void *arg)
+{
+	struct pollfd pfd = { .fd = stop_pipe[0], .events = POLLIN };
+	const struct timespec tick = { 0, KICK_MS * 1000000L };
+
+	/* Sleep until a stop signal, or until the loop ended another way. */
+	while (!atomic_load(&loop_done) && poll(&pfd, 1, -1) < 0 && errno == EINTR)
+		;
+	while (!atomic_load(&loop_done)) {
+		drain();
+		pthread_kill(loop_thread, SIGTERM);
+		nanosleep(&tick, NULL);
+	}
+	return arg;
+}
+
+int lockfs_stop_start(void)
+{
+	int rc;
+
+	loop_thread = pthread_self();
+	rc = pthread_create(&kicker, NULL, kicker_main, NULL);
+	if (rc)
+		return -rc;
+	kicker_running = true;
+	return 0;
+}
+
+void lockfs_stop_loop_ended(void)
+{
+	char c = 0;
+
+	atomic_store(&loop_done, true);
+	if (!kicker_running)
+		return;
+	if (write(stop_pipe[1], &c, 1) < 0) {
+		/* full: the kicker wakes up anyway */
+	}
+	pthread_join(kicker, NULL);
+	kicker_running = false;
+}

@@ -1,0 +1,22 @@
+/* Stopping on SIGTERM/SIGINT in bounded time (stop.c). */
+#ifndef LOCKFS_STOP_H
+#define LOCKFS_STOP_H
+
+#include <fuse_lowlevel.h>
+
+/* After fuse_set_signal_handlers(SE): replace its SIGTERM and SIGINT
+ * handlers by ours (SIGHUP and SIGPIPE are left as they are).
+ * Returns 0 or -errno. */
+int lockfs_stop_install(struct fuse_session *se);
+
+/* In the thread that will run the session loop, after any fork: start the
+ * thread that wakes the loop once a stop signal came.  Returns 0 or
+ * -errno. */
+int lockfs_stop_start(void);
+
+/* The loop has returned (or never ran): stop and join that thread.
+ * From now on SIGTERM and SIGINT are ignored (the shutdown is under way).
+ * Safe to call when lockfs_stop_start() was not. */
+void lockfs_stop_loop_ended(void);
+
+#endif

@@ -1,0 +1,24 @@
+/* Taking over a backing dir from a dead or wedged daemon (takeover.c). */
+#ifndef LOCKFS_TAKEOVER_H
+#define LOCKFS_TAKEOVER_H
+
+/*
+ * flock(LOCKFD) found DIR/.lockfs held.  If its holder is our wedged
+ * predecessor (a zombie whose stuck thread keeps DIR/.lockfs and its FUSE
+ * connection open), abort that connection, wait for it to go and take the
+ * lock.  Returns 0 when LOCKFD now holds the lock; -EBUSY when a live
+ * daemon holds it (nothing printed: the caller refuses as for any live
+ * daemon); another -errno after a line on stderr.
+ */
+int lockfs_takeover(int lockfd, int dirfd, const char *dir);
+
+/*
+ * Called with DIR's lock held, before mounting on MOUNTPOINT: a lockfs
+ * mount of DIR still on MOUNTPOINT belongs to a daemon that is gone (it
+ * answers ENOTCONN): detach it, after its auto_unmount helper if it has
+ * one.  Never touches another mount.  Returns 0 or -errno after a line
+ * on stderr.
+ */
+int lockfs_clear_dead_mount(int dirfd, const char *dir, const char *mountpoint);
+
+#endif
