@@ -10,7 +10,6 @@ import os
 import re
 import select
 import shlex
-import signal
 import socket
 import subprocess
 import time
@@ -194,7 +193,7 @@ def expand_command(line, env):
     return words
 
 
-def unit_commands(key, env, path=UNIT, installed_prefix=None, build=BUILD):
+def unit_commands(key, env, path=UNIT):
     """The KEY (ExecStart, ExecStartPre, ExecStopPost) commands of the unit,
     expanded, with the installed paths of lockfs and lockfs-mountpoint
     replaced by this build's."""
@@ -270,19 +269,3 @@ def parse_syslog(datagram):
     assert m, f'not a syslog datagram: {datagram!r}'
     pri = int(m.group(1))
     return pri // 8, pri % 8, m.group(2), int(m.group(3)), m.group(4)
-
-
-def kill_and_wait(pid, sig=signal.SIGTERM, timeout=10.0):
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while os.path.exists(f'/proc/{pid}') and time.monotonic() < deadline:
-        try:
-            with open(f'/proc/{pid}/stat') as f:
-                if f.read().rsplit(')', 1)[1].split()[0] == 'Z':
-                    return
-        except OSError:
-            return
-        time.sleep(0.01)

@@ -25,8 +25,8 @@ import tempfile
 
 import pytest
 
-from lockfs_helpers import LOCKFS_BIN, PYTHON, wait_until
-from service_helpers import (HERE, LOCKCTL_STATIC, DgramSocket, NsAgent, mount_line,
+from lockfs_helpers import LOCKFS_BIN, wait_until
+from service_helpers import (LOCKCTL_STATIC, DgramSocket, NsAgent, mount_line,
                              mounts_in, unit_commands, unit_environment)
 
 

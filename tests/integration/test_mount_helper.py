@@ -13,12 +13,13 @@ starts (and that detaches) is its child, and its exit status is seen.
 
 import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
 
 from lockfs_helpers import LOCKFS_BIN
-from service_helpers import NsAgent, mount_line
+from service_helpers import MOUNTPOINT_TOOL, NsAgent, mount_line
 
 
 @pytest.fixture
@@ -36,6 +37,9 @@ def ns():
     mnt = os.path.join(work, 'mnt')
     agent.sh(f'while grep -q " {mnt} " /proc/self/mountinfo; do umount -l {mnt}; done')
     agent.close()
+    for root, dirs, _ in os.walk(work):
+        for d in dirs:
+            subprocess.run(['chattr', '-i', os.path.join(root, d)], stderr=subprocess.DEVNULL)
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -165,3 +169,29 @@ def test_fstab_default_backing_is_created_at_boot(ns):
     # an explicit dir other than the default is still never created
     r = agent.run([LOCKFS_BIN, '-f', '-o', 'backing=/run/other', f'{work}/dir'])
     assert r['rc'] == 1 and 'No such file or directory' in r['err']
+
+
+def test_fstab_layout_lines_give_a_shared_parent_and_a_guarded_mount_point(ns):
+    """docs/operations.md's two fstab lines for containers, and its one-time
+    guard and symlink commands."""
+    agent, work = ns
+    share = f'{work}/share'
+    fstab = f'{work}/fstab'
+    with open(fstab, 'w') as f:
+        f.write(f'{share} {share} none bind,shared 0 0\n'
+                f'lockfs {share}/locks fuse.lockfs backing={work}/dir,allow_other,nofail 0 0\n')
+    os.makedirs(f'{share}/locks')
+    r = agent.run([MOUNTPOINT_TOOL, 'prepare', f'{share}/locks', f'{work}/link'],
+                  env={'LOCKFS': LOCKFS_BIN})
+    assert r['rc'] == 0, r['err']
+    # prepare bound the share already; fstab does it at boot: start afresh
+    agent.sh(f'umount {share}', check=True)
+    r = agent.run(['mount', '-T', fstab, '-a'])
+    assert r['rc'] == 0, r['err']
+    assert any(t.startswith('shared:') for t in mount_line(agent, share)[2])
+    assert mount_line(agent, f'{share}/locks')[0] == 'fuse.lockfs'
+    assert_serves(agent, f'{work}/link')
+    pid = daemon_pid(work)
+    assert agent.run(['umount', f'{work}/link'])['rc'] == 0
+    assert agent.wait(pid, 10) == 0
+    assert agent.errno_of('mkdir', f'{work}/link/x') == 1  # EPERM: the guard

@@ -16,14 +16,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 
 import pytest
 
 from lockfs_helpers import (LOCKFS_BIN, fusermount_u, is_lockfs_mounted, mount_entry,
                             wait_until)
-from service_helpers import (BUILD, UNIT, DgramSocket, NsAgent, kill_and_wait,
-                             parse_syslog, unit_settings, unit_value)
+from service_helpers import (BUILD, DgramSocket, NsAgent, parse_syslog, unit_settings,
+                             unit_value)
 
 LOG_DAEMON = 3
 LOG_ERR, LOG_WARNING, LOG_NOTICE = 3, 4, 5
@@ -329,7 +328,7 @@ def test_man_page_documents_every_option_of_help():
         page = f.read().replace('\\-', '-')
     # each as an entry: .TP then .B NAME or .BI NAME= ARG
     entries = set(re.findall(r'^\.TP\n\.BI? ([a-z_]+)', page, re.M))
-    assert options - entries == set(), f'lockfs --help options missing from lockfs(8)'
+    assert options - entries == set(), 'lockfs --help options missing from lockfs(8)'
 
 
 def test_man_page_renders_without_warnings():
