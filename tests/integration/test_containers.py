@@ -25,6 +25,7 @@ import tempfile
 
 import pytest
 
+from conftest import stderr_problems
 from lockfs_helpers import LOCKFS_BIN, wait_until
 from service_helpers import (LOCKCTL_STATIC, DgramSocket, NsAgent, mount_line,
                              mounts_in, unit_commands, unit_environment)
@@ -111,9 +112,11 @@ def service():
         host.run(['umount', '-l', svc.mnt])
         host.wait(svc.pid, 10)
     host.close()  # the namespace, with its binds, goes with it
+    bad = stderr_problems(svc.stderr())
     svc.notify.close()
     subprocess.run(['chattr', '-i', svc.mnt], stderr=subprocess.DEVNULL)
     shutil.rmtree(work, ignore_errors=True)
+    assert not bad, 'daemon stderr reports errors:\n' + '\n'.join(bad[:20])
 
 
 def holder_pid(c, name):

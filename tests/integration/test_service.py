@@ -19,6 +19,7 @@ import tempfile
 
 import pytest
 
+from conftest import stderr_problems
 from lockfs_helpers import (LOCKFS_BIN, fusermount_u, is_lockfs_mounted, mount_entry,
                             wait_until)
 from service_helpers import (BUILD, DgramSocket, NsAgent, parse_syslog, unit_settings,
@@ -148,6 +149,8 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
         self.notify.close()
+        bad = stderr_problems(self.stderr())
+        assert not bad, 'daemon stderr reports errors:\n' + '\n'.join(bad[:20])
 
 
 @pytest.fixture
