@@ -96,7 +96,8 @@ static int line_close(void *cookie)
 	return 0;
 }
 
-FILE *lockfs_errlog_stream(lockfs_errlog_sink sink, void *arg)
+/* The stream and, in *STATE, its state.  NULL when out of memory. */
+static FILE *open_stream(lockfs_errlog_sink sink, void *arg, struct line_stream **state)
 {
 	static const cookie_io_functions_t io = { .write = line_write, .close = line_close };
 	struct line_stream *ls = calloc(1, sizeof(*ls));
@@ -113,7 +114,15 @@ FILE *lockfs_errlog_stream(lockfs_errlog_sink sink, void *arg)
 	}
 	/* One line, one message: flushed at each newline. */
 	setvbuf(f, NULL, _IOLBF, 0);
+	*state = ls;
 	return f;
+}
+
+FILE *lockfs_errlog_stream(lockfs_errlog_sink sink, void *arg)
+{
+	struct line_stream *state;
+
+	return open_stream(sink, arg, &state);
 }
 
 static void to_syslog(int prio, const char *line, void *arg)
@@ -159,10 +168,21 @@ static bool stderr_is_journal(void)
 	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
-/* Replace stderr by F (NULL: leave it), closing our previous stream. */
-static int replace_stderr(FILE *f)
+/* The state of the stream installed as stderr, kept here so that
+ * LeakSanitizer sees it reachable: it does not look through glibc's FILE
+ * to the cookie. */
+static struct line_stream *ours_state;
+
+/*
+ * Make a stream to SINK the process's stderr, closing our previous one.
+ * Called before any thread starts (nothing else uses stderr meanwhile).
+ * Returns 0 or -ENOMEM (stderr unchanged).
+ */
+static int replace_stderr(lockfs_errlog_sink sink, void *arg)
 {
 	static FILE *ours;
+	struct line_stream *state;
+	FILE *f = open_stream(sink, arg, &state);
 
 	if (!f)
 		return -ENOMEM;
@@ -170,6 +190,7 @@ static int replace_stderr(FILE *f)
 	if (ours)
 		fclose(ours);
 	ours = stderr = f;
+	ours_state = state;
 	return 0;
 }
 
@@ -179,11 +200,11 @@ int lockfs_errlog_start(void)
 
 	if (!stderr_is_journal())
 		return 0;
-	return replace_stderr(lockfs_errlog_stream(to_journal, &journal_fd));
+	return replace_stderr(to_journal, &journal_fd);
 }
 
 int lockfs_errlog_detach(void)
 {
 	openlog("lockfs", LOG_PID, LOG_DAEMON);
-	return replace_stderr(lockfs_errlog_stream(to_syslog, NULL));
+	return replace_stderr(to_syslog, NULL);
 }

@@ -14,6 +14,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from lockfs_helpers import LOCKFS_BIN, PYTHON
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,6 +24,29 @@ BUILD = os.environ.get('LOCKFS_BUILD', os.path.dirname(LOCKFS_BIN))
 UNIT = os.path.join(BUILD, 'systemd', 'lockfs.service')
 MOUNTPOINT_TOOL = os.path.join(BUILD, 'systemd', 'lockfs-mountpoint')
 LOCKCTL_STATIC = os.path.join(BUILD, 'tools', 'lockctl-static')
+
+
+def build_option(name):
+    """The value of meson option NAME in BUILD, or None."""
+    try:
+        with open(os.path.join(BUILD, 'meson-info', 'intro-buildoptions.json')) as f:
+            return next((o['value'] for o in json.load(f) if o['name'] == name), None)
+    except OSError:
+        return None
+
+
+def static_lockctl_or_skip():
+    """Skip (with the reason) when this build has no lockctl-static by
+    design; fail when it should have one and has not."""
+    if os.access(LOCKCTL_STATIC, os.X_OK):
+        return
+    if build_option('b_sanitize') not in (None, 'none'):
+        pytest.skip('a sanitizer build cannot link lockctl-static (static and ASan exclude '
+                    'each other)')
+    if build_option('static_lockctl') == 'disabled':
+        pytest.skip('built with -Dstatic_lockctl=disabled')
+    pytest.fail(f'{LOCKCTL_STATIC} was not built: it needs libc6-dev and libjansson-dev '
+                '(tools/deps.sh installs them)')
 
 
 class NsAgent:

@@ -27,7 +27,7 @@ import pytest
 
 from conftest import stderr_problems
 from lockfs_helpers import LOCKFS_BIN, wait_until
-from service_helpers import (LOCKCTL_STATIC, DgramSocket, NsAgent, mount_line,
+from service_helpers import (LOCKCTL_STATIC, static_lockctl_or_skip, DgramSocket, NsAgent, mount_line,
                              mounts_in, unit_commands, unit_environment)
 
 
@@ -276,8 +276,7 @@ def test_podman_container_keeps_its_lock_across_restart_and_crash(service, podma
 
 
 def test_podman_static_lockctl_works_in_a_busybox_image(service, podman):
-    if not os.access(LOCKCTL_STATIC, os.X_OK):
-        pytest.skip('lockctl-static was not built (-Dstatic_lockctl)')
+    static_lockctl_or_skip()
     base, image = podman
     host = service.host
     service.start()

