@@ -6,7 +6,7 @@
  *          [FUSE options] [SOURCE] MOUNTPOINT
  *
  * SOURCE is what mount(8) passes through mount.fuse3 (`mount -t fuse.lockfs
- * lockfs /locks`): a word (ignored), or the backing dir as an absolute path.
+ * lockfs /locks`); it is ignored.
  *
  * Checks the backing directory and takes it for this daemon before
  * mounting, so a misconfigured lock is a one-line error at second zero,
@@ -104,28 +104,27 @@ static int other_arg(void *data, const char *arg, int key, struct fuse_args *out
 }
 
 /*
- * Sort out [SOURCE] MOUNTPOINT: hand MOUNTPOINT back to libfuse, and take
- * a SOURCE that is an absolute path as the backing dir (/proc/mounts shows
- * the backing dir as the source, so its lines can be mounted again).
+ * Sort out [SOURCE] MOUNTPOINT: hand MOUNTPOINT back to libfuse.  SOURCE
+ * means nothing: mount(8) wants one, and canonicalises it against its
+ * working directory (a file "lockfs" there turns "lockfs" into a path), so
+ * it cannot name the backing dir reliably.  Only a SOURCE that is another
+ * directory gets a warning, in case it was meant as the backing dir.
  * Returns 0, or -1 after one line on stderr.
  */
 static int take_positional(struct options *o, struct fuse_args *args)
 {
 	const char *source = o->n_positional == 2 ? o->positional[0] : NULL;
+	const char *backing = o->backing ? o->backing : DEFAULT_BACKING;
+	struct stat st;
 
 	if (o->n_positional > 2) {
 		fprintf(stderr, "lockfs: too many arguments: want [SOURCE] MOUNTPOINT\n");
 		return -1;
 	}
-	if (source && source[0] == '/') {
-		if (o->backing && strcmp(o->backing, source) != 0) {
-			fprintf(stderr, "lockfs: source %s and -o backing=%s name two backing dirs\n",
-				source, o->backing);
-			return -1;
-		}
-		if (!o->backing && !(o->backing = strdup(source)))
-			return -1;
-	}
+	if (source && source[0] == '/' && strcmp(source, backing) != 0 &&
+	    stat(source, &st) == 0 && S_ISDIR(st.st_mode))
+		fprintf(stderr, "lockfs: warning: source %s is ignored; the backing dir is %s "
+			"(-o backing=DIR)\n", source, backing);
 	if (o->n_positional > 0 &&
 	    fuse_opt_add_arg(args, o->positional[o->n_positional - 1]) == -1)
 		return -1;
@@ -135,7 +134,7 @@ static int take_positional(struct options *o, struct fuse_args *args)
 static void usage(const char *prog)
 {
 	printf("usage: %s [-f] [-o OPTION[,OPTION...]] [SOURCE] MOUNTPOINT\n"
-	       "(SOURCE as mount(8) passes it: a word such as lockfs, or the backing dir)\n\n"
+	       "(SOURCE, which mount(8) passes, is ignored: write lockfs)\n\n"
 	       "lockfs options:\n"
 	       "    -o backing=DIR        backing directory (default " DEFAULT_BACKING ")\n"
 	       "    -o helpers=A:B:...    programs skipped when resolving a holder\n"
