@@ -170,7 +170,16 @@ else
 			say "created the backing dir $backing (mode 0700)"
 		fi
 		"$lockfs" -o "backing=$backing,$options" "$target"
-		say "started lockfs on $target (backing dir $backing), pid $(cat "$backing/.lockfs")"
+		# lockfs returns once the mount serves, a moment before the
+		# detached daemon writes its pid.
+		pid=
+		for _ in $(seq 100); do
+			pid=$(cat "$backing/.lockfs" 2>/dev/null || true)
+			[ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = lockfs ] && break
+			pid=
+			sleep 0.02
+		done
+		say "started lockfs on $target (backing dir $backing)${pid:+, pid $pid}"
 		say "it is not supervised (no systemd here); after a crash run:"
 		say "  $mountpoint_tool prepare $target${link:+ $link} && $lockfs -o backing=$backing,$options $target"
 	fi

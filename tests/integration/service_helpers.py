@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from lockfs_helpers import LOCKFS_BIN, PYTHON
+from lockfs_helpers import LOCKFS_BIN, PYTHON, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -294,3 +294,20 @@ def parse_syslog(datagram):
     assert m, f'not a syslog datagram: {datagram!r}'
     pri = int(m.group(1))
     return pri // 8, pri % 8, m.group(2), int(m.group(3)), m.group(4)
+
+
+def daemon_pid(backing, timeout=5.0):
+    """The pid a daemon wrote to BACKING/.lockfs.  A detached start returns
+    as soon as the mount is ready, a moment before the detached daemon
+    writes its pid: wait for the pid of a live lockfs process."""
+    def read():
+        try:
+            with open(os.path.join(backing, '.lockfs')) as f:
+                pid = int(f.read().strip())
+            with open(f'/proc/{pid}/stat') as f:
+                comm_state = f.read()
+        except (OSError, ValueError):
+            return None
+        alive = comm_state.rsplit(')', 1)[1].split()[0] != 'Z'
+        return pid if alive and '(lockfs)' in comm_state else None
+    return wait_until(read, timeout, what=f'the daemon\'s pid in {backing}/.lockfs')

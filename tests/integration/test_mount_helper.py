@@ -20,6 +20,7 @@ import pytest
 
 from lockfs_helpers import LOCKFS_BIN
 from service_helpers import MOUNTPOINT_TOOL, NsAgent, mount_line
+from service_helpers import daemon_pid as backing_pid
 
 
 @pytest.fixture
@@ -44,8 +45,7 @@ def ns():
 
 
 def daemon_pid(work):
-    with open(os.path.join(work, 'dir', '.lockfs')) as f:
-        return int(f.read().strip())
+    return backing_pid(f'{work}/dir')
 
 
 def assert_serves(agent, mnt):

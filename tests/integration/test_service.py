@@ -22,8 +22,8 @@ import pytest
 from conftest import stderr_problems
 from lockfs_helpers import (LOCKFS_BIN, fusermount_u, is_lockfs_mounted, mount_entry,
                             wait_until)
-from service_helpers import (BUILD, DgramSocket, NsAgent, parse_syslog, unit_settings,
-                             unit_value)
+from service_helpers import (BUILD, DgramSocket, NsAgent, daemon_pid, parse_syslog,
+                             unit_settings, unit_value)
 
 LOG_DAEMON = 3
 LOG_ERR, LOG_WARNING, LOG_NOTICE = 3, 4, 5
@@ -40,12 +40,6 @@ def work():
     if mount_entry(mnt) is not None:
         fusermount_u(mnt)
     shutil.rmtree(d, ignore_errors=True)
-
-
-def daemon_pid(backing):
-    """The pid the daemon wrote to DIR/.lockfs (its own, after detaching)."""
-    with open(os.path.join(backing, '.lockfs')) as f:
-        return int(f.read().strip())
 
 
 # --------------------------------------------------------------------------

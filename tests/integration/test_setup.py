@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from service_helpers import BUILD, SOURCE_ROOT, NsAgent, mount_line
+from service_helpers import BUILD, SOURCE_ROOT, NsAgent, daemon_pid, mount_line
 
 SETUP = os.path.join(SOURCE_ROOT, 'tools', 'setup.sh')
 
@@ -93,7 +93,7 @@ def test_setup_starts_lockfs_with_the_container_layout_and_says_what_it_changed(
     assert host.errno_of('mkdir', f'{w}/locks/x') == errno.EEXIST
     assert host.errno_of('rmdir', f'{w}/locks/x') == 0
     # the guard under the mount: while lockfs is not mounted, mkdir fails
-    pid = int(open(f'{w}/dir/.lockfs').read())
+    pid = daemon_pid(f'{w}/dir')
     assert host.run(['umount', f'{w}/share/locks'])['rc'] == 0
     assert host.wait(pid, 10) == 0
     assert host.errno_of('mkdir', f'{w}/locks/x') == errno.EPERM
@@ -103,12 +103,12 @@ def test_setup_again_changes_nothing(setup_env):
     w = setup_env.work
     os.mkdir(f'{w}/dir', 0o700)
     assert setup_env('--backing', f'{w}/dir', f'{w}/locks')['rc'] == 0
-    pid = int(open(f'{w}/dir/.lockfs').read())
+    pid = daemon_pid(f'{w}/dir')
     r = setup_env('--backing', f'{w}/dir', f'{w}/locks')
     assert r['rc'] == 0, r['err']
     assert f'lockfs is serving {w}/share/locks already' in r['out']
     assert not re.search(r'setup: (bound|made|created|started)', r['out']), r['out']
-    assert int(open(f'{w}/dir/.lockfs').read()) == pid
+    assert daemon_pid(f'{w}/dir') == pid
 
 
 def test_setup_a_second_instance_beside_a_running_one(setup_env):
@@ -116,7 +116,7 @@ def test_setup_a_second_instance_beside_a_running_one(setup_env):
     host = setup_env.host
     r = setup_env('--backing', f'{w}/dir', f'{w}/locks')
     assert r['rc'] == 0, r['err']
-    first = int(open(f'{w}/dir/.lockfs').read())
+    first = daemon_pid(f'{w}/dir')
     assert host.errno_of('mkdir', f'{w}/locks/shared-name') == 0
     r = setup_env('--backing', f'{w}/dir-ci', '-o', 'lease=60', f'{w}/ci')
     assert r['rc'] == 0, r['err']
@@ -127,11 +127,12 @@ def test_setup_a_second_instance_beside_a_running_one(setup_env):
     assert host.errno_of('mkdir', f'{w}/ci/shared-name') == 0
     assert os.path.isdir(f'{w}/dir/shared-name.lock') and os.path.isdir(
         f'{w}/dir-ci/shared-name.lock')
-    assert int(open(f'{w}/dir/.lockfs').read()) == first
+    assert daemon_pid(f'{w}/dir') == first
     assert host.errno_of('rmdir', f'{w}/ci/shared-name') == 0
     assert host.errno_of('rmdir', f'{w}/locks/shared-name') == 0
     # the options reached the second daemon
-    r = host.run(['cat', f'/proc/{int(open(f"{w}/dir-ci/.lockfs").read())}/cmdline'])
+    ci = daemon_pid(f'{w}/dir-ci')
+    r = host.run(['cat', f'/proc/{ci}/cmdline'])
     assert 'lease=60' in r['out']
 
 
@@ -187,7 +188,7 @@ def test_setup_installs_under_usr_local_and_serves_from_there(setup_env):
                  '/usr/local/lib/systemd/system/lockfs.service',
                  '/usr/local/share/man/man8/lockfs.8'):
         assert f'setup: installed {path}\n' in r['out'], (path, r['out'])
-    pid = int(open(f'{w}/dir/.lockfs').read())
+    pid = daemon_pid(f'{w}/dir')
     exe = host.run(['readlink', f'/proc/{pid}/exe'])['out'].strip()
     assert exe == '/usr/local/bin/lockfs'
     assert host.errno_of('mkdir', f'{w}/locks/x') == 0
