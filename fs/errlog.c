@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -140,20 +141,17 @@ static void to_journal(int prio, const char *line, void *arg)
 	int fd = *(int *)arg;
 	char head[8];
 	int n = snprintf(head, sizeof(head), "<%d>", prio);
-	size_t len = strlen(line);
-	char *out = malloc((size_t)n + len + 1);
+	struct iovec iov[] = {
+		{ .iov_base = head, .iov_len = (size_t)n },
+		{ .iov_base = (void *)line, .iov_len = strlen(line) },
+		{ .iov_base = (void *)"\n", .iov_len = 1 },
+	};
 
-	if (!out)
-		return;
-	memcpy(out, head, (size_t)n);
-	memcpy(out + n, line, len);
-	out[(size_t)n + len] = '\n';
 	/* One write per line: lines of concurrent writers never interleave.
 	 * A lost message has nowhere else to go. */
-	if (write(fd, out, (size_t)n + len + 1) < 0) {
+	if (writev(fd, iov, 3) < 0) {
 		/* nothing to do */
 	}
-	free(out);
 }
 
 /* Is fd 2 the stream $JOURNAL_STREAM ("DEV:INODE") names? */
