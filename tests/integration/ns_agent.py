@@ -15,6 +15,8 @@ per line on stdin with one JSON line on stdout:
   {"op": "mkdir" | "rmdir" | "stat" | "listdir" | "read", "path": P}
         -> {} / {"mode": .., "ino": ..} / {"names": [..]} / {"data": ..}
            or {"errno": N}
+  {"op": "wait_children", "timeout": S}
+        -> {"left": N}    waits until no child is left (N = 0) or S passed
   {"op": "info"} -> {"pid": getpid()}             as seen inside
   {"op": "exit"}
 
@@ -122,6 +124,18 @@ def serve(req):
         if op == 'read':
             with open(path, 'rb') as f:
                 return {'data': f.read().decode(errors='replace')}
+        if op == 'wait_children':
+            deadline = time.monotonic() + req.get('timeout', 10)
+            while True:
+                reap_all()
+                try:
+                    with open(f'/proc/self/task/{os.getpid()}/children') as f:
+                        left = len(f.read().split())
+                except OSError:
+                    left = 0
+                if left == 0 or time.monotonic() > deadline:
+                    return {'left': left}
+                time.sleep(0.01)
         if op == 'info':
             return {'pid': os.getpid()}
         raise ValueError(op)

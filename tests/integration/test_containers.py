@@ -111,6 +111,9 @@ def service():
     if svc.pid is not None:
         host.run(['umount', '-l', svc.mnt])
         host.wait(svc.pid, 10)
+    # what podman left behind (conmon, its `podman container cleanup`) was
+    # re-parented to the agent: let it finish before the files go
+    host.call(op='wait_children', timeout=30)
     host.close()  # the namespace, with its binds, goes with it
     bad = stderr_problems(svc.stderr())
     svc.notify.close()
