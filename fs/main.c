@@ -3,8 +3,11 @@
  *
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
- *          [FUSE options] MOUNTPOINT
+ *          [FUSE options] [SOURCE] MOUNTPOINT
  *   lockfs --guard MOUNTPOINT
+ *
+ * SOURCE is what mount(8) passes through mount.fuse3 (`mount -t fuse.lockfs
+ * lockfs /locks`); it is ignored.
  *
  * Checks the backing directory and takes it for this daemon before
  * mounting, so a misconfigured lock is a one-line error at second zero,
@@ -26,6 +29,7 @@
 #include "guard.h"
 #include "stop.h"
 #include "takeover.h"
+#include "service.h"
 #include "lockfs/backend.h"
 #include "lockfs/core.h"
 
@@ -46,6 +50,9 @@ struct options {
 	char *stale;
 	char *break_signal;
 	int show_help;
+	/* The positional arguments: [SOURCE] MOUNTPOINT. */
+	char *positional[2];
+	int n_positional;
 };
 
 #define OPT(t, p) { t, offsetof(struct options, p), 1 }
@@ -56,14 +63,84 @@ static const struct fuse_opt option_spec[] = {
 	OPT("lease=%s", lease),
 	OPT("stale=%s", stale),
 	OPT("break_signal=%s", break_signal),
+	/* mount(8)'s own options, which reach us from fstab through
+	 * mount.fuse3 (it drops only some of them): they mean nothing here. */
+	FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("nouser", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("owner", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("group", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("comment=", FUSE_OPT_KEY_DISCARD),
+	/* mount.fuse3 adds these unless told nodev/nosuid: there are no device
+	 * or set-uid files here, so keep libfuse's nodev,nosuid either way. */
+	FUSE_OPT_KEY("dev", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("suid", FUSE_OPT_KEY_DISCARD),
 	FUSE_OPT_END
 };
 
+/*
+ * fuse_opt_parse's callback for what option_spec does not name: collects
+ * the positional arguments (put back once we know which is the mount
+ * point) and drops fstab's x-* and X-* options (x-systemd.*, x-mount.*),
+ * which are for mount(8) and systemd.  Everything else goes on to libfuse.
+ */
+static int other_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct options *o = data;
+
+	(void)outargs;
+	if (key == FUSE_OPT_KEY_OPT)
+		return strncmp(arg, "x-", 2) == 0 || strncmp(arg, "X-", 2) == 0 ? 0 : 1;
+	if (key != FUSE_OPT_KEY_NONOPT)
+		return 1;
+	if (o->n_positional < 2) {
+		o->positional[o->n_positional] = strdup(arg);
+		if (!o->positional[o->n_positional])
+			return -1;
+	}
+	o->n_positional++;
+	return 0;
+}
+
+/*
+ * Sort out [SOURCE] MOUNTPOINT: hand MOUNTPOINT back to libfuse.  SOURCE
+ * means nothing: mount(8) wants one, and canonicalises it against its
+ * working directory (a file "lockfs" there turns "lockfs" into a path), so
+ * it cannot name the backing dir reliably.  Only a SOURCE that is another
+ * directory gets a warning, in case it was meant as the backing dir.
+ * Returns 0, or -1 after one line on stderr.
+ */
+static int take_positional(struct options *o, struct fuse_args *args)
+{
+	const char *source = o->n_positional == 2 ? o->positional[0] : NULL;
+	const char *backing = o->backing ? o->backing : DEFAULT_BACKING;
+	struct stat st;
+
+	if (o->n_positional > 2) {
+		fprintf(stderr, "lockfs: too many arguments: want [SOURCE] MOUNTPOINT\n");
+		return -1;
+	}
+	if (source && source[0] == '/' && strcmp(source, backing) != 0 &&
+	    stat(source, &st) == 0 && S_ISDIR(st.st_mode))
+		fprintf(stderr, "lockfs: warning: source %s is ignored; the backing dir is %s "
+			"(-o backing=DIR)\n", source, backing);
+	if (o->n_positional > 0 &&
+	    fuse_opt_add_arg(args, o->positional[o->n_positional - 1]) == -1)
+		return -1;
+	return 0;
+}
+
 static void usage(const char *prog)
 {
-	printf("usage: %s [-f] [-o OPTION[,OPTION...]] MOUNTPOINT\n"
+	printf("usage: %s [-f] [-o OPTION[,OPTION...]] [SOURCE] MOUNTPOINT\n"
 	       "       %s --guard MOUNTPOINT   make MOUNTPOINT immutable while nothing is\n"
-	       "                               mounted on it, so mkdir there fails (root)\n\n"
+	       "                               mounted on it, so mkdir there fails (root)\n"
+	       "(SOURCE, which mount(8) passes, is ignored: write lockfs)\n\n"
 	       "lockfs options:\n"
 	       "    -o backing=DIR        backing directory (default " DEFAULT_BACKING ")\n"
 	       "    -o helpers=A:B:...    programs skipped when resolving a holder\n"
@@ -270,10 +347,10 @@ int main(int argc, char *argv[])
 		return lockfs_guard_main(argc, argv);
 	pthread_mutex_init(&fs.parked_mu, NULL);
 	pthread_mutex_init(&fs.handles_mu, NULL);
-	if (fuse_opt_parse(&args, &o, option_spec, NULL) == -1)
-		return 1;
-	if (fuse_parse_cmdline(&args, &opts) != 0)
-		return 1;
+	lockfs_errlog_start();
+	if (fuse_opt_parse(&args, &o, option_spec, other_arg) == -1 ||
+	    take_positional(&o, &args) < 0 || fuse_parse_cmdline(&args, &opts) != 0)
+		goto out_args;
 	if (opts.show_help) {
 		usage(argv[0]);
 		fuse_cmdline_help();
@@ -299,7 +376,9 @@ int main(int argc, char *argv[])
 		goto out_args;
 
 	fs.proc_foreign = !proc_is_ours();
-	dirfd = open_backing(backing, !o.backing);
+	/* The default is created also when spelled out (fstab's
+	 * backing=/run/lockfs at boot, before anything made it). */
+	dirfd = open_backing(backing, strcmp(backing, DEFAULT_BACKING) == 0);
 	if (dirfd < 0)
 		goto out_args;
 	lockfd = claim_backing(dirfd, backing);
@@ -367,6 +446,9 @@ int main(int argc, char *argv[])
 		goto out_signals;
 	/* Detach only now: when `lockfs` returns, the mount is ready. */
 	fuse_daemonize(opts.foreground);
+	if (!opts.foreground && lockfs_errlog_detach() == 0)
+		fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
+			opts.mountpoint, backing);
 	record_pid(lockfd);
 	/* Threads start after the fork that detaching makes. */
 	if (lockfs_core_start(fs.core) < 0 || lockfs_stop_start() < 0) {
@@ -374,6 +456,7 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	}
 
+	lockfs_notify_ready(opts.mountpoint, backing);
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
 	} else {
@@ -395,6 +478,7 @@ int main(int argc, char *argv[])
 	}
 	/* A signal or an unmount both end the loop; either is a clean exit. */
 	ret = rc < 0 && rc != -EINTR ? 1 : 0;
+	lockfs_notify_stopping();
 out_unmount:
 	lockfs_stop_loop_ended();
 	/* No thread of ours ever waits in the kernel on this mount (we send
@@ -425,6 +509,8 @@ out_args:
 	free(o.lease);
 	free(o.stale);
 	free(o.break_signal);
+	free(o.positional[0]);
+	free(o.positional[1]);
 	fuse_opt_free_args(&args);
 	return ret;
 }

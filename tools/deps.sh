@@ -10,7 +10,8 @@ apt-get install -y -q --no-install-recommends \
 	python3-filelock python3-fasteners python3-portalocker \
 	util-linux passwd procps strace busybox-static e2fsprogs \
 	clang libclang-rt-14-dev \
-	libcurl4-openssl-dev etcd-server etcd-client openssl
+	libcurl4-openssl-dev etcd-server etcd-client openssl \
+	libsystemd-dev systemd groff-base podman runc
 # etcd-server enables etcd.service, which starts on 2379/2380 on a systemd
 # host.  lockfs's tests never use it: they start their own etcd on other
 # loopback ports (tests/integration/etcd_fixtures.py) and leave it alone.
