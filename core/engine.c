@@ -351,7 +351,8 @@ void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
 	char slug[SLUG_MAX];
 
 	(void)caller_slug(tid, slug, sizeof(slug)); /* a bad slug reads as none */
-	if (!*slug && lockfs_holder_resolve(core->procs, tid, &core->helpers, 0, &p) == 0)
+	if (!*slug && lockfs_holder_resolve(core->procs, tid, LOCKFS_UID_UNKNOWN, &core->helpers, 0,
+					     &p) == 0)
 		who_of(buf, size, NULL, p.comm, p.pid);
 	else
 		who_of(buf, size, slug, "?", tid);
@@ -482,9 +483,17 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	 * it needs no second look at /proc -- unless the caller is watched
 	 * already (a process that takes locks again and again), when the
 	 * watch is simply shared. */
-	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers,
-				   lockfs_liveness_watches_pid(core->liveness, caller->tid)
-				   ? 0 : LOCKFS_PROC_PIDFD, &holder);
+	rc = lockfs_holder_resolve(core->procs, caller->tid, caller->uid, &core->helpers,
+				   LOCKFS_PROC_NS |
+				   (lockfs_liveness_watches_pid(core->liveness, caller->tid)
+				    ? 0 : LOCKFS_PROC_PIDFD), &holder);
+	/* A helper that stops the walk at a uid boundary (`setpriv --reuid=U
+	 * mkdir`) would hold the lock only until it exits, at once: nobody
+	 * believable holds it.  A slug lock is (uid, slug)'s, not a process's. */
+	if (rc == 0 && holder.at_uid_boundary && !*slug) {
+		lockfs_proc_put(&holder);
+		rc = -EACCES;
+	}
 	if (rc < 0) {
 		if (rc == -EACCES) {
 			char uid[16];

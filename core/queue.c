@@ -462,7 +462,8 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, 0, &e->who);
+	rc = lockfs_holder_resolve(core->procs, caller->tid, caller->uid, &core->helpers,
+				   LOCKFS_PROC_NS, &e->who);
 	if (rc < 0) {
 		free(e);
 		return rc == -ESRCH ? -EACCES : rc;
@@ -865,8 +866,11 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	/* The writer as a holder (helpers skipped), resolved outside the
 	 * mutex: `setpriv --reuid=U lockctl acquire` writes as uid U for
 	 * the shell that holds the lock. */
-	if (lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, 0, &writer) < 0)
+	if (lockfs_holder_resolve(core->procs, caller->tid, caller->uid, &core->helpers, 0,
+				  &writer) < 0) {
 		writer.pid = 0;
+		writer.at_uid_boundary = false;
+	}
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
@@ -894,6 +898,14 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	    (to_slug && !*slug) || c->rec.bound != LOCKFS_BOUND_FD ||
 	    c->rec.mode != LOCKFS_EXCLUSIVE || c->rec.nshares) {
 		rc = -EINVAL;
+		goto out;
+	}
+	/* A helper that holds because the walk stopped at a uid boundary
+	 * (`setpriv --reuid=U lockctl acquire`, run by root) would keep a
+	 * process-bound lock only until it exits, at once: EACCES, as for
+	 * mkdir.  A slug lock is U's to keep. */
+	if (!to_slug && writer.at_uid_boundary && writer.pid == c->rec.holder.pid) {
+		rc = -EACCES;
 		goto out;
 	}
 	c->rec.fd_owner[0] = '\0';
