@@ -379,6 +379,9 @@ int build_record(struct lockfs_core *core, const char *name,
 	memset(rec, 0, sizeof(*rec));
 	rec->has_holder = true;
 	h->pid = p->pid;
+	h->ns_pid = p->ns_pid;
+	if (p->container[0] && !(h->container = strdup(p->container)))
+		return -ENOMEM;
 	h->start_time = p->start_time;
 	h->uid = p->uid;
 	h->gid = p->gid;

@@ -771,8 +771,12 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 		if (!e->w)
 			continue;
 		/* comm is any bytes (prctl): "o" takes the lossy string. */
-		o = json_pack("{s:i, s:o, s:i, s:s, s:s, s:s}",
-			      "pid", (int)e->who.pid, "comm", lockfs_json_string_lossy(e->who.comm),
+		o = json_pack("{s:i, s:o, s:o, s:o, s:i, s:s, s:s, s:s}",
+			      "pid", (int)e->who.pid,
+			      "ns_pid", e->who.ns_pid > 0 ? json_integer(e->who.ns_pid) : json_null(),
+			      "container", e->who.container[0]
+					   ? lockfs_json_string_lossy(e->who.container) : json_null(),
+			      "comm", lockfs_json_string_lossy(e->who.comm),
 			      "uid", (int)e->uid,
 			      "mode", e->mode == LOCKFS_SHARED ? "shared" : "exclusive",
 			      "kind", strncmp(e->owner, "posix:", 6) == 0 ? "posix" : "flock",

@@ -25,6 +25,8 @@
 
 /* Most cmdline elements a parsed record may carry. */
 #define RECORD_CMDLINE_MAX 4096
+/* Longest container id a parsed record may carry. */
+#define RECORD_CONTAINER_MAX 255
 
 char *lockfs_format_time(int64_t ms, char buf[32])
 {
@@ -201,6 +203,8 @@ static json_t *holder_json(const struct lockfs_holder *h)
 			goto fail;
 	}
 	err |= add(o, "pid", json_integer(h->pid));
+	err |= add(o, "ns_pid", h->ns_pid > 0 ? json_integer(h->ns_pid) : json_null());
+	err |= add(o, "container", opt_str_json(h->container));
 	err |= add(o, "start_time", json_integer((json_int_t)h->start_time));
 	err |= add(o, "uid", json_integer(h->uid));
 	err |= add(o, "user", opt_str_json(h->user));
@@ -429,6 +433,13 @@ static char *encode_compact(const struct lockfs_record *r, int flags, size_t *le
 
 		sb_lit(&b, "{\"pid\":");
 		sb_int(&b, h->pid);
+		sb_lit(&b, ",\"ns_pid\":");
+		if (h->ns_pid > 0)
+			sb_int(&b, h->ns_pid);
+		else
+			sb_lit(&b, "null");
+		sb_lit(&b, ",\"container\":");
+		sb_opt_str(&b, h->container);
 		sb_lit(&b, ",\"start_time\":");
 		sb_int(&b, (long long)h->start_time);
 		sb_lit(&b, ",\"uid\":");
@@ -554,6 +565,7 @@ out:
 void lockfs_holder_clear(struct lockfs_holder *h)
 {
 	free(h->user);
+	free(h->container);
 	free(h->comm);
 	free(h->host);
 	free(h->boot_id);
@@ -675,6 +687,16 @@ static int parse_holder(const json_t *o, struct lockfs_holder *h)
 	if ((rc = get_int(o, "pid", 1, INT32_MAX, &v)) < 0)
 		return rc;
 	h->pid = (pid_t)v;
+	/* ns_pid and container came later: a record without them (or with
+	 * null) knows neither. */
+	if (json_object_get(o, "ns_pid") && !json_is_null(json_object_get(o, "ns_pid"))) {
+		if ((rc = get_int(o, "ns_pid", 1, INT32_MAX, &v)) < 0)
+			return rc;
+		h->ns_pid = (pid_t)v;
+	}
+	if (json_object_get(o, "container") &&
+	    (rc = get_opt_str(o, "container", RECORD_CONTAINER_MAX, &h->container)) < 0)
+		return rc;
 	if ((rc = get_int(o, "start_time", 0, INT64_MAX, &v)) < 0)
 		return rc;
 	h->start_time = (unsigned long long)v;

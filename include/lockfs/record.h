@@ -20,6 +20,8 @@
 /* The process that holds a lock, as recorded at acquisition. */
 struct lockfs_holder {
 	pid_t pid;                     /* thread-group id in the daemon's pid ns */
+	pid_t ns_pid;                  /* its pid in its own innermost pid ns; 0 unknown */
+	char *container;               /* the container its cgroup names, or NULL */
 	unsigned long long start_time; /* /proc/PID/stat field 22, clock ticks */
 	uid_t uid;
 	gid_t gid;

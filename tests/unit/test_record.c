@@ -15,6 +15,7 @@
 #include "lockfs/record.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef"
+#define CONTAINER "c0ffeefedcba9876543210fedcba9876543210fedcba9876543210fedcba9876"
 
 /* The record's fields are char * (it owns them once parsed); tests point
  * them at literals. */
@@ -31,6 +32,8 @@ static struct lockfs_record full_record(void)
 		.has_holder = true,
 		.holder = {
 			.pid = 4242,
+			.ns_pid = 7,
+			.container = S(CONTAINER),
 			.start_time = 123456789ULL,
 			.uid = 1000,
 			.gid = 1001,
@@ -76,6 +79,8 @@ static void assert_records_equal(const struct lockfs_record *a,
 		size_t i;
 
 		assert_int_equal(a->holder.pid, b->holder.pid);
+		assert_int_equal(a->holder.ns_pid, b->holder.ns_pid);
+		assert_str_or_null_equal(a->holder.container, b->holder.container);
 		assert_int_equal(a->holder.start_time, b->holder.start_time);
 		assert_int_equal(a->holder.uid, b->holder.uid);
 		assert_int_equal(a->holder.gid, b->holder.gid);
@@ -204,7 +209,7 @@ static void test_compact_layout_and_key_order(void **state)
 	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
 	const char *want =
 		"{\"resource\":\"deploy\",\"bound\":\"process\",\"mode\":\"exclusive\","
-		"\"holder\":{\"pid\":4242,"
+		"\"holder\":{\"pid\":4242,\"ns_pid\":7,\"container\":\"" CONTAINER "\","
 		"\"start_time\":123456789,\"uid\":1000,\"user\":\"alice\","
 		"\"gid\":1001,\"comm\":\"make\","
 		"\"cmdline\":[\"flock\",\"-n\",\"/tmp/x\",\"make deploy\"],"
@@ -491,7 +496,7 @@ static const char *const top_keys[] = {
 };
 static const char *const holder_keys[] = {
 	"pid", "start_time", "uid", "user", "gid", "comm", "cmdline", "host", "boot_id",
-};
+};  /* ns_pid and container may be missing: see test_record_from_before_ns_fields */
 
 static void test_missing_fields_are_einval(void **state)
 {
@@ -521,6 +526,8 @@ static const struct {
 	{ NULL, "fence", T_INT },
 	{ NULL, "token", T_STR },
 	{ "holder", "pid", T_INT },
+	{ "holder", "ns_pid", T_INT | T_NULL },
+	{ "holder", "container", T_STR | T_NULL },
 	{ "holder", "start_time", T_INT },
 	{ "holder", "uid", T_INT },
 	{ "holder", "user", T_STR | T_NULL },
@@ -595,6 +602,34 @@ static void test_value_ranges(void **state)
 	assert_int_equal(parse_json(with("holder", "uid", json_integer(-1))), -EINVAL);
 	assert_int_equal(parse_json(with("holder", "gid", json_integer(1LL << 32))), -EINVAL);
 	assert_int_equal(parse_json(with("holder", "uid", json_integer(0))), 0);
+	assert_int_equal(parse_json(with("holder", "ns_pid", json_integer(0))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "ns_pid", json_integer(1))), 0);
+}
+
+/* Records written before ns_pid and container existed (or naming
+ * neither) parse, and know neither. */
+static void test_record_from_before_ns_fields(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	json_t *j = valid_json(), *h = json_object_get(j, "holder");
+	char *s;
+
+	assert_int_equal(json_object_del(h, "ns_pid"), 0);
+	assert_int_equal(json_object_del(h, "container"), 0);
+	s = json_dumps(j, JSON_COMPACT);
+	assert_int_equal(lockfs_record_parse(s, strlen(s), &back), 0);
+	assert_int_equal(back.holder.ns_pid, 0);
+	assert_null(back.holder.container);
+	lockfs_record_clear(&back);
+	free(s);
+	json_decref(j);
+
+	r.holder.ns_pid = 0;
+	r.holder.container = NULL;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &(size_t){ 0 });
+	assert_non_null(strstr(s, "\"ns_pid\":null,\"container\":null,"));
+	free(s);
+	round_trip(&r, 0);
 }
 
 static void test_operation_limit(void **state)
@@ -802,6 +837,7 @@ int main(void)
 		cmocka_unit_test(test_cmdline_elements_must_be_strings),
 		cmocka_unit_test(test_cmdline_limit),
 		cmocka_unit_test(test_value_ranges),
+		cmocka_unit_test(test_record_from_before_ns_fields),
 		cmocka_unit_test(test_operation_limit),
 		cmocka_unit_test(test_bad_tokens),
 		cmocka_unit_test(test_duplicate_keys_are_einval),
