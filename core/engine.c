@@ -884,15 +884,13 @@ static int view_owner(const char *name, struct cached *c, const struct lockfs_en
 		      void *arg)
 {
 	struct text_out *o = arg;
-	int flags = LOCKFS_RECORD_PRETTY;
 
-	if (!c) {
+	/* For this reader: the token and command lines only for their own
+	 * uid and root (privacy.md). */
+	if (!c)
 		*o->text = foreign_json(name, st, o->len);
-	} else {
-		if (o->reader == 0 || (c->rec.has_holder && o->reader == c->rec.holder.uid))
-			flags |= LOCKFS_RECORD_WITH_TOKEN;
-		*o->text = lockfs_record_encode(&c->rec, flags, o->len);
-	}
+	else
+		*o->text = lockfs_record_view(&c->rec, o->reader, o->len);
 	return *o->text ? 0 : -ENOMEM;
 }
 

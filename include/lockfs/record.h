@@ -104,6 +104,15 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	__attribute__((warn_unused_result));
 
 /*
+ * What reader uid READER sees in `M/NAME/owner`: R indented, with the token
+ * only when READER is 0 or holder.uid, and each holder's `cmdline` only
+ * when READER is 0 or that holder's uid (else `"cmdline": null`; see
+ * docs/privacy.md).  Returns what lockfs_record_encode() does.
+ */
+char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *len)
+	__attribute__((warn_unused_result));
+
+/*
  * Parse a record written by lockfs_record_encode(..., WITH_TOKEN).  Every
  * field is checked for presence and type; "token" must be 32 hex digits.
  * On success fills *OUT (release it with lockfs_record_clear) and returns 0.

@@ -343,6 +343,86 @@ static void test_fd_owner_matches_bound(void **state)
 	free(s);
 }
 
+/* What reader READER sees of R, as a jansson object. */
+static json_t *view_as(const struct lockfs_record *r, uid_t reader)
+{
+	size_t len;
+	char *s = lockfs_record_view(r, reader, &len);
+	json_t *j;
+
+	assert_non_null(s);
+	assert_int_equal(strlen(s), len);
+	j = json_loadb(s, len, 0, NULL);
+	assert_non_null(j);
+	free(s);
+	return j;
+}
+
+static bool shows_argv(const json_t *holder)
+{
+	return json_is_array(json_object_get(holder, "cmdline"));
+}
+
+/* issue 8 §6: the command line and the token only for the holder's uid
+ * and root; everyone else sees `"cmdline": null` and no token. */
+static void test_view_shows_cmdline_and_token_to_holder_uid_and_root(void **state)
+{
+	struct lockfs_record r = full_record(); /* holder uid 1000 */
+	uid_t readers[] = { 0, 1000, 1001 };
+
+	for (size_t i = 0; i < 3; i++) {
+		json_t *j = view_as(&r, readers[i]), *h = json_object_get(j, "holder");
+		bool mine = readers[i] != 1001;
+
+		assert_int_equal(shows_argv(h), mine);
+		if (!mine)
+			assert_true(json_is_null(json_object_get(h, "cmdline")));
+		assert_int_equal(json_object_get(j, "token") != NULL, mine);
+		assert_int_equal(shows_argv(json_array_get(json_object_get(j, "holders"), 0)),
+				 mine);
+		assert_string_equal(json_string_value(json_object_get(h, "comm")), "make");
+		json_decref(j);
+	}
+}
+
+static void test_view_judges_each_shared_holder_by_its_own_uid(void **state)
+{
+	struct lockfs_record r = full_record();
+	struct lockfs_share sh[1];
+	json_t *j, *hs;
+
+	memset(sh, 0, sizeof(sh));
+	r.bound = LOCKFS_BOUND_FD;
+	r.mode = LOCKFS_SHARED;
+	sh[0].holder = r.holder;
+	sh[0].holder.pid = 4343;
+	sh[0].holder.uid = 1001;
+	sh[0].bound = LOCKFS_BOUND_FD;
+	sh[0].fence = 8;
+	r.shares = sh;
+	r.nshares = 1;
+	j = view_as(&r, 1001);
+	hs = json_object_get(j, "holders");
+	assert_false(shows_argv(json_array_get(hs, 0))); /* uid 1000's */
+	assert_true(shows_argv(json_array_get(hs, 1)));  /* its own */
+	assert_null(json_object_get(j, "token"));       /* the token is holder.uid's */
+	json_decref(j);
+	j = view_as(&r, 0);
+	hs = json_object_get(j, "holders");
+	assert_true(shows_argv(json_array_get(hs, 0)) && shows_argv(json_array_get(hs, 1)));
+	json_decref(j);
+}
+
+static void test_the_stored_record_keeps_every_cmdline(void **state)
+{
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_PRETTY, &len);
+
+	assert_non_null(strstr(s, "make deploy"));
+	free(s);
+}
+
 static void test_pretty_is_indented_and_parses(void **state)
 {
 	struct lockfs_record r = full_record(), back;
@@ -829,6 +909,9 @@ int main(void)
 		cmocka_unit_test(test_shared_fd_record_round_trip),
 		cmocka_unit_test(test_fd_owner_matches_bound),
 		cmocka_unit_test(test_token_only_with_flag),
+		cmocka_unit_test(test_view_shows_cmdline_and_token_to_holder_uid_and_root),
+		cmocka_unit_test(test_view_judges_each_shared_holder_by_its_own_uid),
+		cmocka_unit_test(test_the_stored_record_keeps_every_cmdline),
 		cmocka_unit_test(test_record_without_token_does_not_parse),
 		cmocka_unit_test(test_invalid_utf8_is_replaced),
 		cmocka_unit_test(test_valid_json_control_parses),
