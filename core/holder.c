@@ -673,12 +673,12 @@ static const char *set_name(const struct lockfs_helpers *h, size_t i)
 	return i < h->genuine->nnames ? h->names[i] : multicall_names[i - h->genuine->nnames];
 }
 
-/* Look up set I's files in the daemon's root again.  Called with h->mu
- * held (or before anyone else can see H). */
-static void refresh_set(struct lockfs_helpers *h, size_t i)
+/* Look set I's files up in the daemon's root, into *SET (its found
+ * files only).  Reads only what never changes after parse (rootfd, root,
+ * self_dir, the names), so it needs no lock. */
+static void lookup_set(const struct lockfs_helpers *h, size_t i, struct genuine_set *set)
 {
 	struct lockfs_genuine *g = h->genuine;
-	struct genuine_set *set = &g->sets[i];
 	const char *name = set_name(h, i);
 
 	set->nfound = g->rootfd >= 0 ? find_in_root(g->rootfd, &g->root, name, set->found,
@@ -737,9 +737,16 @@ static bool genuine_helper(const struct lockfs_proc_source *src, struct lockfs_h
 	if (fstat(rootfd, &root) == 0) {
 		if (root.st_dev == h->genuine->root.st_dev &&
 		    root.st_ino == h->genuine->root.st_ino) {
+			/* Look again (an upgrade replaces the file), outside
+			 * the lock: the other helpers' checks need not wait. */
+			struct genuine_set fresh;
+			struct genuine_set *set = &h->genuine->sets[i];
+
+			lookup_set(h, (size_t)i, &fresh);
 			pthread_mutex_lock(&h->mu);
-			refresh_set(h, (size_t)i);
-			ok = in_set(&h->genuine->sets[i], exe);
+			memcpy(set->found, fresh.found, sizeof(set->found));
+			set->nfound = fresh.nfound;
+			ok = in_set(set, exe);
 			pthread_mutex_unlock(&h->mu);
 		} else {
 			struct file_id id;
@@ -808,7 +815,7 @@ static int genuine_init(struct lockfs_helpers *h, size_t count)
 	g->self_dir = self_dir();
 	h->genuine = g;
 	for (size_t i = 0; i < count + NMULTI; i++)
-		refresh_set(h, i);
+		lookup_set(h, i, &g->sets[i]); /* nobody else sees H yet */
 	return 0;
 }
 
