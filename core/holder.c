@@ -277,9 +277,18 @@ static void copy_str(char *dst, size_t size, const char *src)
 	dst[len] = '\0';
 }
 
+/* Multi-call binaries, whose applets are judged by the binary itself:
+ * busybox, toybox, and coreutils built as one program (uutils, Fedora's
+ * coreutils-single). */
+static const char *const multicall_names[] = { "busybox", "toybox", "coreutils" };
+#define NMULTI (sizeof(multicall_names) / sizeof(multicall_names[0]))
+
 static bool is_multicall(const char *name)
 {
-	return strcmp(name, "busybox") == 0 || strcmp(name, "toybox") == 0;
+	for (size_t i = 0; i < NMULTI; i++)
+		if (strcmp(name, multicall_names[i]) == 0)
+			return true;
+	return false;
 }
 
 static const char *base_name(const char *path)
@@ -496,9 +505,6 @@ static const char *const system_dirs[] = {
 	"usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin",
 };
 
-/* Multi-call binaries, whose applets are judged by the binary itself. */
-static const char *const multicall_names[] = { "busybox", "toybox" };
-#define NMULTI (sizeof(multicall_names) / sizeof(multicall_names[0]))
 
 /* Most distinct files one name may be (system_dirs, plus the lockctl
  * beside the daemon). */

@@ -904,11 +904,14 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		rc = -EINVAL;
 		goto out;
 	}
-	/* A helper that holds because the walk stopped at a uid boundary
-	 * (`setpriv --reuid=U lockctl acquire`, run by root) would keep a
-	 * process-bound lock only until it exits, at once: EACCES, as for
-	 * mkdir.  A slug lock is U's to keep. */
-	if (!to_slug && writer.at_uid_boundary && writer.pid == c->rec.holder.pid) {
+	/* A writer named like a helper that binds the lock to itself is a
+	 * lockctl that was not skipped: one past a uid boundary (`setpriv
+	 * --reuid=U lockctl acquire`, run by root) or a copy that is not the
+	 * genuine one (holder.md).  It exits at once, and with it a
+	 * process-bound lock: EACCES, as mkdir gets, rather than no lock.
+	 * A slug lock is the writer's uid's to keep. */
+	if (!to_slug && writer.pid == c->rec.holder.pid &&
+	    lockfs_helpers_contains(&core->helpers, writer.exe)) {
 		rc = -EACCES;
 		goto out;
 	}

@@ -31,9 +31,9 @@ struct lockfs_proc {
 	 * (basename of argv[0]); "" when unreadable (kernel thread, gone)
 	 * or not asked for */
 	char exe[256];
-	/* "busybox" or "toybox" when exe names an applet of that binary,
-	 * else "": the file a genuine applet must be (see holder.md). */
-	char multicall[8];
+	/* "busybox", "toybox" or "coreutils" when exe names an applet of
+	 * that binary, else "": the file a genuine applet must be. */
+	char multicall[16];
 	/* Set by lockfs_holder_resolve() on the holder it returns: this
 	 * process is a genuine helper, but its parent runs as another uid, so
 	 * the walk stopped here (holder.md, "The uid boundary"). */
@@ -119,7 +119,7 @@ bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe);
 
 /*
  * Also accept the file (DEV, INO) as a genuine NAME (NAME must be on the
- * list, or "busybox"/"toybox").  For tests, which describe processes that
+ * list, or "busybox", "toybox" or "coreutils").  For tests, which describe processes that
  * run no real file.  0, -ENOENT (not on the list) or -ENOSPC.
  */
 int lockfs_helpers_trust_file(struct lockfs_helpers *h, const char *name, dev_t dev,

@@ -255,3 +255,17 @@ def test_lockctl_acquire_as_another_uid_fails_instead_of_binding_to_itself(mnt_a
     assert r.returncode != 0 and b'Permission denied' in r.stderr, r
     wait_free(mnt_ao, 'l')
     assert 'bound' not in [l.event for l in log_for(mnt_ao.dir, 'l')]
+
+
+def test_a_copy_of_lockctl_cannot_bind_the_lock_to_itself(mnt_ao, users, user_bin):
+    """A lockctl that is not the genuine one is not skipped: it would hold the
+    lock itself, and its exit would end it.  `lockctl acquire` must fail
+    loudly rather than leave no lock behind."""
+    copy = user_bin.put('lockctl', os.path.join(
+        os.environ.get('LOCKFS_BUILD', '/work/main/build'), 'tools', 'lockctl'))
+    r = subprocess.run(_as_user(users[0], [copy, '--mount', mnt_ao.mnt, 'acquire', 'k']),
+                       capture_output=True, timeout=RUN_TIMEOUT,
+                       env={k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'})
+    assert r.returncode != 0 and b'Permission denied' in r.stderr, r
+    wait_free(mnt_ao, 'k')
+    assert 'bound' not in [l.event for l in log_for(mnt_ao.dir, 'k')]

@@ -83,6 +83,7 @@ static const struct fake_proc fake_table[] = {
 	ROW(1600, 500, 500, 8000, "mkdir", .file = FAKE),  /* ~/bin/mkdir, a python */
 	ROW(1610, 500, 500, 8100, "mkdir", .file = FAKE, .multicall = "busybox"), /* ~/bin/busybox mkdir */
 	ROW(1620, 500, 500, 8200, "mkdir", .multicall = "busybox"), /* /bin/busybox mkdir */
+	ROW(1630, 500, 500, 8300, "mkdir", .multicall = "coreutils"), /* coreutils-single */
 	ROW(1700, 400, 1700, 9000, "bash", .uid = UID_ROOT),  /* a root shell */
 	ROW(1701, 1700, 1700, 9001, "mkdir", .uid = 4242),    /* setpriv --reuid=4242 mkdir */
 	ROW(1702, 1700, 1700, 9002, "env", .file = FAKE, .uid = 4242),         /* ... ~/bin/env */
@@ -232,6 +233,8 @@ static int setup_helpers(void **state)
 	for (char **n = h->names; *n; n++)
 		assert_int_equal(lockfs_helpers_trust_file(h, *n, FAKE_DEV, name_ino(*n)), 0);
 	assert_int_equal(lockfs_helpers_trust_file(h, "busybox", FAKE_DEV, name_ino("busybox")), 0);
+	assert_int_equal(lockfs_helpers_trust_file(h, "coreutils", FAKE_DEV, name_ino("coreutils")),
+			 0);
 	*state = h;
 	fake_reads = 0;
 	return 0;
@@ -883,6 +886,7 @@ static void test_busybox_applets_are_judged_by_their_binary(void **state)
 
 	assert_int_equal(resolve_b(state, 1610, &b), 1610); /* a copy of busybox */
 	assert_int_equal(resolve_b(state, 1620, &b), 500);  /* the system's */
+	assert_int_equal(resolve_b(state, 1630, &b), 500);  /* one-binary coreutils */
 }
 
 static void test_a_helper_under_a_parent_of_another_uid_stops_the_walk(void **state)
