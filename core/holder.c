@@ -447,21 +447,45 @@ static void read_own_pidns(void)
 }
 
 /*
- * lockfs_proc_source.read_ns on the real /proc.  A process in the daemon's
- * own pid namespace is its own ns_pid and is taken for no container: one
- * readlink, where status and cgroup would cost ~25 us on every mkdir.  Only
- * a process in another pid namespace (a container's) has both read.
+ * Processes lately seen in the daemon's own pid namespace, by (pid, start
+ * time): a process's pid namespace never changes, and the same holders (a
+ * shell running a script, a program taking lock after lock) come back
+ * again and again.  Direct-mapped by pid; protected by same_ns_mu.
+ */
+#define SAME_NS_SLOTS 256
+static struct {
+	pid_t pid;
+	unsigned long long start;
+} same_ns[SAME_NS_SLOTS];
+static pthread_mutex_t same_ns_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * lockfs_proc_source.read_ns on the real /proc.  P->pid is PID and
+ * P->start_time its start time.  A process in the daemon's own pid
+ * namespace is its own ns_pid and is taken for no container: one readlink
+ * the first time it is seen, where status and cgroup would cost ~25 us on
+ * every mkdir.  Only a process in another pid namespace (a container's)
+ * has both read, every time (its cgroup may change).
  */
 static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 {
 	char path[64], ns[64], buf[4096];
+	size_t slot = (size_t)pid % SAME_NS_SLOTS;
 	unsigned long long v;
+	bool seen;
 	ssize_t n;
 	int rc;
 
 	(void)ctx;
 	p->ns_pid = 0;
 	p->container[0] = '\0';
+	pthread_mutex_lock(&same_ns_mu);
+	seen = same_ns[slot].pid == pid && same_ns[slot].start == p->start_time;
+	pthread_mutex_unlock(&same_ns_mu);
+	if (seen) {
+		p->ns_pid = pid;
+		return 0;
+	}
 	pthread_once(&own_pidns_once, read_own_pidns);
 	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
 	n = readlink(path, ns, sizeof(ns) - 1);
@@ -470,6 +494,10 @@ static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 	ns[n] = '\0';
 	if (own_pidns[0] && strcmp(ns, own_pidns) == 0) {
 		p->ns_pid = pid;
+		pthread_mutex_lock(&same_ns_mu);
+		same_ns[slot].pid = pid;
+		same_ns[slot].start = p->start_time;
+		pthread_mutex_unlock(&same_ns_mu);
 		return 0;
 	}
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);

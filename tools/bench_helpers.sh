@@ -87,7 +87,7 @@ start "$NEW" "$W/t/new" "$W/m-new"
 PID_new=${PIDS[1]}
 
 cpu_ns() { # PID: the CPU time of all its threads so far, in ns
-	cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%d", t }'
+	cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%.0f", t }'
 }
 
 helper() { # MOUNTPOINT: µs per name, mkdir(1) then rmdir(1) over NAMES names

@@ -74,8 +74,8 @@ void lockfs_proc_put(struct lockfs_proc *p);
  *   0 or -errno.
  * - open_root(): an O_PATH descriptor of PID's root directory
  *   (/proc/PID/root), which the caller closes; or -errno.
- * - read_ns(): fill ns_pid and container of *P, the process P->pid.
- *   0 or -errno.
+ * - read_ns(): fill ns_pid and container of *P, the process P->pid that
+ *   started at P->start_time.  0 or -errno.
  */
 struct lockfs_proc_source {
 	int (*read_tid)(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out);

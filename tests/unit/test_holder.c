@@ -1136,9 +1136,19 @@ static void test_real_ns_of_a_process_in_our_pid_namespace(void **state)
 	struct lockfs_proc p;
 
 	memset(&p, 0, sizeof(p));
+	p.pid = getpid();
+	p.start_time = real_start_time(getpid());
 	assert_int_equal(lockfs_proc_real.read_ns(NULL, getpid(), &p), 0);
 	assert_int_equal(p.ns_pid, getpid());
 	assert_string_equal(p.container, "");
+	/* again, now that it is known to be in our namespace */
+	p.ns_pid = 0;
+	assert_int_equal(lockfs_proc_real.read_ns(NULL, getpid(), &p), 0);
+	assert_int_equal(p.ns_pid, getpid());
+	/* a process that is gone: an error, nothing made up */
+	p.start_time++;
+	assert_true(lockfs_proc_real.read_ns(NULL, INT_MAX, &p) < 0);
+	assert_int_equal(p.ns_pid, 0);
 }
 
 static void test_real_a_copy_of_a_system_binary_is_not_genuine(void **state)
