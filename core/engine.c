@@ -380,8 +380,10 @@ int build_record(struct lockfs_core *core, const char *name,
 	rec->has_holder = true;
 	h->pid = p->pid;
 	h->ns_pid = p->ns_pid;
-	if (p->container[0] && !(h->container = strdup(p->container)))
-		return -ENOMEM;
+	if (p->container[0] && !(h->container = strdup(p->container))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
 	h->start_time = p->start_time;
 	h->uid = p->uid;
 	h->gid = p->gid;

@@ -867,14 +867,12 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	slug[0] = '\0';
 	if (to_slug && caller_slug(caller->tid, slug, sizeof(slug)) < 0)
 		slug[0] = '\0';
-	/* The writer as a holder (helpers skipped), resolved outside the
-	 * mutex: `setpriv --reuid=U lockctl acquire` writes as uid U for
-	 * the shell that holds the lock. */
+	/* The writer as a holder (genuine helpers of its own uid skipped),
+	 * resolved outside the mutex: `lockctl acquire` writes for the shell
+	 * that ran it. */
 	if (lockfs_holder_resolve(core->procs, caller->tid, caller->uid, &core->helpers, 0,
-				  &writer) < 0) {
+				  &writer) < 0)
 		writer.pid = 0;
-		writer.at_uid_boundary = false;
-	}
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, false, &c);
@@ -885,9 +883,10 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		goto out;
 	}
 	/* "The resolved holder ... may write": the writer that resolves to
-	 * the holder itself, whatever its uid (it asked for the fd lock
-	 * through a helper such as lockctl); any other descendant by the
-	 * rmdir rule.  Anyone else: EPERM, whatever they wrote. */
+	 * the holder itself (it asked for the fd lock through a genuine
+	 * helper such as lockctl, which never leads across a uid boundary
+	 * but through sudo); any other descendant by the rmdir rule.  Anyone
+	 * else: EPERM, whatever they wrote. */
 	if (!(writer.pid > 0 && writer.pid == c->rec.holder.pid &&
 	      writer.start_time == c->rec.holder.start_time &&
 	      strcmp(c->rec.holder.boot_id, core->boot_id) == 0))
