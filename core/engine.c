@@ -351,7 +351,8 @@ void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
 	char slug[SLUG_MAX];
 
 	(void)caller_slug(tid, slug, sizeof(slug)); /* a bad slug reads as none */
-	if (!*slug && lockfs_holder_resolve(core->procs, tid, &core->helpers, 0, &p) == 0)
+	if (!*slug && lockfs_holder_resolve(core->procs, tid, LOCKFS_UID_UNKNOWN, &core->helpers, 0,
+					     &p) == 0)
 		who_of(buf, size, NULL, p.comm, p.pid);
 	else
 		who_of(buf, size, slug, "?", tid);
@@ -378,6 +379,11 @@ int build_record(struct lockfs_core *core, const char *name,
 	memset(rec, 0, sizeof(*rec));
 	rec->has_holder = true;
 	h->pid = p->pid;
+	h->ns_pid = p->ns_pid;
+	if (p->container[0] && !(h->container = strdup(p->container))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
 	h->start_time = p->start_time;
 	h->uid = p->uid;
 	h->gid = p->gid;
@@ -482,9 +488,17 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	 * it needs no second look at /proc -- unless the caller is watched
 	 * already (a process that takes locks again and again), when the
 	 * watch is simply shared. */
-	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers,
-				   lockfs_liveness_watches_pid(core->liveness, caller->tid)
-				   ? 0 : LOCKFS_PROC_PIDFD, &holder);
+	rc = lockfs_holder_resolve(core->procs, caller->tid, caller->uid, &core->helpers,
+				   LOCKFS_PROC_NS |
+				   (lockfs_liveness_watches_pid(core->liveness, caller->tid)
+				    ? 0 : LOCKFS_PROC_PIDFD), &holder);
+	/* A helper that stops the walk at a uid boundary (`setpriv --reuid=U
+	 * mkdir`) would hold the lock only until it exits, at once: nobody
+	 * believable holds it.  A slug lock is (uid, slug)'s, not a process's. */
+	if (rc == 0 && holder.at_uid_boundary && !*slug) {
+		lockfs_proc_put(&holder);
+		rc = -EACCES;
+	}
 	if (rc < 0) {
 		if (rc == -EACCES) {
 			char uid[16];
@@ -872,15 +886,13 @@ static int view_owner(const char *name, struct cached *c, const struct lockfs_en
 		      void *arg)
 {
 	struct text_out *o = arg;
-	int flags = LOCKFS_RECORD_PRETTY;
 
-	if (!c) {
+	/* For this reader: the token and command lines only for their own
+	 * uid and root (privacy.md). */
+	if (!c)
 		*o->text = foreign_json(name, st, o->len);
-	} else {
-		if (o->reader == 0 || (c->rec.has_holder && o->reader == c->rec.holder.uid))
-			flags |= LOCKFS_RECORD_WITH_TOKEN;
-		*o->text = lockfs_record_encode(&c->rec, flags, o->len);
-	}
+	else
+		*o->text = lockfs_record_view(&c->rec, o->reader, o->len);
 	return *o->text ? 0 : -ENOMEM;
 }
 

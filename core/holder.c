@@ -9,11 +9,20 @@
  * skipped (plus comm or cmdline for busybox/toybox, whose exe says nothing), and
  * status -- the dearest file, ~10 us -- only for a non-leader thread's
  * Tgid or where uid and gid are asked for.
+ *
+ * A helper is skipped only when it is genuine: the very file (device and
+ * inode) that its name stands for in the system directories of its root.
+ * The daemon's own root is looked up once and cached, so a genuine helper
+ * costs one stat(2) of /proc/PID/exe; a miss looks again (a package
+ * upgrade replaces the file), and a process in another root (a container)
+ * is looked up in that root, through /proc/PID/root.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,9 +277,18 @@ static void copy_str(char *dst, size_t size, const char *src)
 	dst[len] = '\0';
 }
 
+/* Multi-call binaries, whose applets are judged by the binary itself:
+ * busybox, toybox, and coreutils built as one program (uutils, Fedora's
+ * coreutils-single). */
+static const char *const multicall_names[] = { "busybox", "toybox", "coreutils" };
+#define NMULTI (sizeof(multicall_names) / sizeof(multicall_names[0]))
+
 static bool is_multicall(const char *name)
 {
-	return strcmp(name, "busybox") == 0 || strcmp(name, "toybox") == 0;
+	for (size_t i = 0; i < NMULTI; i++)
+		if (strcmp(name, multicall_names[i]) == 0)
+			return true;
+	return false;
 }
 
 static const char *base_name(const char *path)
@@ -328,8 +346,10 @@ static void read_exe(pid_t pid, struct lockfs_proc *out)
 	base = base ? base + 1 : target;
 	copy_str(out->exe, sizeof(out->exe), base);
 	/* A multi-call binary tells what it is running only through argv[0]. */
-	if (is_multicall(out->exe))
+	if (is_multicall(out->exe)) {
+		copy_str(out->multicall, sizeof(out->multicall), out->exe);
 		read_applet(pid, out->comm, out->exe, sizeof(out->exe));
+	}
 }
 
 void lockfs_proc_put(struct lockfs_proc *p)
@@ -393,10 +413,384 @@ fail:
 	return rc;
 }
 
+/* lockfs_proc_source.exe_stat on the real /proc. */
+static int proc_exe_stat(void *ctx, pid_t pid, struct stat *st)
+{
+	char path[64];
+
+	(void)ctx;
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	return stat(path, st) == 0 ? 0 : proc_errno(errno);
+}
+
+/* lockfs_proc_source.open_root on the real /proc. */
+static int proc_open_root(void *ctx, pid_t pid)
+{
+	char path[64];
+	int fd;
+
+	(void)ctx;
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
+	fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	return fd >= 0 ? fd : proc_errno(errno);
+}
+
+/* The daemon's own pid namespace, "pid:[INODE]", read once. */
+static char own_pidns[64];
+static pthread_once_t own_pidns_once = PTHREAD_ONCE_INIT;
+
+static void read_own_pidns(void)
+{
+	ssize_t n = readlink("/proc/self/ns/pid", own_pidns, sizeof(own_pidns) - 1);
+
+	own_pidns[n > 0 ? n : 0] = '\0';
+}
+
+/*
+ * Processes lately seen in the daemon's own pid namespace, by (pid, start
+ * time): a process's pid namespace never changes, and the same holders (a
+ * shell running a script, a program taking lock after lock) come back
+ * again and again.  Direct-mapped by pid; protected by same_ns_mu.
+ */
+#define SAME_NS_SLOTS 256
+static struct {
+	pid_t pid;
+	unsigned long long start;
+} same_ns[SAME_NS_SLOTS];
+static pthread_mutex_t same_ns_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * lockfs_proc_source.read_ns on the real /proc.  P->pid is PID and
+ * P->start_time its start time.  A process in the daemon's own pid
+ * namespace is its own ns_pid and is taken for no container: one readlink
+ * the first time it is seen, where status and cgroup would cost ~25 us on
+ * every mkdir.  Only a process in another pid namespace (a container's)
+ * has both read, every time (its cgroup may change).
+ */
+static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
+{
+	char path[64], ns[64], buf[4096];
+	size_t slot = (size_t)pid % SAME_NS_SLOTS;
+	unsigned long long v;
+	bool seen;
+	ssize_t n;
+	int rc;
+
+	(void)ctx;
+	p->ns_pid = 0;
+	p->container[0] = '\0';
+	pthread_mutex_lock(&same_ns_mu);
+	seen = same_ns[slot].pid == pid && same_ns[slot].start == p->start_time;
+	pthread_mutex_unlock(&same_ns_mu);
+	if (seen) {
+		p->ns_pid = pid;
+		return 0;
+	}
+	pthread_once(&own_pidns_once, read_own_pidns);
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+	n = readlink(path, ns, sizeof(ns) - 1);
+	if (n <= 0)
+		return proc_errno(errno);
+	ns[n] = '\0';
+	if (own_pidns[0] && strcmp(ns, own_pidns) == 0) {
+		p->ns_pid = pid;
+		pthread_mutex_lock(&same_ns_mu);
+		same_ns[slot].pid = pid;
+		same_ns[slot].start = p->start_time;
+		pthread_mutex_unlock(&same_ns_mu);
+		return 0;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	n = read_small(path, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	/* NSpid lists the pid in every namespace, outermost first. */
+	for (int i = 0; (rc = status_num(buf, "NSpid", i, &v)) == 0; i++)
+		if (v > 0 && v <= INT_MAX)
+			p->ns_pid = (pid_t)v;
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	n = read_small(path, buf, sizeof(buf));
+	if (n > 0)
+		lockfs_container_of_cgroup(buf, p->container, sizeof(p->container));
+	return 0;
+}
+
 const struct lockfs_proc_source lockfs_proc_real = {
 	.read_tid = proc_read_tid,
 	.ctx = NULL,
+	.exe_stat = proc_exe_stat,
+	.open_root = proc_open_root,
+	.read_ns = proc_read_ns,
 };
+
+/* ---- genuine helpers ------------------------------------------------ */
+
+/*
+ * Where a helper's name is looked up, in a process's root: the standard
+ * PATH of root on Debian.  A helper is genuine only as one of these files.
+ */
+static const char *const system_dirs[] = {
+	"usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin",
+};
+
+
+/* Most distinct files one name may be (system_dirs, plus the lockctl
+ * beside the daemon). */
+#define FILES_MAX 8
+/* Most files tests may add per name (lockfs_helpers_trust_file). */
+#define TRUSTED_MAX 4
+
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+};
+
+/* The genuine files of one name. */
+struct genuine_set {
+	struct file_id found[FILES_MAX];   /* looked up in the daemon's root */
+	size_t nfound;
+	struct file_id trusted[TRUSTED_MAX]; /* added by lockfs_helpers_trust_file */
+	size_t ntrusted;
+};
+
+struct lockfs_genuine {
+	int rootfd;          /* O_PATH of the daemon's "/" */
+	struct stat root;    /* its fstat: id and owner */
+	char *self_dir;      /* the directory of the daemon's executable, or NULL */
+	size_t nnames;       /* helpers; then NMULTI multi-call binaries */
+	struct genuine_set *sets;
+};
+
+static long sys_openat2(int dirfd, const char *path, int flags, unsigned long long resolve)
+{
+	struct open_how how = { .flags = (unsigned long long)flags | O_CLOEXEC,
+				.resolve = resolve };
+
+	return syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
+/* May a file or directory ST, under a root owned by OWNER, be trusted as
+ * the system's: owned by root (or OWNER) and writable by nobody else? */
+static bool owned_safely(const struct stat *st, uid_t owner)
+{
+	return (st->st_uid == 0 || st->st_uid == owner) && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/*
+ * Is directory DIRFD trusted all the way up to the root ROOT: it and every
+ * directory above it (through "..", so symlinks in the path that reached
+ * it do not matter) safely owned?  DIRFD is left open.
+ */
+static bool dir_chain_trusted(int dirfd, const struct stat *root, uid_t owner)
+{
+	int fd = openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	bool ok = false;
+
+	for (int depth = 0; fd >= 0 && depth < 64; depth++) {
+		struct stat st;
+		int up;
+
+		if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || !owned_safely(&st, owner))
+			break;
+		if (st.st_dev == root->st_dev && st.st_ino == root->st_ino) {
+			ok = true;
+			break;
+		}
+		up = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = up;
+	}
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Add ID to the N ids at SET (room for MAX) unless it is there.  Returns
+ * the new count. */
+static size_t add_id(struct file_id *set, size_t n, size_t max, dev_t dev, ino_t ino)
+{
+	for (size_t i = 0; i < n; i++)
+		if (set[i].dev == dev && set[i].ino == ino)
+			return n;
+	if (n < max) {
+		set[n].dev = dev;
+		set[n].ino = ino;
+		n++;
+	}
+	return n;
+}
+
+/* Is the file FD (of directory DIRFD) a safely owned executable in a
+ * trusted directory?  Fills *ST. */
+static bool trusted_file(int fd, int dirfd, const struct stat *root, uid_t owner,
+			 struct stat *st)
+{
+	return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && (st->st_mode & 0111) &&
+	       owned_safely(st, owner) && dir_chain_trusted(dirfd, root, owner);
+}
+
+/*
+ * The files NAME stands for in the system directories under ROOTFD (a
+ * root directory whose fstat is ROOT), into OUT (room for MAX).  Each must
+ * be a safely owned executable whose directory is trusted up to the root;
+ * symlinks are followed as that root sees them (RESOLVE_IN_ROOT).  Stops
+ * early once WANT (when not NULL) is found.  Returns the count.
+ */
+static size_t find_in_root(int rootfd, const struct stat *root, const char *name,
+			   struct file_id *out, size_t max, const struct stat *want)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(system_dirs) / sizeof(system_dirs[0]) && n < max; i++) {
+		char path[PATH_MAX];
+		struct stat st;
+		int dirfd, fd;
+
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", system_dirs[i], name) >=
+		    sizeof(path))
+			continue;
+		fd = (int)sys_openat2(rootfd, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+		if (fd < 0)
+			continue;
+		/* Cheap first: only a file with the right id is worth the
+		 * walk up its directories. */
+		if (fstat(fd, &st) < 0 ||
+		    (want && (st.st_dev != want->st_dev || st.st_ino != want->st_ino))) {
+			close(fd);
+			continue;
+		}
+		dirfd = (int)sys_openat2(rootfd, system_dirs[i], O_PATH | O_DIRECTORY,
+					 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+		if (dirfd >= 0 && trusted_file(fd, dirfd, root, root->st_uid, &st))
+			n = add_id(out, n, max, st.st_dev, st.st_ino);
+		if (dirfd >= 0)
+			close(dirfd);
+		close(fd);
+		if (want && n)
+			break;
+	}
+	return n;
+}
+
+/* The lockctl that came with the daemon: beside its executable (as
+ * installed) or in tools/ below it (as meson builds it), when that
+ * directory is trusted as the daemon's: owned by root or by the daemon's
+ * user, and writable by nobody else.  Adds what it finds to SET. */
+static void find_beside_daemon(struct lockfs_genuine *g, struct genuine_set *set)
+{
+	static const char *const where[] = { ".", "tools" };
+
+	for (size_t i = 0; g->self_dir && i < sizeof(where) / sizeof(where[0]); i++) {
+		char path[PATH_MAX];
+		struct stat st;
+		int dirfd, fd;
+
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", g->self_dir, where[i]) >=
+		    sizeof(path))
+			continue;
+		dirfd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dirfd < 0)
+			continue;
+		fd = openat(dirfd, "lockctl", O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && trusted_file(fd, dirfd, &g->root, geteuid(), &st))
+			set->nfound = add_id(set->found, set->nfound, FILES_MAX, st.st_dev,
+					     st.st_ino);
+		if (fd >= 0)
+			close(fd);
+		close(dirfd);
+	}
+}
+
+/* Name I of the set (a helper, or a multi-call binary). */
+static const char *set_name(const struct lockfs_helpers *h, size_t i)
+{
+	return i < h->genuine->nnames ? h->names[i] : multicall_names[i - h->genuine->nnames];
+}
+
+/* Look set I's files up in the daemon's root, into *SET (its found
+ * files only).  Reads only what never changes after parse (rootfd, root,
+ * self_dir, the names), so it needs no lock. */
+static void lookup_set(const struct lockfs_helpers *h, size_t i, struct genuine_set *set)
+{
+	struct lockfs_genuine *g = h->genuine;
+	const char *name = set_name(h, i);
+
+	set->nfound = g->rootfd >= 0 ? find_in_root(g->rootfd, &g->root, name, set->found,
+						    FILES_MAX, NULL) : 0;
+	if (strcmp(name, "lockctl") == 0)
+		find_beside_daemon(g, set);
+}
+
+/* The index of NAME's set, or -1. */
+static long set_index(const struct lockfs_helpers *h, const char *name)
+{
+	size_t total = h->genuine ? h->genuine->nnames + NMULTI : 0;
+
+	for (size_t i = 0; i < total; i++)
+		if (strcmp(set_name(h, i), name) == 0)
+			return (long)i;
+	return -1;
+}
+
+static bool in_set(const struct genuine_set *set, const struct stat *st)
+{
+	for (size_t i = 0; i < set->nfound; i++)
+		if (set->found[i].dev == st->st_dev && set->found[i].ino == st->st_ino)
+			return true;
+	for (size_t i = 0; i < set->ntrusted; i++)
+		if (set->trusted[i].dev == st->st_dev && set->trusted[i].ino == st->st_ino)
+			return true;
+	return false;
+}
+
+/*
+ * Is process P running the genuine file of helper P->exe (for an applet,
+ * of its multi-call binary)?  *EXE gets the file's stat.  The daemon's
+ * cached files first (one stat); on a miss, the files are looked up again
+ * in P's root: the daemon's (and the cache refreshed) or a container's.
+ */
+static bool genuine_helper(const struct lockfs_proc_source *src, struct lockfs_helpers *h,
+			   const struct lockfs_proc *p, struct stat *exe)
+{
+	const char *name = p->multicall[0] ? p->multicall : p->exe;
+	long i = set_index(h, name);
+	struct stat root;
+	bool ok;
+	int rootfd;
+
+	if (i < 0 || !src->exe_stat || src->exe_stat(src->ctx, p->pid, exe) < 0)
+		return false;
+	pthread_mutex_lock(&h->mu);
+	ok = in_set(&h->genuine->sets[i], exe);
+	pthread_mutex_unlock(&h->mu);
+	if (ok || !src->open_root)
+		return ok;
+	rootfd = src->open_root(src->ctx, p->pid);
+	if (rootfd < 0)
+		return false;
+	if (fstat(rootfd, &root) == 0) {
+		if (root.st_dev == h->genuine->root.st_dev &&
+		    root.st_ino == h->genuine->root.st_ino) {
+			/* Look again (an upgrade replaces the file), outside
+			 * the lock: the other helpers' checks need not wait. */
+			struct genuine_set fresh;
+			struct genuine_set *set = &h->genuine->sets[i];
+
+			lookup_set(h, (size_t)i, &fresh);
+			pthread_mutex_lock(&h->mu);
+			memcpy(set->found, fresh.found, sizeof(set->found));
+			set->nfound = fresh.nfound;
+			ok = in_set(set, exe);
+			pthread_mutex_unlock(&h->mu);
+		} else {
+			struct file_id id;
+
+			ok = find_in_root(rootfd, &root, name, &id, 1, exe) == 1;
+		}
+	}
+	close(rootfd);
+	return ok;
+}
 
 void lockfs_helpers_free(struct lockfs_helpers *h)
 {
@@ -406,11 +800,62 @@ void lockfs_helpers_free(struct lockfs_helpers *h)
 		free(*n);
 	free(h->names);
 	h->names = NULL;
+	if (h->genuine) {
+		if (h->genuine->rootfd >= 0)
+			close(h->genuine->rootfd);
+		free(h->genuine->self_dir);
+		free(h->genuine->sets);
+		free(h->genuine);
+		h->genuine = NULL;
+	}
+	pthread_mutex_destroy(&h->mu);
+}
+
+/* The directory of the daemon's executable, malloc'd, or NULL. */
+static char *self_dir(void)
+{
+	char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return NULL;
+	path[n] = '\0';
+	slash = strrchr(path, '/');
+	if (!slash || strstr(path, " (deleted)"))
+		return NULL;
+	*slash = '\0';
+	return strdup(*path ? path : "/");
+}
+
+/* Find the genuine files of every name of H (just parsed).  0 or -ENOMEM. */
+static int genuine_init(struct lockfs_helpers *h, size_t count)
+{
+	struct lockfs_genuine *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return -ENOMEM;
+	g->nnames = count;
+	g->sets = calloc(count + NMULTI, sizeof(*g->sets));
+	if (!g->sets) {
+		free(g);
+		return -ENOMEM;
+	}
+	g->rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (g->rootfd >= 0 && fstat(g->rootfd, &g->root) < 0) {
+		close(g->rootfd);
+		g->rootfd = -1;
+	}
+	g->self_dir = self_dir();
+	h->genuine = g;
+	for (size_t i = 0; i < count + NMULTI; i++)
+		lookup_set(h, i, &g->sets[i]); /* nobody else sees H yet */
+	return 0;
 }
 
 int lockfs_helpers_parse(struct lockfs_helpers *h, const char *list)
 {
-	h->names = NULL;
+	memset(h, 0, sizeof(*h));
 	if (!list)
 		list = LOCKFS_DEFAULT_HELPERS;
 	size_t count = 0;
@@ -422,24 +867,27 @@ int lockfs_helpers_parse(struct lockfs_helpers *h, const char *list)
 	char **names = calloc(count + 1, sizeof(*names));
 	if (!names)
 		return -ENOMEM;
+	pthread_mutex_init(&h->mu, NULL);
+	h->names = names;
 	const char *p = list;
 	for (size_t i = 0; i < count; i++) {
 		const char *end = strchrnul(p, ':');
 		size_t len = (size_t)(end - p);
 		if (len == 0 || memchr(p, '/', len)) {
-			struct lockfs_helpers tmp = { names };
-			lockfs_helpers_free(&tmp);
+			lockfs_helpers_free(h);
 			return -EINVAL;
 		}
 		names[i] = strndup(p, len);
 		if (!names[i]) {
-			struct lockfs_helpers tmp = { names };
-			lockfs_helpers_free(&tmp);
+			lockfs_helpers_free(h);
 			return -ENOMEM;
 		}
 		p = *end ? end + 1 : end;
 	}
-	h->names = names;
+	if (genuine_init(h, count) < 0) {
+		lockfs_helpers_free(h);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -453,6 +901,167 @@ bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe)
 	return false;
 }
 
+int lockfs_helpers_trust_file(struct lockfs_helpers *h, const char *name, dev_t dev,
+			      ino_t ino)
+{
+	long i = set_index(h, name);
+	struct genuine_set *set;
+	int rc = 0;
+
+	if (i < 0)
+		return -ENOENT;
+	pthread_mutex_lock(&h->mu);
+	set = &h->genuine->sets[i];
+	if (set->ntrusted == TRUSTED_MAX)
+		rc = -ENOSPC;
+	else
+		set->ntrusted = add_id(set->trusted, set->ntrusted, TRUSTED_MAX, dev, ino);
+	pthread_mutex_unlock(&h->mu);
+	return rc;
+}
+
+/* ---- container ids from cgroup paths --------------------------------- */
+
+static bool is_hex64(const char *s, size_t len)
+{
+	if (len != 64)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* Does COMP (LEN bytes) start with PREFIX and end with SUFFIX (either may
+ * be "")?  Sets *MID, *MIDLEN to what lies between. */
+static bool wraps(const char *comp, size_t len, const char *prefix, const char *suffix,
+		  const char **mid, size_t *midlen)
+{
+	size_t pl = strlen(prefix), sl = strlen(suffix);
+
+	if (len <= pl + sl || memcmp(comp, prefix, pl) != 0 ||
+	    memcmp(comp + len - sl, suffix, sl) != 0)
+		return false;
+	*mid = comp + pl;
+	*midlen = len - pl - sl;
+	return true;
+}
+
+/* Copy a systemd unit-name fragment, undoing its \xNN escapes, into OUT.
+ * Returns false when it does not fit or holds a control character. */
+static bool unescape_unit(const char *s, size_t len, char *out, size_t size)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned c = (unsigned char)s[i];
+		unsigned v;
+
+		if (c == '\\' && i + 3 < len && s[i + 1] == 'x' &&
+		    sscanf(s + i + 2, "%2x", &v) == 1) {
+			c = v;
+			i += 3;
+		}
+		if (c < 0x20 || c == 0x7f || o + 1 >= size)
+			return false;
+		out[o++] = (char)c;
+	}
+	out[o] = '\0';
+	return o > 0;
+}
+
+/*
+ * The container that path component COMP (LEN bytes) names, after the
+ * component PREV (PLEN bytes; "" at the top), into OUT.  True if found.
+ */
+static bool container_of_component(const char *prev, size_t plen, const char *comp,
+				   size_t len, char *out, size_t size)
+{
+	/* runtimes that name the container by its 64-hex id */
+	static const char *const hex_forms[][2] = {
+		{ "libpod-conmon-", ".scope" }, { "libpod-", ".scope" }, { "libpod-", "" },
+		{ "docker-", ".scope" }, { "cri-containerd-", ".scope" },
+		{ "crio-conmon-", ".scope" }, { "crio-", ".scope" }, { "", "" },
+	};
+	/* and those that name it by its name */
+	static const char *const name_forms[][2] = {
+		{ "lxc.payload.", "" }, { "machine-", ".scope" },
+		{ "systemd-nspawn@", ".service" },
+	};
+	const char *mid;
+	size_t mlen;
+
+	for (size_t i = 0; i < sizeof(hex_forms) / sizeof(hex_forms[0]); i++) {
+		if (wraps(comp, len, hex_forms[i][0], hex_forms[i][1], &mid, &mlen) &&
+		    is_hex64(mid, mlen) && mlen < size) {
+			memcpy(out, mid, mlen);
+			out[mlen] = '\0';
+			return true;
+		}
+	}
+	for (size_t i = 0; i < sizeof(name_forms) / sizeof(name_forms[0]); i++)
+		if (wraps(comp, len, name_forms[i][0], name_forms[i][1], &mid, &mlen) &&
+		    unescape_unit(mid, mlen, out, size))
+			return true;
+	/* the old lxc layout: /lxc/NAME */
+	return plen == 3 && memcmp(prev, "lxc", 3) == 0 && unescape_unit(comp, len, out, size);
+}
+
+/* The innermost container the cgroup PATH (LEN bytes) names; true if any. */
+static bool container_of_path(const char *path, size_t len, char *out, size_t size)
+{
+	const char *prev = "", *comp = NULL;
+	size_t plen = 0;
+	bool found = false;
+	char tmp[LOCKFS_CONTAINER_MAX];
+
+	for (size_t i = 0; i <= len; i++) {
+		if (i < len && path[i] != '/') {
+			if (!comp)
+				comp = path + i;
+			continue;
+		}
+		if (comp) {
+			size_t clen = (size_t)(path + i - comp);
+
+			if (container_of_component(prev, plen, comp, clen, tmp,
+						   size < sizeof(tmp) ? size : sizeof(tmp))) {
+				snprintf(out, size, "%s", tmp);
+				found = true;
+			}
+			prev = comp;
+			plen = clen;
+			comp = NULL;
+		}
+	}
+	return found;
+}
+
+int lockfs_container_of_cgroup(const char *text, char *out, size_t size)
+{
+	/* Pass 0 looks at the unified hierarchy (0::PATH) only, pass 1 at
+	 * the v1 controllers. */
+	if (size == 0)
+		return 0;
+	out[0] = '\0';
+	for (int pass = 0; pass < 2; pass++) {
+		for (const char *line = text; line && *line;) {
+			const char *nl = strchrnul(line, '\n');
+			const char *c1 = memchr(line, ':', (size_t)(nl - line));
+			const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(nl - c1 - 1)) : NULL;
+			bool unified = c1 && c2 == c1 + 1 && c1 - line == 1 && line[0] == '0';
+
+			if (c2 && unified == (pass == 0) &&
+			    container_of_path(c2 + 1, (size_t)(nl - c2 - 1), out, size))
+				return 1;
+			line = *nl ? nl + 1 : NULL;
+		}
+	}
+	return 0;
+}
+
+/* ---- the holder rule -------------------------------------------------- */
+
 /* Read the thread group of TID; the caller's own absence is -ESRCH. */
 static int read_caller(const struct lockfs_proc_source *src, pid_t tid,
 		       unsigned want, struct lockfs_proc *out)
@@ -461,8 +1070,31 @@ static int read_caller(const struct lockfs_proc_source *src, pid_t tid,
 	return rc == -ENOENT ? -ESRCH : rc;
 }
 
+/* The effective uid of P: *UID when known, else read (then stored in
+ * *UID).  0 or -errno. */
+static int uid_of(const struct lockfs_proc_source *src, const struct lockfs_proc *p, uid_t *uid)
+{
+	struct lockfs_proc tmp;
+	int rc;
+
+	if (*uid != LOCKFS_UID_UNKNOWN)
+		return 0;
+	if (p->have_ids) {
+		*uid = p->uid;
+		return 0;
+	}
+	rc = src->read_tid(src->ctx, p->pid, LOCKFS_PROC_IDS, &tmp);
+	if (rc < 0)
+		return rc;
+	lockfs_proc_put(&tmp);
+	if (!tmp.have_ids || tmp.pid != p->pid || tmp.start_time != p->start_time)
+		return -ENOENT; /* gone, or its pid reused */
+	*uid = tmp.uid;
+	return 0;
+}
+
 int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
-			  const struct lockfs_helpers *helpers, unsigned want,
+			  uid_t caller_uid, struct lockfs_helpers *helpers, unsigned want,
 			  struct lockfs_proc *holder)
 {
 	if (caller_tid <= 0)
@@ -470,18 +1102,29 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 	if (!src)
 		src = &lockfs_proc_real;
 	struct lockfs_proc p, q;
+	struct stat exe;
+	uid_t uid = caller_uid; /* p's effective uid, or unknown */
+	bool ns = want & LOCKFS_PROC_NS;
 	want &= LOCKFS_PROC_PIDFD;
 	int rc = read_caller(src, caller_tid, LOCKFS_PROC_EXE | want, &p);
 	if (rc < 0)
 		return rc;
+	p.at_uid_boundary = false;
 	int steps = 0;
-	while (lockfs_helpers_contains(helpers, p.exe)) {
+	/* A helper on the list, but only a genuine copy of it: anything else
+	 * named so is a program like any other, and holds. */
+	while (lockfs_helpers_contains(helpers, p.exe) && genuine_helper(src, helpers, &p, &exe)) {
 		rc = -EACCES;
 		if (++steps > WALK_MAX)
 			goto fail;
 		/* An orphan of init or of nobody has no believable holder. */
 		if (p.ppid <= 1)
 			goto fail;
+		rc = uid_of(src, &p, &uid);
+		if (rc < 0) {
+			rc = rc == -ENOENT ? (steps == 1 ? -ESRCH : -EACCES) : rc;
+			goto fail;
+		}
 		rc = src->read_tid(src->ctx, p.ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS | want, &q);
 		if (rc < 0) {
 			if (rc == -ENOENT)
@@ -496,14 +1139,33 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 		 * it). */
 		rc = q.pid != p.ppid || q.pid <= 1 || q.start_time > p.start_time ||
 		     (p.sid != q.sid && p.sid != p.pid) ? -EACCES : 0;
+		if (rc < 0) {
+			lockfs_proc_put(&q);
+			goto fail;
+		}
+		/* Never across a uid boundary: the parent would answer for what
+		 * a process of another user did.  Only a set-uid helper (sudo)
+		 * runs as another user than its parent by design: the user who
+		 * ran it is the one it acts for. */
+		if (q.uid != uid && !((exe.st_mode & S_ISUID) && exe.st_uid == uid)) {
+			lockfs_proc_put(&q);
+			p.at_uid_boundary = true;
+			break;
+		}
 		lockfs_proc_put(&p);
 		p = q;
-		if (rc < 0)
-			goto fail;
+		p.at_uid_boundary = false;
+		uid = q.uid;
 	}
 	if (p.pid <= 1) {
 		rc = -EACCES;
 		goto fail;
+	}
+	p.ns_pid = 0;
+	p.container[0] = '\0';
+	if (ns && src->read_ns && src->read_ns(src->ctx, p.pid, &p) < 0) {
+		p.ns_pid = 0; /* unknown: the record says null */
+		p.container[0] = '\0';
 	}
 	*holder = p;
 	return 0;

@@ -8,11 +8,23 @@
  * surrogates are the classic ways to smuggle a '/' or a NUL past a
  * byte-level check), and must not contain control characters that would
  * corrupt terminals and line-oriented logs.
+ *
+ * Names that look the same must be the same lock or be refused: a name must
+ * be in Unicode NFC (so `café` has one spelling, not a precomposed and a
+ * decomposed one), must hold no format character (category Cf: zero-width
+ * and bidi controls, which are invisible or reorder what is printed), and
+ * must not be only whitespace.  The Unicode tables are libunistring's.
+ * ASCII needs none of them: it is always NFC and has no format character,
+ * so the common name costs no more than before.
  */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <unictype.h>
+#include <uninorm.h>
 
 #include "lockfs/name.h"
 
@@ -84,11 +96,27 @@ static bool is_control(uint32_t cp)
 	return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F);
 }
 
+/* Is the valid UTF-8 text S (LEN bytes) in NFC?  1, 0, or -ENOMEM. */
+static int is_nfc(const unsigned char *s, size_t len)
+{
+	size_t n = 0;
+	uint8_t *nfc = u8_normalize(UNINORM_NFC, s, len, NULL, &n);
+	int same;
+
+	if (!nfc)
+		return -ENOMEM;
+	same = n == len && memcmp(nfc, s, len) == 0;
+	free(nfc);
+	return same;
+}
+
 int lockfs_name_check(const char *name)
 {
 	const unsigned char *p = (const unsigned char *)name;
 	size_t len, i = 0;
+	bool ascii = true, blank = true;
 	uint32_t cp;
+	int nfc;
 
 	if (!name)
 		return -EINVAL;
@@ -105,7 +133,20 @@ int lockfs_name_check(const char *name)
 
 		if (n == 0 || cp == '/' || is_control(cp))
 			return -EINVAL;
+		if (cp < 0x80) {
+			blank = blank && cp == ' ';
+		} else {
+			ascii = false;
+			if (uc_is_general_category(cp, UC_CATEGORY_Cf))
+				return -EINVAL;
+			blank = blank && uc_is_property_white_space(cp);
+		}
 		i += n;
 	}
-	return 0;
+	if (blank)
+		return -EINVAL;
+	if (ascii)
+		return 0;
+	nfc = is_nfc(p, len);
+	return nfc < 0 ? nfc : nfc ? 0 : -EINVAL;
 }

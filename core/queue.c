@@ -462,7 +462,8 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	rc = lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, 0, &e->who);
+	rc = lockfs_holder_resolve(core->procs, caller->tid, caller->uid, &core->helpers,
+				   LOCKFS_PROC_NS, &e->who);
 	if (rc < 0) {
 		free(e);
 		return rc == -ESRCH ? -EACCES : rc;
@@ -770,8 +771,12 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 		if (!e->w)
 			continue;
 		/* comm is any bytes (prctl): "o" takes the lossy string. */
-		o = json_pack("{s:i, s:o, s:i, s:s, s:s, s:s}",
-			      "pid", (int)e->who.pid, "comm", lockfs_json_string_lossy(e->who.comm),
+		o = json_pack("{s:i, s:o, s:o, s:o, s:i, s:s, s:s, s:s}",
+			      "pid", (int)e->who.pid,
+			      "ns_pid", e->who.ns_pid > 0 ? json_integer(e->who.ns_pid) : json_null(),
+			      "container", e->who.container[0]
+					   ? lockfs_json_string_lossy(e->who.container) : json_null(),
+			      "comm", lockfs_json_string_lossy(e->who.comm),
 			      "uid", (int)e->uid,
 			      "mode", e->mode == LOCKFS_SHARED ? "shared" : "exclusive",
 			      "kind", strncmp(e->owner, "posix:", 6) == 0 ? "posix" : "flock",
@@ -862,10 +867,11 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	slug[0] = '\0';
 	if (to_slug && caller_slug(caller->tid, slug, sizeof(slug)) < 0)
 		slug[0] = '\0';
-	/* The writer as a holder (helpers skipped), resolved outside the
-	 * mutex: `setpriv --reuid=U lockctl acquire` writes as uid U for
-	 * the shell that holds the lock. */
-	if (lockfs_holder_resolve(core->procs, caller->tid, &core->helpers, 0, &writer) < 0)
+	/* The writer as a holder (genuine helpers of its own uid skipped),
+	 * resolved outside the mutex: `lockctl acquire` writes for the shell
+	 * that ran it. */
+	if (lockfs_holder_resolve(core->procs, caller->tid, caller->uid, &core->helpers, 0,
+				  &writer) < 0)
 		writer.pid = 0;
 
 	pthread_mutex_lock(&s->mu);
@@ -877,9 +883,10 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		goto out;
 	}
 	/* "The resolved holder ... may write": the writer that resolves to
-	 * the holder itself, whatever its uid (it asked for the fd lock
-	 * through a helper such as lockctl); any other descendant by the
-	 * rmdir rule.  Anyone else: EPERM, whatever they wrote. */
+	 * the holder itself (it asked for the fd lock through a genuine
+	 * helper such as lockctl, which never leads across a uid boundary
+	 * but through sudo); any other descendant by the rmdir rule.  Anyone
+	 * else: EPERM, whatever they wrote. */
 	if (!(writer.pid > 0 && writer.pid == c->rec.holder.pid &&
 	      writer.start_time == c->rec.holder.start_time &&
 	      strcmp(c->rec.holder.boot_id, core->boot_id) == 0))
@@ -894,6 +901,17 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	    (to_slug && !*slug) || c->rec.bound != LOCKFS_BOUND_FD ||
 	    c->rec.mode != LOCKFS_EXCLUSIVE || c->rec.nshares) {
 		rc = -EINVAL;
+		goto out;
+	}
+	/* A writer named like a helper that binds the lock to itself is a
+	 * lockctl that was not skipped: one past a uid boundary (`setpriv
+	 * --reuid=U lockctl acquire`, run by root) or a copy that is not the
+	 * genuine one (holder.md).  It exits at once, and with it a
+	 * process-bound lock: EACCES, as mkdir gets, rather than no lock.
+	 * A slug lock is the writer's uid's to keep. */
+	if (!to_slug && writer.pid == c->rec.holder.pid &&
+	    lockfs_helpers_contains(&core->helpers, writer.exe)) {
+		rc = -EACCES;
 		goto out;
 	}
 	c->rec.fd_owner[0] = '\0';

@@ -25,6 +25,8 @@
 
 /* Most cmdline elements a parsed record may carry. */
 #define RECORD_CMDLINE_MAX 4096
+/* Longest container id a parsed record may carry. */
+#define RECORD_CONTAINER_MAX 255
 
 char *lockfs_format_time(int64_t ms, char buf[32])
 {
@@ -187,20 +189,23 @@ static int add(json_t *obj, const char *key, json_t *value)
 	return value ? json_object_set_new(obj, key, value) : -1;
 }
 
-static json_t *holder_json(const struct lockfs_holder *h)
+/* H as JSON; its argv as `"cmdline": null` unless SHOW_CMDLINE (privacy.md). */
+static json_t *holder_json(const struct lockfs_holder *h, bool show_cmdline)
 {
-	json_t *o = json_object(), *argv = json_array();
+	json_t *o = json_object(), *argv = show_cmdline ? json_array() : json_null();
 	int err = 0;
 
 	if (!o || !argv)
 		goto fail;
-	for (char **a = h->cmdline; a && *a; a++) {
+	for (char **a = h->cmdline; show_cmdline && a && *a; a++) {
 		json_t *s = str_json(*a);
 
 		if (!s || json_array_append_new(argv, s) < 0)
 			goto fail;
 	}
 	err |= add(o, "pid", json_integer(h->pid));
+	err |= add(o, "ns_pid", h->ns_pid > 0 ? json_integer(h->ns_pid) : json_null());
+	err |= add(o, "container", opt_str_json(h->container));
 	err |= add(o, "start_time", json_integer((json_int_t)h->start_time));
 	err |= add(o, "uid", json_integer(h->uid));
 	err |= add(o, "user", opt_str_json(h->user));
@@ -253,12 +258,24 @@ const char *lockfs_bound_name(enum lockfs_bound b)
 	return b == LOCKFS_BOUND_SLUG ? "slug" : b == LOCKFS_BOUND_FD ? "fd" : "process";
 }
 
+/* Whose command lines a rendering shows: everyone's (the stored record),
+ * or those of one reader's uid (root sees all). */
+struct audience {
+	bool all;
+	uid_t reader;
+};
+
+static bool shows_cmdline(const struct audience *a, const struct lockfs_holder *h)
+{
+	return a->all || a->reader == 0 || a->reader == h->uid;
+}
+
 /* One element of "holders": the holder's object plus its grant. */
 static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound,
 			  const char *fd_owner, uint64_t fence, int64_t at_ms, const char *slug,
-			  int flags)
+			  int flags, const struct audience *a)
 {
-	json_t *o = holder_json(h);
+	json_t *o = holder_json(h, shows_cmdline(a, h));
 	char when[32];
 	int err = 0;
 
@@ -279,7 +296,8 @@ static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound
 }
 
 /* Every holder, `holder` first: what a reader of a shared lock needs. */
-static json_t *holders_json(const struct lockfs_record *r, int flags)
+static json_t *holders_json(const struct lockfs_record *r, int flags,
+			    const struct audience *who)
 {
 	json_t *a = json_array();
 
@@ -288,14 +306,15 @@ static json_t *holders_json(const struct lockfs_record *r, int flags)
 	if (r->has_holder &&
 	    json_array_append_new(a, share_json(&r->holder, r->bound, r->fd_owner,
 						lockfs_holder_fence(r),
-						lockfs_holder_acquired_at(r), r->slug, flags)) < 0)
+						lockfs_holder_acquired_at(r), r->slug, flags,
+						who)) < 0)
 		goto fail;
 	for (size_t i = 0; i < r->nshares; i++) {
 		const struct lockfs_share *sh = &r->shares[i];
 
 		if (json_array_append_new(a, share_json(&sh->holder, sh->bound, sh->fd_owner,
 							sh->fence, sh->acquired_at_ms, sh->slug,
-							flags)) < 0)
+							flags, who)) < 0)
 			goto fail;
 	}
 	return a;
@@ -429,6 +448,13 @@ static char *encode_compact(const struct lockfs_record *r, int flags, size_t *le
 
 		sb_lit(&b, "{\"pid\":");
 		sb_int(&b, h->pid);
+		sb_lit(&b, ",\"ns_pid\":");
+		if (h->ns_pid > 0)
+			sb_int(&b, h->ns_pid);
+		else
+			sb_lit(&b, "null");
+		sb_lit(&b, ",\"container\":");
+		sb_opt_str(&b, h->container);
 		sb_lit(&b, ",\"start_time\":");
 		sb_int(&b, (long long)h->start_time);
 		sb_lit(&b, ",\"uid\":");
@@ -492,7 +518,9 @@ static char *encode_compact(const struct lockfs_record *r, int flags, size_t *le
 	return b.p;
 }
 
-char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len)
+/* R through jansson, showing command lines to WHO. */
+static char *encode_tree(const struct lockfs_record *r, int flags, const struct audience *who,
+			 size_t *len)
 {
 	size_t dump_flags = JSON_PRESERVE_ORDER;
 	char when[32];
@@ -501,10 +529,6 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	size_t n;
 	int err = 0;
 
-	/* Exclusive records (mkdir, and the fd lock a waiter is handed) have
-	 * a fast hand-written encoder; shared ones go through jansson. */
-	if (!(flags & LOCKFS_RECORD_PRETTY) && r->mode == LOCKFS_EXCLUSIVE && r->nshares == 0)
-		return encode_compact(r, flags, len);
 	o = json_object();
 	if (!o)
 		return NULL;
@@ -513,9 +537,11 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	err |= add(o, "mode", json_string(r->mode == LOCKFS_SHARED ? "shared" : "exclusive"));
 	if (!(flags & LOCKFS_RECORD_PRETTY) && r->fd_owner[0])
 		err |= add(o, "fd_owner", json_string(r->fd_owner));
-	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder) : json_null());
+	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder,
+							      shows_cmdline(who, &r->holder))
+					      : json_null());
 	if ((flags & LOCKFS_RECORD_PRETTY) || r->mode == LOCKFS_SHARED)
-		err |= add(o, "holders", holders_json(r, flags));
+		err |= add(o, "holders", holders_json(r, flags, who));
 	err |= add(o, "acquired_at",
 		   json_string(lockfs_format_time(r->acquired_at_ms, when)));
 	err |= add(o, "acquired_at_ms", json_integer(r->acquired_at_ms));
@@ -551,9 +577,31 @@ out:
 	return out;
 }
 
+char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len)
+{
+	static const struct audience everyone = { .all = true };
+
+	/* Exclusive records (mkdir, and the fd lock a waiter is handed) have
+	 * a fast hand-written encoder; shared ones go through jansson. */
+	if (!(flags & LOCKFS_RECORD_PRETTY) && r->mode == LOCKFS_EXCLUSIVE && r->nshares == 0)
+		return encode_compact(r, flags, len);
+	return encode_tree(r, flags, &everyone, len);
+}
+
+char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *len)
+{
+	struct audience who = { .all = false, .reader = reader };
+	int flags = LOCKFS_RECORD_PRETTY;
+
+	if (reader == 0 || (r->has_holder && reader == r->holder.uid))
+		flags |= LOCKFS_RECORD_WITH_TOKEN;
+	return encode_tree(r, flags, &who, len);
+}
+
 void lockfs_holder_clear(struct lockfs_holder *h)
 {
 	free(h->user);
+	free(h->container);
 	free(h->comm);
 	free(h->host);
 	free(h->boot_id);
@@ -675,6 +723,16 @@ static int parse_holder(const json_t *o, struct lockfs_holder *h)
 	if ((rc = get_int(o, "pid", 1, INT32_MAX, &v)) < 0)
 		return rc;
 	h->pid = (pid_t)v;
+	/* ns_pid and container came later: a record without them (or with
+	 * null) knows neither. */
+	if (json_object_get(o, "ns_pid") && !json_is_null(json_object_get(o, "ns_pid"))) {
+		if ((rc = get_int(o, "ns_pid", 1, INT32_MAX, &v)) < 0)
+			return rc;
+		h->ns_pid = (pid_t)v;
+	}
+	if (json_object_get(o, "container") &&
+	    (rc = get_opt_str(o, "container", RECORD_CONTAINER_MAX, &h->container)) < 0)
+		return rc;
 	if ((rc = get_int(o, "start_time", 0, INT64_MAX, &v)) < 0)
 		return rc;
 	h->start_time = (unsigned long long)v;

@@ -5,7 +5,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
 	gcc libc6-dev pkg-config meson ninja-build \
-	libfuse3-dev fuse3 libjansson-dev \
+	libfuse3-dev fuse3 libjansson-dev libunistring-dev \
 	libcmocka-dev python3 python3-pytest \
 	python3-filelock python3-fasteners python3-portalocker \
 	util-linux passwd procps strace busybox-static e2fsprogs \

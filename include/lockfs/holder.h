@@ -2,9 +2,14 @@
 #ifndef LOCKFS_HOLDER_H
 #define LOCKFS_HOLDER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+
+/* Longest `container` id kept: a 64-hex id, or an lxc/nspawn name. */
+#define LOCKFS_CONTAINER_MAX 128
 
 /* One process (thread group) as /proc describes it. */
 struct lockfs_proc {
@@ -26,6 +31,18 @@ struct lockfs_proc {
 	 * (basename of argv[0]); "" when unreadable (kernel thread, gone)
 	 * or not asked for */
 	char exe[256];
+	/* "busybox", "toybox" or "coreutils" when exe names an applet of
+	 * that binary, else "": the file a genuine applet must be. */
+	char multicall[16];
+	/* Set by lockfs_holder_resolve() on the holder it returns: this
+	 * process is a genuine helper, but its parent runs as another uid, so
+	 * the walk stopped here (holder.md, "The uid boundary"). */
+	bool at_uid_boundary;
+	/* LOCKFS_PROC_NS: the pid in its own innermost pid namespace (the last
+	 * field of NSpid), 0 when unknown; and the container its cgroup path
+	 * names, "" for none. */
+	pid_t ns_pid;
+	char container[LOCKFS_CONTAINER_MAX];
 };
 
 /* What read_tid() must fill besides pid, ppid, sid, start_time and comm
@@ -33,6 +50,12 @@ struct lockfs_proc {
 #define LOCKFS_PROC_EXE 0x1 /* exe */
 #define LOCKFS_PROC_IDS 0x2 /* uid, gid, have_ids */
 #define LOCKFS_PROC_PIDFD 0x4 /* pidfd, has_pidfd (a source may not) */
+/* For lockfs_holder_resolve() only: fill the holder's ns_pid and container
+ * (through read_ns; never asked of read_tid). */
+#define LOCKFS_PROC_NS 0x8
+
+/* "The caller's uid is not known: read it from /proc." */
+#define LOCKFS_UID_UNKNOWN ((uid_t)-1)
 
 /* Close P's pidfd, if it has one. */
 void lockfs_proc_put(struct lockfs_proc *p);
@@ -44,10 +67,22 @@ void lockfs_proc_put(struct lockfs_proc *p);
  * least what WANT (LOCKFS_PROC_* bits) asks for: every /proc read costs
  * microseconds on the path of every mkdir and rmdir.
  * Returns 0, or -ENOENT when there is no such thread/process, or -errno.
+ *
+ * The other three are asked only when they matter, and a source may leave
+ * any of them NULL (then no helper is genuine, or no namespace is known):
+ * - exe_stat(): stat(2) of the file process PID runs (/proc/PID/exe).
+ *   0 or -errno.
+ * - open_root(): an O_PATH descriptor of PID's root directory
+ *   (/proc/PID/root), which the caller closes; or -errno.
+ * - read_ns(): fill ns_pid and container of *P, the process P->pid that
+ *   started at P->start_time.  0 or -errno.
  */
 struct lockfs_proc_source {
 	int (*read_tid)(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out);
 	void *ctx;
+	int (*exe_stat)(void *ctx, pid_t pid, struct stat *st);
+	int (*open_root)(void *ctx, pid_t pid);
+	int (*read_ns)(void *ctx, pid_t pid, struct lockfs_proc *p);
 };
 
 /* The real source, reading /proc of the daemon's mount namespace. */
@@ -57,14 +92,25 @@ extern const struct lockfs_proc_source lockfs_proc_real;
 #define LOCKFS_DEFAULT_HELPERS \
 	"mkdir:rmdir:flock:timeout:sudo:xargs:env:nice:nohup:stdbuf:lockctl"
 
-/* A set of executable basenames that are skipped when resolving a holder. */
+struct lockfs_genuine; /* holder.c: the files each helper name may be */
+
+/*
+ * The helpers: executable basenames that are skipped when resolving a
+ * holder, and the genuine system files each of them may be (holder.md,
+ * "Genuine helpers").  NAMES is immutable after parse; the genuine files
+ * are looked up at parse time and again when a helper's file is not among
+ * them (an upgraded package), under MU.
+ */
 struct lockfs_helpers {
 	char **names; /* NULL-terminated */
+	pthread_mutex_t mu;
+	struct lockfs_genuine *genuine; /* protected by mu */
 };
 
 /*
- * Parse a ':'-separated list ("" = no helpers).  Returns 0 or -EINVAL
- * (empty element, '/' in an element) / -ENOMEM.
+ * Parse a ':'-separated list ("" = no helpers), and find the genuine file
+ * of each name in the system directories of the daemon's root.  Returns 0
+ * or -EINVAL (empty element, '/' in an element) / -ENOMEM.
  */
 int lockfs_helpers_parse(struct lockfs_helpers *h, const char *list)
 	__attribute__((warn_unused_result));
@@ -72,25 +118,56 @@ void lockfs_helpers_free(struct lockfs_helpers *h);
 bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe);
 
 /*
- * The holder rule.  Start at the thread group of CALLER_TID; while its
- * executable is a helper, move to its parent.  Every move must be
- * believable: the parent must exist, not be pid 1, must not have started
- * after the child (pid reuse), and, unless the child leads its own
- * session, must share the child's session (an adopted orphan does not).
+ * Also accept the file (DEV, INO) as a genuine NAME (NAME must be on the
+ * list, or "busybox", "toybox" or "coreutils").  For tests, which describe processes that
+ * run no real file.  0, -ENOENT (not on the list) or -ENOSPC.
+ */
+int lockfs_helpers_trust_file(struct lockfs_helpers *h, const char *name, dev_t dev,
+			      ino_t ino);
+
+/*
+ * The container id that a /proc/PID/cgroup text names, into OUT (SIZE
+ * bytes): the innermost path component that podman (libpod-ID.scope,
+ * libpod-conmon-ID.scope, libpod_parent/libpod-ID), docker (docker-ID.scope,
+ * /docker/ID), containerd (cri-containerd-ID.scope), cri-o (crio-ID.scope,
+ * crio-conmon-ID.scope) or kubernetes (a bare 64-hex component) names by a
+ * 64-hex id, or lxc (lxc.payload.NAME, /lxc/NAME) or systemd-nspawn
+ * (machine-NAME.scope, systemd-nspawn@NAME.service) by name.  The unified
+ * (0::) line is looked at first.  Returns 1 when found, 0 when the text
+ * names no container (OUT = "").
+ */
+int lockfs_container_of_cgroup(const char *text, char *out, size_t size);
+
+/*
+ * The holder rule.  Start at the thread group of CALLER_TID, whose
+ * (effective) uid is CALLER_UID (LOCKFS_UID_UNKNOWN: read it); while its
+ * executable is a genuine helper (on the list, and the very file the name
+ * stands for in the system directories of its root), move to its parent.
+ * Every move must be believable: the parent must exist, not be pid 1, must
+ * not have started after the child (pid reuse), and, unless the child
+ * leads its own session, must share the child's session (an adopted
+ * orphan does not).  A move never crosses a uid boundary: when the parent
+ * runs as another uid than the helper, the walk stops at the helper
+ * (at_uid_boundary set), unless the helper's file is set-uid to the
+ * helper's uid (a genuine `sudo`).
  *
  * The holder's uid and gid are read (have_ids set) when it is not the
  * caller's own thread group; for the caller itself they are left to the
  * credentials FUSE reports with the request.
  *
  * WANT may hold LOCKFS_PROC_PIDFD: then *HOLDER carries a pidfd (when the
- * source can open one) that the caller must close (lockfs_proc_put).
+ * source can open one) that the caller must close (lockfs_proc_put); and
+ * LOCKFS_PROC_NS: then its ns_pid and container are filled (0 and "" when
+ * the source cannot tell).
+ *
+ * HELPERS' genuine files may be looked up again (under its mutex).
  *
  * On success fills *HOLDER and returns 0.  Returns -EACCES when CALLER_TID
  * is 0 (a pid namespace the daemon cannot see), when the holder would be
  * pid 1, or when a move is not believable; -ESRCH when the caller vanished.
  */
 int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
-			  const struct lockfs_helpers *helpers, unsigned want,
+			  uid_t caller_uid, struct lockfs_helpers *helpers, unsigned want,
 			  struct lockfs_proc *holder)
 	__attribute__((warn_unused_result));
 

@@ -11,10 +11,12 @@
  * Check that NAME may name a lock: 1..LOCKFS_NAME_MAX bytes of valid UTF-8
  * (no overlong forms, no surrogates, nothing above U+10FFFF), no '/', no
  * control character (C0, DEL, C1), and not beginning with '.' (reserved for
- * the daemon's own entries).
+ * the daemon's own entries); in Unicode NFC, with no format character
+ * (general category Cf), and not made only of whitespace (White_Space).
  *
  * Returns 0 when valid, -ENAMETOOLONG when longer than LOCKFS_NAME_MAX bytes,
- * -EINVAL for anything else wrong (including the empty name).
+ * -ENOMEM when the NFC check could not allocate, -EINVAL for anything else
+ * wrong (including the empty name).
  */
 int lockfs_name_check(const char *name) __attribute__((warn_unused_result));
 

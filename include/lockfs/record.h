@@ -20,6 +20,8 @@
 /* The process that holds a lock, as recorded at acquisition. */
 struct lockfs_holder {
 	pid_t pid;                     /* thread-group id in the daemon's pid ns */
+	pid_t ns_pid;                  /* its pid in its own innermost pid ns; 0 unknown */
+	char *container;               /* the container its cgroup names, or NULL */
 	unsigned long long start_time; /* /proc/PID/stat field 22, clock ticks */
 	uid_t uid;
 	gid_t gid;
@@ -99,6 +101,15 @@ struct lockfs_record {
  * or NULL when out of memory.
  */
 char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len)
+	__attribute__((warn_unused_result));
+
+/*
+ * What reader uid READER sees in `M/NAME/owner`: R indented, with the token
+ * only when READER is 0 or holder.uid, and each holder's `cmdline` only
+ * when READER is 0 or that holder's uid (else `"cmdline": null`; see
+ * docs/privacy.md).  Returns what lockfs_record_encode() does.
+ */
+char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *len)
 	__attribute__((warn_unused_result));
 
 /*

@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import time
+import unicodedata
 
 import pytest
 
@@ -118,15 +119,23 @@ def boot_id():
 
 
 # --------------------------------------------------------------------------
-# the name rule, reimplemented from docs/issue 2 point 2
+# the name rule, reimplemented from docs/names.md (issue 2 point 2, issue 8 §6)
+
+#: Unicode's White_Space property (PropList.txt; stable since Unicode 6.3)
+WHITE_SPACE = frozenset([*range(0x09, 0x0e), 0x20, 0x85, 0xa0, 0x1680, *range(0x2000, 0x200b),
+                         0x2028, 0x2029, 0x202f, 0x205f, 0x3000])
+
 
 def expected_name_errno(name):
     """What `mkdir M/NAME` must fail with (0 = must succeed).
 
     1..250 bytes of strict UTF-8 (Python's codec already refuses overlongs,
     surrogates and code points above U+10FFFF), no '/', no control
-    character (C0, DEL, C1), not beginning with '.'.  Too long is
-    ENAMETOOLONG whatever else is wrong; anything else wrong is EINVAL.
+    character (C0, DEL, C1), not beginning with '.'; in Unicode NFC, with no
+    format character (general category Cf), and not only whitespace.  Too
+    long is ENAMETOOLONG whatever else is wrong; anything else wrong is
+    EINVAL.  Python's unicodedata (Unicode 14 on Debian 12) stands in for
+    libunistring: the fuzz checks that the two agree.
     """
     if isinstance(name, str):
         name = name.encode('utf-8', 'surrogateescape')
@@ -142,6 +151,12 @@ def expected_name_errno(name):
         o = ord(ch)
         if o < 0x20 or o == 0x7f or 0x80 <= o <= 0x9f:
             return errno.EINVAL
+        if unicodedata.category(ch) == 'Cf':
+            return errno.EINVAL
+    if all(ord(ch) in WHITE_SPACE for ch in text):
+        return errno.EINVAL
+    if unicodedata.normalize('NFC', text) != text:
+        return errno.EINVAL
     return 0
 
 

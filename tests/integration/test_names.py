@@ -28,6 +28,16 @@ def _check_rule_reimplementation():
     assert expected_name_errno(b'\xed\xa0\x80') == errno.EINVAL  # surrogate
     assert expected_name_errno(b'\xf4\x90\x80\x80') == errno.EINVAL  # > U+10FFFF
     assert expected_name_errno(b'\xff') == errno.EINVAL
+    # issue 8 §6: NFC only, no format character, not only whitespace
+    assert expected_name_errno('cafe\u0301') == errno.EINVAL    # NFD
+    assert expected_name_errno('\u212b') == errno.EINVAL         # ANGSTROM SIGN -> U+00C5
+    assert expected_name_errno('a\u200bb') == errno.EINVAL       # ZERO WIDTH SPACE (Cf)
+    assert expected_name_errno('\u202eabc') == errno.EINVAL      # RIGHT-TO-LEFT OVERRIDE
+    assert expected_name_errno('\ufeffx') == errno.EINVAL        # BOM
+    assert expected_name_errno('   ') == errno.EINVAL
+    assert expected_name_errno('\u00a0\u3000') == errno.EINVAL
+    assert expected_name_errno(' a ') == 0
+    assert expected_name_errno('\u3164') == 0                    # HANGUL FILLER: Lo
 
 
 @pytest.mark.parametrize('name', [b'.hidden', b'.x.lock', b'..x'], ids=repr)
@@ -41,6 +51,50 @@ def test_leading_dot_is_einval(mnt, name):
 def test_control_character_is_einval(mnt, name):
     assert errname(_mkdir_errno(mnt, name)) == 'EINVAL'
     assert held_in_backing(mnt.dir) == []
+
+
+def test_the_same_looking_name_in_nfd_is_refused_not_a_second_lock(mnt):
+    """Observed: `café` in NFC and in NFD were two locks that print the same."""
+    nfc, nfd = 'caf\u00e9', 'cafe\u0301'
+    assert _mkdir_errno(mnt, nfc.encode()) == 0
+    assert errname(_mkdir_errno(mnt, nfd.encode())) == 'EINVAL'
+    assert held_in_backing(mnt.dir) == [nfc.encode()]
+    assert os.listdir(mnt.mnt).count(nfc) == 1 and nfd not in os.listdir(mnt.mnt)
+    os.rmdir(mnt.path(nfc))
+
+
+@pytest.mark.parametrize('name', ['cafe\u0301', 'e\u0301', '\u212b', '\uf900', 'A\u030a\u0323'],
+                         ids=repr)
+def test_a_name_not_in_nfc_is_einval(mnt, name):
+    assert errname(_mkdir_errno(mnt, name.encode())) == 'EINVAL'
+    assert held_in_backing(mnt.dir) == []
+
+
+@pytest.mark.parametrize('name', ['\u200b', 'a\u200bb', '\u202eexe.txt', '\ufeffx', 'x\u2060',
+                                  'soft\u00adhyphen', 'zw\u200dj', '\u2066iso\u2069',
+                                  '\U000e0041tag'], ids=repr)
+def test_a_format_character_is_einval(mnt, name):
+    """Observed: names of zero-width and bidi-control characters were accepted."""
+    assert errname(_mkdir_errno(mnt, name.encode())) == 'EINVAL'
+    assert held_in_backing(mnt.dir) == []
+
+
+@pytest.mark.parametrize('name', [' ', '   ', '\u00a0', '\u3000', ' \u2003 ', '\u2028'],
+                         ids=repr)
+def test_an_all_whitespace_name_is_einval(mnt, name):
+    """Observed: a name of only spaces was accepted."""
+    assert errname(_mkdir_errno(mnt, name.encode())) == 'EINVAL'
+    assert held_in_backing(mnt.dir) == []
+
+
+@pytest.mark.parametrize('name', [' lead', 'trail ', 'in side', '\u00e9t\u00e9', '\u1e9b\u0323',
+                                  '\u3164', 'emoji\U0001f512\ufe0f'], ids=repr)
+def test_names_with_some_whitespace_or_composed_letters_are_accepted(mnt, name):
+    """Negative control: spaces among other characters, NFC text and
+    variation selectors (Mn, not Cf) are fine."""
+    assert _mkdir_errno(mnt, name.encode()) == 0
+    assert name in os.listdir(mnt.mnt)
+    os.rmdir(mnt.path(name))
 
 
 @pytest.mark.parametrize('name', [b'\xff', b'a\xc3', b'\xc0\x80', b'\xe0\x80\xaf',
@@ -92,6 +146,12 @@ _BAD_SEQS = [b'\xc0\x80', b'\xc1\xbf', b'\xe0\x80\x80', b'\xed\xa0\x80', b'\xed\
 _FORBIDDEN_EXACT = {b'.', b'..', b'.log', b'.flock'}
 
 
+_FORMAT = [0x00ad, 0x061c, 0x200b, 0x200c, 0x200d, 0x200e, 0x202a, 0x202e, 0x2060, 0x2066,
+           0xfeff, 0xfff9, 0x110bd, 0xe0001, 0xe0041]
+_COMBINING = [0x0300, 0x0301, 0x0308, 0x0323, 0x0327, 0x030a]
+_WHITE = [0x20, 0xa0, 0x1680, 0x2000, 0x2005, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000]
+
+
 def _valid_char(rng):
     r = rng.random()
     if r < 0.6:
@@ -119,16 +179,25 @@ def _random_name(rng):
     if len(out) > 260:
         out = out[:260]
     defect = rng.random()
-    if defect < 0.45:
+    i = rng.randint(0, len(out))
+    while i < len(out) and (out[i] & 0xc0) == 0x80:
+        i += 1  # insert between characters, not inside one
+    if defect < 0.42:
         pass  # probably valid
-    elif defect < 0.55:
+    elif defect < 0.50:
         out = b'.' + out
-    elif defect < 0.7:
-        i = rng.randint(0, len(out))
+    elif defect < 0.60:
         out = out[:i] + bytes([rng.choice(_CONTROL)]) + out[i:]
-    elif defect < 0.85:
-        i = rng.randint(0, len(out))
+    elif defect < 0.71:
         out = out[:i] + rng.choice(_BAD_SEQS) + out[i:]
+    elif defect < 0.77:
+        out = out[:i] + chr(rng.choice(_FORMAT)).encode() + out[i:]
+    elif defect < 0.83:
+        # a base letter and combining marks: NFC or not, as they fall
+        marks = ''.join(chr(rng.choice(_COMBINING)) for _ in range(rng.randint(1, 2)))
+        out = out[:i] + bytes([rng.choice(b'aeouAECn')]) + marks.encode() + out[i:]
+    elif defect < 0.86:
+        out = ''.join(chr(rng.choice(_WHITE)) for _ in range(rng.randint(1, 4))).encode()
     else:
         # raw random bytes, anything but '/' and NUL
         n = rng.randint(1, 30)

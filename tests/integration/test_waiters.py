@@ -19,7 +19,7 @@ from flock_helpers import (dir_state, fpath, proc_state, procs, read_waiters,  #
 from lockfs_helpers import errno_of, parse_rfc3339_ms, proc_comm, read_owner, wait_until
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
-KEYS = {'pid', 'comm', 'uid', 'mode', 'kind', 'since'}
+KEYS = {'pid', 'ns_pid', 'container', 'comm', 'uid', 'mode', 'kind', 'since'}
 
 
 def test_waiters_is_an_empty_0444_file_when_nobody_waits(mnt, procs):
@@ -66,6 +66,7 @@ def test_one_compact_json_object_per_line_in_queue_order(mnt, procs, spawn_agent
     for w, (kind, mode), (t0, t1), rec in zip(ws, plan, windows, got):
         assert set(rec) == KEYS, rec
         assert rec['pid'] == w.pid
+        assert (rec['ns_pid'], rec['container']) == (w.pid, None)
         assert rec['comm'] == proc_comm(w.pid)
         assert rec['uid'] == 0
         assert rec['kind'] == kind

@@ -26,41 +26,84 @@
 
 /* ---- the fake process table ------------------------------------------ */
 
+/* What file a fake process runs (see fake_exe_stat). */
+enum fake_file {
+	GENUINE = 0,      /* the system's copy of its exe name */
+	GENUINE_SETUID,   /* the same, set-uid root (sudo) */
+	FAKE,             /* a copy elsewhere (a user's ~/bin/NAME) */
+	FAKE_SETUID,      /* a set-uid root file that is not the system's copy */
+	IN_ROOT,          /* a real file in fake_root_dir (a container's root) */
+};
+
+#define UID_ROOT (-1)
+
 struct fake_proc {
 	pid_t pid, ppid, sid;
 	unsigned long long start;
 	const char *exe;
+	enum fake_file file;
+	int uid;          /* 0: the default 1000; UID_ROOT: 0 */
+	const char *multicall; /* "busybox" for an applet of it */
+	const char *path; /* IN_ROOT: the file under fake_root_dir */
 };
 
 /*
  * A small world.  Interactive login: sshd(400) -> bash(500, session leader).
  * Each comment says which tests use a row.
  */
+#define ROW(p, pp, s, st, e, ...) \
+	{ .pid = (p), .ppid = (pp), .sid = (s), .start = (st), .exe = (e), __VA_ARGS__ }
+
 static const struct fake_proc fake_table[] = {
-	{ 1, 0, 1, 1, "systemd" },
-	{ 400, 1, 400, 500, "sshd" },
-	{ 500, 400, 500, 1000, "bash" },       /* the usual holder */
-	{ 600, 500, 500, 2000, "mkdir" },      /* mkdir run from bash */
-	{ 610, 500, 500, 2100, "rmdir" },      /* another child of bash */
-	{ 615, 500, 500, 2200, "sh" },
-	{ 620, 615, 500, 2300, "rmdir" },      /* grandchild of bash */
-	{ 710, 500, 500, 3000, "sudo" },       /* sudo -> env -> mkdir */
-	{ 711, 710, 500, 3001, "env" },
-	{ 712, 711, 500, 3002, "mkdir" },
-	{ 720, 500, 720, 3100, "sudo" },       /* sudo with a pty: own session */
-	{ 721, 720, 720, 3101, "mkdir" },
-	{ 730, 500, 500, 3200, "mkdir" },      /* busybox applet (exe = applet) */
-	{ 800, 500, 500, 4000, "python3" },    /* threads 801, 802 */
-	{ 900, 1, 500, 4500, "mkdir" },        /* orphan adopted by init */
-	{ 910, 500, 500, 5000, "bash" },       /* pid reused after 920 began */
-	{ 920, 910, 500, 2000, "mkdir" },
-	{ 930, 1, 930, 5100, "tini" },         /* subreaper */
-	{ 940, 930, 935, 5200, "mkdir" },      /* orphan of session 935 */
-	{ 950, 951, 500, 5300, "mkdir" },      /* parent 951 is gone */
-	{ 960, 961, 500, 5400, "mkdir" },      /* a cycle (only a fake can) */
-	{ 961, 960, 500, 5400, "mkdir" },
-	{ 970, 500, 500, 5500, "" },           /* exe unreadable */
-	{ 1500, 500, 500, 7000, "rmdir" },     /* bash -c 'mkdir X && rmdir X' */
+	ROW(1, 0, 1, 1, "systemd"),
+	ROW(400, 1, 400, 500, "sshd"),
+	ROW(500, 400, 500, 1000, "bash"),       /* the usual holder */
+	ROW(600, 500, 500, 2000, "mkdir"),      /* mkdir run from bash */
+	ROW(610, 500, 500, 2100, "rmdir"),      /* another child of bash */
+	ROW(615, 500, 500, 2200, "sh"),
+	ROW(620, 615, 500, 2300, "rmdir"),      /* grandchild of bash */
+	ROW(710, 500, 500, 3000, "sudo"),       /* sudo -> env -> mkdir */
+	ROW(711, 710, 500, 3001, "env"),
+	ROW(712, 711, 500, 3002, "mkdir"),
+	ROW(720, 500, 720, 3100, "sudo"),       /* sudo with a pty: own session */
+	ROW(721, 720, 720, 3101, "mkdir"),
+	ROW(730, 500, 500, 3200, "mkdir"),      /* busybox applet (exe = applet) */
+	ROW(800, 500, 500, 4000, "python3"),    /* threads 801, 802 */
+	ROW(900, 1, 500, 4500, "mkdir"),        /* orphan adopted by init */
+	ROW(910, 500, 500, 5000, "bash"),       /* pid reused after 920 began */
+	ROW(920, 910, 500, 2000, "mkdir"),
+	ROW(930, 1, 930, 5100, "tini"),         /* subreaper */
+	ROW(940, 930, 935, 5200, "mkdir"),      /* orphan of session 935 */
+	ROW(950, 951, 500, 5300, "mkdir"),      /* parent 951 is gone */
+	ROW(960, 961, 500, 5400, "mkdir"),      /* a cycle (only a fake can) */
+	ROW(961, 960, 500, 5400, "mkdir"),
+	ROW(970, 500, 500, 5500, ""),           /* exe unreadable */
+	ROW(1500, 500, 500, 7000, "rmdir"),     /* bash -c 'mkdir X && rmdir X' */
+	/* issue 8 §3: fakes and uid boundaries */
+	ROW(1600, 500, 500, 8000, "mkdir", .file = FAKE),  /* ~/bin/mkdir, a python */
+	ROW(1610, 500, 500, 8100, "mkdir", .file = FAKE, .multicall = "busybox"), /* ~/bin/busybox mkdir */
+	ROW(1620, 500, 500, 8200, "mkdir", .multicall = "busybox"), /* /bin/busybox mkdir */
+	ROW(1630, 500, 500, 8300, "mkdir", .multicall = "coreutils"), /* coreutils-single */
+	ROW(1700, 400, 1700, 9000, "bash", .uid = UID_ROOT),  /* a root shell */
+	ROW(1701, 1700, 1700, 9001, "mkdir", .uid = 4242),    /* setpriv --reuid=4242 mkdir */
+	ROW(1702, 1700, 1700, 9002, "env", .file = FAKE, .uid = 4242),         /* ... ~/bin/env */
+	ROW(1703, 1700, 1700, 9003, "sh", .uid = 4242),       /* ... sh -c 'mkdir; ...' */
+	ROW(1704, 1703, 1700, 9004, "mkdir", .uid = 4242),
+	ROW(1705, 1700, 1700, 9005, "timeout", .uid = 4242),  /* ... timeout 5 mkdir */
+	ROW(1706, 1705, 1700, 9006, "mkdir", .uid = 4242),
+	ROW(1800, 400, 1800, 9500, "bash"),                     /* a user's shell */
+	ROW(1801, 1800, 1800, 9501, "sudo", .file = GENUINE_SETUID, .uid = UID_ROOT),
+	ROW(1802, 1801, 1800, 9502, "mkdir", .uid = UID_ROOT), /* sudo mkdir */
+	ROW(1811, 1800, 1800, 9511, "sudo", .file = FAKE_SETUID, .uid = UID_ROOT),
+	ROW(1812, 1811, 1800, 9512, "mkdir", .uid = UID_ROOT), /* a fake sudo's mkdir */
+	ROW(1821, 1800, 1800, 9521, "sudo", .uid = UID_ROOT),  /* sudo, set-uid bit gone */
+	ROW(1822, 1821, 1800, 9522, "mkdir", .uid = UID_ROOT),
+	ROW(1831, 1801, 1800, 9531, "mkdir", .uid = 4242),     /* sudo -u 4242 mkdir */
+	/* a container: processes in another root (fake_root_dir) */
+	ROW(1900, 400, 1900, 9600, "sh", .file = IN_ROOT, .path = "bin/sh"),
+	ROW(1901, 1900, 1900, 9601, "mkdir", .file = IN_ROOT, .path = "usr/bin/mkdir"),
+	ROW(1902, 1900, 1900, 9602, "mkdir", .file = IN_ROOT, .path = "home/u/mkdir"),
+	ROW(1903, 1900, 1900, 9603, "env", .file = IN_ROOT, .path = "usr/local/bin/env"),
 };
 
 static const struct { pid_t tid, tgid; } fake_threads[] = {
@@ -71,34 +114,115 @@ static const struct { pid_t tid, tgid; } fake_threads[] = {
 /* How many times read_tid ran, to check the walk stays short. */
 static int fake_reads;
 
-static int fake_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out)
+static const struct fake_proc *fake_find(pid_t tid)
 {
-	(void)ctx;
-	(void)want; /* the fake always knows everything */
-	fake_reads++;
 	for (size_t i = 0; i < sizeof(fake_threads) / sizeof(fake_threads[0]); i++)
 		if (fake_threads[i].tid == tid)
 			tid = fake_threads[i].tgid;
-	for (size_t i = 0; i < sizeof(fake_table) / sizeof(fake_table[0]); i++) {
-		const struct fake_proc *f = &fake_table[i];
-		if (f->pid != tid)
-			continue;
-		memset(out, 0, sizeof(*out));
-		out->pid = f->pid;
-		out->ppid = f->ppid;
-		out->sid = f->sid;
-		out->uid = 1000;
-		out->gid = 1000;
-		out->have_ids = true;
-		out->start_time = f->start;
-		snprintf(out->comm, sizeof(out->comm), "%s", f->exe);
-		snprintf(out->exe, sizeof(out->exe), "%s", f->exe);
-		return 0;
-	}
-	return -ENOENT;
+	for (size_t i = 0; i < sizeof(fake_table) / sizeof(fake_table[0]); i++)
+		if (fake_table[i].pid == tid)
+			return &fake_table[i];
+	return NULL;
 }
 
-static const struct lockfs_proc_source fake = { fake_read_tid, NULL };
+static uid_t fake_uid(const struct fake_proc *f)
+{
+	return f->uid == UID_ROOT ? 0 : f->uid == 0 ? 1000 : (uid_t)f->uid;
+}
+
+static int fake_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out)
+{
+	const struct fake_proc *f = fake_find(tid);
+
+	(void)ctx;
+	(void)want; /* the fake always knows everything */
+	fake_reads++;
+	if (!f)
+		return -ENOENT;
+	memset(out, 0, sizeof(*out));
+	out->pid = f->pid;
+	out->ppid = f->ppid;
+	out->sid = f->sid;
+	out->uid = fake_uid(f);
+	out->gid = out->uid;
+	out->have_ids = true;
+	out->start_time = f->start;
+	snprintf(out->comm, sizeof(out->comm), "%s", f->exe);
+	snprintf(out->exe, sizeof(out->exe), "%s", f->exe);
+	snprintf(out->multicall, sizeof(out->multicall), "%s", f->multicall ? f->multicall : "");
+	return 0;
+}
+
+/* Made-up files: a device no real file system has, and an inode per
+ * name (genuine) or per process (fake).  setup_helpers() trusts the
+ * genuine ones as the system's copies. */
+#define FAKE_DEV ((dev_t)0xfff00fffULL)
+
+static ino_t name_ino(const char *name)
+{
+	ino_t h = 5381;
+
+	while (*name)
+		h = h * 33 + (unsigned char)*name++;
+	return h;
+}
+
+/* The root directory of the fake container (a real temporary tree), or "". */
+static char fake_root_dir[PATH_MAX];
+
+static int fake_exe_stat(void *ctx, pid_t pid, struct stat *st)
+{
+	const struct fake_proc *f = fake_find(pid);
+	char path[PATH_MAX * 2];
+
+	(void)ctx;
+	if (!f)
+		return -ENOENT;
+	if (f->file == IN_ROOT) {
+		snprintf(path, sizeof(path), "%s/%s", fake_root_dir, f->path);
+		return stat(path, st) == 0 ? 0 : -errno;
+	}
+	memset(st, 0, sizeof(*st));
+	st->st_dev = FAKE_DEV;
+	st->st_ino = f->file == GENUINE || f->file == GENUINE_SETUID
+		     ? name_ino(f->multicall ? f->multicall : f->exe) : (ino_t)f->pid;
+	st->st_mode = S_IFREG | 0755 |
+		      (f->file == GENUINE_SETUID || f->file == FAKE_SETUID ? S_ISUID : 0);
+	st->st_uid = f->file == FAKE ? fake_uid(f) : 0;
+	return 0;
+}
+
+/* Processes that run a file of the fake container live in its root; the
+ * others in a root no lookup finds anything in. */
+static int fake_open_root(void *ctx, pid_t pid)
+{
+	const struct fake_proc *f = fake_find(pid);
+	int fd;
+
+	(void)ctx;
+	if (!f)
+		return -ENOENT;
+	if (f->file != IN_ROOT || !fake_root_dir[0])
+		return -ENOENT;
+	fd = open(fake_root_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	return fd >= 0 ? fd : -errno;
+}
+
+static int fake_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
+{
+	(void)ctx;
+	if (pid == 1901 || pid == 1900) {
+		p->ns_pid = pid - 1899;
+		snprintf(p->container, sizeof(p->container), "%s", "c0ffee");
+	} else {
+		p->ns_pid = pid;
+	}
+	return 0;
+}
+
+static const struct lockfs_proc_source fake = {
+	fake_read_tid, NULL, fake_exe_stat, fake_open_root, fake_read_ns,
+};
 
 /* The default helper list, parsed for each test. */
 static int setup_helpers(void **state)
@@ -106,6 +230,11 @@ static int setup_helpers(void **state)
 	struct lockfs_helpers *h = calloc(1, sizeof(*h));
 	assert_non_null(h);
 	assert_int_equal(lockfs_helpers_parse(h, LOCKFS_DEFAULT_HELPERS), 0);
+	for (char **n = h->names; *n; n++)
+		assert_int_equal(lockfs_helpers_trust_file(h, *n, FAKE_DEV, name_ino(*n)), 0);
+	assert_int_equal(lockfs_helpers_trust_file(h, "busybox", FAKE_DEV, name_ino("busybox")), 0);
+	assert_int_equal(lockfs_helpers_trust_file(h, "coreutils", FAKE_DEV, name_ino("coreutils")),
+			 0);
 	*state = h;
 	fake_reads = 0;
 	return 0;
@@ -123,7 +252,7 @@ static int resolve(void **state, pid_t tid)
 {
 	struct lockfs_proc p;
 	memset(&p, 0xa5, sizeof(p));
-	int rc = lockfs_holder_resolve(&fake, tid, *state, 0, &p);
+	int rc = lockfs_holder_resolve(&fake, tid, LOCKFS_UID_UNKNOWN, *state, 0, &p);
 	return rc < 0 ? rc : p.pid;
 }
 
@@ -132,7 +261,7 @@ static int resolve(void **state, pid_t tid)
 static void test_caller_not_a_helper_is_the_holder(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 500, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 500, 1000, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 500);
 	assert_int_equal(p.start_time, 1000);
 	assert_string_equal(p.exe, "bash");
@@ -142,7 +271,7 @@ static void test_caller_not_a_helper_is_the_holder(void **state)
 static void test_mkdir_helper_is_skipped_to_the_shell(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 600, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 600, 1000, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 500);
 	assert_int_equal(p.start_time, 1000);
 	assert_int_equal(fake_reads, 2);
@@ -163,7 +292,7 @@ static void test_empty_helper_list_skips_nothing(void **state)
 	struct lockfs_helpers none;
 	struct lockfs_proc p;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&fake, 712, &none, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 712, 1000, &none, 0, &p), 0);
 	assert_int_equal(p.pid, 712);
 	lockfs_helpers_free(&none);
 }
@@ -171,7 +300,7 @@ static void test_empty_helper_list_skips_nothing(void **state)
 static void test_thread_id_maps_to_its_thread_group(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 802, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&fake, 802, 1000, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 800);
 	assert_int_equal(p.start_time, 4000);
 }
@@ -524,7 +653,7 @@ static void test_real_resolve_self_with_no_helpers(void **state)
 	struct lockfs_helpers none;
 	struct lockfs_proc p;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), &none, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), geteuid(), &none, 0, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	assert_int_equal(p.start_time, real_start_time(getpid()));
 	lockfs_helpers_free(&none);
@@ -540,10 +669,12 @@ struct thread_arg {
 static void *thread_main(void *a)
 {
 	struct thread_arg *t = a;
-	struct lockfs_helpers none = { NULL };
+	struct lockfs_helpers none;
 	struct lockfs_proc p;
+	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
 	t->tid = gettid();
-	t->rc = lockfs_holder_resolve(&lockfs_proc_real, t->tid, &none, 0, &p);
+	t->rc = lockfs_holder_resolve(&lockfs_proc_real, t->tid, geteuid(), &none, 0, &p);
+	lockfs_helpers_free(&none);
 	t->pid = p.pid;
 	t->start = p.start_time;
 	return NULL;
@@ -572,13 +703,16 @@ static void test_real_resolve_skips_helper_child(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn("/bin/sleep", argv, envp);
 	assert_int_equal(lockfs_helpers_parse(&h, "sleep"), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &h, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &h, 0, &p), 0);
 	assert_int_equal(p.pid, getpid());
+	assert_false(p.at_uid_boundary);
 	/* negative control: with no helpers the child is the holder */
-	struct lockfs_helpers none = { NULL };
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, &none, 0, &p), 0);
+	struct lockfs_helpers none;
+	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &none, 0, &p), 0);
 	assert_int_equal(p.pid, child);
 	assert_string_equal(p.exe, "sleep");
+	lockfs_helpers_free(&none);
 	lockfs_helpers_free(&h);
 	reap(child);
 }
@@ -590,7 +724,7 @@ static void test_real_resolve_opens_a_live_pidfd(void **state)
 	struct pollfd pfd = { .events = POLLIN };
 
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), &none,
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), geteuid(), &none,
 					       LOCKFS_PROC_PIDFD, &p), 0);
 	assert_true(p.has_pidfd);
 	pfd.fd = p.pidfd;
@@ -634,7 +768,7 @@ static void test_real_parent_may_not_release_childs_lock(void **state)
 static void test_real_vanished_caller_is_esrch(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, INT_MAX, NULL, 0, &p), -ESRCH);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, INT_MAX, 0, NULL, 0, &p), -ESRCH);
 	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, INT_MAX, 500, 1, false), -ESRCH);
 }
 
@@ -725,6 +859,327 @@ static void test_real_boot_id(void **state)
 	assert_int_equal(id[8], '-');
 }
 
+/* ---- genuine helpers and the uid boundary (issue 8 §3) --------------- */
+
+/* resolve() with the holder's at_uid_boundary in *BOUNDARY. */
+static int resolve_b(void **state, pid_t tid, bool *boundary)
+{
+	struct lockfs_proc p;
+	int rc = lockfs_holder_resolve(&fake, tid, LOCKFS_UID_UNKNOWN, *state, 0, &p);
+
+	*boundary = rc == 0 && p.at_uid_boundary;
+	return rc < 0 ? rc : p.pid;
+}
+
+static void test_a_program_named_like_a_helper_is_no_helper(void **state)
+{
+	bool b;
+
+	assert_int_equal(resolve_b(state, 1600, &b), 1600); /* ~/bin/mkdir */
+	assert_false(b);
+	assert_int_equal(resolve_b(state, 600, &b), 500);   /* the real one */
+}
+
+static void test_busybox_applets_are_judged_by_their_binary(void **state)
+{
+	bool b;
+
+	assert_int_equal(resolve_b(state, 1610, &b), 1610); /* a copy of busybox */
+	assert_int_equal(resolve_b(state, 1620, &b), 500);  /* the system's */
+	assert_int_equal(resolve_b(state, 1630, &b), 500);  /* one-binary coreutils */
+}
+
+static void test_a_helper_under_a_parent_of_another_uid_stops_the_walk(void **state)
+{
+	struct lockfs_proc p;
+	bool b;
+
+	/* setpriv --reuid=4242 mkdir, run by a root shell */
+	assert_int_equal(resolve_b(state, 1701, &b), 1701);
+	assert_true(b);
+	/* the same with the uid FUSE reports for the request */
+	assert_int_equal(lockfs_holder_resolve(&fake, 1701, 4242, *state, 0, &p), 0);
+	assert_int_equal(p.pid, 1701);
+	assert_true(p.at_uid_boundary);
+}
+
+static void test_a_users_fake_env_under_a_root_shell_acts_for_itself(void **state)
+{
+	bool b;
+
+	assert_int_equal(resolve_b(state, 1702, &b), 1702);
+	assert_false(b); /* not a helper at all: no boundary to speak of */
+}
+
+static void test_helpers_under_a_shell_of_their_own_uid_are_skipped(void **state)
+{
+	bool b;
+
+	assert_int_equal(resolve_b(state, 1704, &b), 1703);
+	assert_false(b);
+}
+
+static void test_the_walk_stops_at_the_last_helper_before_the_boundary(void **state)
+{
+	bool b;
+
+	/* mkdir (4242) -> timeout (4242) | root shell */
+	assert_int_equal(resolve_b(state, 1706, &b), 1705);
+	assert_true(b);
+}
+
+static void test_genuine_setuid_sudo_crosses_to_the_user_who_ran_it(void **state)
+{
+	struct lockfs_proc p;
+
+	assert_int_equal(lockfs_holder_resolve(&fake, 1802, 0, *state, 0, &p), 0);
+	assert_int_equal(p.pid, 1800);
+	assert_int_equal(p.uid, 1000);
+	assert_false(p.at_uid_boundary);
+}
+
+static void test_a_setuid_file_that_is_not_the_systems_sudo_holds(void **state)
+{
+	bool b;
+
+	assert_int_equal(resolve_b(state, 1812, &b), 1811);
+	assert_false(b);
+}
+
+static void test_sudo_without_its_setuid_bit_does_not_cross(void **state)
+{
+	bool b;
+
+	assert_int_equal(resolve_b(state, 1822, &b), 1821);
+	assert_true(b);
+}
+
+static void test_sudo_u_another_user_mkdir_stops_at_mkdir(void **state)
+{
+	bool b;
+
+	/* mkdir (4242) under sudo (root): mkdir is not set-uid */
+	assert_int_equal(resolve_b(state, 1831, &b), 1831);
+	assert_true(b);
+}
+
+static void test_a_helper_nobody_can_stat_is_no_helper(void **state)
+{
+	struct lockfs_proc_source blind = { fake_read_tid, NULL, NULL, NULL, NULL };
+	struct lockfs_proc p;
+
+	assert_int_equal(lockfs_holder_resolve(&blind, 600, 1000, *state, 0, &p), 0);
+	assert_int_equal(p.pid, 600);
+}
+
+/* ---- processes in another root (a container) -------------------------- */
+
+static void put_file(const char *rel, mode_t mode)
+{
+	char path[PATH_MAX * 2];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", fake_root_dir, rel);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, rel, strlen(rel)), (ssize_t)strlen(rel));
+	close(fd);
+	assert_int_equal(chmod(path, mode), 0);
+}
+
+static void put_dir(const char *rel, mode_t mode)
+{
+	char path[PATH_MAX * 2];
+
+	snprintf(path, sizeof(path), "%s/%s", fake_root_dir, rel);
+	assert_int_equal(mkdir(path, mode), 0);
+	assert_int_equal(chmod(path, mode), 0);
+}
+
+/* A root file system: usr/bin/{mkdir,sh}, bin -> usr/bin, a user's
+ * home/u/mkdir, and a world-writable usr/local/bin/env. */
+static int setup_root(void **state)
+{
+	char path[PATH_MAX * 2];
+
+	snprintf(fake_root_dir, sizeof(fake_root_dir), "/tmp/lockfs-test-root-XXXXXX");
+	if (!mkdtemp(fake_root_dir) || chmod(fake_root_dir, 0755) < 0)
+		return -1;
+	put_dir("usr", 0755);
+	put_dir("usr/bin", 0755);
+	put_dir("usr/local", 0755);
+	put_dir("usr/local/bin", 0777);
+	put_dir("home", 0755);
+	put_dir("home/u", 0755);
+	put_file("usr/bin/mkdir", 0755);
+	put_file("usr/bin/sh", 0755);
+	put_file("home/u/mkdir", 0755);
+	put_file("usr/local/bin/env", 0755);
+	snprintf(path, sizeof(path), "%s/bin", fake_root_dir);
+	return symlink("usr/bin", path) == 0 ? setup_helpers(state) : -1;
+}
+
+static int teardown_root(void **state)
+{
+	char cmd[PATH_MAX + 16];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fake_root_dir);
+	fake_root_dir[0] = '\0';
+	return teardown_helpers(state) | system(cmd);
+}
+
+static void test_a_containers_own_mkdir_is_genuine_in_its_root(void **state)
+{
+	struct lockfs_proc p;
+
+	assert_int_equal(lockfs_holder_resolve(&fake, 1901, 1000, *state, LOCKFS_PROC_NS, &p), 0);
+	assert_int_equal(p.pid, 1900);
+	assert_int_equal(p.ns_pid, 1);
+	assert_string_equal(p.container, "c0ffee");
+}
+
+static void test_a_copy_elsewhere_in_a_containers_root_is_not(void **state)
+{
+	assert_int_equal(resolve(state, 1902), 1902);
+}
+
+static void test_a_helper_in_a_world_writable_system_dir_is_not(void **state)
+{
+	assert_int_equal(resolve(state, 1903), 1903);
+}
+
+static void test_ns_info_only_when_asked(void **state)
+{
+	struct lockfs_proc p;
+
+	assert_int_equal(lockfs_holder_resolve(&fake, 500, 1000, *state, 0, &p), 0);
+	assert_int_equal(p.ns_pid, 0);
+	assert_string_equal(p.container, "");
+	assert_int_equal(lockfs_holder_resolve(&fake, 600, 1000, *state, LOCKFS_PROC_NS, &p), 0);
+	assert_int_equal(p.ns_pid, 500);
+	assert_string_equal(p.container, "");
+}
+
+/* ---- container ids from cgroup paths (issue 9 §4) --------------------- */
+
+#define ID64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define ID64B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+
+static const char *container_of(const char *text)
+{
+	static char out[LOCKFS_CONTAINER_MAX];
+	int rc = lockfs_container_of_cgroup(text, out, sizeof(out));
+
+	assert_int_equal(rc, out[0] != '\0');
+	return out;
+}
+
+static void test_container_ids_of_the_common_runtimes(void **state)
+{
+	/* podman, systemd cgroup manager; rootless; cgroupfs manager */
+	assert_string_equal(container_of("0::/machine.slice/libpod-" ID64 ".scope\n"), ID64);
+	assert_string_equal(container_of("0::/user.slice/user-1000.slice/user@1000.service/"
+					 "user.slice/libpod-" ID64 ".scope/container\n"), ID64);
+	assert_string_equal(container_of("4:memory:/libpod_parent/libpod-" ID64 "\n"), ID64);
+	/* podman's conmon names its container too */
+	assert_string_equal(container_of("0::/machine.slice/libpod-conmon-" ID64 ".scope\n"), ID64);
+	/* docker: systemd and cgroupfs */
+	assert_string_equal(container_of("0::/system.slice/docker-" ID64 ".scope\n"), ID64);
+	assert_string_equal(container_of("12:pids:/docker/" ID64 "\n"), ID64);
+	/* kubernetes with containerd, cri-o, or the cgroupfs driver */
+	assert_string_equal(container_of("0::/kubepods.slice/kubepods-burstable.slice/"
+					 "kubepods-burstable-pod1234.slice/cri-containerd-" ID64
+					 ".scope\n"), ID64);
+	assert_string_equal(container_of("0::/kubepods.slice/crio-" ID64 ".scope\n"), ID64);
+	assert_string_equal(container_of("0::/kubepods/besteffort/pod5678/" ID64 "\n"), ID64);
+	/* lxc (4.0+ and before), systemd-nspawn (machined and the unit) */
+	assert_string_equal(container_of("0::/lxc.payload.web1/init.scope\n"), "web1");
+	assert_string_equal(container_of("3:cpu:/lxc/db2\n"), "db2");
+	assert_string_equal(container_of("0::/machine.slice/machine-build\\x2d3.scope/payload\n"),
+			    "build-3");
+	assert_string_equal(container_of("0::/machine.slice/systemd-nspawn@deb12.service/payload\n"),
+			    "deb12");
+}
+
+static void test_container_innermost_and_unified_first(void **state)
+{
+	/* docker in docker: the inner one is the process's */
+	assert_string_equal(container_of("0::/docker/" ID64 "/docker/" ID64B "\n"), ID64B);
+	/* the unified line wins over a v1 controller's, wherever it is */
+	assert_string_equal(container_of("4:memory:/docker/" ID64 "\n"
+					 "0::/system.slice/docker-" ID64B ".scope\n"), ID64B);
+	/* a hybrid host whose unified line says nothing */
+	assert_string_equal(container_of("9:name=systemd:/machine.slice/libpod-" ID64 ".scope\n"
+					 "0::/\n"), ID64);
+}
+
+static void test_no_container_in_ordinary_paths(void **state)
+{
+	assert_string_equal(container_of("0::/user.slice/user-0.slice/session-3.scope\n"), "");
+	assert_string_equal(container_of("0::/\n"), "");
+	assert_string_equal(container_of("4:memory:/process_api/a9eb90d43f4dbd03c8f863d37fd6c3b9\n"),
+			    "");
+	assert_string_equal(container_of("0::/system.slice/docker.service\n"), "");
+	assert_string_equal(container_of("0::/machine.slice\n"), "");
+	/* 63 and 65 hex digits, upper case: not ids */
+	assert_string_equal(container_of("0::/docker/" ID64 "0\n"), "");
+	assert_string_equal(container_of("0::/docker-" "0123456789ABCDEF0123456789abcdef"
+					 "0123456789abcdef0123456789abcdef.scope\n"), "");
+	assert_string_equal(container_of(""), "");
+	assert_string_equal(container_of("garbage"), "");
+	/* a name with a control character is no name */
+	assert_string_equal(container_of("0::/lxc.payload.a\\x0ab\n"), "");
+}
+
+static void test_real_ns_of_a_process_in_our_pid_namespace(void **state)
+{
+	struct lockfs_proc p;
+
+	memset(&p, 0, sizeof(p));
+	p.pid = getpid();
+	p.start_time = real_start_time(getpid());
+	assert_int_equal(lockfs_proc_real.read_ns(NULL, getpid(), &p), 0);
+	assert_int_equal(p.ns_pid, getpid());
+	assert_string_equal(p.container, "");
+	/* again, now that it is known to be in our namespace */
+	p.ns_pid = 0;
+	assert_int_equal(lockfs_proc_real.read_ns(NULL, getpid(), &p), 0);
+	assert_int_equal(p.ns_pid, getpid());
+	/* a process that is gone: an error, nothing made up */
+	p.start_time++;
+	assert_true(lockfs_proc_real.read_ns(NULL, INT_MAX, &p) < 0);
+	assert_int_equal(p.ns_pid, 0);
+}
+
+static void test_real_a_copy_of_a_system_binary_is_not_genuine(void **state)
+{
+	/* With `sleep` listed as a helper: /usr/bin/sleep is skipped, the very
+	 * same bytes copied elsewhere are not. */
+	char dir[] = "/tmp/lockfs-test-genuine-XXXXXX";
+	char copy[PATH_MAX];
+	const char *argv[] = { "sleep", "5", NULL };
+	const char *envp[] = { NULL };
+	struct lockfs_helpers h;
+	struct lockfs_proc p;
+	pid_t child;
+
+	assert_int_equal(lockfs_helpers_parse(&h, "sleep"), 0);
+	assert_non_null(mkdtemp(dir));
+	snprintf(copy, sizeof(copy), "%s/sleep", dir);
+	copy_exe("/usr/bin/sleep", copy);
+	child = spawn(copy, argv, envp);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &h, 0, &p), 0);
+	assert_int_equal(p.pid, child);
+	reap(child);
+	child = spawn("/usr/bin/sleep", argv, envp);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &h, 0, &p), 0);
+	assert_int_equal(p.pid, getpid());
+	reap(child);
+	lockfs_helpers_free(&h);
+	assert_int_equal(unlink(copy), 0);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_helpers, teardown_helpers)
 
 int main(void)
@@ -767,6 +1222,27 @@ int main(void)
 		T(test_helpers_empty_string_is_empty_set),
 		T(test_helpers_single_and_several),
 		T(test_helpers_bad_lists_are_einval),
+		T(test_a_program_named_like_a_helper_is_no_helper),
+		T(test_busybox_applets_are_judged_by_their_binary),
+		T(test_a_helper_under_a_parent_of_another_uid_stops_the_walk),
+		T(test_a_users_fake_env_under_a_root_shell_acts_for_itself),
+		T(test_helpers_under_a_shell_of_their_own_uid_are_skipped),
+		T(test_the_walk_stops_at_the_last_helper_before_the_boundary),
+		T(test_genuine_setuid_sudo_crosses_to_the_user_who_ran_it),
+		T(test_a_setuid_file_that_is_not_the_systems_sudo_holds),
+		T(test_sudo_without_its_setuid_bit_does_not_cross),
+		T(test_sudo_u_another_user_mkdir_stops_at_mkdir),
+		T(test_a_helper_nobody_can_stat_is_no_helper),
+		T(test_ns_info_only_when_asked),
+		cmocka_unit_test_setup_teardown(test_a_containers_own_mkdir_is_genuine_in_its_root,
+						setup_root, teardown_root),
+		cmocka_unit_test_setup_teardown(test_a_copy_elsewhere_in_a_containers_root_is_not,
+						setup_root, teardown_root),
+		cmocka_unit_test_setup_teardown(test_a_helper_in_a_world_writable_system_dir_is_not,
+						setup_root, teardown_root),
+		cmocka_unit_test(test_container_ids_of_the_common_runtimes),
+		cmocka_unit_test(test_container_innermost_and_unified_first),
+		cmocka_unit_test(test_no_container_in_ordinary_paths),
 		cmocka_unit_test(test_real_read_self),
 		cmocka_unit_test(test_real_comm_with_parens_and_spaces),
 		cmocka_unit_test(test_real_resolve_self_with_no_helpers),
@@ -780,6 +1256,8 @@ int main(void)
 		cmocka_unit_test(test_real_cmdline_of_child),
 		cmocka_unit_test(test_real_exe_deleted_and_busybox_applet),
 		cmocka_unit_test(test_real_boot_id),
+		cmocka_unit_test(test_real_ns_of_a_process_in_our_pid_namespace),
+		cmocka_unit_test(test_real_a_copy_of_a_system_binary_is_not_genuine),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

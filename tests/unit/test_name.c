@@ -26,7 +26,7 @@ static void test_multibyte_names_are_valid(void **state)
 	assert_int_equal(lockfs_name_check("caf\xc3\xa9"), 0);            /* café */
 	assert_int_equal(lockfs_name_check("\xe6\x97\xa5\xe6\x9c\xac"), 0); /* 日本 */
 	assert_int_equal(lockfs_name_check("\xf0\x9f\x94\x92"), 0);        /* 🔒 */
-	assert_int_equal(lockfs_name_check("\xc2\xa0"), 0);   /* U+00A0, first after C1 */
+	assert_int_equal(lockfs_name_check("a\xc2\xa0"), 0);  /* U+00A0, first after C1 */
 	assert_int_equal(lockfs_name_check("\xed\x9f\xbf"), 0); /* U+D7FF */
 	assert_int_equal(lockfs_name_check("\xee\x80\x80"), 0); /* U+E000 */
 	assert_int_equal(lockfs_name_check("\xef\xbf\xbd"), 0); /* U+FFFD */
@@ -158,8 +158,8 @@ static const struct {
 	{ "\xf0\x9f\x94" "x", -EINVAL, "4-byte cut by ASCII" },
 	{ "\xc2\x85", -EINVAL, "NEL (C1)" },
 	{ "\xc2\x9f", -EINVAL, "last C1" },
-	{ "\xe2\x80\xa8", 0, "U+2028 line separator (not a control)" },
-	{ "\xef\xbb\xbf" "x", 0, "BOM" },
+	{ "a\xe2\x80\xa8" "b", 0, "U+2028 line separator (not a control)" },
+	{ "\xef\xbf\xbc", 0, "U+FFFC object replacement (So)" },
 	{ "\xe0\xa0\x80", 0, "U+0800, shortest 3-byte" },
 	{ "\xf0\x90\x80\x80", 0, "U+10000, shortest 4-byte" },
 	{ "\xdf\xbf", 0, "U+07FF, longest 2-byte" },
@@ -204,6 +204,72 @@ static void test_utf8_valid_respects_length(void **state)
 	assert_int_equal(lockfs_utf8_valid("\xf0\x9f\x94\x92", 4), 1);
 }
 
+/* ---- issue 8 §6: names that look the same ------------------------------ */
+
+static void test_nfc_names_are_valid(void **state)
+{
+	assert_int_equal(lockfs_name_check("caf\xc3\xa9"), 0);          /* café, NFC */
+	assert_int_equal(lockfs_name_check("\xc3\x85ngstr\xc3\xb6m"), 0); /* Ångström */
+	assert_int_equal(lockfs_name_check("\xea\xb0\x80"), 0);         /* 가, precomposed */
+	/* an unassigned code point is its own NFC (U+E0080) */
+	assert_int_equal(lockfs_name_check("\xf3\xa0\x82\x80" "x"), 0);
+}
+
+static void test_names_not_in_nfc_are_einval(void **state)
+{
+	static const char *const nfd[] = {
+		"cafe\xcc\x81",               /* café, NFD: e + U+0301 */
+		"\xe2\x84\xab",                /* U+212B ANGSTROM SIGN -> U+00C5 */
+		"\xef\xa4\x80",                /* U+F900, a CJK compatibility ideograph */
+		"A\xcc\x8a\xcc\xa3",            /* marks out of canonical order */
+		"\xe1\x84\x80\xe1\x85\xa1",     /* 가 as conjoining jamo */
+	};
+
+	for (size_t i = 0; i < sizeof(nfd) / sizeof(nfd[0]); i++)
+		if (lockfs_name_check(nfd[i]) != -EINVAL)
+			fail_msg("not NFC but accepted: case %zu", i);
+}
+
+static void test_format_characters_are_einval(void **state)
+{
+	static const char *const cf[] = {
+		"a\xe2\x80\x8b" "b",   /* U+200B ZERO WIDTH SPACE */
+		"\xe2\x80\xae" "txt",  /* U+202E RIGHT-TO-LEFT OVERRIDE */
+		"\xef\xbb\xbf" "x",    /* U+FEFF BOM / ZWNBSP */
+		"x\xe2\x81\xa0",       /* U+2060 WORD JOINER */
+		"a\xc2\xad" "b",        /* U+00AD SOFT HYPHEN */
+		"a\xe2\x80\x8d" "b",   /* U+200D ZERO WIDTH JOINER */
+		"\xe2\x81\xa6" "x",    /* U+2066 LEFT-TO-RIGHT ISOLATE */
+		"\xd8\x9c" "x",         /* U+061C ARABIC LETTER MARK */
+		"\xf3\xa0\x81\x81" "x", /* U+E0041 TAG LATIN CAPITAL LETTER A */
+	};
+
+	for (size_t i = 0; i < sizeof(cf) / sizeof(cf[0]); i++)
+		if (lockfs_name_check(cf[i]) != -EINVAL)
+			fail_msg("format character accepted: case %zu", i);
+}
+
+static void test_all_whitespace_names_are_einval(void **state)
+{
+	assert_int_equal(lockfs_name_check(" "), -EINVAL);
+	assert_int_equal(lockfs_name_check("    "), -EINVAL);
+	assert_int_equal(lockfs_name_check("\xc2\xa0"), -EINVAL);           /* U+00A0 */
+	assert_int_equal(lockfs_name_check("\xe3\x80\x80"), -EINVAL);       /* U+3000 */
+	assert_int_equal(lockfs_name_check(" \xe2\x80\x83 "), -EINVAL);     /* U+2003 */
+	assert_int_equal(lockfs_name_check("\xe2\x80\xa8"), -EINVAL);       /* U+2028 */
+}
+
+static void test_some_whitespace_is_fine(void **state)
+{
+	assert_int_equal(lockfs_name_check(" a"), 0);
+	assert_int_equal(lockfs_name_check("a "), 0);
+	assert_int_equal(lockfs_name_check("\xc2\xa0" "a"), 0);
+	/* blank-looking, but letters to Unicode (Lo), not White_Space */
+	assert_int_equal(lockfs_name_check("\xe3\x85\xa4"), 0);  /* U+3164 HANGUL FILLER */
+	/* a variation selector is a mark (Mn), not a format character */
+	assert_int_equal(lockfs_name_check("\xe2\x9d\xa4\xef\xb8\x8f"), 0); /* ❤️ */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -223,6 +289,11 @@ int main(void)
 		cmocka_unit_test(test_utf8_valid_allows_controls),
 		cmocka_unit_test(test_utf8_valid_rejects_bad_sequences),
 		cmocka_unit_test(test_utf8_valid_respects_length),
+		cmocka_unit_test(test_nfc_names_are_valid),
+		cmocka_unit_test(test_names_not_in_nfc_are_einval),
+		cmocka_unit_test(test_format_characters_are_einval),
+		cmocka_unit_test(test_all_whitespace_names_are_einval),
+		cmocka_unit_test(test_some_whitespace_is_fine),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

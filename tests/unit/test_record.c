@@ -15,6 +15,7 @@
 #include "lockfs/record.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef"
+#define CONTAINER "c0ffeefedcba9876543210fedcba9876543210fedcba9876543210fedcba9876"
 
 /* The record's fields are char * (it owns them once parsed); tests point
  * them at literals. */
@@ -31,6 +32,8 @@ static struct lockfs_record full_record(void)
 		.has_holder = true,
 		.holder = {
 			.pid = 4242,
+			.ns_pid = 7,
+			.container = S(CONTAINER),
 			.start_time = 123456789ULL,
 			.uid = 1000,
 			.gid = 1001,
@@ -76,6 +79,8 @@ static void assert_records_equal(const struct lockfs_record *a,
 		size_t i;
 
 		assert_int_equal(a->holder.pid, b->holder.pid);
+		assert_int_equal(a->holder.ns_pid, b->holder.ns_pid);
+		assert_str_or_null_equal(a->holder.container, b->holder.container);
 		assert_int_equal(a->holder.start_time, b->holder.start_time);
 		assert_int_equal(a->holder.uid, b->holder.uid);
 		assert_int_equal(a->holder.gid, b->holder.gid);
@@ -204,7 +209,7 @@ static void test_compact_layout_and_key_order(void **state)
 	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
 	const char *want =
 		"{\"resource\":\"deploy\",\"bound\":\"process\",\"mode\":\"exclusive\","
-		"\"holder\":{\"pid\":4242,"
+		"\"holder\":{\"pid\":4242,\"ns_pid\":7,\"container\":\"" CONTAINER "\","
 		"\"start_time\":123456789,\"uid\":1000,\"user\":\"alice\","
 		"\"gid\":1001,\"comm\":\"make\","
 		"\"cmdline\":[\"flock\",\"-n\",\"/tmp/x\",\"make deploy\"],"
@@ -335,6 +340,86 @@ static void test_fd_owner_matches_bound(void **state)
 	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
 	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
 	lockfs_record_clear(&back);
+	free(s);
+}
+
+/* What reader READER sees of R, as a jansson object. */
+static json_t *view_as(const struct lockfs_record *r, uid_t reader)
+{
+	size_t len;
+	char *s = lockfs_record_view(r, reader, &len);
+	json_t *j;
+
+	assert_non_null(s);
+	assert_int_equal(strlen(s), len);
+	j = json_loadb(s, len, 0, NULL);
+	assert_non_null(j);
+	free(s);
+	return j;
+}
+
+static bool shows_argv(const json_t *holder)
+{
+	return json_is_array(json_object_get(holder, "cmdline"));
+}
+
+/* issue 8 §6: the command line and the token only for the holder's uid
+ * and root; everyone else sees `"cmdline": null` and no token. */
+static void test_view_shows_cmdline_and_token_to_holder_uid_and_root(void **state)
+{
+	struct lockfs_record r = full_record(); /* holder uid 1000 */
+	uid_t readers[] = { 0, 1000, 1001 };
+
+	for (size_t i = 0; i < 3; i++) {
+		json_t *j = view_as(&r, readers[i]), *h = json_object_get(j, "holder");
+		bool mine = readers[i] != 1001;
+
+		assert_int_equal(shows_argv(h), mine);
+		if (!mine)
+			assert_true(json_is_null(json_object_get(h, "cmdline")));
+		assert_int_equal(json_object_get(j, "token") != NULL, mine);
+		assert_int_equal(shows_argv(json_array_get(json_object_get(j, "holders"), 0)),
+				 mine);
+		assert_string_equal(json_string_value(json_object_get(h, "comm")), "make");
+		json_decref(j);
+	}
+}
+
+static void test_view_judges_each_shared_holder_by_its_own_uid(void **state)
+{
+	struct lockfs_record r = full_record();
+	struct lockfs_share sh[1];
+	json_t *j, *hs;
+
+	memset(sh, 0, sizeof(sh));
+	r.bound = LOCKFS_BOUND_FD;
+	r.mode = LOCKFS_SHARED;
+	sh[0].holder = r.holder;
+	sh[0].holder.pid = 4343;
+	sh[0].holder.uid = 1001;
+	sh[0].bound = LOCKFS_BOUND_FD;
+	sh[0].fence = 8;
+	r.shares = sh;
+	r.nshares = 1;
+	j = view_as(&r, 1001);
+	hs = json_object_get(j, "holders");
+	assert_false(shows_argv(json_array_get(hs, 0))); /* uid 1000's */
+	assert_true(shows_argv(json_array_get(hs, 1)));  /* its own */
+	assert_null(json_object_get(j, "token"));       /* the token is holder.uid's */
+	json_decref(j);
+	j = view_as(&r, 0);
+	hs = json_object_get(j, "holders");
+	assert_true(shows_argv(json_array_get(hs, 0)) && shows_argv(json_array_get(hs, 1)));
+	json_decref(j);
+}
+
+static void test_the_stored_record_keeps_every_cmdline(void **state)
+{
+	struct lockfs_record r = full_record();
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_PRETTY, &len);
+
+	assert_non_null(strstr(s, "make deploy"));
 	free(s);
 }
 
@@ -491,7 +576,7 @@ static const char *const top_keys[] = {
 };
 static const char *const holder_keys[] = {
 	"pid", "start_time", "uid", "user", "gid", "comm", "cmdline", "host", "boot_id",
-};
+};  /* ns_pid and container may be missing: see test_record_from_before_ns_fields */
 
 static void test_missing_fields_are_einval(void **state)
 {
@@ -521,6 +606,8 @@ static const struct {
 	{ NULL, "fence", T_INT },
 	{ NULL, "token", T_STR },
 	{ "holder", "pid", T_INT },
+	{ "holder", "ns_pid", T_INT | T_NULL },
+	{ "holder", "container", T_STR | T_NULL },
 	{ "holder", "start_time", T_INT },
 	{ "holder", "uid", T_INT },
 	{ "holder", "user", T_STR | T_NULL },
@@ -595,6 +682,34 @@ static void test_value_ranges(void **state)
 	assert_int_equal(parse_json(with("holder", "uid", json_integer(-1))), -EINVAL);
 	assert_int_equal(parse_json(with("holder", "gid", json_integer(1LL << 32))), -EINVAL);
 	assert_int_equal(parse_json(with("holder", "uid", json_integer(0))), 0);
+	assert_int_equal(parse_json(with("holder", "ns_pid", json_integer(0))), -EINVAL);
+	assert_int_equal(parse_json(with("holder", "ns_pid", json_integer(1))), 0);
+}
+
+/* Records written before ns_pid and container existed (or naming
+ * neither) parse, and know neither. */
+static void test_record_from_before_ns_fields(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	json_t *j = valid_json(), *h = json_object_get(j, "holder");
+	char *s;
+
+	assert_int_equal(json_object_del(h, "ns_pid"), 0);
+	assert_int_equal(json_object_del(h, "container"), 0);
+	s = json_dumps(j, JSON_COMPACT);
+	assert_int_equal(lockfs_record_parse(s, strlen(s), &back), 0);
+	assert_int_equal(back.holder.ns_pid, 0);
+	assert_null(back.holder.container);
+	lockfs_record_clear(&back);
+	free(s);
+	json_decref(j);
+
+	r.holder.ns_pid = 0;
+	r.holder.container = NULL;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &(size_t){ 0 });
+	assert_non_null(strstr(s, "\"ns_pid\":null,\"container\":null,"));
+	free(s);
+	round_trip(&r, 0);
 }
 
 static void test_operation_limit(void **state)
@@ -794,6 +909,9 @@ int main(void)
 		cmocka_unit_test(test_shared_fd_record_round_trip),
 		cmocka_unit_test(test_fd_owner_matches_bound),
 		cmocka_unit_test(test_token_only_with_flag),
+		cmocka_unit_test(test_view_shows_cmdline_and_token_to_holder_uid_and_root),
+		cmocka_unit_test(test_view_judges_each_shared_holder_by_its_own_uid),
+		cmocka_unit_test(test_the_stored_record_keeps_every_cmdline),
 		cmocka_unit_test(test_record_without_token_does_not_parse),
 		cmocka_unit_test(test_invalid_utf8_is_replaced),
 		cmocka_unit_test(test_valid_json_control_parses),
@@ -802,6 +920,7 @@ int main(void)
 		cmocka_unit_test(test_cmdline_elements_must_be_strings),
 		cmocka_unit_test(test_cmdline_limit),
 		cmocka_unit_test(test_value_ranges),
+		cmocka_unit_test(test_record_from_before_ns_fields),
 		cmocka_unit_test(test_operation_limit),
 		cmocka_unit_test(test_bad_tokens),
 		cmocka_unit_test(test_duplicate_keys_are_einval),
