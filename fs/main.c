@@ -3,7 +3,7 @@
  *
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
- *          [FUSE options] MOUNTPOINT
+ *          [-o descendants=connector|scan] [FUSE options] MOUNTPOINT
  *
  * Checks the backing directory and takes it for this daemon before
  * mounting, so a misconfigured lock is a one-line error at second zero,
@@ -41,6 +41,7 @@ struct options {
 	char *lease;
 	char *stale;
 	char *break_signal;
+	char *descendants;
 	int show_help;
 };
 
@@ -52,6 +53,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("lease=%s", lease),
 	OPT("stale=%s", stale),
 	OPT("break_signal=%s", break_signal),
+	OPT("descendants=%s", descendants),
 	FUSE_OPT_END
 };
 
@@ -66,6 +68,8 @@ static void usage(const char *prog)
 	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
 	       "    -o stale=SECONDS      recover foreign locks older than this (default never)\n"
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
+	       "    -o descendants=HOW    how a dead holder's descendants are found:\n"
+	       "                          connector (default; scan when unavailable) or scan\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
 	       prog);
@@ -278,6 +282,12 @@ int main(int argc, char *argv[])
 	    (o.stale && parse_seconds("stale", o.stale, &cfg.stale_s) < 0) ||
 	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0))
 		goto out_args;
+	if (o.descendants && strcmp(o.descendants, "connector") != 0 &&
+	    strcmp(o.descendants, "scan") != 0) {
+		fprintf(stderr, "lockfs: -o descendants=%s: want connector or scan\n", o.descendants);
+		goto out_args;
+	}
+	cfg.descendants_scan = o.descendants && strcmp(o.descendants, "scan") == 0;
 
 	fs.proc_foreign = !proc_is_ours();
 	dirfd = open_backing(backing, !o.backing);
@@ -400,6 +410,7 @@ out_args:
 	free(o.lease);
 	free(o.stale);
 	free(o.break_signal);
+	free(o.descendants);
 	fuse_opt_free_args(&args);
 	return ret;
 }
