@@ -447,6 +447,20 @@ def test_descendant_may_write_operation_after_the_holder_exited(mnt, scripts):
     wait_free(mnt, 'x', timeout=DEADLINE)
 
 
+def test_lease_expiry_while_descendants_hold_is_logged_and_kept(mnt, scripts):
+    p = scripts.start('mkdir "$1/x" || exit 9\necho 1 > "$1/x/lease"\n'
+                      'sleep 1000 & echo $! > "$2"\n', mnt.mnt, scripts.path('c.pid'))
+    child = scripts.pid_from('c.pid')
+    assert p.wait(10) == 0
+    wait_log(mnt.dir, 'x', 'holder-exited')
+    line = wait_log(mnt.dir, 'x', 'expired', timeout=DEADLINE)[0]
+    assert line.details['evidence'] == 'descendants-alive', line.raw
+    assert line.details['pid'] == str(p.pid)
+    assert stays_held(mnt, 'x', WINDOW)
+    _kill(child)
+    wait_free(mnt, 'x', timeout=DEADLINE)
+
+
 # --------------------------------------------------------------------------
 # daemon restarts
 
