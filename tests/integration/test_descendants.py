@@ -21,9 +21,9 @@ import subprocess
 
 import pytest
 
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, errno_of, evidence, log_for, proc_start_time,
-                            read_owner, run_expect_refusal, stays_held, wait_free, wait_log,
-                            wait_until)
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, errno_of, evidence, log_for, proc_comm,
+                            proc_start_time, read_owner, run_expect_refusal, stays_held,
+                            wait_free, wait_log, wait_until)
 
 DEADLINE = 5.0   # waiting for something that must happen
 WINDOW = 0.5     # watching for something that must not
@@ -121,6 +121,19 @@ def _write(path, data):
     return rc
 
 
+def _stored(m, name):
+    """The record in DIR (owner.json)."""
+    with open(os.path.join(m.lockdir(name), 'owner.json')) as f:
+        return json.load(f)
+
+
+def _wait_stored_exited(m, name):
+    """Wait until DIR's record says holder_exited: the daemon logs
+    holder-exited first, and writes the record right after."""
+    wait_until(lambda: _stored(m, name).get('holder_exited'), timeout=DEADLINE,
+               what=f'holder_exited in {name}/owner.json')
+
+
 def _events(m, name):
     return [l.event for l in log_for(m.dir, name)]
 
@@ -170,6 +183,7 @@ def _sigterm_script_with_deploy_child(m, scripts):
     p = scripts.start('mkdir "$1/deploy" || exit 9\n' + DEPLOY + '\necho finished\n',
                       m.mnt, scripts.path('deploy.pid'))
     child = scripts.pid_from('deploy.pid')
+    wait_until(lambda: proc_comm(child) == 'sleep', timeout=DEADLINE, what='deploy.sh to run')
     assert os.path.isdir(m.lockdir('deploy'))
     p.send_signal(signal.SIGTERM)
     assert p.wait(10) == -signal.SIGTERM      # the script's shell is dead
@@ -207,15 +221,22 @@ def test_sigterm_script_keeps_lock_until_its_deploy_child_ends(mnt, scripts, how
     assert evidence(rec) == {'exited', 'descendants-exited'}, rec.raw
 
 
+def _ppid(pid):
+    with open(f'/proc/{pid}/stat') as f:
+        return int(f.read().rsplit(') ', 1)[1].split()[1])
+
+
 def test_kill9_of_the_holder_keeps_lock_for_an_orphaned_grandchild(mnt, scripts):
     """holder -> sh -> sleep: the middle shell exits at once, so the
-    grandchild is re-parented to init; then the holder is killed."""
+    grandchild is re-parented to init (or to a subreaper above the test);
+    then the holder is killed."""
     p = scripts.start('mkdir "$1/x" || exit 9\n'
-                      'sh -c \'sleep 1000 & echo $! > "$1"\' mid "$2"\n'
-                      'exec sleep 1000\n', mnt.mnt, scripts.path('gc.pid'))
-    gc = scripts.pid_from('gc.pid')
-    wait_until(lambda: open(f'/proc/{gc}/stat').read().split(') ')[1].split()[1] == '1',
-               timeout=DEADLINE, what='the grandchild to be adopted by init')
+                      'sh -c \'sleep 1000 & echo $! > "$1"; echo $$ > "$2"\' mid "$2" "$3"\n'
+                      'exec sleep 1000\n', mnt.mnt, scripts.path('gc.pid'),
+                      scripts.path('mid.pid'))
+    gc, mid = scripts.pid_from('gc.pid'), scripts.pid_from('mid.pid')
+    wait_until(lambda: _ppid(gc) not in (mid, p.pid), timeout=DEADLINE,
+               what='the grandchild to be adopted')
     p.kill()
     p.wait(10)
     wait_log(mnt.dir, 'x', 'holder-exited')
@@ -249,8 +270,8 @@ def test_kill9_of_the_holder_keeps_lock_for_a_grandchild_adopted_by_a_subreaper(
     try:
         gc = scripts.pid_from('gc.pid')
         holder = scripts.pid_from('holder.pid')
-        wait_until(lambda: open(f'/proc/{gc}/stat').read().split(') ')[1].split()[1] ==
-                   str(reaper.pid), timeout=DEADLINE, what='the subreaper to adopt the grandchild')
+        wait_until(lambda: _ppid(gc) == reaper.pid, timeout=DEADLINE,
+                   what='the subreaper to adopt the grandchild')
         _kill(holder)
         wait_log(mnt.dir, 'x', 'holder-exited')
         assert stays_held(mnt, 'x', WINDOW)
@@ -371,9 +392,11 @@ def test_owner_shows_the_exited_holder_and_its_live_descendants(mnt, scripts):
                       mnt.mnt, scripts.path('a.pid'), scripts.path('b.pid'))
     a, b = scripts.pid_from('a.pid'), scripts.pid_from('b.pid')
     holder_start = proc_start_time(p.pid)
-    sid = os.getsid(p.pid)
+    sid = p.pid  # a session of its own (start_new_session)
     assert p.wait(10) == 0
     wait_log(mnt.dir, 'x', 'holder-exited')
+    wait_until(lambda: proc_comm(a) == proc_comm(b) == 'sleep', timeout=DEADLINE,
+               what='both children to exec sleep')  # comm is read when owner is
     o = read_owner(mnt.mnt, 'x')
     assert o['holder']['pid'] == p.pid and o['holder']['start_time'] == holder_start
     assert o['holder_exited'] is True
@@ -386,10 +409,8 @@ def test_owner_shows_the_exited_holder_and_its_live_descendants(mnt, scripts):
     wait_until(lambda: [d['pid'] for d in read_owner(mnt.mnt, 'x')['descendants']] == [b],
                timeout=DEADLINE, what='the list to drop the dead descendant')
     # the store's copy follows (within a second)
-    def stored():
-        with open(os.path.join(mnt.lockdir('x'), 'owner.json')) as f:
-            return [d['pid'] for d in json.load(f)['descendants']]
-    wait_until(lambda: stored() == [b], timeout=DEADLINE, what='owner.json to follow')
+    wait_until(lambda: [d['pid'] for d in _stored(mnt, 'x')['descendants']] == [b],
+               timeout=DEADLINE, what='owner.json to follow')
     _kill(b)
     wait_free(mnt, 'x', timeout=DEADLINE)
 
@@ -468,7 +489,7 @@ def test_lease_expiry_while_descendants_hold_is_logged_and_kept(mnt, scripts):
 def test_restart_while_descendants_hold_keeps_the_lock(lockfs_factory, scripts, stop):
     m = lockfs_factory()
     holder, child = _sigterm_script_with_deploy_child(m, scripts)
-    wait_log(m.dir, 'deploy', 'holder-exited')
+    _wait_stored_exited(m, 'deploy')
     if stop == 'sigkill':
         assert m.kill9() == -signal.SIGKILL
     else:
@@ -489,7 +510,7 @@ def test_restart_while_descendants_hold_keeps_the_lock(lockfs_factory, scripts, 
 def test_descendants_that_ended_while_the_daemon_was_down_release_it(lockfs_factory, scripts):
     m = lockfs_factory()
     holder, child = _sigterm_script_with_deploy_child(m, scripts)
-    wait_log(m.dir, 'deploy', 'holder-exited')
+    _wait_stored_exited(m, 'deploy')
     assert m.kill9() == -signal.SIGKILL
     _kill(child)
     wait_until(lambda: not _alive(child), timeout=DEADLINE, what='deploy.sh to end')
