@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -460,6 +461,41 @@ static void test_connector_reports_our_fork_and_exit(void **state)
 	lockfs_procevents_close(pe);
 }
 
+/* Outside the initial pid namespace the kernel ignores the subscription
+ * (its events carry pids of the initial one): open must say so, so that
+ * the daemon falls back to scans instead of trusting foreign pids. */
+static void test_connector_refused_in_a_child_pid_namespace(void **state)
+{
+	int status;
+	pid_t outer = fork();
+
+	assert_true(outer >= 0);
+	if (outer == 0) {
+		pid_t inner;
+
+		if (unshare(CLONE_NEWPID) < 0)
+			_exit(77); /* not allowed here */
+		inner = fork(); /* the first child enters the new namespace */
+		if (inner == 0) {
+			struct lockfs_procevents *pe;
+			char why[160];
+			int rc = lockfs_procevents_open(&pe, why, sizeof(why));
+
+			_exit(rc == -ENOMSG && strstr(why, "pid namespace") ? 0 : 1);
+		}
+		if (inner < 0 || waitpid(inner, &status, 0) != inner)
+			_exit(2);
+		_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 3);
+	}
+	assert_int_equal(waitpid(outer, &status, 0), outer);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77) {
+		print_message("cannot make a pid namespace here: skipped\n");
+		skip();
+	}
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -483,6 +519,7 @@ int main(void)
 		T(test_unwatched_holder_is_looked_for),
 		T(test_untracked_processes_cost_no_proc_read),
 		cmocka_unit_test(test_connector_reports_our_fork_and_exit),
+		cmocka_unit_test(test_connector_refused_in_a_child_pid_namespace),
 #undef T
 	};
 
