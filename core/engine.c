@@ -70,12 +70,22 @@ static bool same_holder(const struct lockfs_record *a, const struct lockfs_recor
 				   a->holder.start_time == b->holder.start_time));
 }
 
+bool descendants_keep(const struct lockfs_record *rec)
+{
+	return rec->bound == LOCKFS_BOUND_PROCESS && rec->mode == LOCKFS_EXCLUSIVE &&
+	       rec->nshares == 0 && rec->has_holder;
+}
+
 /* Stop watching C's holder, if we were.  Called with the stripe mutex held. */
 void cache_unwatch(struct lockfs_core *core, struct cached *c)
 {
 	if (c->watched)
 		lockfs_liveness_unwatch(core->liveness, c->rec.holder.pid, c->rec.holder.start_time);
+	if (c->desc_watched)
+		lockfs_descendants_unwatch(core->descendants, c->rec.holder.pid,
+					   c->rec.holder.start_time);
 	c->watched = false;
+	c->desc_watched = false;
 }
 
 /*
@@ -108,10 +118,20 @@ void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 						   c->rec.holder.start_time, pidfd)
 			: lockfs_liveness_watch(core->liveness, c->rec.holder.pid,
 						c->rec.holder.start_time);
-	if (rc == 0)
+	if (rc == 0) {
 		c->watched = true;
-	else if (rc == -ESRCH)
+		/* From now on what it starts keeps its lock after it exits.  At
+		 * daemon start, what it started before is found by a scan.  No
+		 * memory: a scan looks when it exits. */
+		if (descendants_keep(&c->rec))
+			c->desc_watched = lockfs_descendants_watch(core->descendants,
+								   c->rec.holder.pid,
+								   c->rec.holder.start_time,
+								   c->rec.holder_session,
+								   core->starting) == 0;
+	} else if (rc == -ESRCH) {
 		c->holder_gone = true;
+	}
 	/* Any other failure (no memory, no fds) leaves the lock held and
 	 * unwatched: fail closed, never release on a guess. */
 }
@@ -163,6 +183,8 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 		c->holder_gone = false;
 		c->expired_logged = false;
 		c->next_check_boot_ms = 0;
+		c->desc_version = 0;
+		c->next_persist_boot_ms = 0;
 	}
 	lockfs_record_clear(&c->rec);
 	c->identity = identity;
@@ -385,6 +407,7 @@ int build_record(struct lockfs_core *core, const char *name,
 		goto fail;
 	}
 	h->start_time = p->start_time;
+	rec->holder_session = p->sid;
 	h->uid = p->uid;
 	h->gid = p->gid;
 	h->user = user_name(core, p->uid);
@@ -629,6 +652,16 @@ static int holder_check(struct lockfs_core *core, const struct holder_ref *h,
 		return -EPERM; /* held by a process of an earlier boot */
 	rc = lockfs_holder_may_release(core->procs, caller->tid, h->pid, h->start,
 				       lockfs_liveness_alive(core->liveness, h->pid, h->start));
+	if (rc == -EPERM && h->bound == LOCKFS_BOUND_PROCESS) {
+		/* A process the holder started while it held the lock acts for
+		 * it wherever it was re-parented, also once the holder exited. */
+		struct lockfs_proc me;
+
+		if (core->procs->read_tid(core->procs->ctx, caller->tid, 0, &me) == 0 &&
+		    lockfs_descendants_acts_for(core->descendants, h->pid, h->start, me.pid,
+						me.start_time))
+			rc = 0;
+	}
 	/* A descendant that runs as another user (not root) does not act
 	 * for the holder: a root holder's child dropping to uid 4242 gets
 	 * EPERM, while `sudo rmdir` in a user's holder shell still works. */
@@ -865,6 +898,7 @@ struct text_out {
 	char **text;
 	size_t *len;
 	uid_t reader;
+	struct lockfs_core *core;
 };
 
 /* Copy TEXT (may be NULL) plus a newline into a malloc'd *OUT. */
@@ -891,15 +925,18 @@ static int view_owner(const char *name, struct cached *c, const struct lockfs_en
 	 * uid and root (privacy.md). */
 	if (!c)
 		*o->text = foreign_json(name, st, o->len);
-	else
+	else {
+		if (c->rec.holder_exited)
+			descendants_refresh(o->core, c, NULL); /* the ones alive now */
 		*o->text = lockfs_record_view(&c->rec, o->reader, o->len);
+	}
 	return *o->text ? 0 : -ENOMEM;
 }
 
 int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader,
 		      char **json, size_t *len)
 {
-	struct text_out o = { json, len, reader };
+	struct text_out o = { json, len, reader, core };
 
 	return with_record(core, name, view_owner, &o);
 }
@@ -918,7 +955,7 @@ static int view_operation(const char *name, struct cached *c, const struct lockf
 
 int lockfs_core_operation(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct text_out o = { text, len, 0 };
+	struct text_out o = { text, len, 0, core };
 
 	return with_record(core, name, view_operation, &o);
 }
@@ -936,7 +973,7 @@ static int view_lease(const char *name, struct cached *c, const struct lockfs_en
 
 int lockfs_core_lease(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct text_out o = { text, len, 0 };
+	struct text_out o = { text, len, 0, core };
 
 	return with_record(core, name, view_lease, &o);
 }
@@ -1203,6 +1240,25 @@ void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, voi
 	core->removed_arg = arg;
 }
 
+/* The descendants tracker, fed by the process-event connector unless
+ * SCAN_ONLY or the kernel refuses it (then scans answer, and we say so
+ * once).  0 or -errno. */
+static int descendants_open(struct lockfs_core *core, bool scan_only)
+{
+	struct lockfs_event_source events;
+	char why[160];
+
+	if (!scan_only) {
+		if (lockfs_procevents_open(&core->procevents, why, sizeof(why)) == 0)
+			events = lockfs_procevents_source(core->procevents);
+		else
+			fprintf(stderr, "lockfs: warning: no process events (%s); a holder's "
+				"descendants are found by scanning /proc for its session, which "
+				"misses those that left it (docs/holder.md)\n", why);
+	}
+	return lockfs_descendants_new(&core->descendants, core->procevents ? &events : NULL, NULL);
+}
+
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)
 {
 	struct lockfs_core *core = calloc(1, sizeof(*core));
@@ -1239,6 +1295,9 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 		goto fail;
 	rc = lockfs_liveness_new(&core->liveness, recovery_holder_exited, recovery_tick,
 				 core, TICK_MS);
+	if (rc < 0)
+		goto fail;
+	rc = descendants_open(core, cfg->descendants_scan);
 	if (rc < 0)
 		goto fail;
 	core->be = cfg->backend;
@@ -1285,6 +1344,8 @@ void lockfs_core_close(struct lockfs_core *core)
 		pthread_mutex_destroy(&core->stripes[i].mu);
 	}
 	lockfs_liveness_free(core->liveness);
+	lockfs_descendants_free(core->descendants);
+	lockfs_procevents_close(core->procevents);
 	for (size_t i = 0; i < core->nusers; i++)
 		free(core->users[i].name);
 	free(core->users);

@@ -323,6 +323,35 @@ fail:
 	return NULL;
 }
 
+/* The live descendants of a holder that exited, in the order kept. */
+static json_t *descendants_json(const struct lockfs_record *r)
+{
+	json_t *a = json_array();
+
+	if (!a)
+		return NULL;
+	for (size_t i = 0; i < r->ndescendants; i++) {
+		const struct lockfs_descendant *d = &r->descendants[i];
+		json_t *o = json_object();
+		int err = 0;
+
+		if (!o)
+			goto fail;
+		err |= add(o, "pid", json_integer(d->pid));
+		err |= add(o, "start_time", json_integer((json_int_t)d->start_time));
+		err |= add(o, "comm", str_json(d->comm));
+		err |= add(o, "via", json_string(d->candidate ? "session" : "tree"));
+		if (err || json_array_append_new(a, o) < 0) {
+			json_decref(o);
+			goto fail;
+		}
+	}
+	return a;
+fail:
+	json_decref(a);
+	return NULL;
+}
+
 /*
  * The compact form is written on every acquisition, so it is produced
  * directly rather than through a tree of jansson objects (a third of the
@@ -503,6 +532,25 @@ static char *encode_compact(const struct lockfs_record *r, int flags, size_t *le
 	}
 	sb_lit(&b, ",\"fence\":");
 	sb_int(&b, (long long)r->fence);
+	if (r->holder_session > 0) {
+		sb_lit(&b, ",\"holder_session\":");
+		sb_int(&b, r->holder_session);
+	}
+	if (r->holder_exited) {
+		sb_lit(&b, ",\"holder_exited\":true,\"descendants\":[");
+		for (size_t i = 0; i < r->ndescendants; i++) {
+			const struct lockfs_descendant *d = &r->descendants[i];
+
+			sb_lit(&b, i ? ",{\"pid\":" : "{\"pid\":");
+			sb_int(&b, d->pid);
+			sb_lit(&b, ",\"start_time\":");
+			sb_int(&b, (long long)d->start_time);
+			sb_lit(&b, ",\"comm\":");
+			sb_str(&b, d->comm);
+			sb_lit(&b, d->candidate ? ",\"via\":\"session\"}" : ",\"via\":\"tree\"}");
+		}
+		sb_lit(&b, "]");
+	}
 	if ((flags & LOCKFS_RECORD_WITH_TOKEN) && r->token[0] != '\0') {
 		sb_lit(&b, ",\"token\":");
 		sb_str(&b, r->token);
@@ -549,6 +597,12 @@ static char *encode_tree(const struct lockfs_record *r, int flags, const struct 
 	err |= add(o, "slug", opt_str_json(r->slug));
 	err |= add(o, "lease", r->lease.ttl_s ? lease_json(&r->lease) : json_null());
 	err |= add(o, "fence", json_integer((json_int_t)r->fence));
+	if (r->holder_session > 0)
+		err |= add(o, "holder_session", json_integer(r->holder_session));
+	if (r->holder_exited) {
+		err |= add(o, "holder_exited", json_true());
+		err |= add(o, "descendants", descendants_json(r));
+	}
 	if ((flags & LOCKFS_RECORD_WITH_TOKEN) && r->token[0] != '\0')
 		err |= add(o, "token", str_json(r->token));
 	if (err)
@@ -626,6 +680,7 @@ void lockfs_record_clear(struct lockfs_record *r)
 		free(r->shares[i].slug);
 	}
 	free(r->shares);
+	free(r->descendants);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -866,6 +921,58 @@ static int parse_shares(const json_t *o, struct lockfs_record *r)
 	return 0;
 }
 
+/* The optional "holder_session", "holder_exited" and "descendants".
+ * Records written before they existed have none: session unknown, holder
+ * not known to have exited. */
+static int parse_descendants(const json_t *o, struct lockfs_record *r)
+{
+	json_t *v = json_object_get(o, "holder_session"), *a;
+	json_int_t n;
+	int rc;
+
+	if (v && (rc = get_int(o, "holder_session", 0, INT32_MAX, &n)) < 0)
+		return rc;
+	r->holder_session = v ? (pid_t)n : 0;
+	v = json_object_get(o, "holder_exited");
+	if (!v || json_is_false(v))
+		return 0;
+	if (!json_is_true(v))
+		return -EINVAL;
+	a = json_object_get(o, "descendants");
+	if (!json_is_array(a) || json_array_size(a) > LOCKFS_DESCENDANTS_MAX)
+		return -EINVAL;
+	r->holder_exited = true;
+	if (json_array_size(a) == 0)
+		return 0;
+	r->descendants = calloc(json_array_size(a), sizeof(*r->descendants));
+	if (!r->descendants)
+		return -ENOMEM;
+	for (size_t i = 0; i < json_array_size(a); i++) {
+		const json_t *e = json_array_get(a, i), *comm, *via;
+		struct lockfs_descendant *d = &r->descendants[i];
+
+		if (!json_is_object(e))
+			return -EINVAL;
+		if ((rc = get_int(e, "pid", 1, INT32_MAX, &n)) < 0)
+			return rc;
+		d->pid = (pid_t)n;
+		if ((rc = get_int(e, "start_time", 0, INT64_MAX, &n)) < 0)
+			return rc;
+		d->start_time = (unsigned long long)n;
+		/* Informative only: cut to what a comm can be. */
+		comm = json_object_get(e, "comm");
+		if (comm && !json_is_string(comm))
+			return -EINVAL;
+		if (comm)
+			snprintf(d->comm, sizeof(d->comm), "%s", json_string_value(comm));
+		/* Anything but a known proof counts as a mere candidate. */
+		via = json_object_get(e, "via");
+		d->candidate = !json_is_string(via) || strcmp(json_string_value(via), "tree") != 0;
+		r->ndescendants = i + 1;
+	}
+	return 0;
+}
+
 static int parse_object(const json_t *o, struct lockfs_record *r)
 {
 	json_t *holder, *lease, *bound, *mode;
@@ -933,6 +1040,8 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 		return rc;
 	r->fence = (uint64_t)v;
 	if (r->mode == LOCKFS_SHARED && (rc = parse_shares(o, r)) < 0)
+		return rc;
+	if ((rc = parse_descendants(o, r)) < 0)
 		return rc;
 	/* Unknown keys are ignored, for the same forward compatibility. */
 	return parse_token(o, r->token);

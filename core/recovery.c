@@ -22,7 +22,8 @@
 struct todo {
 	char *name;
 	char token[LOCKFS_TOKEN_HEX + 1];
-	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG } kind;
+	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG, TODO_PERSIST } kind;
+	bool holder_exited; /* kept for the holder's descendants */
 	uid_t uid;
 	char slug[SLUG_MAX];
 };
@@ -52,6 +53,7 @@ static struct todo *todo_add(struct todo_list *l, const struct cached *c, int ki
 		return NULL;
 	memcpy(t->token, c->rec.token, sizeof(t->token));
 	t->kind = kind;
+	t->holder_exited = c->rec.holder_exited;
 	t->uid = c->rec.holder.uid;
 	snprintf(t->slug, sizeof(t->slug), "%s", c->rec.slug ? c->rec.slug : "");
 	l->n++;
@@ -100,12 +102,98 @@ static void recover(struct lockfs_core *core, const char *name, const char *toke
 	notify_removed(core, name);
 }
 
-/* Recover a lock whose process-bound holder is gone. */
+int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *version)
+{
+	struct lockfs_descendant *v;
+	size_t n;
+	int rc = lockfs_descendants_list(core->descendants, c->rec.holder.pid,
+					 c->rec.holder.start_time, &v, &n, version);
+
+	if (rc < 0)
+		return rc;
+	free(c->rec.descendants);
+	c->rec.descendants = v;
+	c->rec.ndescendants = n;
+	return 0;
+}
+
+/* Write C's list of descendants to the store, if it changed since it was
+ * last written.  With s->mu held; C may be dropped (store refused). */
+static void persist_descendants_locked(struct lockfs_core *core, struct stripe *s,
+				       struct cached *c)
+{
+	struct lockfs_entry_stat st = { .identity = c->identity };
+	uint64_t version = c->desc_version;
+
+	if (descendants_refresh(core, c, &version) < 0 || version == c->desc_version)
+		return;
+	c->next_persist_boot_ms = lockfs_boot_ms() + 1000;
+	if (persist_locked(core, s, c, &st) == 0)
+		c->desc_version = version;
+}
+
+/*
+ * C's holder exited: if a process it started while holding the lock
+ * lives on, keep the lock for them (holder_exited in the record, one
+ * `holder-exited` line) and return true.  When that cannot be told, the
+ * lock is kept too.  NAME is C's, in memory that outlives C: with s->mu
+ * held, C may be dropped here (the store refused the record: the next
+ * reading decides again).
+ */
+static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe *s,
+					struct cached *c, const char *name)
+{
+	struct lockfs_record *r = &c->rec;
+	struct lockfs_entry_stat st = { .identity = c->identity };
+	char who[WHO_MAX], fence[24], pid[16], start[24], count[24];
+	bool first = !r->holder_exited;
+	uint64_t version = 0;
+	int n;
+
+	/* At daemon start nothing told of the forks made meanwhile: the
+	 * record's list and a scan count too. */
+	n = lockfs_descendants_holder_exited(core->descendants, r->holder.pid,
+					     r->holder.start_time, r->holder_session,
+					     r->descendants, r->ndescendants, core->starting,
+					     !c->desc_watched);
+	if (n == 0)
+		return false;
+	if (n > 0)
+		c->desc_watched = true; /* the module counted a watch for us */
+	c->holder_gone = false;
+	r->holder_exited = true;
+	if (n > 0)
+		(void)descendants_refresh(core, c, &version);
+	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
+	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
+	snprintf(start, sizeof(start), "%llu", r->holder.start_time);
+	if (n > 0)
+		snprintf(count, sizeof(count), "%d", n);
+	else
+		snprintf(count, sizeof(count), "unknown");
+	/* The line first: a store that refuses the record means the next
+	 * reading decides (and says) it again, never that nothing is said. */
+	if (first) {
+		const char *kv[] = { "fence", fence, "pid", pid, "holder", who, "start", start,
+				     "descendants", count, "evidence",
+				     core->starting ? "exited-while-down" : "exited", NULL };
+
+		log_event(core, who, name, kv, "holder-exited");
+	}
+	c->next_persist_boot_ms = lockfs_boot_ms() + 1000;
+	if (persist_locked(core, s, c, &st) == 0)
+		c->desc_version = version;
+	return true;
+}
+
+/* Recover a lock whose process-bound holder is gone, unless processes it
+ * started live on. */
 static void recover_gone(struct lockfs_core *core, const struct todo *t)
 {
 	struct stripe *s = stripe_of(core, t->name);
 	char holder[WHO_MAX], start[24];
-	const char *evidence = core->starting ? "exited-while-down" : "exited";
+	const char *evidence;
 	struct cached *c;
 
 	pthread_mutex_lock(&s->mu);
@@ -114,10 +202,21 @@ static void recover_gone(struct lockfs_core *core, const struct todo *t)
 		stripe_unlock(s);
 		return;
 	}
+	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0) {
+		evidence = "boot-changed";
+	} else if (descendants_keep(&c->rec) && keep_for_descendants_locked(core, s, c, t->name)) {
+		stripe_unlock(s);
+		return;
+	} else if (c->rec.holder_exited) {
+		/* The last of them is gone (or, at daemon start, went while
+		 * no daemon ran). */
+		evidence = core->starting ? "exited,descendants-exited-while-down"
+					  : "exited,descendants-exited";
+	} else {
+		evidence = core->starting ? "exited-while-down" : "exited";
+	}
 	who_of(holder, sizeof(holder), NULL, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(start, sizeof(start), "%llu", c->rec.holder.start_time);
-	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0)
-		evidence = "boot-changed";
 	stripe_unlock(s);
 	{
 		const char *extra[] = { "holder", holder, "start", start, "evidence", evidence, NULL };
@@ -184,6 +283,21 @@ static void collect(struct lockfs_core *core, struct todo_list *l, bool leases)
 		for (struct cached *c = s->head; c; c = c->next) {
 			const struct lockfs_lease *lease = &c->rec.lease;
 
+			if (!c->holder_gone && c->rec.holder_exited && descendants_keep(&c->rec)) {
+				/* Kept for the holder's descendants: until the
+				 * last one is gone (or nobody tracks them). */
+				uint64_t version = c->desc_version;
+				int n = lockfs_descendants_count(core->descendants,
+								 c->rec.holder.pid,
+								 c->rec.holder.start_time,
+								 &version);
+
+				if (n <= 0)
+					c->holder_gone = true;
+				else if (version != c->desc_version &&
+					 now >= c->next_persist_boot_ms)
+					todo_add(l, c, TODO_PERSIST);
+			}
 			if (c->holder_gone) {
 				todo_add(l, c, TODO_GONE);
 			} else if (leases && lease->ttl_s && now >= lease->deadline_boot_ms) {
@@ -224,8 +338,20 @@ static void act(struct lockfs_core *core, struct todo_list *l)
 			recover_gone(core, t);
 			break;
 		case TODO_EXPIRED:
-			log_expired(core, t->name, t->token, "holder-alive", 0);
+			log_expired(core, t->name, t->token,
+				    t->holder_exited ? "descendants-alive" : "holder-alive", 0);
 			break;
+		case TODO_PERSIST: {
+			struct stripe *s = stripe_of(core, t->name);
+			struct cached *c;
+
+			pthread_mutex_lock(&s->mu);
+			c = cache_find(s, t->name);
+			if (c && strcmp(c->rec.token, t->token) == 0 && c->rec.holder_exited)
+				persist_descendants_locked(core, s, c);
+			stripe_unlock(s);
+			break;
+		}
 		case TODO_SLUG:
 			check_slug(core, t, entry_logged(core, t->name));
 			break;
@@ -330,6 +456,9 @@ void recovery_tick(void *arg)
 	struct lockfs_core *core = arg;
 	struct todo_list l = { 0 };
 
+	/* Take in the process events first: a descendant's exit frees its
+	 * holder's lock in the collect() below. */
+	lockfs_descendants_tick(core->descendants);
 	collect(core, &l, true);
 	act(core, &l);
 	todo_free(&l);

@@ -21,8 +21,10 @@
 #include "lockfs/holder.h"
 #include "lockfs/log.h"
 #include "lockfs/record.h"
+#include "descendants.h"
 #include "fence.h"
 #include "liveness.h"
+#include "procevents.h"
 
 #define STRIPES 256
 #define SLUG_MAX 256
@@ -41,6 +43,10 @@ struct cached {
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */
 	int64_t next_check_boot_ms; /* slug evidence: not before this */
+	/* Descendants (descendants.c) of an exclusive process-bound holder: */
+	bool desc_watched;   /* holds a descendants watch on rec.holder */
+	uint64_t desc_version; /* of the list last written to the store */
+	int64_t next_persist_boot_ms; /* a changed list: not written before this */
 };
 
 /* One place in a name's FIFO queue (queue.c). */
@@ -92,6 +98,8 @@ struct lockfs_core {
 	struct lockfs_log *log;
 	struct lockfs_fence *fence;
 	struct lockfs_liveness *liveness;
+	struct lockfs_descendants *descendants;
+	struct lockfs_procevents *procevents; /* NULL: descendants found by scans */
 	struct lockfs_helpers helpers;
 	const struct lockfs_proc_source *procs;
 	int dirfd;              /* borrowed */
@@ -154,6 +162,11 @@ int with_record(struct lockfs_core *core, const char *name,
 /* Drop S's mutex. */
 void stripe_unlock(struct stripe *s);
 
+/* Does a holder's exit leave REC to the holder's descendants?  Exclusive
+ * process-bound locks only: slug-bound and fd locks have rules of their
+ * own, and a shared lock's holders leave one by one. */
+bool descendants_keep(const struct lockfs_record *rec);
+
 /* Watching holders (engine.c); with s->mu held. */
 void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd);
 void cache_unwatch(struct lockfs_core *core, struct cached *c);
@@ -204,6 +217,11 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
  * seed's), holders of rebound shared locks that died.  Liveness thread. */
 void queue_tick(struct lockfs_core *core);
 void queue_free_all(struct stripe *s);
+
+/* Replace C's list of descendants by the live ones (in memory; the tick
+ * writes a changed list to the store), and set *VERSION (may be NULL) to
+ * the list's version.  With the stripe mutex held.  0 or -errno. */
+int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *version);
 
 /* Recovery (recovery.c). */
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);

@@ -3,7 +3,7 @@
  *
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
- *          [FUSE options] [SOURCE] MOUNTPOINT
+ *          [-o descendants=connector|scan] [FUSE options] [SOURCE] MOUNTPOINT
  *   lockfs --guard MOUNTPOINT
  *
  * SOURCE is what mount(8) passes through mount.fuse3 (`mount -t fuse.lockfs
@@ -49,6 +49,7 @@ struct options {
 	char *lease;
 	char *stale;
 	char *break_signal;
+	char *descendants;
 	int show_help;
 	/* The positional arguments: [SOURCE] MOUNTPOINT. */
 	char *positional[2];
@@ -63,6 +64,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("lease=%s", lease),
 	OPT("stale=%s", stale),
 	OPT("break_signal=%s", break_signal),
+	OPT("descendants=%s", descendants),
 	/* mount(8)'s own options, which reach us from fstab through
 	 * mount.fuse3 (it drops only some of them): they mean nothing here. */
 	FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
@@ -149,6 +151,8 @@ static void usage(const char *prog)
 	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
 	       "    -o stale=SECONDS      recover foreign locks older than this (default never)\n"
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
+	       "    -o descendants=HOW    how a dead holder's descendants are found:\n"
+	       "                          connector (default; scan when unavailable) or scan\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
 	       prog, prog);
@@ -374,6 +378,12 @@ int main(int argc, char *argv[])
 	    (o.stale && parse_seconds("stale", o.stale, &cfg.stale_s) < 0) ||
 	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0))
 		goto out_args;
+	if (o.descendants && strcmp(o.descendants, "connector") != 0 &&
+	    strcmp(o.descendants, "scan") != 0) {
+		fprintf(stderr, "lockfs: -o descendants=%s: want connector or scan\n", o.descendants);
+		goto out_args;
+	}
+	cfg.descendants_scan = o.descendants && strcmp(o.descendants, "scan") == 0;
 
 	fs.proc_foreign = !proc_is_ours();
 	/* The default is created also when spelled out (fstab's
@@ -511,6 +521,7 @@ out_args:
 	free(o.break_signal);
 	free(o.positional[0]);
 	free(o.positional[1]);
+	free(o.descendants);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -35,6 +35,8 @@ struct lockfs_core_config {
 	uint32_t stale_s;        /* recover foreign locks older than this; 0 = never */
 	int break_signal;        /* sent to a holder whose lock is broken or
 				    lease-recovered; 0 = none */
+	bool descendants_scan;   /* find a holder's descendants by scanning /proc
+				    only, not through the process-event connector */
 };
 
 /* Who sent a request, as FUSE reports it. */

@@ -69,6 +69,20 @@ struct lockfs_lease {
 	int64_t expires_at_ms;     /* the same moment in Unix ms, for people */
 };
 
+/* A process started by a holder that exited: it keeps the lock. */
+struct lockfs_descendant {
+	pid_t pid;                     /* thread-group id in the daemon's pid ns */
+	unsigned long long start_time; /* /proc/PID/stat field 22, clock ticks */
+	char comm[16];                 /* its comm when last looked at ("" unknown) */
+	/* Only found by a scan of the holder's session, not known to descend
+	 * from it: it keeps the lock, but may not act for the holder. */
+	bool candidate;
+};
+
+/* Most descendants a record lists; more still keep the lock (a daemon
+ * restart finds them by scanning, see docs/holder.md). */
+#define LOCKFS_DESCENDANTS_MAX 4096
+
 struct lockfs_record {
 	char *resource;   /* the lock name */
 	enum lockfs_bound bound;  /* of `holder` */
@@ -88,6 +102,14 @@ struct lockfs_record {
 	uint64_t holder_fence;
 	int64_t holder_acquired_at_ms;
 	char token[LOCKFS_TOKEN_HEX + 1]; /* "" when unknown/hidden */
+	/* The holder's session id at acquisition (0 = unknown): where a
+	 * scan looks for its descendants (core/descendants.c). */
+	pid_t holder_session;
+	/* A process-bound holder that exited while processes it started
+	 * live on: the lock is theirs until the last one exits. */
+	bool holder_exited;
+	size_t ndescendants;
+	struct lockfs_descendant *descendants; /* the live ones, when last looked */
 };
 
 /* Flags for lockfs_record_encode(). */

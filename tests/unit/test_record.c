@@ -252,6 +252,98 @@ static void test_compact_equals_janssons_output(void **state)
 	free(ours);
 }
 
+/* A holder that exited: its session and live descendants round-trip,
+ * in both encoders, which agree byte for byte. */
+static void test_descendants_round_trip(void **state)
+{
+	struct lockfs_descendant kids[2] = {
+		{ .pid = 5001, .start_time = 777, .comm = "deploy.sh" },
+		{ .pid = 5002, .start_time = 778, .comm = "bad\xff", .candidate = true },
+	};
+	struct lockfs_record r = full_record(), back;
+	const int flags[] = { LOCKFS_RECORD_WITH_TOKEN,
+			      LOCKFS_RECORD_WITH_TOKEN | LOCKFS_RECORD_PRETTY };
+	size_t len;
+	char *s, *theirs;
+	json_t *j;
+
+	r.holder_session = 4200;
+	r.holder_exited = true;
+	r.descendants = kids;
+	r.ndescendants = 2;
+	for (size_t f = 0; f < 2; f++) {
+		s = encode(&r, flags[f], &len);
+		assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+		assert_records_equal(&r, &back);
+		assert_int_equal(back.holder_session, 4200);
+		assert_true(back.holder_exited);
+		assert_int_equal(back.ndescendants, 2);
+		assert_int_equal(back.descendants[0].pid, 5001);
+		assert_int_equal(back.descendants[0].start_time, 777);
+		assert_string_equal(back.descendants[0].comm, "deploy.sh");
+		assert_int_equal(back.descendants[1].pid, 5002);
+		assert_string_equal(back.descendants[1].comm, "bad\xef\xbf\xbd");
+		assert_false(back.descendants[0].candidate);
+		assert_true(back.descendants[1].candidate);
+		lockfs_record_clear(&back);
+		free(s);
+	}
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_non_null(strstr(s, "\"fence\":7,\"holder_session\":4200,\"holder_exited\":true,"
+			       "\"descendants\":[{\"pid\":5001,\"start_time\":777,"
+			       "\"comm\":\"deploy.sh\",\"via\":\"tree\"},"));
+	j = json_loadb(s, len, 0, NULL);
+	assert_non_null(j);
+	theirs = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	assert_non_null(theirs);
+	assert_int_equal(strlen(theirs) + 1, len);
+	assert_memory_equal(s, theirs, len - 1);
+	free(theirs);
+	json_decref(j);
+	free(s);
+	/* None of it for a live holder: no key at all. */
+	r.holder_exited = false;
+	r.holder_session = 0;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN | LOCKFS_RECORD_PRETTY, &len);
+	assert_null(strstr(s, "holder_exited"));
+	assert_null(strstr(s, "descendants"));
+	assert_null(strstr(s, "holder_session"));
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_false(back.holder_exited);
+	assert_int_equal(back.holder_session, 0);
+	lockfs_record_clear(&back);
+	free(s);
+}
+
+/* "holder_exited" must come with its list, of proper entries. */
+static void test_bad_descendants_are_einval(void **state)
+{
+	static const char *bad[] = {
+		"\"holder_exited\":true",
+		"\"holder_exited\":1,\"descendants\":[]",
+		"\"holder_exited\":true,\"descendants\":{}",
+		"\"holder_exited\":true,\"descendants\":[1]",
+		"\"holder_exited\":true,\"descendants\":[{\"pid\":0,\"start_time\":1}]",
+		"\"holder_exited\":true,\"descendants\":[{\"pid\":5,\"start_time\":-1}]",
+		"\"holder_exited\":true,\"descendants\":[{\"pid\":5}]",
+		"\"holder_exited\":true,\"descendants\":[{\"pid\":5,\"start_time\":1,\"comm\":3}]",
+		"\"holder_session\":-1",
+		"\"holder_session\":\"x\"",
+	};
+	struct lockfs_record r = full_record(), back;
+	size_t len;
+	char *s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	char *brace = strrchr(s, '}');
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char buf[4096];
+		int n = snprintf(buf, sizeof(buf), "%.*s,%s}\n", (int)(brace - s), s, bad[i]);
+
+		assert_int_equal(lockfs_record_parse(buf, (size_t)n, &back), -EINVAL);
+	}
+	free(s);
+}
+
 /* A shared fd lock keeps every holder, each with its own fence and open
  * file, through the store's encoding; the owner view lists them all. */
 static void test_shared_fd_record_round_trip(void **state)
@@ -907,6 +999,8 @@ int main(void)
 		cmocka_unit_test(test_pretty_is_indented_and_parses),
 		cmocka_unit_test(test_compact_equals_janssons_output),
 		cmocka_unit_test(test_shared_fd_record_round_trip),
+		cmocka_unit_test(test_descendants_round_trip),
+		cmocka_unit_test(test_bad_descendants_are_einval),
 		cmocka_unit_test(test_fd_owner_matches_bound),
 		cmocka_unit_test(test_token_only_with_flag),
 		cmocka_unit_test(test_view_shows_cmdline_and_token_to_holder_uid_and_root),

@@ -1,0 +1,1188 @@
+/*
+ * Descendants of lock holders; see descendants.h.
+ *
+ * The state, all protected by d->mu:
+ *  - roots: one per watched holder process (pid, start), with the number
+ *    of its live descendants.  Listed (findable) while a lock depends on
+ *    it, and after its holder exited while a descendant lives.
+ *  - entries: one per process the module knows -- a root's holder, a
+ *    descendant, or both -- by pid.  A descendant names the roots it
+ *    counts for in a rootset, an immutable array shared by siblings.
+ *
+ * The hot path (a holder's mkdir and rmdir) costs one root and one entry
+ * made and freed; a fork or exit anywhere on the machine costs one lookup
+ * by pid, and work only when the process is tracked.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "descendants.h"
+
+#define ROOT_BUCKETS 256
+#define ENTRY_BUCKETS_MIN 256
+/* Ancestors looked at when a caller asks to act for a holder. */
+#define WALK_MAX 64
+/* How often the descendants of holders that exited are checked against
+ * /proc (and, without events, searched for again). */
+#define CHECK_MS 1000
+#define EVENT_BATCH 64
+
+struct root {
+	struct root *next;        /* bucket chain while listed */
+	pid_t pid;
+	unsigned long long start;
+	pid_t sid;                /* the holder's session: where a scan looks */
+	uint64_t since_ns;        /* watched since (CLOCK_MONOTONIC): earlier forks are not its */
+	unsigned refs;            /* locks that depend on it */
+	unsigned holds;           /* rootsets that name it */
+	size_t live;              /* live processes counted for it */
+	uint64_t version;         /* changes whenever the set does */
+	bool dead;                /* its holder exited */
+	bool listed;
+	bool has_entry;           /* an entry's `root` points here */
+	bool scan_pending;        /* count what a scan finds (daemon start) */
+};
+
+/* The roots a process counts for, shared by siblings (never changed once
+ * made).  A "candidate" was only found by a scan in the holder's session:
+ * it keeps the lock, but it is no proof of descent, so it may not act for
+ * the holder. */
+struct rootset {
+	unsigned refs;
+	unsigned n;
+	struct member {
+		struct root *root;
+		bool candidate;
+	} v[];
+};
+
+struct entry {
+	struct entry *next;       /* bucket chain */
+	pid_t pid;
+	unsigned long long start; /* 0 until known */
+	struct rootset *set;      /* the roots it counts for; NULL: none */
+	struct root *root;        /* the listed root this process holds for, or NULL */
+	struct rootset *kids;     /* cache: what its children count for */
+	bool suspect;             /* its leader exited; other threads may live on */
+};
+
+struct lockfs_descendants {
+	pthread_mutex_t mu;
+	struct lockfs_event_source events;
+	bool has_events;
+	struct lockfs_desc_procs procs;
+	struct root *roots[ROOT_BUCKETS];
+	struct entry **entries;
+	size_t nbuckets, nentries;
+	size_t nsuspects;
+	size_t ndead;             /* listed roots whose holder exited */
+	bool scan_pending;        /* some root has scan_pending */
+	bool lost;                /* events were lost: scan before answering */
+	int64_t next_check_ms;
+	pid_t self;               /* our own pid, during a scan: never counted */
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool proc_alive(const struct lockfs_desc_proc *p)
+{
+	/* A zombie leader with live threads is a live process. */
+	return !p->zombie || p->threads > 1;
+}
+
+/* ---- entries ------------------------------------------------------------ */
+
+static struct entry *entry_find(struct lockfs_descendants *d, pid_t pid)
+{
+	for (struct entry *e = d->entries[(unsigned)pid & (d->nbuckets - 1)]; e; e = e->next)
+		if (e->pid == pid)
+			return e;
+	return NULL;
+}
+
+/* Double the table when it is full; on failure it just stays slower. */
+static void entries_grow(struct lockfs_descendants *d)
+{
+	size_t n = d->nbuckets * 2;
+	struct entry **v = calloc(n, sizeof(*v));
+
+	if (!v)
+		return;
+	for (size_t i = 0; i < d->nbuckets; i++) {
+		while (d->entries[i]) {
+			struct entry *e = d->entries[i];
+
+			d->entries[i] = e->next;
+			e->next = v[(unsigned)e->pid & (n - 1)];
+			v[(unsigned)e->pid & (n - 1)] = e;
+		}
+	}
+	free(d->entries);
+	d->entries = v;
+	d->nbuckets = n;
+}
+
+static struct entry *entry_add(struct lockfs_descendants *d, pid_t pid, unsigned long long start)
+{
+	struct entry *e = calloc(1, sizeof(*e));
+	struct entry **b;
+
+	if (!e)
+		return NULL;
+	if (d->nentries >= d->nbuckets)
+		entries_grow(d);
+	e->pid = pid;
+	e->start = start;
+	b = &d->entries[(unsigned)pid & (d->nbuckets - 1)];
+	e->next = *b;
+	*b = e;
+	d->nentries++;
+	return e;
+}
+
+static void entry_unlink(struct lockfs_descendants *d, struct entry *e)
+{
+	for (struct entry **pp = &d->entries[(unsigned)e->pid & (d->nbuckets - 1)]; *pp;
+	     pp = &(*pp)->next) {
+		if (*pp == e) {
+			*pp = e->next;
+			d->nentries--;
+			return;
+		}
+	}
+}
+
+/* ---- roots and rootsets --------------------------------------------------- */
+
+static struct root *root_find(struct lockfs_descendants *d, pid_t pid, unsigned long long start)
+{
+	for (struct root *r = d->roots[(unsigned)pid % ROOT_BUCKETS]; r; r = r->next)
+		if (r->pid == pid && r->start == start)
+			return r;
+	return NULL;
+}
+
+static void root_put(struct root *r)
+{
+	if (!r->listed && !r->has_entry && r->holds == 0)
+		free(r);
+}
+
+static void set_put(struct rootset *s)
+{
+	if (!s || --s->refs > 0)
+		return;
+	for (unsigned i = 0; i < s->n; i++) {
+		s->v[i].root->holds--;
+		root_put(s->v[i].root);
+	}
+	free(s);
+}
+
+static const struct member *set_find(const struct rootset *s, const struct root *r)
+{
+	for (unsigned i = 0; s && i < s->n; i++)
+		if (s->v[i].root == r)
+			return &s->v[i];
+	return NULL;
+}
+
+/* Is R in S as a proven descendant's root (not a mere candidate)? */
+static bool set_proves(const struct rootset *s, const struct root *r)
+{
+	const struct member *m = set_find(s, r);
+
+	return m && !m->candidate;
+}
+
+/* A new set of the N members in V (no root twice).  NULL when out of
+ * memory. */
+static struct rootset *set_new(const struct member *v, unsigned n)
+{
+	struct rootset *s = malloc(sizeof(*s) + n * sizeof(s->v[0]));
+
+	if (!s)
+		return NULL;
+	s->refs = 1;
+	s->n = n;
+	for (unsigned i = 0; i < n; i++) {
+		s->v[i] = v[i];
+		v[i].root->holds++;
+	}
+	return s;
+}
+
+/* Most roots one process counts for: nested locks, each held by a
+ * descendant of the last.  More are not counted (a scan finds them). */
+#define SET_MAX 64
+
+static void entry_set_changed(struct entry *e)
+{
+	set_put(e->kids);
+	e->kids = NULL;
+}
+
+static void entry_drop(struct lockfs_descendants *d, struct entry *e);
+
+/*
+ * Unlist R once nothing needs to find it: no lock depends on it, and its
+ * holder lives (it let go of its locks) or none of its descendants does.
+ */
+static void root_maybe_unlist(struct lockfs_descendants *d, struct root *r)
+{
+	struct root **pp;
+
+	if (!r->listed || r->refs > 0 || (r->dead && r->live > 0))
+		return;
+	for (pp = &d->roots[(unsigned)r->pid % ROOT_BUCKETS]; *pp; pp = &(*pp)->next) {
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
+	}
+	r->listed = false;
+	if (r->dead)
+		d->ndead--;
+	if (r->has_entry) {
+		struct entry *e = entry_find(d, r->pid);
+
+		if (e && e->root == r) {
+			e->root = NULL;
+			entry_set_changed(e);
+			r->has_entry = false;
+			if (!e->set)
+				entry_drop(d, e); /* nothing else made it interesting */
+		}
+	}
+	root_put(r);
+}
+
+static void root_mark_dead(struct lockfs_descendants *d, struct root *r)
+{
+	if (!r->dead && r->listed)
+		d->ndead++;
+	r->dead = true;
+	r->version++;
+}
+
+/* Count E for R too: as a proven descendant, or as a CANDIDATE.  A proven
+ * one stays proven; a candidate can be proven later. */
+static int entry_join(struct entry *e, struct root *r, bool candidate)
+{
+	const struct member *had = set_find(e->set, r);
+	struct member v[SET_MAX];
+	struct rootset *s;
+	unsigned n = 0;
+
+	if (had && (!had->candidate || candidate))
+		return 0;
+	for (unsigned i = 0; e->set && i < e->set->n && n < SET_MAX - 1; i++)
+		if (e->set->v[i].root->listed && e->set->v[i].root != r)
+			v[n++] = e->set->v[i];
+	v[n++] = (struct member){ r, candidate };
+	s = set_new(v, n);
+	if (!s)
+		return -ENOMEM;
+	/* Every listed root it counted for is in the new set; the unlisted
+	 * ones no longer matter. */
+	set_put(e->set);
+	e->set = s;
+	entry_set_changed(e);
+	if (!had)
+		r->live++;
+	r->version++;
+	return 0;
+}
+
+/* Forget E: it is gone, or no root needs it.  Uncounts it everywhere. */
+static void entry_drop(struct lockfs_descendants *d, struct entry *e)
+{
+	struct rootset *s = e->set;
+
+	entry_unlink(d, e);
+	if (e->suspect)
+		d->nsuspects--;
+	if (e->root) {
+		struct root *r = e->root;
+
+		/* The holder's own process is gone: the root stays listed
+		 * (its locks point to it) until its descendants are gone. */
+		r->has_entry = false;
+		e->root = NULL;
+		root_mark_dead(d, r);
+		root_maybe_unlist(d, r);
+	}
+	e->set = NULL;
+	for (unsigned i = 0; s && i < s->n; i++) {
+		struct root *r = s->v[i].root;
+
+		if (r->live > 0)
+			r->live--;
+		r->version++;
+		root_maybe_unlist(d, r); /* cannot free it: S still holds it */
+	}
+	set_put(s);
+	set_put(e->kids);
+	free(e);
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+/* What a child of E counts for: E's listed roots (a candidate's child is a
+ * candidate), and E's own root when the fork happened (at NS) after E
+ * began to hold.  A new reference, or NULL for nothing (or out of memory:
+ * the child then goes untracked, as it would without events; a scan
+ * finds it). */
+static struct rootset *child_set(struct entry *e, uint64_t ns)
+{
+	struct member v[SET_MAX];
+	unsigned n = 0;
+	bool all = true, own = e->root && ns >= e->root->since_ns;
+
+	for (unsigned i = 0; e->set && i < e->set->n && n < SET_MAX - 1; i++) {
+		if (e->set->v[i].root->listed)
+			v[n++] = e->set->v[i];
+		else
+			all = false;
+	}
+	if (!own && all && e->set) {
+		e->set->refs++;
+		return e->set;
+	}
+	if (own) {
+		bool kids_ok = e->kids != NULL;
+
+		for (unsigned i = 0; kids_ok && i < e->kids->n; i++)
+			kids_ok = e->kids->v[i].root->listed;
+		if (kids_ok && all) {
+			e->kids->refs++;
+			return e->kids;
+		}
+		v[n++] = (struct member){ e->root, false };
+	}
+	if (n == 0)
+		return NULL;
+	{
+		struct rootset *s = set_new(v, n);
+
+		if (s && own && all) {
+			set_put(e->kids);
+			e->kids = s;
+			s->refs++;
+		}
+		return s;
+	}
+}
+
+static void on_fork_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
+{
+	struct entry *parent, *child;
+	struct rootset *s;
+	struct lockfs_desc_proc p;
+
+	if (ev->pid != ev->tgid)
+		return; /* a thread: part of its process, not a descendant */
+	parent = entry_find(d, ev->parent_tgid);
+	if (!parent)
+		return;
+	s = child_set(parent, ev->mono_ns);
+	if (!s) {
+		if (!parent->root && parent->set) {
+			bool any = false;
+
+			for (unsigned i = 0; i < parent->set->n; i++)
+				any |= parent->set->v[i].root->listed;
+			if (!any)
+				entry_drop(d, parent); /* no root needs it any more */
+		}
+		return;
+	}
+	child = entry_find(d, ev->pid);
+	if (child)
+		entry_drop(d, child); /* a pid whose exit we never heard of */
+	/* The start time now, while the pid is surely its (its exit, if it
+	 * came, is still ahead of us in the stream).  It may be gone: the
+	 * time is then learnt, or the entry dropped, later. */
+	child = entry_add(d, ev->pid, d->procs.stat(d->procs.ctx, ev->pid, &p) == 0 ? p.start : 0);
+	if (!child) {
+		set_put(s);
+		return;
+	}
+	child->set = s;
+	for (unsigned i = 0; i < s->n; i++) {
+		s->v[i].root->live++;
+		s->v[i].root->version++;
+	}
+}
+
+static void on_exit_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
+{
+	struct lockfs_desc_proc p;
+	struct entry *e;
+
+	if (ev->pid != ev->tgid)
+		return; /* a thread */
+	e = entry_find(d, ev->tgid);
+	if (!e || e->suspect)
+		return;
+	/* The leader's exit ends the process only when no other thread is
+	 * left (exit_group, or a single thread).  A leader may also exit
+	 * alone, or be replaced by a thread that calls exec: keep counting
+	 * it until /proc says the whole group is gone. */
+	if (d->procs.stat(d->procs.ctx, ev->tgid, &p) == 0 && p.threads > 1 &&
+	    (!e->start || p.start == e->start)) {
+		e->suspect = true;
+		d->nsuspects++;
+		return;
+	}
+	entry_drop(d, e);
+}
+
+void lockfs_descendants_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
+{
+	pthread_mutex_lock(&d->mu);
+	if (ev->kind == LOCKFS_PROC_FORK)
+		on_fork_event(d, ev);
+	else if (ev->kind == LOCKFS_PROC_EXIT)
+		on_exit_event(d, ev);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- scanning /proc ------------------------------------------------------- */
+
+struct proc_list {
+	struct lockfs_desc_proc *v;
+	size_t n, cap;
+	int err;
+};
+
+static int proc_list_add(void *arg, const struct lockfs_desc_proc *p)
+{
+	struct proc_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+		struct lockfs_desc_proc *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v) {
+			l->err = -ENOMEM;
+			return 1;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *p;
+	return 0;
+}
+
+static int cmp_proc(const void *a, const void *b)
+{
+	pid_t x = ((const struct lockfs_desc_proc *)a)->pid;
+	pid_t y = ((const struct lockfs_desc_proc *)b)->pid;
+
+	return x < y ? -1 : x > y;
+}
+
+static long proc_index(const struct proc_list *l, pid_t pid)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (l->v[mid].pid == pid)
+			return (long)mid;
+		if (l->v[mid].pid < pid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+enum { Q_UNKNOWN = 0, Q_NO, Q_CANDIDATE, Q_PROVEN, Q_ROOT };
+
+/* The index in L of P's parent, when it is one (not a later process on
+ * the parent's pid), else -1. */
+static long parent_of(const struct proc_list *l, const struct lockfs_desc_proc *p)
+{
+	long q = p->ppid > 0 ? proc_index(l, p->ppid) : -1;
+
+	return q >= 0 && l->v[q].start <= p->start ? q : -1;
+}
+
+/* What P is to R whatever its parent: Q_NO, Q_PROVEN, Q_CANDIDATE, or
+ * Q_UNKNOWN (its parent decides). */
+static int own_answer(struct lockfs_descendants *d, const struct root *r,
+		      const struct lockfs_desc_proc *p)
+{
+	const struct member *m;
+	struct entry *e;
+
+	if ((p->pid == r->pid && p->start == r->start) || p->pid == d->self ||
+	    p->start < r->start || !proc_alive(p))
+		return Q_NO;
+	e = entry_find(d, p->pid);
+	m = e && e->start == p->start ? set_find(e->set, r) : NULL;
+	if (m && !m->candidate)
+		return Q_PROVEN;
+	return m ? Q_CANDIDATE : Q_UNKNOWN;
+}
+
+/*
+ * Does process I of L count for R, and how?  Q_PROVEN when its parent is
+ * the holder or a proven descendant (the process tree shows it descends
+ * from the holder: an orphan is adopted by a reaper above it, which is
+ * itself below the holder or outside).  Q_CANDIDATE when its parent is a
+ * candidate, or when it is in the holder's session, started no earlier
+ * than the holder, and was adopted -- its parent is init or a process of
+ * another session, as reapers are -- since a descendant of the holder
+ * whose parent died looks just like that.  A process its session-mates
+ * started themselves (its parent is an older process of the session, such
+ * as the login shell) is not counted.  MEMO holds the answers found so
+ * far; CHAIN is scratch of L->n.
+ */
+static int qualifies(struct lockfs_descendants *d, const struct root *r,
+		     const struct proc_list *l, unsigned char *memo, size_t *chain, size_t i)
+{
+	size_t depth = 0;
+	int answer;
+
+	/* Up to the first process whose answer does not need its parent. */
+	for (;;) {
+		long q;
+
+		if (memo[i] != Q_UNKNOWN) {
+			answer = memo[i];
+			break;
+		}
+		answer = own_answer(d, r, &l->v[i]);
+		if (answer != Q_UNKNOWN) {
+			memo[i] = (unsigned char)answer;
+			break;
+		}
+		chain[depth++] = i;
+		q = parent_of(l, &l->v[i]);
+		if (q >= 0 && l->v[q].pid == r->pid && l->v[q].start == r->start) {
+			answer = Q_ROOT;
+			break;
+		}
+		if (q < 0 || depth >= l->n) {
+			answer = Q_NO;
+			break;
+		}
+		i = (size_t)q;
+	}
+	/* Back down: each child takes its parent's answer, or its own
+	 * chance as an adopted member of the session. */
+	while (depth > 0) {
+		const struct lockfs_desc_proc *p = &l->v[chain[--depth]];
+
+		if (answer == Q_ROOT)
+			answer = Q_PROVEN;
+		if (answer == Q_NO && r->sid > 0 && p->sid == r->sid) {
+			long q = parent_of(l, p);
+
+			if (q < 0 || l->v[q].pid == 1 || l->v[q].sid != p->sid)
+				answer = Q_CANDIDATE;
+		}
+		memo[chain[depth]] = (unsigned char)answer;
+	}
+	return answer == Q_ROOT ? Q_PROVEN : answer;
+}
+
+/*
+ * Look at /proc: forget tracked processes that are gone (an exit we never
+ * heard of), learn missing start times, and count for each listed root
+ * that ONLY names (NULL: those with scan_pending, or every dead one when
+ * DEAD) what qualifies().  Returns 0, or -errno when /proc cannot be
+ * listed (nothing is forgotten then).
+ */
+static int scan(struct lockfs_descendants *d, struct root *only, bool dead)
+{
+	struct proc_list l = { 0 };
+	unsigned char *memo = NULL;
+	size_t *chain = NULL;
+	pid_t *gone = NULL;
+	size_t ngone = 0;
+	int rc = d->procs.each(d->procs.ctx, proc_list_add, &l);
+
+	d->self = getpid(); /* the daemon detaches after it made us */
+	if (rc == 0)
+		rc = l.err;
+	if (rc < 0)
+		goto out;
+	qsort(l.v, l.n, sizeof(*l.v), cmp_proc);
+	/* Forget first (by pid, afterwards: dropping may free others). */
+	gone = malloc((d->nentries + 1) * sizeof(*gone));
+	memo = malloc(l.n + 1);
+	chain = malloc((l.n + 1) * sizeof(*chain));
+	if (!gone || !memo || !chain) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t b = 0; b < d->nbuckets; b++) {
+		for (struct entry *e = d->entries[b]; e; e = e->next) {
+			long i = proc_index(&l, e->pid);
+
+			if (i < 0 || (e->start && l.v[i].start != e->start) || !proc_alive(&l.v[i]))
+				gone[ngone++] = e->pid;
+			else if (!e->start)
+				e->start = l.v[i].start;
+		}
+	}
+	for (size_t k = 0; k < ngone; k++) {
+		struct entry *e = entry_find(d, gone[k]);
+
+		if (e)
+			entry_drop(d, e);
+	}
+	for (size_t b = 0; b < ROOT_BUCKETS; b++) {
+		for (struct root *r = d->roots[b], *next; r; r = next) {
+			next = r->next;
+			if (only ? r != only : !(r->scan_pending || (dead && r->dead)))
+				continue;
+			r->scan_pending = false;
+			memset(memo, Q_UNKNOWN, l.n);
+			for (size_t i = 0; i < l.n; i++) {
+				int how = qualifies(d, r, &l, memo, chain, i);
+				struct entry *e;
+
+				if (how != Q_PROVEN && how != Q_CANDIDATE)
+					continue;
+				e = entry_find(d, l.v[i].pid);
+				if (e && e->start != l.v[i].start) {
+					entry_drop(d, e);
+					e = NULL;
+				}
+				if (!e)
+					e = entry_add(d, l.v[i].pid, l.v[i].start);
+				if (!e || entry_join(e, r, how == Q_CANDIDATE) < 0) {
+					rc = -ENOMEM;
+					break;
+				}
+			}
+		}
+	}
+out:
+	free(l.v);
+	free(memo);
+	free(chain);
+	free(gone);
+	return rc;
+}
+
+/* Settle the processes whose exit was in doubt. */
+static void settle_suspects(struct lockfs_descendants *d)
+{
+	for (size_t b = 0; b < d->nbuckets && d->nsuspects > 0; b++) {
+		for (struct entry *e = d->entries[b], *next; e; e = next) {
+			struct lockfs_desc_proc p;
+
+			next = e->next;
+			if (!e->suspect)
+				continue;
+			if (d->procs.stat(d->procs.ctx, e->pid, &p) == 0 && proc_alive(&p) &&
+			    (!e->start || p.start == e->start))
+				continue;
+			/* Dropping E frees nothing but E (a root it names stays
+			 * listed or has no entry), so NEXT stays valid. */
+			entry_drop(d, e);
+		}
+	}
+}
+
+/*
+ * Take in every pending event; after a loss, scan before anything is
+ * answered: the scan finds what the lost events would have told, and
+ * forgets processes whose exit was among them.
+ */
+static void drain(struct lockfs_descendants *d)
+{
+	struct lockfs_proc_event evs[EVENT_BATCH];
+
+	while (d->has_events) {
+		int n = d->events.read(d->events.ctx, evs, EVENT_BATCH);
+
+		if (n == -ENOBUFS) {
+			d->lost = true;
+			continue;
+		}
+		if (n < 0 && n != -EINTR && n != -EAGAIN) {
+			/* The source is broken: from now on scans answer. */
+			d->has_events = false;
+			d->lost = true;
+			break;
+		}
+		if (n <= 0)
+			break;
+		for (int i = 0; i < n; i++) {
+			if (evs[i].kind == LOCKFS_PROC_FORK)
+				on_fork_event(d, &evs[i]);
+			else if (evs[i].kind == LOCKFS_PROC_EXIT)
+				on_exit_event(d, &evs[i]);
+		}
+	}
+	if (d->lost) {
+		/* Every root may have lost a fork: count what a scan finds. */
+		for (size_t b = 0; b < ROOT_BUCKETS; b++)
+			for (struct root *r = d->roots[b]; r; r = r->next)
+				r->scan_pending = true;
+		d->scan_pending = true;
+		d->lost = false;
+	}
+	if (d->scan_pending && scan(d, NULL, false) == 0)
+		d->scan_pending = false;
+}
+
+/* ---- the interface -------------------------------------------------------- */
+
+int lockfs_descendants_new(struct lockfs_descendants **out,
+			   const struct lockfs_event_source *events,
+			   const struct lockfs_desc_procs *procs)
+{
+	struct lockfs_descendants *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	d->nbuckets = ENTRY_BUCKETS_MIN;
+	d->entries = calloc(d->nbuckets, sizeof(*d->entries));
+	if (!d->entries) {
+		free(d);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&d->mu, NULL);
+	if (events) {
+		d->events = *events;
+		d->has_events = true;
+	}
+	d->procs = procs ? *procs : lockfs_desc_procs_real;
+	*out = d;
+	return 0;
+}
+
+void lockfs_descendants_free(struct lockfs_descendants *d)
+{
+	if (!d)
+		return;
+	/* Entries first (they hold rootsets), then whatever roots are left. */
+	for (size_t b = 0; b < d->nbuckets; b++) {
+		while (d->entries[b]) {
+			struct entry *e = d->entries[b];
+
+			d->entries[b] = e->next;
+			if (e->root)
+				e->root->has_entry = false;
+			set_put(e->set);
+			set_put(e->kids);
+			free(e);
+		}
+	}
+	for (size_t b = 0; b < ROOT_BUCKETS; b++) {
+		while (d->roots[b]) {
+			struct root *r = d->roots[b];
+
+			d->roots[b] = r->next;
+			r->listed = false;
+			root_put(r);
+		}
+	}
+	free(d->entries);
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+}
+
+const char *lockfs_descendants_mechanism(const struct lockfs_descendants *d)
+{
+	return d->has_events ? "connector" : "scan";
+}
+
+static struct root *root_new(struct lockfs_descendants *d, pid_t pid, unsigned long long start,
+			     pid_t sid)
+{
+	struct root *r = calloc(1, sizeof(*r));
+	struct root **b = &d->roots[(unsigned)pid % ROOT_BUCKETS];
+
+	if (!r)
+		return NULL;
+	r->pid = pid;
+	r->start = start;
+	r->sid = sid;
+	r->since_ns = mono_ns();
+	r->listed = true;
+	r->next = *b;
+	*b = r;
+	return r;
+}
+
+int lockfs_descendants_watch(struct lockfs_descendants *d, pid_t pid,
+			     unsigned long long start, pid_t sid, bool scan_now)
+{
+	struct lockfs_desc_proc p;
+	struct root *r;
+	struct entry *e;
+	int rc = 0;
+
+	if (sid <= 0 && d->procs.stat(d->procs.ctx, pid, &p) == 0 && p.start == start)
+		sid = p.sid;
+	pthread_mutex_lock(&d->mu);
+	r = root_find(d, pid, start);
+	if (r) {
+		r->refs++;
+		goto out;
+	}
+	e = entry_find(d, pid);
+	if (e && e->start && e->start != start) {
+		entry_drop(d, e); /* an earlier process on this pid */
+		e = NULL;
+	}
+	r = root_new(d, pid, start, sid);
+	if (!r) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (!e)
+		e = entry_add(d, pid, start);
+	if (!e) {
+		r->listed = false;
+		d->roots[(unsigned)pid % ROOT_BUCKETS] = r->next;
+		free(r);
+		rc = -ENOMEM;
+		goto out;
+	}
+	e->start = start;
+	e->root = r;
+	entry_set_changed(e);
+	r->has_entry = true;
+	r->refs = 1;
+	if (scan_now) {
+		r->scan_pending = true;
+		d->scan_pending = true;
+	}
+out:
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}
+
+void lockfs_descendants_unwatch(struct lockfs_descendants *d, pid_t pid,
+				unsigned long long start)
+{
+	struct root *r;
+
+	pthread_mutex_lock(&d->mu);
+	r = root_find(d, pid, start);
+	if (r && r->refs > 0) {
+		r->refs--;
+		root_maybe_unlist(d, r);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+int lockfs_descendants_holder_exited(struct lockfs_descendants *d, pid_t pid,
+				     unsigned long long start, pid_t sid,
+				     const struct lockfs_descendant *known, size_t nknown,
+				     bool scan_now, bool take_ref)
+{
+	struct root *r;
+	struct entry *e;
+	int rc = 0, n;
+
+	pthread_mutex_lock(&d->mu);
+	drain(d);
+	r = root_find(d, pid, start);
+	if (!r) {
+		/* Not watched (no memory then, or a record read afresh):
+		 * nothing was counted, so look. */
+		r = root_new(d, pid, start, sid);
+		if (!r) {
+			pthread_mutex_unlock(&d->mu);
+			return -ENOMEM;
+		}
+		scan_now = true;
+	}
+	r->refs++; /* ours while we look: nothing below may free it */
+	if (r->sid <= 0)
+		r->sid = sid;
+	e = entry_find(d, pid);
+	if (e && e->root == r)
+		entry_drop(d, e); /* its exit event may still be on the way */
+	root_mark_dead(d, r);
+	if (scan_now || !d->has_events) {
+		for (size_t i = 0; i < nknown; i++) {
+			struct lockfs_desc_proc p;
+
+			if (d->procs.stat(d->procs.ctx, known[i].pid, &p) < 0 ||
+			    p.start != known[i].start_time || !proc_alive(&p))
+				continue;
+			e = entry_find(d, p.pid);
+			if (e && e->start != p.start) {
+				entry_drop(d, e);
+				e = NULL;
+			}
+			if (!e)
+				e = entry_add(d, p.pid, p.start);
+			/* A list this module wrote: proven then, proven now
+			 * (a candidate came with the same start time as
+			 * itself, and is listed as one). */
+			if (!e || entry_join(e, r, known[i].candidate) < 0)
+				rc = -ENOMEM;
+		}
+		if (scan(d, r, false) < 0)
+			rc = rc ? rc : -EIO;
+	}
+	/* What was found keeps the lock even when the look was incomplete;
+	 * finding nothing then proves nothing. */
+	n = r->live > 0 ? (int)(r->live > 1000000 ? 1000000 : r->live) : rc;
+	if (!(n > 0 && take_ref))
+		r->refs--; /* else it stays, the caller's */
+	root_maybe_unlist(d, r);
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
+int lockfs_descendants_count(struct lockfs_descendants *d, pid_t pid,
+			     unsigned long long start, uint64_t *version)
+{
+	struct root *r;
+	int n = -ENOENT;
+
+	pthread_mutex_lock(&d->mu);
+	r = root_find(d, pid, start);
+	if (r) {
+		n = r->live > 1000000 ? 1000000 : (int)r->live;
+		if (version)
+			*version = r->version;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
+static int cmp_descendant(const void *a, const void *b)
+{
+	pid_t x = ((const struct lockfs_descendant *)a)->pid;
+	pid_t y = ((const struct lockfs_descendant *)b)->pid;
+
+	return x < y ? -1 : x > y;
+}
+
+int lockfs_descendants_list(struct lockfs_descendants *d, pid_t pid, unsigned long long start,
+			    struct lockfs_descendant **out, size_t *n, uint64_t *version)
+{
+	struct lockfs_descendant *v = NULL;
+	struct root *r;
+	size_t k = 0;
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&d->mu);
+	drain(d);
+	r = root_find(d, pid, start);
+	if (!r) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (version)
+		*version = r->version;
+	if (r->live == 0)
+		goto out;
+	v = calloc(r->live < LOCKFS_DESCENDANTS_MAX ? r->live : LOCKFS_DESCENDANTS_MAX,
+		   sizeof(*v));
+	if (!v) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t b = 0; b < d->nbuckets && k < r->live && k < LOCKFS_DESCENDANTS_MAX; b++) {
+		for (struct entry *e = d->entries[b]; e && k < r->live &&
+		     k < LOCKFS_DESCENDANTS_MAX; e = e->next) {
+			const struct member *m = set_find(e->set, r);
+			struct lockfs_desc_proc p;
+
+			if (!m)
+				continue;
+			v[k].pid = e->pid;
+			v[k].candidate = m->candidate;
+			if (d->procs.stat(d->procs.ctx, e->pid, &p) == 0 &&
+			    (!e->start || p.start == e->start)) {
+				e->start = p.start;
+				memcpy(v[k].comm, p.comm, sizeof(v[k].comm));
+				v[k].comm[sizeof(v[k].comm) - 1] = '\0';
+			}
+			v[k].start_time = e->start;
+			k++;
+		}
+	}
+	qsort(v, k, sizeof(*v), cmp_descendant);
+out:
+	pthread_mutex_unlock(&d->mu);
+	if (rc == 0 && k > 0) {
+		*out = v;
+		*n = k;
+	} else {
+		free(v);
+	}
+	return rc;
+}
+
+bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
+				 unsigned long long start, pid_t caller,
+				 unsigned long long caller_start)
+{
+	struct root *r;
+	bool yes = false;
+
+	pthread_mutex_lock(&d->mu);
+	drain(d);
+	r = root_find(d, pid, start);
+	for (int i = 0; r && i < WALK_MAX && caller > 1; i++) {
+		struct entry *e = entry_find(d, caller);
+		struct lockfs_desc_proc p, q;
+
+		if (e && (!e->start || e->start == caller_start) && set_proves(e->set, r)) {
+			yes = true;
+			break;
+		}
+		/* An untracked process under a tracked one (a scan saw the
+		 * parent, not yet the child): follow parents while each is
+		 * no younger than its child. */
+		if (d->procs.stat(d->procs.ctx, caller, &p) < 0 || p.start != caller_start ||
+		    p.ppid <= 1 || d->procs.stat(d->procs.ctx, p.ppid, &q) < 0 ||
+		    q.start > p.start)
+			break;
+		if (q.pid == pid && q.start == start) {
+			yes = true;
+			break;
+		}
+		caller = q.pid;
+		caller_start = q.start;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return yes;
+}
+
+void lockfs_descendants_tick(struct lockfs_descendants *d)
+{
+	struct timespec ts;
+	int64_t now;
+
+	pthread_mutex_lock(&d->mu);
+	drain(d);
+	if (d->nsuspects)
+		settle_suspects(d);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	if (d->ndead > 0 && now >= d->next_check_ms) {
+		/* With events: only forget what is gone (an exit that never
+		 * came must not keep a lock for ever).  Without: look again,
+		 * as nothing tells of new processes. */
+		if (scan(d, NULL, !d->has_events) < 0)
+			d->next_check_ms = now; /* unknown: try at the next tick */
+		else
+			d->next_check_ms = now + CHECK_MS;
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- /proc ---------------------------------------------------------------- */
+
+/* Parse /proc/PID/stat: comm, state (3), ppid (4), session (6), threads
+ * (20), start time (22).  The comm may hold spaces and parentheses, so
+ * fields are counted after the last ')'. */
+static int real_stat(void *ctx, pid_t pid, struct lockfs_desc_proc *out)
+{
+	char path[64], buf[1024];
+	const char *p, *open_paren, *close_paren;
+	unsigned long long v[23] = { 0 };
+	ssize_t n;
+	int fd;
+
+	(void)ctx;
+	if (pid <= 0)
+		return -ENOENT;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ESRCH ? -ENOENT : -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return errno == ESRCH ? -ENOENT : -errno;
+	buf[n] = '\0';
+	open_paren = strchr(buf, '(');
+	close_paren = strrchr(buf, ')');
+	if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ')
+		return -EIO;
+	memset(out, 0, sizeof(*out));
+	n = close_paren - open_paren - 1;
+	if (n >= (ssize_t)sizeof(out->comm))
+		n = sizeof(out->comm) - 1;
+	memcpy(out->comm, open_paren + 1, (size_t)n);
+	out->zombie = close_paren[2] == 'Z' || close_paren[2] == 'X';
+	p = close_paren + 3;
+	for (int field = 4; field <= 22; field++) {
+		char *end;
+
+		while (*p == ' ')
+			p++;
+		if (field == 4 || field == 6 || field == 20 || field == 22) {
+			errno = 0;
+			v[field] = strtoull(p, &end, 10);
+			if (errno || end == p)
+				return -EIO;
+			p = end;
+		} else {
+			while (*p && *p != ' ')
+				p++;
+		}
+		if (!*p && field < 22)
+			return -EIO;
+	}
+	out->pid = pid;
+	out->ppid = (pid_t)v[4];
+	out->sid = (pid_t)v[6];
+	out->threads = (int)v[20];
+	out->start = v[22];
+	return 0;
+}
+
+static int real_each(void *ctx, int (*fn)(void *arg, const struct lockfs_desc_proc *p), void *arg)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+
+	if (!proc)
+		return -errno;
+	while ((de = readdir(proc))) {
+		struct lockfs_desc_proc p;
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+
+		if (*end || pid <= 0 || pid > INT32_MAX)
+			continue;
+		if (real_stat(ctx, (pid_t)pid, &p) < 0)
+			continue; /* gone in between */
+		if (fn(arg, &p))
+			break;
+	}
+	closedir(proc);
+	return 0;
+}
+
+const struct lockfs_desc_procs lockfs_desc_procs_real = {
+	.stat = real_stat,
+	.each = real_each,
+	.ctx = NULL,
+};
