@@ -14,55 +14,181 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lockfs/name.h"
 #include "table.h"
 
+/* How much queued work the liveness thread does before it looks for
+ * events again: at most this many todos ... */
+#define SLICE_TODOS 64
+/* ... and no more than this long (a slug check scans /proc). */
+#define SLICE_MS 10
+
 /* A lock to act on, noted under its stripe mutex and acted on after. */
 struct todo {
-	char *name;
-	char token[LOCKFS_TOKEN_HEX + 1];
+	struct todo *next;
 	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG } kind;
+	uid_t uid;               /* the holder's: whose turn it is */
+	char token[LOCKFS_TOKEN_HEX + 1];
+	char *slug;              /* TODO_SLUG only */
+	char name[];
+};
+
+/* The todos of one uid, oldest first. */
+struct todo_user {
+	struct todo_user *next;  /* in the ring */
 	uid_t uid;
-	char slug[SLUG_MAX];
+	struct todo *head, *tail;
 };
 
-struct todo_list {
-	struct todo *v;
-	size_t n, cap;
+/* A holder death not yet looked for in the cache. */
+struct death {
+	pid_t pid;
+	unsigned long long start;
 };
 
-static struct todo *todo_add(struct todo_list *l, const struct cached *c, int kind)
+/*
+ * The liveness thread's work: deaths to look for, and what to do about
+ * each lock, queued per uid and served one todo per uid in turn.  A user
+ * whose 50,000 locks die at once then delays another user's recovery by
+ * one todo per turn, not by 50,000.  Owned by the liveness thread (and
+ * by lockfs_core_open before that thread runs): no mutex.
+ */
+struct recovery_work {
+	struct todo_user *cur;   /* served next; the users form a ring */
+	struct todo_user *prev;  /* the one before CUR in the ring */
+	struct todo_user *last;  /* the user the last todo went to (a hint) */
+	size_t ntodo;
+	struct death *dead;
+	size_t ndead, capdead;
+};
+
+static int64_t mono_ms(void)
 {
-	struct todo *t;
+	struct timespec ts;
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 8;
-		struct todo *v = realloc(l->v, cap * sizeof(*v));
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
-		if (!v)
-			return NULL;
-		l->v = v;
-		l->cap = cap;
+int recovery_init(struct lockfs_core *core)
+{
+	core->work = calloc(1, sizeof(*core->work));
+	return core->work ? 0 : -ENOMEM;
+}
+
+void recovery_fini(struct lockfs_core *core)
+{
+	struct recovery_work *rw = core->work;
+
+	if (!rw)
+		return;
+	if (rw->prev)
+		rw->prev->next = NULL; /* the ring, opened into a list */
+	while (rw->cur) {
+		struct todo_user *u = rw->cur;
+
+		rw->cur = u->next;
+		while (u->head) {
+			struct todo *t = u->head;
+
+			u->head = t->next;
+			free(t->slug);
+			free(t);
+		}
+		free(u);
 	}
-	t = &l->v[l->n];
-	memset(t, 0, sizeof(*t));
-	t->name = strdup(c->name);
-	if (!t->name)
+	free(rw->dead);
+	free(rw);
+	core->work = NULL;
+}
+
+/* The queue of UID, made (at the end of the ring) if need be. */
+static struct todo_user *todo_user_of(struct recovery_work *rw, uid_t uid)
+{
+	struct todo_user *u = rw->last;
+
+	if (u && u->uid == uid && u->head)
+		return u;
+	u = rw->cur;
+	do {
+		if (u && u->uid == uid)
+			return rw->last = u;
+		u = u ? u->next : NULL;
+	} while (u && u != rw->cur);
+	u = calloc(1, sizeof(*u));
+	if (!u)
 		return NULL;
+	u->uid = uid;
+	if (!rw->cur) {
+		u->next = u;
+		rw->cur = rw->prev = u;
+	} else {
+		/* Just before CUR: served once everyone queued now had a turn. */
+		u->next = rw->cur;
+		rw->prev->next = u;
+		rw->prev = u;
+	}
+	return rw->last = u;
+}
+
+/* Queue KIND for C's lock.  Called with C's stripe mutex held.  Out of
+ * memory, nothing is queued and the tick tries again. */
+static void todo_add(struct lockfs_core *core, struct cached *c, int kind)
+{
+	struct recovery_work *rw = core->work;
+	size_t len = strlen(c->name);
+	struct todo *t = calloc(1, sizeof(*t) + len + 1);
+	struct todo_user *u = t ? todo_user_of(rw, c->rec.holder.uid) : NULL;
+
+	if (!u || (kind == TODO_SLUG && !(t->slug = strdup(c->rec.slug ? c->rec.slug : "")))) {
+		free(t);
+		return;
+	}
+	memcpy(t->name, c->name, len + 1);
 	memcpy(t->token, c->rec.token, sizeof(t->token));
 	t->kind = kind;
 	t->uid = c->rec.holder.uid;
-	snprintf(t->slug, sizeof(t->slug), "%s", c->rec.slug ? c->rec.slug : "");
-	l->n++;
-	return t;
+	if (u->tail)
+		u->tail->next = t;
+	else
+		u->head = t;
+	u->tail = t;
+	rw->ntodo++;
+	c->queued = true;
 }
 
-static void todo_free(struct todo_list *l)
+/* The next todo, taking turns between uids (NULL: none). */
+static struct todo *todo_next(struct recovery_work *rw)
 {
-	for (size_t i = 0; i < l->n; i++)
-		free(l->v[i].name);
-	free(l->v);
+	struct todo_user *u = rw->cur;
+	struct todo *t;
+
+	if (!u)
+		return NULL;
+	t = u->head;
+	u->head = t->next;
+	if (!u->head)
+		u->tail = NULL;
+	rw->ntodo--;
+	if (!u->head) {
+		/* Its turn ends with its last todo: out of the ring. */
+		if (u->next == u) {
+			rw->cur = rw->prev = NULL;
+		} else {
+			rw->prev->next = u->next;
+			rw->cur = u->next;
+		}
+		if (rw->last == u)
+			rw->last = NULL;
+		free(u);
+	} else {
+		rw->prev = u;
+		rw->cur = u->next;
+	}
+	t->next = NULL;
+	return t;
 }
 
 /*
@@ -173,7 +299,13 @@ static void check_slug(struct lockfs_core *core, const struct todo *t, bool logg
 	}
 }
 
-static void collect(struct lockfs_core *core, struct todo_list *l, bool leases)
+/*
+ * Queue what the tick finds: locks whose holder is gone (and not queued
+ * yet: a recovery the store refused is tried again), leases that ran out.
+ * A process-bound lock whose holder could not be watched at all (no
+ * memory) is watched again here.  LEASES false: holders only (startup).
+ */
+static void collect(struct lockfs_core *core, bool leases)
 {
 	int64_t now = lockfs_boot_ms();
 
@@ -184,16 +316,21 @@ static void collect(struct lockfs_core *core, struct todo_list *l, bool leases)
 		for (struct cached *c = s->head; c; c = c->next) {
 			const struct lockfs_lease *lease = &c->rec.lease;
 
+			if (c->queued)
+				continue;
+			if (!c->holder_gone && !c->watched && c->rec.has_holder &&
+			    c->rec.bound == LOCKFS_BOUND_PROCESS)
+				cache_watch(core, c, -1);
 			if (c->holder_gone) {
-				todo_add(l, c, TODO_GONE);
+				todo_add(core, c, TODO_GONE);
 			} else if (leases && lease->ttl_s && now >= lease->deadline_boot_ms) {
 				if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->expired_logged) {
-					todo_add(l, c, TODO_EXPIRED);
+					todo_add(core, c, TODO_EXPIRED);
 				} else if (c->rec.bound == LOCKFS_BOUND_SLUG &&
 					   now >= c->next_check_boot_ms) {
 					/* /proc is scanned at most once a second per lock. */
 					c->next_check_boot_ms = now + 1000;
-					todo_add(l, c, TODO_SLUG);
+					todo_add(core, c, TODO_SLUG);
 				}
 			}
 		}
@@ -201,58 +338,130 @@ static void collect(struct lockfs_core *core, struct todo_list *l, bool leases)
 	}
 }
 
-static bool entry_logged(struct lockfs_core *core, const char *name)
+/* T is being done: its lock is no longer queued.  Returns whether the
+ * lock's expiry was logged already. */
+static bool unqueue(struct lockfs_core *core, const struct todo *t)
 {
-	struct stripe *s = stripe_of(core, name);
+	struct stripe *s = stripe_of(core, t->name);
 	struct cached *c;
-	bool logged;
+	bool logged = false;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, name);
-	logged = c && c->expired_logged;
+	c = cache_find(s, t->name);
+	if (c && strcmp(c->rec.token, t->token) == 0) {
+		c->queued = false;
+		logged = c->expired_logged;
+	}
 	stripe_unlock(s);
 	return logged;
 }
 
-static void act(struct lockfs_core *core, struct todo_list *l)
+static void act(struct lockfs_core *core, const struct todo *t)
 {
-	for (size_t i = 0; i < l->n; i++) {
-		struct todo *t = &l->v[i];
+	bool logged = unqueue(core, t);
 
-		switch (t->kind) {
-		case TODO_GONE:
-			recover_gone(core, t);
-			break;
-		case TODO_EXPIRED:
-			log_expired(core, t->name, t->token, "holder-alive", 0);
-			break;
-		case TODO_SLUG:
-			check_slug(core, t, entry_logged(core, t->name));
-			break;
-		}
+	switch (t->kind) {
+	case TODO_GONE:
+		recover_gone(core, t);
+		break;
+	case TODO_EXPIRED:
+		log_expired(core, t->name, t->token, "holder-alive", 0);
+		break;
+	case TODO_SLUG:
+		check_slug(core, t, logged);
+		break;
 	}
 }
 
+/* lockfs_exited_fn: note the death; the work slice looks for its locks,
+ * once for all the deaths that came together. */
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
 {
 	struct lockfs_core *core = arg;
-	struct todo_list l = { 0 };
+	struct recovery_work *rw = core->work;
 
+	if (rw->ndead == rw->capdead) {
+		size_t cap = rw->capdead ? rw->capdead * 2 : 32;
+		struct death *d = realloc(rw->dead, cap * sizeof(*d));
+
+		if (!d)
+			goto walk_one; /* out of memory: mark this one the slow way */
+		rw->dead = d;
+		rw->capdead = cap;
+	}
+	rw->dead[rw->ndead++] = (struct death){ pid, start };
+	return;
+walk_one:
+	/* Marked gone, the tick's collect() queues its locks. */
+	for (int i = 0; i < STRIPES; i++) {
+		struct stripe *s = &core->stripes[i];
+
+		pthread_mutex_lock(&s->mu);
+		for (struct cached *c = s->head; c; c = c->next)
+			if (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder &&
+			    c->rec.holder.pid == pid && c->rec.holder.start_time == start)
+				c->holder_gone = true;
+		stripe_unlock(s);
+	}
+}
+
+static int cmp_death(const void *a, const void *b)
+{
+	const struct death *x = a, *y = b;
+
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Mark and queue the locks of every death noted since the last look: one
+ * walk of the cache however many died together. */
+static void look_for_deaths(struct lockfs_core *core)
+{
+	struct recovery_work *rw = core->work;
+
+	qsort(rw->dead, rw->ndead, sizeof(*rw->dead), cmp_death);
 	for (int i = 0; i < STRIPES; i++) {
 		struct stripe *s = &core->stripes[i];
 
 		pthread_mutex_lock(&s->mu);
 		for (struct cached *c = s->head; c; c = c->next) {
-			if (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder &&
-			    c->rec.holder.pid == pid && c->rec.holder.start_time == start) {
-				c->holder_gone = true;
-				todo_add(&l, c, TODO_GONE);
-			}
+			struct death key = { c->rec.holder.pid, c->rec.holder.start_time };
+
+			if (c->rec.bound != LOCKFS_BOUND_PROCESS || !c->rec.has_holder ||
+			    !bsearch(&key, rw->dead, rw->ndead, sizeof(key), cmp_death))
+				continue;
+			c->holder_gone = true;
+			if (!c->queued)
+				todo_add(core, c, TODO_GONE);
 		}
 		stripe_unlock(s);
 	}
-	act(core, &l);
-	todo_free(&l);
+	rw->ndead = 0;
+}
+
+/*
+ * lockfs_work_fn: look for the locks of the holders that died, then do a
+ * slice of the queued todos, one uid after another.  true while some
+ * are left.
+ */
+bool recovery_work(void *arg)
+{
+	struct lockfs_core *core = arg;
+	struct recovery_work *rw = core->work;
+	int64_t until = mono_ms() + SLICE_MS;
+	struct todo *t;
+
+	if (rw->ndead)
+		look_for_deaths(core);
+	for (int n = 0; n < SLICE_TODOS && (t = todo_next(rw)); n++) {
+		act(core, t);
+		free(t->slug);
+		free(t);
+		if (mono_ms() >= until)
+			break;
+	}
+	return rw->ntodo > 0;
 }
 
 struct name_vec {
@@ -328,12 +537,10 @@ out:
 void recovery_tick(void *arg)
 {
 	struct lockfs_core *core = arg;
-	struct todo_list l = { 0 };
 
-	collect(core, &l, true);
-	act(core, &l);
-	todo_free(&l);
+	collect(core, true);
 	queue_tick(core);
+	quota_flush(core->quota, false, log_refused, core);
 	if (core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
 		core->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(core);
@@ -382,7 +589,6 @@ static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct 
 int recovery_startup_scan(struct lockfs_core *core)
 {
 	struct name_vec nv = { 0 };
-	struct todo_list l = { 0 };
 	int rc;
 
 	core->starting = true;
@@ -402,10 +608,12 @@ int recovery_startup_scan(struct lockfs_core *core)
 	}
 	name_vec_free(&nv);
 	if (rc == 0) {
-		collect(core, &l, false);
-		act(core, &l);
+		/* Nothing is served yet: recover it all now, while the
+		 * evidence is `exited-while-down`. */
+		collect(core, false);
+		while (recovery_work(core))
+			;
 	}
-	todo_free(&l);
 	core->starting = false;
 	return rc;
 }

@@ -21,8 +21,10 @@
 #include "lockfs/holder.h"
 #include "lockfs/log.h"
 #include "lockfs/record.h"
+#include "fds.h"
 #include "fence.h"
 #include "liveness.h"
+#include "quota.h"
 
 #define STRIPES 256
 #define SLUG_MAX 256
@@ -40,6 +42,7 @@ struct cached {
 	bool watched;        /* holds a liveness watch on rec.holder */
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */
+	bool queued;         /* a todo for it waits in core->work (recovery.c) */
 	int64_t next_check_boot_ms; /* slug evidence: not before this */
 };
 
@@ -105,6 +108,10 @@ struct lockfs_core {
 	void *removed_arg;
 	int64_t next_stale_scan_ms;
 	bool starting;          /* in lockfs_core_open's scan */
+	struct lockfs_fds fds;  /* descriptors kept for callers (fds.h) */
+	struct quota *quota;    /* what each uid holds (quota.h) */
+	bool open_cap_given;    /* -o max_open_per_uid was set */
+	struct recovery_work *work; /* the liveness thread's (recovery.c) */
 	struct stripe stripes[STRIPES];
 
 	pthread_mutex_t users_mu;
@@ -153,6 +160,22 @@ int with_record(struct lockfs_core *core, const char *name,
 
 /* Drop S's mutex. */
 void stripe_unlock(struct stripe *s);
+
+/* Count (SIGN 1) or stop counting (-1) every holder of C's record against
+ * its uid's locks (quota.h).  The cache is what is counted: every change
+ * of a cached record is bracketed by the two.  With s->mu held. */
+void cache_account(struct lockfs_core *core, const struct cached *c, int sign);
+
+/*
+ * Refuse a request of UID for REASON: counted into the uid's burst of
+ * refusals, which is logged as one `refused` line when it ends.  NAME is
+ * what was asked for (may be NULL); WHO the caller as the log names it,
+ * or NULL to resolve thread TID now (only for a burst's first refusal).
+ */
+void quota_refuse(struct lockfs_core *core, uid_t uid, enum quota_reason reason,
+		  const char *name, const char *who, pid_t tid);
+/* Log the `refused` line of burst B (a quota_flush() callback; ARG is the core). */
+void log_refused(void *arg, const struct quota_burst *b);
 
 /* Watching holders (engine.c); with s->mu held. */
 void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd);
@@ -205,9 +228,14 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 void queue_tick(struct lockfs_core *core);
 void queue_free_all(struct stripe *s);
 
-/* Recovery (recovery.c). */
+/* Recovery (recovery.c), on the liveness thread.  Deaths and ticks queue
+ * todos per uid; recovery_work does them a bounded slice at a time, one
+ * uid after another. */
+int recovery_init(struct lockfs_core *core);
+void recovery_fini(struct lockfs_core *core);
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);
 void recovery_tick(void *arg);
+bool recovery_work(void *arg);
 int recovery_startup_scan(struct lockfs_core *core);
 
 #endif

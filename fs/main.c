@@ -3,6 +3,8 @@
  *
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
+ *          [-o max_open_per_uid=N] [-o max_locks_per_uid=N]
+ *          [-o max_waiters_per_uid=N] [-o max_locks=N]
  *          [FUSE options] MOUNTPOINT
  *
  * Checks the backing directory and takes it for this daemon before
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +44,10 @@ struct options {
 	char *lease;
 	char *stale;
 	char *break_signal;
+	char *max_open_per_uid;
+	char *max_locks_per_uid;
+	char *max_waiters_per_uid;
+	char *max_locks;
 	int show_help;
 };
 
@@ -52,6 +59,10 @@ static const struct fuse_opt option_spec[] = {
 	OPT("lease=%s", lease),
 	OPT("stale=%s", stale),
 	OPT("break_signal=%s", break_signal),
+	OPT("max_open_per_uid=%s", max_open_per_uid),
+	OPT("max_locks_per_uid=%s", max_locks_per_uid),
+	OPT("max_waiters_per_uid=%s", max_waiters_per_uid),
+	OPT("max_locks=%s", max_locks),
 	FUSE_OPT_END
 };
 
@@ -66,6 +77,15 @@ static void usage(const char *prog)
 	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
 	       "    -o stale=SECONDS      recover foreign locks older than this (default never)\n"
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
+	       "    -o max_open_per_uid=N files and directories of M one uid may hold open\n"
+	       "                          (default 1024, or a quarter of the descriptors the\n"
+	       "                          daemon may keep for callers if fewer; EMFILE past it)\n"
+	       "    -o max_locks_per_uid=N  locks one uid may hold (default 1024; EDQUOT)\n"
+	       "    -o max_waiters_per_uid=N  flock/fcntl requests one uid may have waiting\n"
+	       "                          (default 1024; EDQUOT)\n"
+	       "    -o max_locks=N        locks in all (default 16384, or what a quarter of\n"
+	       "                          DIR's file system holds if fewer; ENOSPC)\n"
+	       "                          root is exempt from all four; 0 = no limit\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
 	       prog);
@@ -183,6 +203,40 @@ static int parse_seconds(const char *opt, const char *text, uint32_t *out)
 	return 0;
 }
 
+/* A cap "N" (0 = none: LOCKFS_NO_LIMIT) into *OUT; one line on stderr
+ * when it is not a whole number up to 2^31. */
+static int parse_cap(const char *opt, const char *text, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = *text >= '0' && *text <= '9' ? strtoul(text, &end, 10) : ULONG_MAX;
+	if (v == ULONG_MAX || errno || *end || v > 0x80000000ul) {
+		fprintf(stderr, "lockfs: -o %s=%s: want a whole number (0 = no limit)\n", opt, text);
+		return -1;
+	}
+	*out = v == 0 ? LOCKFS_NO_LIMIT : (uint32_t)v;
+	return 0;
+}
+
+/*
+ * Every open M/.log and every watched holder costs the daemon a
+ * descriptor: use all the hard limit allows (the soft one is often 1024).
+ * Callers never get the last of them (see core/fds.h).
+ */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		fprintf(stderr, "lockfs: warning: cannot raise the descriptor limit to %llu: %s\n",
+			(unsigned long long)rl.rlim_max, strerror(errno));
+}
+
 /* "TERM", "SIGTERM" or "15" into *OUT; one line on stderr when unknown. */
 static int parse_signal(const char *text, int *out)
 {
@@ -276,8 +330,16 @@ int main(int argc, char *argv[])
 	umask(022);
 	if ((o.lease && parse_seconds("lease", o.lease, &cfg.lease_s) < 0) ||
 	    (o.stale && parse_seconds("stale", o.stale, &cfg.stale_s) < 0) ||
-	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0))
+	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0) ||
+	    (o.max_open_per_uid &&
+	     parse_cap("max_open_per_uid", o.max_open_per_uid, &cfg.max_open_per_uid) < 0) ||
+	    (o.max_locks_per_uid &&
+	     parse_cap("max_locks_per_uid", o.max_locks_per_uid, &cfg.max_locks_per_uid) < 0) ||
+	    (o.max_waiters_per_uid &&
+	     parse_cap("max_waiters_per_uid", o.max_waiters_per_uid, &cfg.max_waiters_per_uid) < 0) ||
+	    (o.max_locks && parse_cap("max_locks", o.max_locks, &cfg.max_locks) < 0))
 		goto out_args;
+	raise_fd_limit();
 
 	fs.proc_foreign = !proc_is_ours();
 	dirfd = open_backing(backing, !o.backing);
@@ -400,6 +462,10 @@ out_args:
 	free(o.lease);
 	free(o.stale);
 	free(o.break_signal);
+	free(o.max_open_per_uid);
+	free(o.max_locks_per_uid);
+	free(o.max_waiters_per_uid);
+	free(o.max_locks);
 	fuse_opt_free_args(&args);
 	return ret;
 }
