@@ -92,11 +92,146 @@ void cache_account(struct lockfs_core *core, const struct cached *c, int sign)
 		quota_locks_add(core->quota, r->shares[i].holder.uid, sign);
 }
 
+static size_t holder_bucket(pid_t pid)
+{
+	return (size_t)(unsigned)pid % HOLDER_BUCKETS;
+}
+
+/* C's holder is watched: C joins the index.  With its stripe mutex held. */
+static void holder_index_add(struct lockfs_core *core, struct cached *c)
+{
+	struct cached **head = &core->holders.buckets[holder_bucket(c->rec.holder.pid)];
+
+	pthread_mutex_lock(&core->holders.mu);
+	c->hpid = c->rec.holder.pid;
+	c->hstart = c->rec.holder.start_time;
+	c->huid = c->rec.holder.uid;
+	c->hprev = NULL;
+	c->hnext = *head;
+	if (*head)
+		(*head)->hprev = c;
+	*head = c;
+	c->indexed = true;
+	pthread_mutex_unlock(&core->holders.mu);
+}
+
+/* Called with core->holders.mu held. */
+static void holder_unlink(struct lockfs_core *core, struct cached *c)
+{
+	if (!c->indexed)
+		return;
+	if (c->hprev)
+		c->hprev->hnext = c->hnext;
+	else
+		core->holders.buckets[holder_bucket(c->hpid)] = c->hnext;
+	if (c->hnext)
+		c->hnext->hprev = c->hprev;
+	c->hnext = c->hprev = NULL;
+	c->indexed = false;
+}
+
+static void holder_index_del(struct lockfs_core *core, struct cached *c)
+{
+	pthread_mutex_lock(&core->holders.mu);
+	holder_unlink(core, c);
+	pthread_mutex_unlock(&core->holders.mu);
+}
+
+bool holder_uid(struct lockfs_core *core, pid_t pid, unsigned long long start, uid_t *uid)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&core->holders.mu);
+	for (struct cached *c = core->holders.buckets[holder_bucket(pid)]; c && !found;
+	     c = c->hnext) {
+		if (c->hpid == pid && c->hstart == start) {
+			*uid = c->huid;
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&core->holders.mu);
+	return found;
+}
+
+int holder_take(struct lockfs_core *core, pid_t pid, unsigned long long start, size_t max,
+		char ***names, size_t *count)
+{
+	char **v = malloc(max * sizeof(*v));
+	size_t n = 0;
+	int rc = v ? 0 : -ENOMEM;
+
+	pthread_mutex_lock(&core->holders.mu);
+	for (struct cached *c = core->holders.buckets[holder_bucket(pid)], *next;
+	     c && v && n < max; c = next) {
+		next = c->hnext;
+		if (c->hpid != pid || c->hstart != start)
+			continue;
+		/* The name never changes while C lives, and C cannot be
+		 * freed while it is in the index, which needs this mutex. */
+		v[n] = strdup(c->name);
+		if (!v[n]) {
+			rc = -ENOMEM;
+			break;
+		}
+		n++;
+		holder_unlink(core, c);
+	}
+	pthread_mutex_unlock(&core->holders.mu);
+	*names = v;
+	*count = n;
+	return rc;
+}
+
+/* When collect() must look at C next (boot ms): now (0) for a dead
+ * holder's lock not queued yet or a process-bound lock not watched, its
+ * lease's deadline, INT64_MAX for never. */
+static int64_t entry_due(const struct cached *c)
+{
+	const struct lockfs_lease *l = &c->rec.lease;
+
+	if (c->queued)
+		return INT64_MAX; /* recovery.c has it */
+	if (c->holder_gone ||
+	    (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder && !c->watched))
+		return 0;
+	if (!l->ttl_s)
+		return INT64_MAX;
+	if (c->rec.bound == LOCKFS_BOUND_PROCESS)
+		return c->expired_logged ? INT64_MAX : l->deadline_boot_ms;
+	if (c->rec.bound == LOCKFS_BOUND_SLUG)
+		return l->deadline_boot_ms > c->next_check_boot_ms ? l->deadline_boot_ms
+								     : c->next_check_boot_ms;
+	return INT64_MAX;
+}
+
+void stripe_note_due(struct stripe *s, const struct cached *c)
+{
+	int64_t due = entry_due(c);
+
+	if (due < s->due_boot_ms)
+		s->due_boot_ms = due;
+}
+
+void stripe_set_due(struct stripe *s)
+{
+	int64_t due = INT64_MAX;
+
+	for (struct cached *c = s->head; c; c = c->next) {
+		int64_t d = entry_due(c);
+
+		if (d < due)
+			due = d;
+	}
+	s->due_boot_ms = due;
+}
+
 /* Stop watching C's holder, if we were.  Called with the stripe mutex held. */
 void cache_unwatch(struct lockfs_core *core, struct cached *c)
 {
-	if (c->watched)
+	if (c->watched) {
+		holder_index_del(core, c);
 		lockfs_liveness_unwatch(core->liveness, c->rec.holder.pid, c->rec.holder.start_time);
+	}
 	c->watched = false;
 }
 
@@ -124,18 +259,23 @@ void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 		if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->watched &&
 		    strcmp(c->rec.holder.boot_id, core->boot_id) != 0)
 			c->holder_gone = true;
+		stripe_note_due(stripe_of(core, c->name), c);
 		return;
 	}
 	rc = pidfd >= 0 ? lockfs_liveness_watch_fd(core->liveness, c->rec.holder.pid,
 						   c->rec.holder.start_time, pidfd)
 			: lockfs_liveness_watch(core->liveness, c->rec.holder.pid,
 						c->rec.holder.start_time);
-	if (rc == 0)
+	if (rc == 0) {
 		c->watched = true;
-	else if (rc == -ESRCH)
+		holder_index_add(core, c);
+	} else if (rc == -ESRCH) {
 		c->holder_gone = true;
-	/* Any other failure (no memory, no fds) leaves the lock held and
-	 * unwatched: fail closed, never release on a guess. */
+	}
+	/* Any other failure (no memory: a holder without a pidfd is polled,
+	 * see liveness.h) leaves the lock held and unwatched, and the tick
+	 * tries again: fail closed, never release on a guess. */
+	stripe_note_due(stripe_of(core, c->name), c);
 }
 
 void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name)
@@ -194,7 +334,10 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 	c->rec = *rec;
 	memset(rec, 0, sizeof(*rec));
 	cache_account(core, c, 1);
-	cache_watch(core, c, pidfd);
+	for (size_t i = 0; i < c->rec.nshares; i++)
+		if (c->rec.shares[i].bound == LOCKFS_BOUND_PROCESS)
+			s->process_shares = true;
+	cache_watch(core, c, pidfd); /* and notes when the tick must look at it */
 }
 
 /*
@@ -1033,10 +1176,12 @@ int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		return -ENOMEM;
 	rc = core->be->ops->update(core->be, c->name, st->identity, json, len, st);
 	free(json);
-	if (rc == 0)
+	if (rc == 0) {
 		c->identity = st->identity;
-	else
+		stripe_note_due(s, c); /* a lease may have been set or renewed */
+	} else {
 		cache_drop(core, s, c->name);
+	}
 	return rc;
 }
 
@@ -1339,6 +1484,9 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	for (int i = 0; i < STRIPES; i++)
 		pthread_mutex_init(&core->stripes[i].mu, NULL);
 	pthread_mutex_init(&core->users_mu, NULL);
+	pthread_mutex_init(&core->holders.mu, NULL);
+	for (int i = 0; i < STRIPES; i++)
+		core->stripes[i].due_boot_ms = INT64_MAX;
 	lockfs_fds_init(&core->fds);
 	core->dirfd = cfg->dirfd;
 	core->procs = cfg->procs ? cfg->procs : &lockfs_proc_real;
@@ -1431,6 +1579,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	lockfs_liveness_free(core->liveness);
 	recovery_fini(core);
 	quota_free(core->quota);
+	pthread_mutex_destroy(&core->holders.mu);
 	for (size_t i = 0; i < core->nusers; i++)
 		free(core->users[i].name);
 	free(core->users);

@@ -1014,7 +1014,7 @@ void queue_tick(struct lockfs_core *core)
 {
 	for (int i = 0; i < STRIPES; i++) {
 		struct stripe *s = &core->stripes[i];
-		bool again = true;
+		bool again;
 
 		pthread_mutex_lock(&s->mu);
 		if (s->retries)
@@ -1027,7 +1027,10 @@ void queue_tick(struct lockfs_core *core)
 		}
 		/* Dropping a holder rewrites (or, failing, drops) the cache
 		 * entry and may grant others: after each attempt start over
-		 * from the head, a bounded number of times. */
+		 * from the head, a bounded number of times.  Only where some
+		 * share may be process-bound: a tick must not walk every lock. */
+		again = s->process_shares;
+		s->process_shares = false;
 		for (int tries = 0; again && tries < 64; tries++) {
 			again = false;
 			for (struct cached *c = s->head; c && !again; c = c->next) {
@@ -1041,6 +1044,8 @@ void queue_tick(struct lockfs_core *core)
 					bool foreign;
 					char *name;
 
+					if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
+						s->process_shares = true; /* look again next tick */
 					if (!share_gone(&c->rec.shares[k], core->boot_id))
 						continue;
 					/* As recover_gone() logs a holder (docs/log.md). */
@@ -1062,6 +1067,8 @@ void queue_tick(struct lockfs_core *core)
 				}
 			}
 		}
+		if (again)
+			s->process_shares = true; /* not done: next tick */
 		stripe_unlock(s);
 	}
 }

@@ -23,16 +23,25 @@
  * events again: at most this many todos ... */
 #define SLICE_TODOS 64
 /* ... and no more than this long (a slug check scans /proc). */
-#define SLICE_MS 10
+#define SLICE_MS 5
+/* Stripes the tick walks in turn whether due or not, should a due time
+ * ever be missed: every one once in 5 s at a 50 ms tick. */
+#define STRIPES_PER_TURN (STRIPES / 100 + 1)
 
-/* A lock to act on, noted under its stripe mutex and acted on after. */
+/* Locks of a dead holder marked and queued per turn of its uid. */
+#define DEATH_CHUNK 32
+
+/* What to do, queued for the liveness thread: about a lock (noted under
+ * its stripe mutex, done after), or about a holder that died. */
 struct todo {
 	struct todo *next;
-	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG } kind;
+	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG, TODO_DEATH } kind;
 	uid_t uid;               /* the holder's: whose turn it is */
 	char token[LOCKFS_TOKEN_HEX + 1];
 	char *slug;              /* TODO_SLUG only */
-	char name[];
+	pid_t pid;               /* TODO_DEATH: the holder */
+	unsigned long long start;
+	char name[];             /* "" for TODO_DEATH */
 };
 
 /* The todos of one uid, oldest first. */
@@ -42,26 +51,21 @@ struct todo_user {
 	struct todo *head, *tail;
 };
 
-/* A holder death not yet looked for in the cache. */
-struct death {
-	pid_t pid;
-	unsigned long long start;
-};
-
 /*
- * The liveness thread's work: deaths to look for, and what to do about
- * each lock, queued per uid and served one todo per uid in turn.  A user
- * whose 50,000 locks die at once then delays another user's recovery by
- * one todo per turn, not by 50,000.  Owned by the liveness thread (and
- * by lockfs_core_open before that thread runs): no mutex.
+ * The liveness thread's work: what to do about each dead holder and each
+ * lock, queued per uid and served one todo per uid in turn.  A dead
+ * holder's locks are marked and queued DEATH_CHUNK at a time, each chunk
+ * a turn of its own.  A user whose 50,000 locks die at once then delays
+ * another user's recovery by a turn or two, not by 50,000 recoveries.
+ * Owned by the liveness thread (and by lockfs_core_open before that
+ * thread runs): no mutex.
  */
 struct recovery_work {
+	int turn;                /* collect(): the first stripe walked in turn */
 	struct todo_user *cur;   /* served next; the users form a ring */
 	struct todo_user *prev;  /* the one before CUR in the ring */
 	struct todo_user *last;  /* the user the last todo went to (a hint) */
 	size_t ntodo;
-	struct death *dead;
-	size_t ndead, capdead;
 };
 
 static int64_t mono_ms(void)
@@ -99,7 +103,6 @@ void recovery_fini(struct lockfs_core *core)
 		}
 		free(u);
 	}
-	free(rw->dead);
 	free(rw);
 	core->work = NULL;
 }
@@ -133,29 +136,44 @@ static struct todo_user *todo_user_of(struct recovery_work *rw, uid_t uid)
 	return rw->last = u;
 }
 
-/* Queue KIND for C's lock.  Called with C's stripe mutex held.  Out of
- * memory, nothing is queued and the tick tries again. */
-static void todo_add(struct lockfs_core *core, struct cached *c, int kind)
+/* Queue T at the end of UID's todos.  false (T not taken) when out of
+ * memory. */
+static bool todo_push(struct recovery_work *rw, uid_t uid, struct todo *t)
 {
-	struct recovery_work *rw = core->work;
-	size_t len = strlen(c->name);
-	struct todo *t = calloc(1, sizeof(*t) + len + 1);
-	struct todo_user *u = t ? todo_user_of(rw, c->rec.holder.uid) : NULL;
+	struct todo_user *u = todo_user_of(rw, uid);
 
-	if (!u || (kind == TODO_SLUG && !(t->slug = strdup(c->rec.slug ? c->rec.slug : "")))) {
-		free(t);
-		return;
-	}
-	memcpy(t->name, c->name, len + 1);
-	memcpy(t->token, c->rec.token, sizeof(t->token));
-	t->kind = kind;
-	t->uid = c->rec.holder.uid;
+	if (!u)
+		return false;
+	t->uid = uid;
+	t->next = NULL;
 	if (u->tail)
 		u->tail->next = t;
 	else
 		u->head = t;
 	u->tail = t;
 	rw->ntodo++;
+	return true;
+}
+
+/* Queue KIND for C's lock.  Called with C's stripe mutex held.  Out of
+ * memory, nothing is queued and the tick tries again. */
+static void todo_add(struct lockfs_core *core, struct cached *c, int kind)
+{
+	size_t len = strlen(c->name);
+	struct todo *t = calloc(1, sizeof(*t) + len + 1);
+
+	if (!t || (kind == TODO_SLUG && !(t->slug = strdup(c->rec.slug ? c->rec.slug : "")))) {
+		free(t);
+		return;
+	}
+	memcpy(t->name, c->name, len + 1);
+	memcpy(t->token, c->rec.token, sizeof(t->token));
+	t->kind = kind;
+	if (!todo_push(core->work, c->rec.holder.uid, t)) {
+		free(t->slug);
+		free(t);
+		return;
+	}
 	c->queued = true;
 }
 
@@ -218,6 +236,8 @@ static void recover(struct lockfs_core *core, const char *name, const char *toke
 		if (shared)
 			released = false;
 	}
+	if (!released && (c = cache_find(s, name)))
+		stripe_note_due(s, c); /* what is left is the tick's again */
 	stripe_unlock(s);
 	if (!released)
 		return;
@@ -240,6 +260,7 @@ static void recover_gone(struct lockfs_core *core, const struct todo *t)
 		stripe_unlock(s);
 		return;
 	}
+	c->queued = false; /* T is being done */
 	who_of(holder, sizeof(holder), NULL, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(start, sizeof(start), "%llu", c->rec.holder.start_time);
 	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0)
@@ -267,6 +288,8 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 		return;
 	}
 	c->expired_logged = true;
+	c->queued = false; /* its todo is being done */
+	stripe_note_due(s, c);
 	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	snprintf(ttl, sizeof(ttl), "%u", c->rec.lease.ttl_s);
@@ -304,15 +327,26 @@ static void check_slug(struct lockfs_core *core, const struct todo *t, bool logg
  * yet: a recovery the store refused is tried again), leases that ran out.
  * A process-bound lock whose holder could not be watched at all (no
  * memory) is watched again here.  LEASES false: holders only (startup).
+ *
+ * Only stripes that are due are walked (see stripe.due_boot_ms), and a
+ * few others in turn (every stripe once in 5 s, should a due time have
+ * been missed): a tick over 50,000 locks with nothing to do walks none of
+ * them.  ALL: walk every stripe.
  */
-static void collect(struct lockfs_core *core, bool leases)
+static void collect(struct lockfs_core *core, bool leases, bool all)
 {
+	struct recovery_work *rw = core->work;
 	int64_t now = lockfs_boot_ms();
 
 	for (int i = 0; i < STRIPES; i++) {
 		struct stripe *s = &core->stripes[i];
+		bool in_turn = (unsigned)(i - rw->turn) % STRIPES < STRIPES_PER_TURN;
 
 		pthread_mutex_lock(&s->mu);
+		if (!all && !in_turn && now < s->due_boot_ms) {
+			stripe_unlock(s);
+			continue;
+		}
 		for (struct cached *c = s->head; c; c = c->next) {
 			const struct lockfs_lease *lease = &c->rec.lease;
 
@@ -334,8 +368,10 @@ static void collect(struct lockfs_core *core, bool leases)
 				}
 			}
 		}
+		stripe_set_due(s);
 		stripe_unlock(s);
 	}
+	rw->turn = (rw->turn + STRIPES_PER_TURN) % STRIPES;
 }
 
 /* T is being done: its lock is no longer queued.  Returns whether the
@@ -356,10 +392,94 @@ static bool unqueue(struct lockfs_core *core, const struct todo *t)
 	return logged;
 }
 
-static void act(struct lockfs_core *core, const struct todo *t)
+/* T is done.  A lock it left behind (a recovery the store refused, a
+ * lease still to be watched) is the tick's again. */
+static void settle(struct lockfs_core *core, const struct todo *t)
 {
-	bool logged = unqueue(core, t);
+	struct stripe *s = stripe_of(core, t->name);
+	struct cached *c;
 
+	pthread_mutex_lock(&s->mu);
+	c = cache_find(s, t->name);
+	if (c && strcmp(c->rec.token, t->token) == 0)
+		stripe_note_due(s, c);
+	stripe_unlock(s);
+}
+
+/*
+ * Mark up to MAX locks of dead holder (PID, START) gone, and queue them
+ * (QUEUE) or leave them to the tick.  Found through the holder index,
+ * which they leave: a death costs what its holder held, never a walk of
+ * every lock.  Returns true when some may be left (MAX were taken, or
+ * memory ran out: then try again).
+ */
+static bool mark_dead(struct lockfs_core *core, pid_t pid, unsigned long long start,
+		      size_t max, bool queue)
+{
+	char **names;
+	size_t n;
+	int rc = holder_take(core, pid, start, max, &names, &n);
+
+	for (size_t i = 0; i < n; i++) {
+		struct stripe *s = stripe_of(core, names[i]);
+		struct cached *c;
+
+		pthread_mutex_lock(&s->mu);
+		c = cache_find(s, names[i]);
+		if (c && c->watched && c->rec.bound == LOCKFS_BOUND_PROCESS &&
+		    c->rec.holder.pid == pid && c->rec.holder.start_time == start) {
+			c->holder_gone = true;
+			if (queue && !c->queued)
+				todo_add(core, c, TODO_GONE);
+			stripe_note_due(s, c); /* not queued: the tick's */
+		}
+		stripe_unlock(s);
+		free(names[i]);
+	}
+	free(names);
+	return rc < 0 || n == max;
+}
+
+/* lockfs_exited_fn: queue the death in its uid's turn. */
+void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
+{
+	struct lockfs_core *core = arg;
+	struct todo *t = calloc(1, sizeof(*t) + 1);
+	uid_t uid;
+
+	if (!holder_uid(core, pid, start, &uid)) {
+		free(t);
+		return; /* it holds nothing (any more) */
+	}
+	if (t) {
+		t->kind = TODO_DEATH;
+		t->pid = pid;
+		t->start = start;
+	}
+	if (!t || !todo_push(core->work, uid, t)) {
+		free(t);
+		/* Out of memory: mark them all now (the tick queues them),
+		 * for as long as memory lets the index be read. */
+		for (int chunks = 0; chunks < 1 << 20; chunks++)
+			if (!mark_dead(core, pid, start, DEATH_CHUNK, false))
+				break;
+	}
+}
+
+/* Do T.  A death todo that found a full chunk goes back to the end of its
+ * uid's queue, behind the recoveries it queued; every other todo is
+ * freed. */
+static void act(struct lockfs_core *core, struct todo *t)
+{
+	bool logged;
+
+	if (t->kind == TODO_DEATH) {
+		if (mark_dead(core, t->pid, t->start, DEATH_CHUNK, true) &&
+		    todo_push(core->work, t->uid, t))
+			return;
+		free(t);
+		return;
+	}
 	switch (t->kind) {
 	case TODO_GONE:
 		recover_gone(core, t);
@@ -368,82 +488,20 @@ static void act(struct lockfs_core *core, const struct todo *t)
 		log_expired(core, t->name, t->token, "holder-alive", 0);
 		break;
 	case TODO_SLUG:
+		logged = unqueue(core, t);
 		check_slug(core, t, logged);
+		settle(core, t);
+		break;
+	case TODO_DEATH:
 		break;
 	}
-}
-
-/* lockfs_exited_fn: note the death; the work slice looks for its locks,
- * once for all the deaths that came together. */
-void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
-{
-	struct lockfs_core *core = arg;
-	struct recovery_work *rw = core->work;
-
-	if (rw->ndead == rw->capdead) {
-		size_t cap = rw->capdead ? rw->capdead * 2 : 32;
-		struct death *d = realloc(rw->dead, cap * sizeof(*d));
-
-		if (!d)
-			goto walk_one; /* out of memory: mark this one the slow way */
-		rw->dead = d;
-		rw->capdead = cap;
-	}
-	rw->dead[rw->ndead++] = (struct death){ pid, start };
-	return;
-walk_one:
-	/* Marked gone, the tick's collect() queues its locks. */
-	for (int i = 0; i < STRIPES; i++) {
-		struct stripe *s = &core->stripes[i];
-
-		pthread_mutex_lock(&s->mu);
-		for (struct cached *c = s->head; c; c = c->next)
-			if (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder &&
-			    c->rec.holder.pid == pid && c->rec.holder.start_time == start)
-				c->holder_gone = true;
-		stripe_unlock(s);
-	}
-}
-
-static int cmp_death(const void *a, const void *b)
-{
-	const struct death *x = a, *y = b;
-
-	if (x->pid != y->pid)
-		return x->pid < y->pid ? -1 : 1;
-	return x->start < y->start ? -1 : x->start > y->start;
-}
-
-/* Mark and queue the locks of every death noted since the last look: one
- * walk of the cache however many died together. */
-static void look_for_deaths(struct lockfs_core *core)
-{
-	struct recovery_work *rw = core->work;
-
-	qsort(rw->dead, rw->ndead, sizeof(*rw->dead), cmp_death);
-	for (int i = 0; i < STRIPES; i++) {
-		struct stripe *s = &core->stripes[i];
-
-		pthread_mutex_lock(&s->mu);
-		for (struct cached *c = s->head; c; c = c->next) {
-			struct death key = { c->rec.holder.pid, c->rec.holder.start_time };
-
-			if (c->rec.bound != LOCKFS_BOUND_PROCESS || !c->rec.has_holder ||
-			    !bsearch(&key, rw->dead, rw->ndead, sizeof(key), cmp_death))
-				continue;
-			c->holder_gone = true;
-			if (!c->queued)
-				todo_add(core, c, TODO_GONE);
-		}
-		stripe_unlock(s);
-	}
-	rw->ndead = 0;
+	free(t->slug);
+	free(t);
 }
 
 /*
- * lockfs_work_fn: look for the locks of the holders that died, then do a
- * slice of the queued todos, one uid after another.  true while some
- * are left.
+ * lockfs_work_fn: a slice of the queued todos, one uid after another.
+ * true while some are left.
  */
 bool recovery_work(void *arg)
 {
@@ -452,12 +510,8 @@ bool recovery_work(void *arg)
 	int64_t until = mono_ms() + SLICE_MS;
 	struct todo *t;
 
-	if (rw->ndead)
-		look_for_deaths(core);
 	for (int n = 0; n < SLICE_TODOS && (t = todo_next(rw)); n++) {
 		act(core, t);
-		free(t->slug);
-		free(t);
 		if (mono_ms() >= until)
 			break;
 	}
@@ -538,7 +592,7 @@ void recovery_tick(void *arg)
 {
 	struct lockfs_core *core = arg;
 
-	collect(core, true);
+	collect(core, true, false);
 	queue_tick(core);
 	quota_flush(core->quota, false, log_refused, core);
 	if (core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
@@ -575,6 +629,8 @@ static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct 
 	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
 	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
 	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
+	if (r->nshares)
+		s->process_shares = true; /* queue_tick() watches them */
 	if (persist_locked(core, s, c, st) < 0)
 		return; /* dropped from the cache; the lock stays as it was */
 	{
@@ -610,7 +666,7 @@ int recovery_startup_scan(struct lockfs_core *core)
 	if (rc == 0) {
 		/* Nothing is served yet: recover it all now, while the
 		 * evidence is `exited-while-down`. */
-		collect(core, false);
+		collect(core, false, true);
 		while (recovery_work(core))
 			;
 	}

@@ -43,6 +43,13 @@ struct cached {
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */
 	bool queued;         /* a todo for it waits in core->work (recovery.c) */
+	/* In core->holders while watched, until its holder's death is seen
+	 * (protected by core->holders.mu, not by the stripe mutex): */
+	bool indexed;
+	struct cached *hnext, *hprev;
+	pid_t hpid;                  /* the holder indexed, as indexed */
+	unsigned long long hstart;
+	uid_t huid;
 	int64_t next_check_boot_ms; /* slug evidence: not before this */
 };
 
@@ -81,8 +88,24 @@ struct unlock_retry {
 struct stripe {
 	pthread_mutex_t mu;
 	struct cached *head;     /* protected by mu */
+	/* Boot ms from which the tick's collect() must look at this stripe
+	 * (a lease runs out, a dead holder's lock is not queued, a holder is
+	 * not watched); INT64_MAX: nothing to do.  Protected by mu. */
+	int64_t due_boot_ms;
+	/* Some entry may have a process-bound share (a shared lock rebound
+	 * at a restart), which queue_tick() polls.  Protected by mu. */
+	bool process_shares;
 	struct lockq *queues;    /* protected by mu */
 	struct unlock_retry *retries; /* protected by mu */
+};
+
+/* The watched entries of the cache by holder (pid, start): what a death
+ * releases, found without a walk of the cache.  MU is taken inside a
+ * stripe mutex, never the other way round. */
+#define HOLDER_BUCKETS 4096
+struct holder_index {
+	pthread_mutex_t mu;
+	struct cached *buckets[HOLDER_BUCKETS]; /* by pid; protected by mu */
 };
 
 struct uid_name {
@@ -112,6 +135,7 @@ struct lockfs_core {
 	struct quota *quota;    /* what each uid holds (quota.h) */
 	bool open_cap_given;    /* -o max_open_per_uid was set */
 	struct recovery_work *work; /* the liveness thread's (recovery.c) */
+	struct holder_index holders;
 	struct stripe stripes[STRIPES];
 
 	pthread_mutex_t users_mu;
@@ -176,6 +200,19 @@ void quota_refuse(struct lockfs_core *core, uid_t uid, enum quota_reason reason,
 		  const char *name, const char *who, pid_t tid);
 /* Log the `refused` line of burst B (a quota_flush() callback; ARG is the core). */
 void log_refused(void *arg, const struct quota_burst *b);
+
+/* Is holder (PID, START) in the index (the holder of some watched lock)?
+ * Then true, and *UID its uid. */
+bool holder_uid(struct lockfs_core *core, pid_t pid, unsigned long long start, uid_t *uid);
+/* Take up to MAX locks of dead holder (PID, START) out of the index: their
+ * names, malloc'd (free each and the array; *NAMES may be NULL when none).
+ * 0 (fewer than MAX: none is left) or -ENOMEM (some may be left). */
+int holder_take(struct lockfs_core *core, pid_t pid, unsigned long long start, size_t max,
+		char ***names, size_t *count) __attribute__((warn_unused_result));
+/* The tick must look at S by when C needs it (see due_boot_ms); with
+ * s->mu held.  stripe_set_due recomputes it from every entry. */
+void stripe_note_due(struct stripe *s, const struct cached *c);
+void stripe_set_due(struct stripe *s);
 
 /* Watching holders (engine.c); with s->mu held. */
 void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd);
