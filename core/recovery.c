@@ -440,6 +440,15 @@ static bool mark_dead(struct lockfs_core *core, pid_t pid, unsigned long long st
 	return rc < 0 || n == max;
 }
 
+/* Out of memory for a death's todo: mark all its locks now (the tick
+ * queues them), for as long as memory lets the index be read. */
+static void mark_all_dead(struct lockfs_core *core, pid_t pid, unsigned long long start)
+{
+	for (int chunks = 0; chunks < 1 << 20; chunks++)
+		if (!mark_dead(core, pid, start, DEATH_CHUNK, false))
+			break;
+}
+
 /* lockfs_exited_fn: queue the death in its uid's turn. */
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
 {
@@ -458,11 +467,7 @@ void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
 	}
 	if (!t || !todo_push(core->work, uid, t)) {
 		free(t);
-		/* Out of memory: mark them all now (the tick queues them),
-		 * for as long as memory lets the index be read. */
-		for (int chunks = 0; chunks < 1 << 20; chunks++)
-			if (!mark_dead(core, pid, start, DEATH_CHUNK, false))
-				break;
+		mark_all_dead(core, pid, start);
 	}
 }
 
@@ -471,12 +476,14 @@ void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
  * freed. */
 static void act(struct lockfs_core *core, struct todo *t)
 {
-	bool logged;
-
 	if (t->kind == TODO_DEATH) {
-		if (mark_dead(core, t->pid, t->start, DEATH_CHUNK, true) &&
-		    todo_push(core->work, t->uid, t))
+		bool more = mark_dead(core, t->pid, t->start, DEATH_CHUNK, true);
+
+		/* More to find: back in line, behind the recoveries it queued. */
+		if (more && todo_push(core->work, t->uid, t))
 			return;
+		if (more)
+			mark_all_dead(core, t->pid, t->start); /* out of memory */
 		free(t);
 		return;
 	}
@@ -488,8 +495,7 @@ static void act(struct lockfs_core *core, struct todo *t)
 		log_expired(core, t->name, t->token, "holder-alive", 0);
 		break;
 	case TODO_SLUG:
-		logged = unqueue(core, t);
-		check_slug(core, t, logged);
+		check_slug(core, t, unqueue(core, t));
 		settle(core, t);
 		break;
 	case TODO_DEATH:
