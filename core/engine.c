@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,16 @@
 
 #define CMDLINE_MAX 4096
 #define DEFAULT_LEASE_S 600
+/* Quota defaults (docs/quota.md says why).  A lock costs DIR up to
+ * LOCK_BYTES (its record file: two pages with a 4 KiB command line) and
+ * two inodes, and the daemon about 5 KiB. */
+#define DEFAULT_LOCKS_PER_UID 1024
+#define DEFAULT_WAITERS_PER_UID 1024
+#define DEFAULT_OPEN_PER_UID 1024
+#define DEFAULT_LOCKS_MAX 16384
+#define DEFAULT_LOCKS_MIN 64
+#define LOCK_BYTES 8192
+#define LOCK_INODES 2
 /* How often the liveness thread looks at leases and holders. */
 #define TICK_MS 50
 
@@ -76,11 +87,159 @@ bool descendants_keep(const struct lockfs_record *rec)
 	       rec->nshares == 0 && rec->has_holder;
 }
 
+void cache_account(struct lockfs_core *core, const struct cached *c, int sign)
+{
+	const struct lockfs_record *r = &c->rec;
+
+	if (!r->has_holder || !core->quota)
+		return;
+	quota_locks_add(core->quota, r->holder.uid, sign);
+	for (size_t i = 0; i < r->nshares; i++)
+		quota_locks_add(core->quota, r->shares[i].holder.uid, sign);
+}
+
+static size_t holder_bucket(pid_t pid)
+{
+	return (size_t)(unsigned)pid % HOLDER_BUCKETS;
+}
+
+/* C's holder is watched: C joins the index.  With its stripe mutex held. */
+static void holder_index_add(struct lockfs_core *core, struct cached *c)
+{
+	struct cached **head = &core->holders.buckets[holder_bucket(c->rec.holder.pid)];
+
+	pthread_mutex_lock(&core->holders.mu);
+	c->hpid = c->rec.holder.pid;
+	c->hstart = c->rec.holder.start_time;
+	c->huid = c->rec.holder.uid;
+	c->hprev = NULL;
+	c->hnext = *head;
+	if (*head)
+		(*head)->hprev = c;
+	*head = c;
+	c->indexed = true;
+	pthread_mutex_unlock(&core->holders.mu);
+}
+
+/* Called with core->holders.mu held. */
+static void holder_unlink(struct lockfs_core *core, struct cached *c)
+{
+	if (!c->indexed)
+		return;
+	if (c->hprev)
+		c->hprev->hnext = c->hnext;
+	else
+		core->holders.buckets[holder_bucket(c->hpid)] = c->hnext;
+	if (c->hnext)
+		c->hnext->hprev = c->hprev;
+	c->hnext = c->hprev = NULL;
+	c->indexed = false;
+}
+
+static void holder_index_del(struct lockfs_core *core, struct cached *c)
+{
+	pthread_mutex_lock(&core->holders.mu);
+	holder_unlink(core, c);
+	pthread_mutex_unlock(&core->holders.mu);
+}
+
+bool holder_uid(struct lockfs_core *core, pid_t pid, unsigned long long start, uid_t *uid)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&core->holders.mu);
+	for (struct cached *c = core->holders.buckets[holder_bucket(pid)]; c && !found;
+	     c = c->hnext) {
+		if (c->hpid == pid && c->hstart == start) {
+			*uid = c->huid;
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&core->holders.mu);
+	return found;
+}
+
+int holder_take(struct lockfs_core *core, pid_t pid, unsigned long long start, size_t max,
+		char ***names, size_t *count)
+{
+	char **v = malloc(max * sizeof(*v));
+	size_t n = 0;
+	int rc = v ? 0 : -ENOMEM;
+
+	pthread_mutex_lock(&core->holders.mu);
+	for (struct cached *c = core->holders.buckets[holder_bucket(pid)], *next;
+	     c && v && n < max; c = next) {
+		next = c->hnext;
+		if (c->hpid != pid || c->hstart != start)
+			continue;
+		/* The name never changes while C lives, and C cannot be
+		 * freed while it is in the index, which needs this mutex. */
+		v[n] = strdup(c->name);
+		if (!v[n]) {
+			rc = -ENOMEM;
+			break;
+		}
+		n++;
+		holder_unlink(core, c);
+	}
+	pthread_mutex_unlock(&core->holders.mu);
+	*names = v;
+	*count = n;
+	return rc;
+}
+
+/* When collect() must look at C next (boot ms): now (0) for a dead
+ * holder's lock not queued yet, a process-bound lock not watched, or a
+ * lock kept for its dead holder's descendants (each tick counts them);
+ * its lease's deadline; INT64_MAX for never. */
+static int64_t entry_due(const struct cached *c)
+{
+	const struct lockfs_lease *l = &c->rec.lease;
+
+	if (c->queued)
+		return INT64_MAX; /* recovery.c has it */
+	if (c->holder_gone ||
+	    (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder && !c->watched) ||
+	    (c->rec.holder_exited && descendants_keep(&c->rec)))
+		return 0;
+	if (!l->ttl_s)
+		return INT64_MAX;
+	if (c->rec.bound == LOCKFS_BOUND_PROCESS)
+		return c->expired_logged ? INT64_MAX : l->deadline_boot_ms;
+	if (c->rec.bound == LOCKFS_BOUND_SLUG)
+		return l->deadline_boot_ms > c->next_check_boot_ms ? l->deadline_boot_ms
+								     : c->next_check_boot_ms;
+	return INT64_MAX;
+}
+
+void stripe_note_due(struct stripe *s, const struct cached *c)
+{
+	int64_t due = entry_due(c);
+
+	if (due < s->due_boot_ms)
+		s->due_boot_ms = due;
+}
+
+void stripe_set_due(struct stripe *s)
+{
+	int64_t due = INT64_MAX;
+
+	for (struct cached *c = s->head; c; c = c->next) {
+		int64_t d = entry_due(c);
+
+		if (d < due)
+			due = d;
+	}
+	s->due_boot_ms = due;
+}
+
 /* Stop watching C's holder, if we were.  Called with the stripe mutex held. */
 void cache_unwatch(struct lockfs_core *core, struct cached *c)
 {
-	if (c->watched)
+	if (c->watched) {
+		holder_index_del(core, c);
 		lockfs_liveness_unwatch(core->liveness, c->rec.holder.pid, c->rec.holder.start_time);
+	}
 	if (c->desc_watched)
 		lockfs_descendants_unwatch(core->descendants, c->rec.holder.pid,
 					   c->rec.holder.start_time);
@@ -112,6 +271,7 @@ void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 		if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->watched &&
 		    strcmp(c->rec.holder.boot_id, core->boot_id) != 0)
 			c->holder_gone = true;
+		stripe_note_due(stripe_of(core, c->name), c);
 		return;
 	}
 	rc = pidfd >= 0 ? lockfs_liveness_watch_fd(core->liveness, c->rec.holder.pid,
@@ -120,6 +280,7 @@ void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 						c->rec.holder.start_time);
 	if (rc == 0) {
 		c->watched = true;
+		holder_index_add(core, c);
 		/* From now on what it starts keeps its lock after it exits.  At
 		 * daemon start, what it started before is found by a scan.  No
 		 * memory: a scan looks when it exits. */
@@ -132,8 +293,10 @@ void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 	} else if (rc == -ESRCH) {
 		c->holder_gone = true;
 	}
-	/* Any other failure (no memory, no fds) leaves the lock held and
-	 * unwatched: fail closed, never release on a guess. */
+	/* Any other failure (no memory: a holder without a pidfd is polled,
+	 * see liveness.h) leaves the lock held and unwatched, and the tick
+	 * tries again: fail closed, never release on a guess. */
+	stripe_note_due(stripe_of(core, c->name), c);
 }
 
 void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name)
@@ -144,6 +307,7 @@ void cache_drop(struct lockfs_core *core, struct stripe *s, const char *name)
 		if (strcmp(c->name, name) == 0) {
 			*pp = c->next;
 			cache_unwatch(core, c);
+			cache_account(core, c, -1);
 			lockfs_record_clear(&c->rec);
 			free(c->name);
 			free(c);
@@ -182,15 +346,21 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 		cache_unwatch(core, c);
 		c->holder_gone = false;
 		c->expired_logged = false;
+		c->queued = false; /* a todo for the old one finds its token gone */
 		c->next_check_boot_ms = 0;
 		c->desc_version = 0;
 		c->next_persist_boot_ms = 0;
 	}
+	cache_account(core, c, -1);
 	lockfs_record_clear(&c->rec);
 	c->identity = identity;
 	c->rec = *rec;
 	memset(rec, 0, sizeof(*rec));
-	cache_watch(core, c, pidfd);
+	cache_account(core, c, 1);
+	for (size_t i = 0; i < c->rec.nshares; i++)
+		if (c->rec.shares[i].bound == LOCKFS_BOUND_PROCESS)
+			s->process_shares = true;
+	cache_watch(core, c, pidfd); /* and notes when the tick must look at it */
 }
 
 /*
@@ -267,6 +437,35 @@ void notify_removed(struct lockfs_core *core, const char *name)
 {
 	if (core->removed)
 		core->removed(core->removed_arg, name);
+}
+
+void quota_refuse(struct lockfs_core *core, uid_t uid, enum quota_reason reason,
+		  const char *name, const char *who, pid_t tid)
+{
+	char buf[WHO_MAX];
+
+	if (!quota_refused(core->quota, uid, reason, name))
+		return;
+	if (!who) {
+		who_of_caller(core, tid, buf, sizeof(buf));
+		who = buf;
+	}
+	quota_burst_who(core->quota, uid, reason, who);
+}
+
+void log_refused(void *arg, const struct quota_burst *b)
+{
+	struct lockfs_core *core = arg;
+	char uid[16], limit[16], count[24];
+	const char *kv[] = { "uid", uid, "reason", quota_reason_name(b->reason),
+			     "count", count, "limit", limit, NULL };
+
+	snprintf(uid, sizeof(uid), "%u", (unsigned)b->uid);
+	snprintf(count, sizeof(count), "%" PRIu64, b->count);
+	snprintf(limit, sizeof(limit), "%u", (unsigned)b->limit);
+	if (b->limit == QUOTA_NONE)
+		kv[6] = NULL; /* the fd reserve has no cap of its own */
+	log_event(core, b->who[0] ? b->who : "?", b->name, kv, "refused");
 }
 
 /* The user name of UID (cached; getpwuid may go to NSS).  Malloc'd or NULL. */
@@ -541,23 +740,33 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		holder.uid = caller->uid;
 		holder.gid = caller->gid;
 	}
-	rc = build_record(core, name, &holder, slug, &rec, NULL);
-	if (rc < 0) {
-		lockfs_proc_put(&holder);
-		return rc;
+	/* Room for one more lock of the uid it will count against, kept
+	 * until the cache counts it (or the store refuses). */
+	{
+		enum quota_reason why;
+
+		rc = quota_lock_reserve(core->quota, holder.uid, true, &why);
+		if (rc < 0) {
+			who_of(who, sizeof(who), slug, holder.comm, holder.pid);
+			quota_refuse(core, holder.uid, why, name, who, 0);
+			lockfs_proc_put(&holder);
+			return rc;
+		}
 	}
+	rc = build_record(core, name, &holder, slug, &rec, NULL);
+	if (rc < 0)
+		goto unreserve;
 	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
 	if (!json) {
 		lockfs_record_clear(&rec);
-		lockfs_proc_put(&holder);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto unreserve;
 	}
 	rc = core->be->ops->acquire(core->be, name, json, len, &st);
 	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
-		lockfs_proc_put(&holder);
-		return rc;
+		goto unreserve;
 	}
 
 	fill_lock_stat(out, &rec, &st);
@@ -567,6 +776,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	pthread_mutex_lock(&s->mu);
 	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1, true);
 	stripe_unlock(s);
+	quota_lock_unreserve(core->quota, holder.uid, true);
 	lockfs_record_clear(&rec);
 	{
 		const char *kv[] = { "fence", fence, "pid", pid, NULL };
@@ -574,6 +784,10 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		log_event(core, who, name, kv, "acquired");
 	}
 	return 0;
+unreserve:
+	quota_lock_unreserve(core->quota, holder.uid, true);
+	lockfs_proc_put(&holder);
+	return rc;
 }
 
 /* Log a refused request: WHO is the caller (resolved like a holder). */
@@ -727,6 +941,7 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	if (holder_count(r) <= 1)
 		return release_locked(core, s, c, identity, event, extra);
 	h = i == 0 ? &r->holder : &r->shares[i - 1].holder;
+	quota_locks_add(core->quota, h->uid, -1); /* before it leaves the record */
 	who_of(who, sizeof(who), i == 0 ? r->slug : r->shares[i - 1].slug, h->comm, h->pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64,
 		 i == 0 ? lockfs_holder_fence(r) : r->shares[i - 1].fence);
@@ -1011,10 +1226,12 @@ int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		return -ENOMEM;
 	rc = core->be->ops->update(core->be, c->name, st->identity, json, len, st);
 	free(json);
-	if (rc == 0)
+	if (rc == 0) {
 		c->identity = st->identity;
-	else
+		stripe_note_due(s, c); /* a lease may have been set or renewed */
+	} else {
 		cache_drop(core, s, c->name);
+	}
 	return rc;
 }
 
@@ -1259,6 +1476,73 @@ static int descendants_open(struct lockfs_core *core, bool scan_only)
 	return lockfs_descendants_new(&core->descendants, core->procevents ? &events : NULL, NULL);
 }
 
+/* A cap from the configuration: 0 is DEFAULT, LOCKFS_NO_LIMIT none. */
+static uint32_t cap_of(uint32_t given, uint32_t dflt)
+{
+	return given == LOCKFS_NO_LIMIT ? QUOTA_NONE : given ? given : dflt;
+}
+
+/*
+ * The default of -o max_locks: DEFAULT_LOCKS_MAX, but never more than a
+ * quarter of DIR's file system at the largest cost of a lock, in bytes
+ * and in inodes -- so that a small tmpfs (a /run of 10 % of a small
+ * machine's memory) cannot be filled by locks either.
+ */
+static uint32_t default_max_locks(int dirfd)
+{
+	struct statvfs sv;
+	uint64_t n = DEFAULT_LOCKS_MAX;
+
+	if (dirfd >= 0 && fstatvfs(dirfd, &sv) == 0) {
+		uint64_t by_bytes = (uint64_t)sv.f_blocks * sv.f_frsize / 4 / LOCK_BYTES;
+		uint64_t by_inodes = (uint64_t)sv.f_files / 4 / LOCK_INODES;
+
+		if (sv.f_blocks && by_bytes < n)
+			n = by_bytes;
+		if (sv.f_files && by_inodes < n) /* 0: no inode limit (btrfs) */
+			n = by_inodes;
+	}
+	return n < DEFAULT_LOCKS_MIN ? DEFAULT_LOCKS_MIN : (uint32_t)n;
+}
+
+/* Make core->quota with CFG's caps.  The open-file cap's default depends
+ * on the descriptor limit, known at lockfs_core_start.  0 or -ENOMEM. */
+static int quota_open_limits(struct lockfs_core *core, const struct lockfs_core_config *cfg)
+{
+	struct quota_limits lim = {
+		.open_per_uid = cap_of(cfg->max_open_per_uid, DEFAULT_OPEN_PER_UID),
+		.locks_per_uid = cap_of(cfg->max_locks_per_uid, DEFAULT_LOCKS_PER_UID),
+		.waiters_per_uid = cap_of(cfg->max_waiters_per_uid, DEFAULT_WAITERS_PER_UID),
+		.locks = cfg->max_locks ? cap_of(cfg->max_locks, 0) : default_max_locks(cfg->dirfd),
+	};
+
+	core->open_cap_given = cfg->max_open_per_uid != 0;
+	return quota_new(&core->quota, &lim);
+}
+
+int lockfs_core_handle_open(struct lockfs_core *core, const struct lockfs_caller *caller,
+			    bool keeps_fd, const char *name)
+{
+	if (quota_open_add(core->quota, caller->uid) < 0) {
+		quota_refuse(core, caller->uid, QUOTA_OPEN_PER_UID, name, NULL, caller->tid);
+		return -EMFILE;
+	}
+	if (keeps_fd && !lockfs_fds_take(&core->fds, caller->uid == 0 ? LOCKFS_FD_PRIVILEGED
+								    : LOCKFS_FD_CALLER)) {
+		quota_open_sub(core->quota, caller->uid);
+		quota_refuse(core, caller->uid, QUOTA_FD_RESERVE, name, NULL, caller->tid);
+		return -EMFILE;
+	}
+	return 0;
+}
+
+void lockfs_core_handle_close(struct lockfs_core *core, uid_t uid, bool keeps_fd)
+{
+	quota_open_sub(core->quota, uid);
+	if (keeps_fd)
+		lockfs_fds_give(&core->fds);
+}
+
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)
 {
 	struct lockfs_core *core = calloc(1, sizeof(*core));
@@ -1269,6 +1553,10 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	for (int i = 0; i < STRIPES; i++)
 		pthread_mutex_init(&core->stripes[i].mu, NULL);
 	pthread_mutex_init(&core->users_mu, NULL);
+	pthread_mutex_init(&core->holders.mu, NULL);
+	for (int i = 0; i < STRIPES; i++)
+		core->stripes[i].due_boot_ms = INT64_MAX;
+	lockfs_fds_init(&core->fds);
 	core->dirfd = cfg->dirfd;
 	core->procs = cfg->procs ? cfg->procs : &lockfs_proc_real;
 	core->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
@@ -1293,6 +1581,12 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	rc = lockfs_log_open(&core->log, cfg->dirfd, core->log_name);
 	if (rc < 0)
 		goto fail;
+	rc = quota_open_limits(core, cfg);
+	if (rc < 0)
+		goto fail;
+	rc = recovery_init(core);
+	if (rc < 0)
+		goto fail;
 	rc = lockfs_liveness_new(&core->liveness, recovery_holder_exited, recovery_tick,
 				 core, TICK_MS);
 	if (rc < 0)
@@ -1300,6 +1594,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	rc = descendants_open(core, cfg->descendants_scan);
 	if (rc < 0)
 		goto fail;
+	lockfs_liveness_set_fds(core->liveness, &core->fds);
+	lockfs_liveness_set_work(core->liveness, recovery_work);
 	core->be = cfg->backend;
 	rc = recovery_startup_scan(core);
 	if (rc < 0) {
@@ -1315,6 +1611,14 @@ fail:
 
 int lockfs_core_start(struct lockfs_core *core)
 {
+	/* The mount is made: what is open now is the daemon's own. */
+	lockfs_fds_start(&core->fds);
+	if (!core->open_cap_given) {
+		long room = lockfs_fds_callers_max(&core->fds) / 4;
+
+		quota_set_open_limit(core->quota, room < DEFAULT_OPEN_PER_UID ?
+				     (uint32_t)(room > 0 ? room : 1) : DEFAULT_OPEN_PER_UID);
+	}
 	return lockfs_liveness_run(core->liveness);
 }
 
@@ -1326,6 +1630,7 @@ void lockfs_core_stop(struct lockfs_core *core)
 	/* Releases the store refused get one last try while the mount can
 	 * still be told; what is left stays in DIR (see queue_free_all). */
 	queue_retry_all(core);
+	quota_flush(core->quota, true, log_refused, core);
 }
 
 void lockfs_core_close(struct lockfs_core *core)
@@ -1346,6 +1651,9 @@ void lockfs_core_close(struct lockfs_core *core)
 	lockfs_liveness_free(core->liveness);
 	lockfs_descendants_free(core->descendants);
 	lockfs_procevents_close(core->procevents);
+	recovery_fini(core);
+	quota_free(core->quota);
+	pthread_mutex_destroy(&core->holders.mu);
 	for (size_t i = 0; i < core->nusers; i++)
 		free(core->users[i].name);
 	free(core->users);

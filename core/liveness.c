@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -22,20 +23,35 @@
  * again and again (an agent, a long shell script) then costs no pidfd or
  * epoll syscalls per acquisition. */
 #define IDLE_MAX 256
+/* Polled watches looked at per tick (each costs a /proc read, or a
+ * pidfd_open when descriptors are back): with more, each is looked at
+ * every few ticks. */
+#define POLL_BATCH 256
+/* Events taken per epoll_wait(), and rounds of them taken before the
+ * queued work goes on. */
+#define EVENTS_MAX 32
+#define DRAIN_ROUNDS 64
 
 struct watch {
 	struct watch *next;
 	uint64_t id;    /* pid << 32 | sequence: what epoll reports */
 	pid_t pid;
 	unsigned long long start;
-	int pidfd;
+	int pidfd;      /* -1 while polled */
 	unsigned refs;  /* locks that depend on this process; 0 = idle */
 	bool exited;    /* reported: waiting for the last unwatch */
+	/* No pidfd could be had (no descriptors, no memory): the process is
+	 * looked at by pid and start time on the tick instead, and given a
+	 * pidfd as soon as one can be had.  In lv->polled. */
+	bool polled;
+	struct watch *poll_next, *poll_prev;
 };
 
 struct lockfs_liveness {
 	pthread_mutex_t mu;
 	struct watch *buckets[BUCKETS]; /* protected by mu */
+	struct watch *polled;            /* protected by mu: polled watches, oldest look first */
+	struct watch *polled_tail;       /* protected by mu */
 	int epfd;
 	int wakefd;      /* eventfd: stop request */
 	bool stopping;   /* protected by mu */
@@ -45,6 +61,8 @@ struct lockfs_liveness {
 	pthread_t thread;
 	lockfs_exited_fn exited;
 	lockfs_tick_fn tick;
+	lockfs_work_fn work;
+	struct lockfs_fds *fds; /* may be NULL: no limit */
 	void *arg;
 	int tick_ms;
 };
@@ -52,6 +70,76 @@ struct lockfs_liveness {
 static int pidfd_open(pid_t pid)
 {
 	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* A pidfd on PID, counted as a kept descriptor.  Returns it, or -ESRCH /
+ * -ENOENT (no such process), -EMFILE (the daemon may keep no more), -errno. */
+static int watched_fd_open(struct lockfs_liveness *lv, pid_t pid)
+{
+	int fd, err;
+
+	if (lv->fds && !lockfs_fds_take(lv->fds, LOCKFS_FD_PRIVILEGED))
+		return -EMFILE;
+	fd = pidfd_open(pid);
+	if (fd >= 0)
+		return fd;
+	err = errno;
+	if (lv->fds)
+		lockfs_fds_give(lv->fds);
+	return -err;
+}
+
+static void watched_fd_close(struct lockfs_liveness *lv, int fd)
+{
+	close(fd);
+	if (lv->fds)
+		lockfs_fds_give(lv->fds);
+}
+
+/*
+ * Is (PID, START) alive, by /proc/PID/stat alone?  1: yes; 0: gone (no
+ * such process, another start time, a thread, or a zombie -- a pidfd
+ * fires at exit, not at reaping, and so does this); -errno: cannot tell
+ * (no descriptor to read /proc with).
+ */
+static int proc_alive(pid_t pid, unsigned long long start)
+{
+	char path[64], buf[1024];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH ? 0 : -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	if (n < 0) {
+		n = errno == ESRCH ? 0 : -errno;
+		close(fd);
+		return (int)n;
+	}
+	close(fd);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ')
+		return -EIO;
+	p += 2;
+	if (*p == 'Z' || *p == 'X' || *p == 'x')
+		return 0;
+	/* Field 3 is the state; walk to 22 (start time) and 38 (exit
+	 * signal: -1 for a thread, which is no process of ours). */
+	for (int field = 3; field <= 38; field++) {
+		if (field == 22 && strtoull(p, NULL, 10) != start)
+			return 0;
+		if (field == 38 && strncmp(p, "-1 ", 3) == 0)
+			return 0;
+		p = strchr(p, ' ');
+		if (!p)
+			return -EIO;
+		p++;
+	}
+	return 1;
 }
 
 /* Called with lv->mu held. */
@@ -63,6 +151,36 @@ static struct watch **find(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 		if ((*pp)->pid == pid && (*pp)->start == start)
 			return pp;
 	return pp;
+}
+
+/* Called with lv->mu held. */
+static void polled_add(struct lockfs_liveness *lv, struct watch *w)
+{
+	w->polled = true;
+	w->poll_next = NULL;
+	w->poll_prev = lv->polled_tail;
+	if (lv->polled_tail)
+		lv->polled_tail->poll_next = w;
+	else
+		lv->polled = w;
+	lv->polled_tail = w;
+}
+
+/* Called with lv->mu held. */
+static void polled_del(struct lockfs_liveness *lv, struct watch *w)
+{
+	if (!w->polled)
+		return;
+	if (w->poll_prev)
+		w->poll_prev->poll_next = w->poll_next;
+	else
+		lv->polled = w->poll_next;
+	if (w->poll_next)
+		w->poll_next->poll_prev = w->poll_prev;
+	else
+		lv->polled_tail = w->poll_prev;
+	w->polled = false;
+	w->poll_next = w->poll_prev = NULL;
 }
 
 int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,
@@ -90,6 +208,16 @@ int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,
 	lv->tick_ms = tick_ms;
 	*out = lv;
 	return 0;
+}
+
+void lockfs_liveness_set_fds(struct lockfs_liveness *lv, struct lockfs_fds *fds)
+{
+	lv->fds = fds;
+}
+
+void lockfs_liveness_set_work(struct lockfs_liveness *lv, lockfs_work_fn work)
+{
+	lv->work = work;
 }
 
 /* Count one more watch of (PID, START) if it is watched already.
@@ -122,54 +250,77 @@ static void watch_drop(struct lockfs_liveness *lv, struct watch **pp)
 	*pp = w->next;
 	if (w->refs == 0 && lv->idle > 0)
 		lv->idle--;
-	if (!w->exited)
-		epoll_ctl(lv->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
-	close(w->pidfd);
+	polled_del(lv, w);
+	if (w->pidfd >= 0) {
+		if (!w->exited)
+			epoll_ctl(lv->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+		watched_fd_close(lv, w->pidfd);
+	}
 	free(w);
+}
+
+/* Give W (not polled) the pidfd FD (counted), watched through epoll.
+ * Returns 0, or -errno with FD still the caller's.  With lv->mu held. */
+static int watch_attach(struct lockfs_liveness *lv, struct watch *w, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = w->id };
+
+	if (epoll_ctl(lv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		return -errno;
+	w->pidfd = fd;
+	return 0;
+}
+
+/*
+ * Watch (PID, START) for one lock, through FD (a counted pidfd, taken
+ * over) or, when FD is -1, by polling.  Returns 0 or -ESRCH (known dead).
+ */
+static int watch_add(struct lockfs_liveness *lv, pid_t pid, unsigned long long start, int fd)
+{
+	struct watch **pp, *w;
+	int rc;
+
+	w = calloc(1, sizeof(*w));
+	pthread_mutex_lock(&lv->mu);
+	pp = find(lv, pid, start);
+	if (*pp || !w) {
+		/* Watched already (another lock, another thread, or idle):
+		 * share it. */
+		rc = !*pp ? -ENOMEM : (*pp)->exited ? -ESRCH : 0;
+		if (rc == 0 && (*pp)->refs++ == 0)
+			lv->idle--;
+		pthread_mutex_unlock(&lv->mu);
+		if (fd >= 0)
+			watched_fd_close(lv, fd);
+		free(w);
+		return rc;
+	}
+	w->pid = pid;
+	w->start = start;
+	w->pidfd = -1;
+	w->refs = 1;
+	w->id = (uint64_t)(uint32_t)pid << 32 | ++lv->seq;
+	if (fd >= 0 && watch_attach(lv, w, fd) < 0) {
+		watched_fd_close(lv, fd);
+		fd = -1;
+	}
+	if (fd < 0)
+		polled_add(lv, w);
+	*pp = w;
+	pthread_mutex_unlock(&lv->mu);
+	return 0;
 }
 
 int lockfs_liveness_watch_fd(struct lockfs_liveness *lv, pid_t pid, unsigned long long start,
 			     int fd)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
-	struct watch **pp, *w;
-	int rc;
-
-	w = calloc(1, sizeof(*w));
-	if (!w) {
+	/* Counted from here on; past what the daemon may keep, the process
+	 * is polled instead. */
+	if (lv->fds && !lockfs_fds_take(lv->fds, LOCKFS_FD_PRIVILEGED)) {
 		close(fd);
-		return -ENOMEM;
+		fd = -1;
 	}
-	w->pid = pid;
-	w->start = start;
-	w->pidfd = fd;
-	w->refs = 1;
-
-	pthread_mutex_lock(&lv->mu);
-	pp = find(lv, pid, start);
-	if (*pp) {
-		/* Watched already (another lock, another thread, or idle):
-		 * share it. */
-		rc = (*pp)->exited ? -ESRCH : 0;
-		if (rc == 0 && (*pp)->refs++ == 0)
-			lv->idle--;
-		pthread_mutex_unlock(&lv->mu);
-		close(fd);
-		free(w);
-		return rc;
-	}
-	w->id = (uint64_t)(uint32_t)pid << 32 | ++lv->seq;
-	ev.data.u64 = w->id;
-	if (epoll_ctl(lv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-		rc = -errno;
-		pthread_mutex_unlock(&lv->mu);
-		close(fd);
-		free(w);
-		return rc;
-	}
-	*pp = w;
-	pthread_mutex_unlock(&lv->mu);
-	return 0;
+	return watch_add(lv, pid, start, fd);
 }
 
 int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
@@ -179,18 +330,27 @@ int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long l
 
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
-	fd = pidfd_open(pid);
-	if (fd < 0)
-		return errno == ESRCH || errno == ENOENT ? -ESRCH : -errno;
-	/* The pidfd names whatever process has PID now; it is ours only if
-	 * that process started when the holder did.  Checked after opening,
-	 * so a later reuse of the pid cannot slip in between. */
-	rc = lockfs_proc_start_time(pid, &now_start);
-	if (rc < 0 || now_start != start) {
-		close(fd);
-		return rc < 0 && rc != -ENOENT ? rc : -ESRCH;
+	fd = watched_fd_open(lv, pid);
+	if (fd == -ESRCH || fd == -ENOENT)
+		return -ESRCH;
+	if (fd >= 0) {
+		/* The pidfd names whatever process has PID now; it is ours
+		 * only if that process started when the holder did.  Checked
+		 * after opening, so a later reuse of the pid cannot slip in
+		 * between. */
+		rc = lockfs_proc_start_time(pid, &now_start);
+		if (rc == 0 && now_start == start)
+			return watch_add(lv, pid, start, fd);
+		watched_fd_close(lv, fd);
+		if (rc == 0 || rc == -ENOENT)
+			return -ESRCH;
+		/* Cannot tell (no descriptor for /proc): poll, which tells
+		 * once it can. */
+	} else if (proc_alive(pid, start) == 0) {
+		return -ESRCH;
 	}
-	return lockfs_liveness_watch_fd(lv, pid, start, fd);
+	/* No pidfd right now: never forget the holder, poll it. */
+	return watch_add(lv, pid, start, -1);
 }
 
 void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
@@ -201,7 +361,10 @@ void lockfs_liveness_unwatch(struct lockfs_liveness *lv, pid_t pid, unsigned lon
 	pp = find(lv, pid, start);
 	w = *pp;
 	if (w && w->refs > 0 && --w->refs == 0) {
-		if (w->exited || lv->idle >= IDLE_MAX)
+		/* Idle watches keep a descriptor for nobody: none when
+		 * descriptors run short. */
+		if (w->exited || w->polled || lv->idle >= IDLE_MAX ||
+		    (lv->fds && lockfs_fds_left(lv->fds) < 2 * IDLE_MAX))
 			watch_drop(lv, pp);
 		else
 			lv->idle++; /* keep it for this process's next lock */
@@ -227,7 +390,7 @@ bool lockfs_liveness_alive(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 
 	pthread_mutex_lock(&lv->mu);
 	pp = find(lv, pid, start);
-	pfd.fd = *pp && !(*pp)->exited ? (*pp)->pidfd : -1;
+	pfd.fd = *pp && !(*pp)->exited ? (*pp)->pidfd : -1; /* -1: polled, unknown */
 	/* poll() under the mutex keeps the pidfd from being closed under us;
 	 * a zero timeout never blocks. */
 	if (pfd.fd >= 0 && poll(&pfd, 1, 0) < 0)
@@ -244,7 +407,7 @@ int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 
 	pthread_mutex_lock(&lv->mu);
 	pp = find(lv, pid, start);
-	fd = *pp ? fcntl((*pp)->pidfd, F_DUPFD_CLOEXEC, 0) : -1;
+	fd = *pp && (*pp)->pidfd >= 0 ? fcntl((*pp)->pidfd, F_DUPFD_CLOEXEC, 0) : -1;
 	pthread_mutex_unlock(&lv->mu);
 	if (fd < 0) {
 		fd = pidfd_open(pid);
@@ -270,15 +433,98 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A polled process to look at, copied out from under the mutex. */
+struct poll_look {
+	pid_t pid;
+	unsigned long long start;
+	int fd;     /* a pidfd to give it (counted), or -1 */
+	bool gone;
+};
+
+/*
+ * Look at up to POLL_BATCH polled processes: give each a pidfd if one can
+ * be had now, else read /proc.  Report the ones that are gone.  Looked at
+ * oldest first, and moved to the back: every one gets its turn.
+ */
+static void poll_watches(struct lockfs_liveness *lv)
+{
+	struct poll_look look[POLL_BATCH];
+	size_t n = 0;
+
+	pthread_mutex_lock(&lv->mu);
+	for (struct watch *w = lv->polled; w && n < POLL_BATCH; w = w->poll_next)
+		look[n++] = (struct poll_look){ .pid = w->pid, .start = w->start, .fd = -1 };
+	for (size_t i = 0; i < n && lv->polled; i++) {
+		struct watch *w = lv->polled;
+
+		polled_del(lv, w);
+		polled_add(lv, w);
+	}
+	pthread_mutex_unlock(&lv->mu);
+
+	for (size_t i = 0; i < n; i++) {
+		struct poll_look *l = &look[i];
+		unsigned long long now_start;
+		int rc, fd = watched_fd_open(lv, l->pid);
+
+		if (fd == -ESRCH || fd == -ENOENT) {
+			l->gone = true;
+		} else if (fd >= 0) {
+			/* As in lockfs_liveness_watch: checked after opening. */
+			rc = lockfs_proc_start_time(l->pid, &now_start);
+			if (rc == 0 && now_start == l->start) {
+				l->fd = fd;
+			} else {
+				watched_fd_close(lv, fd);
+				l->gone = rc == 0 || rc == -ENOENT;
+			}
+		} else {
+			l->gone = proc_alive(l->pid, l->start) == 0;
+		}
+	}
+
+	for (size_t i = 0; i < n; i++) {
+		struct poll_look *l = &look[i];
+		struct watch **pp, *w;
+		bool report = false;
+
+		pthread_mutex_lock(&lv->mu);
+		pp = find(lv, l->pid, l->start);
+		w = *pp;
+		if (w && w->polled && !w->exited) {
+			if (w->refs == 0) {
+				watch_drop(lv, pp); /* idle: nobody waits for it */
+			} else if (l->fd >= 0) {
+				polled_del(lv, w);
+				if (watch_attach(lv, w, l->fd) == 0)
+					l->fd = -1;
+				else
+					polled_add(lv, w);
+			} else if (l->gone) {
+				polled_del(lv, w);
+				w->exited = true;
+				report = true;
+			}
+		}
+		pthread_mutex_unlock(&lv->mu);
+		if (l->fd >= 0)
+			watched_fd_close(lv, l->fd);
+		if (report)
+			lv->exited(lv->arg, l->pid, l->start);
+	}
+}
+
 static void *liveness_thread(void *arg)
 {
 	struct lockfs_liveness *lv = arg;
 	int64_t next_tick = mono_ms() + lv->tick_ms;
+	bool more = false;
+	int rounds = 0;
 
 	for (;;) {
-		struct epoll_event evs[32];
-		int64_t wait = next_tick - mono_ms();
-		int n = epoll_wait(lv->epfd, evs, 32, wait < 0 ? 0 : (int)wait);
+		struct epoll_event evs[EVENTS_MAX];
+		int64_t wait = more || rounds ? 0 : next_tick - mono_ms();
+		int n = epoll_wait(lv->epfd, evs, EVENTS_MAX, wait < 0 ? 0 : (int)wait);
 
 		if (n < 0 && errno != EINTR)
 			break;
@@ -305,7 +551,7 @@ static void *liveness_thread(void *arg)
 			while (*pp && (*pp)->id != id)
 				pp = &(*pp)->next;
 			w = *pp;
-			if (!w || w->exited) {
+			if (!w || w->exited || w->pidfd < 0) {
 				pthread_mutex_unlock(&lv->mu);
 				continue;
 			}
@@ -325,11 +571,21 @@ static void *liveness_thread(void *arg)
 			pthread_mutex_unlock(&lv->mu);
 			lv->exited(lv->arg, pid, start);
 		}
+		/* Every death that is ready is noted before any work: a death
+		 * behind hundreds of others' (a process group killed at once)
+		 * must not wait for their recoveries.  Noting one is cheap. */
+		if (n == EVENTS_MAX && ++rounds < DRAIN_ROUNDS)
+			continue;
+		rounds = 0;
 		if (mono_ms() >= next_tick) {
+			poll_watches(lv);
 			if (lv->tick)
 				lv->tick(lv->arg);
 			next_tick = mono_ms() + lv->tick_ms;
 		}
+		/* A bounded slice of queued work; while some is left, the
+		 * next round only looks for events and comes straight back. */
+		more = lv->work && lv->work(lv->arg);
 	}
 	return NULL;
 }
@@ -370,7 +626,8 @@ void lockfs_liveness_free(struct lockfs_liveness *lv)
 			struct watch *w = lv->buckets[i];
 
 			lv->buckets[i] = w->next;
-			close(w->pidfd);
+			if (w->pidfd >= 0)
+				watched_fd_close(lv, w->pidfd);
 			free(w);
 		}
 	}

@@ -10,11 +10,16 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "fds.h"
+
 struct lockfs_liveness;
 
 /* Called from the liveness thread, with no liveness mutex held. */
 typedef void (*lockfs_exited_fn)(void *arg, pid_t pid, unsigned long long start_time);
 typedef void (*lockfs_tick_fn)(void *arg);
+/* Do a bounded slice of queued work; true when some is left (the thread
+ * then comes back to it as soon as it has looked for events). */
+typedef bool (*lockfs_work_fn)(void *arg);
 
 /*
  * Make a watcher.  EXITED is called once for each watched process that
@@ -25,27 +30,41 @@ int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,
 			lockfs_tick_fn tick, void *arg, int tick_ms)
 	__attribute__((warn_unused_result));
 
+/* Count pidfds as descriptors kept in FDS (NULL: no limit).  Before
+ * anything is watched. */
+void lockfs_liveness_set_fds(struct lockfs_liveness *lv, struct lockfs_fds *fds);
+
+/* Call WORK after every round of events and ticks (see lockfs_work_fn).
+ * Before lockfs_liveness_run(). */
+void lockfs_liveness_set_work(struct lockfs_liveness *lv, lockfs_work_fn work);
+
 /* Start the thread (after any fork(): threads do not survive it).
  * Returns 0 or -errno. */
 int lockfs_liveness_run(struct lockfs_liveness *lv) __attribute__((warn_unused_result));
 
 /*
  * Watch process (PID, START) for one more lock (watches are counted: one
- * pidfd per process, however many locks it holds).  Returns 0 while the
- * process lives, -ESRCH when it is gone or PID now names another process
- * (then nothing is watched), or -errno.
+ * pidfd per process, however many locks it holds).  When no pidfd can be
+ * had right now (the daemon may keep no more descriptors, or pidfd_open
+ * fails with EMFILE, ENFILE or ENOMEM), the process is watched by polling
+ * /proc/PID/stat (pid, start time, not a zombie) every tick, and given a
+ * pidfd as soon as one can be had: a holder is never left unwatched for
+ * want of a descriptor.  Returns 0 while the process lives (or cannot be
+ * told dead), -ESRCH when it is gone or PID now names another process
+ * (then nothing is watched), or -ENOMEM.
  */
 int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long long start)
 	__attribute__((warn_unused_result));
 
 /* Is (PID, START) watched and alive right now (its pidfd not readable)?
- * Then PID names it and nobody else.  false when unknown or dead. */
+ * Then PID names it and nobody else.  false when unknown (polled) or dead. */
 bool lockfs_liveness_alive(struct lockfs_liveness *lv, pid_t pid, unsigned long long start);
 
 /*
  * The same, with PIDFD already open on PID from before START was read (so
  * it cannot name a stranger, see holder.h).  Takes PIDFD over in every
- * case.  Returns 0, or -errno.
+ * case (past what the daemon may keep, it is closed and the process
+ * polled).  Returns 0, -ESRCH, or -ENOMEM.
  */
 int lockfs_liveness_watch_fd(struct lockfs_liveness *lv, pid_t pid, unsigned long long start,
 			     int pidfd) __attribute__((warn_unused_result));

@@ -121,6 +121,32 @@ static void complete(struct stripe *s, struct lockfs_wait *w, int result)
 	w->done(w, result);
 }
 
+/* E's parked request was answered or taken back: it waits no more. */
+static void active_end(struct lockfs_core *core, struct lockq *q, struct qentry *e)
+{
+	e->w = NULL;
+	q->nactive--;
+	quota_waiter_sub(core->quota, e->uid);
+}
+
+/* The lock E would be granted counts against E's holder-to-be: room for
+ * it, or -EDQUOT / -ENOSPC (logged as a refusal).  GROWS as for
+ * quota_lock_reserve; undone by quota_lock_unreserve(.., e->who.uid, ..). */
+static int grant_reserve(struct lockfs_core *core, const char *name, struct qentry *e,
+			 bool grows)
+{
+	enum quota_reason why;
+	int rc = quota_lock_reserve(core->quota, e->who.uid, grows, &why);
+
+	if (rc < 0) {
+		char who[WHO_MAX];
+
+		who_of(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
+		quota_refuse(core, e->who.uid, why, name, who, 0);
+	}
+	return rc;
+}
+
 static struct qentry *first_active(struct lockq *q)
 {
 	struct qentry *e = q ? q->head : NULL;
@@ -280,6 +306,7 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 	v->slug = fresh.slug;
 	fresh.slug = NULL;
 	lockfs_record_clear(&fresh);
+	quota_locks_add(core->quota, v->holder.uid, 1); /* as cache_account would */
 	rc = persist_locked(core, s, c, st);
 	if (rc == 0 && e->w) {
 		complete(s, e->w, 0);
@@ -313,26 +340,37 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 			return 0;
 		if (c && c->rec.mode == LOCKFS_SHARED && e->mode == LOCKFS_SHARED &&
 		    strcmp(c->issued, c->rec.token) == 0 && holder_count(&c->rec) > 0) {
+			if (holder_count(&c->rec) >= LOCKFS_SHARED_MAX)
+				return -ENOLCK;
+			rc = grant_reserve(core, name, e, true);
+			if (rc < 0)
+				return rc;
 			rc = join_shared(core, s, c, &st, e);
+			quota_lock_unreserve(core->quota, e->who.uid, true);
 			return rc == 0 || rc == -ENOLCK ? rc : -EAGAIN;
 		}
 		return -EAGAIN;
 	}
 	if (rc != -ENOENT)
 		return -EAGAIN; /* the store cannot tell: keep waiting */
-	rc = build_fd_record(core, name, e, &rec);
+	rc = grant_reserve(core, name, e, true);
 	if (rc < 0)
 		return rc;
+	rc = build_fd_record(core, name, e, &rec);
+	if (rc < 0)
+		goto out;
 	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
 	if (!json) {
 		lockfs_record_clear(&rec);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	rc = core->be->ops->acquire(core->be, name, json, len, &st);
 	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
-		return rc == -EEXIST ? -EAGAIN : rc;
+		rc = rc == -EEXIST ? -EAGAIN : rc;
+		goto out;
 	}
 	if (e->w) {
 		complete(s, e->w, 0);
@@ -341,22 +379,23 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 	log_granted(core, name, &rec.holder, rec.slug, rec.fence, rec.mode);
 	cache_put(core, s, name, st.identity, &rec, -1, true);
 	lockfs_record_clear(&rec);
-	return 0;
+out:
+	quota_lock_unreserve(core->quota, e->who.uid, true);
+	return rc;
 }
 
 /* OWNER has just been granted MODE: its other requests for MODE, wherever
  * they wait, are answered too.  Two threads blocked in flock(2) on one
  * open file (or in F_SETLKW in one process) both return once it holds the
  * lock, as the kernel's locks do, even with another waiter between them. */
-static void grant_same_owner(struct stripe *s, struct lockq *q, const char *owner,
-			     enum lockfs_mode mode)
+static void grant_same_owner(struct lockfs_core *core, struct stripe *s, struct lockq *q,
+			     const char *owner, enum lockfs_mode mode)
 {
 	for (struct qentry *x = q ? q->head : NULL, *next; x; x = next) {
 		next = x->next;
 		if (x->w && x->mode == mode && strcmp(x->owner, owner) == 0) {
 			complete(s, x->w, 0);
-			x->w = NULL;
-			q->nactive--;
+			active_end(core, q, x);
 			queue_unlink(q, x);
 		}
 	}
@@ -375,13 +414,11 @@ void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *
 
 		if (rc == -EAGAIN)
 			break;
-		if (e->w) {
+		if (e->w)
 			complete(s, e->w, rc); /* failed */
-			e->w = NULL;
-		}
+		active_end(core, q, e);
 		if (rc == 0)
-			grant_same_owner(s, q, e->owner, e->mode);
-		q->nactive--;
+			grant_same_owner(core, s, q, e->owner, e->mode);
 		queue_unlink(q, e);
 	}
 	queue_maybe_free(s, q);
@@ -392,34 +429,42 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 			  const char *event)
 {
 	struct lockq *q = queue_find(s, c->name);
-	struct qentry *e = first_active(q);
+	struct qentry *e;
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
 	char *name, *json;
 	size_t len;
+	uid_t uid;
 	int rc;
 
+	/* The head's lock counts against its uid (the one it replaces goes):
+	 * a waiter at its cap is answered EDQUOT, and the next one tried. */
+	while ((e = first_active(q)) && (rc = grant_reserve(core, c->name, e, false)) < 0) {
+		complete(s, e->w, rc);
+		active_end(core, q, e);
+		queue_unlink(q, e);
+	}
 	if (!e)
 		return false;
+	uid = e->who.uid;
 	if (build_fd_record(core, c->name, e, &rec) < 0)
-		return false;
+		goto unreserve;
 	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
 	if (!json) {
 		lockfs_record_clear(&rec);
-		return false;
+		goto unreserve;
 	}
 	rc = core->be->ops->update(core->be, c->name, identity, json, len, NULL);
 	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
-		return false;
+		goto unreserve;
 	}
 	/* In place: answer the waiter first, then write down what happened
 	 * and learn the store's new identity. */
 	complete(s, e->w, 0);
-	e->w = NULL;
-	grant_same_owner(s, q, e->owner, e->mode);
-	q->nactive--;
+	active_end(core, q, e);
+	grant_same_owner(core, s, q, e->owner, e->mode);
 	queue_unlink(q, e);
 	if (event)
 		log_event(core, who, c->name, kv, event);
@@ -430,14 +475,19 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 		cache_drop(core, s, c->name);
 		lockfs_record_clear(&rec);
 		free(name);
+		quota_lock_unreserve(core->quota, uid, false);
 		return true;
 	}
 	cache_put(core, s, name, st.identity, &rec, -1, true);
 	lockfs_record_clear(&rec);
+	quota_lock_unreserve(core->quota, uid, false);
 	/* Shared requests right behind a shared head come along. */
 	queue_grant_locked(core, s, name);
 	free(name);
 	return true;
+unreserve:
+	quota_lock_unreserve(core->quota, uid, false);
+	return false;
 }
 
 int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
@@ -541,9 +591,21 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 			queue_maybe_free(s, q);
 		goto out;
 	}
+	/* A parked request costs the daemon memory until it is answered. */
+	if (quota_waiter_add(core->quota, e->uid) < 0) {
+		char who[WHO_MAX];
+
+		who_of(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
+		quota_refuse(core, e->uid, QUOTA_WAITERS_PER_UID, name, who, 0);
+		rc = -EDQUOT;
+		if (q)
+			queue_maybe_free(s, q);
+		goto out;
+	}
 	if (kept) {
 		/* Back in its old place, with its old `since`. */
 		kept->w = w;
+		kept->uid = e->uid;
 		kept->who = e->who;
 		kept->mode = e->mode;
 		lockfs_argv_free(kept->cmdline);
@@ -557,6 +619,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	} else {
 		q = queue_get(s, name);
 		if (!q) {
+			quota_waiter_sub(core->quota, e->uid);
 			rc = -ENOMEM;
 			goto out;
 		}
@@ -598,9 +661,8 @@ int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct loc
 	q = queue_find(s, name);
 	w->parked = false;
 	w->entry = NULL;
-	e->w = NULL;
+	active_end(core, q, e);
 	e->keep_until_ms = lockfs_boot_ms() + KEEP_MS;
-	q->nactive--;
 	/* A shared request that waited behind this one may go now. */
 	queue_grant_locked(core, s, name);
 	stripe_unlock(s);
@@ -925,9 +987,12 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		free(c->rec.slug);
 		c->rec.slug = dup;
 		c->rec.bound = LOCKFS_BOUND_SLUG;
-		/* A slug lock belongs to the uid that asked for it. */
+		/* A slug lock belongs to the uid that asked for it, and counts
+		 * against it from now on. */
+		cache_account(core, c, -1);
 		c->rec.holder.uid = caller->uid;
 		c->rec.holder.gid = caller->gid;
+		cache_account(core, c, 1);
 		lease_start(&c->rec.lease, core->default_lease_s);
 	} else {
 		c->rec.bound = LOCKFS_BOUND_PROCESS;
@@ -967,7 +1032,7 @@ void queue_tick(struct lockfs_core *core)
 {
 	for (int i = 0; i < STRIPES; i++) {
 		struct stripe *s = &core->stripes[i];
-		bool again = true;
+		bool again;
 
 		pthread_mutex_lock(&s->mu);
 		if (s->retries)
@@ -980,7 +1045,10 @@ void queue_tick(struct lockfs_core *core)
 		}
 		/* Dropping a holder rewrites (or, failing, drops) the cache
 		 * entry and may grant others: after each attempt start over
-		 * from the head, a bounded number of times. */
+		 * from the head, a bounded number of times.  Only where some
+		 * share may be process-bound: a tick must not walk every lock. */
+		again = s->process_shares;
+		s->process_shares = false;
 		for (int tries = 0; again && tries < 64; tries++) {
 			again = false;
 			for (struct cached *c = s->head; c && !again; c = c->next) {
@@ -994,6 +1062,8 @@ void queue_tick(struct lockfs_core *core)
 					bool foreign;
 					char *name;
 
+					if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
+						s->process_shares = true; /* look again next tick */
 					if (!share_gone(&c->rec.shares[k], core->boot_id))
 						continue;
 					/* As recover_gone() logs a holder (docs/log.md). */
@@ -1015,6 +1085,8 @@ void queue_tick(struct lockfs_core *core)
 				}
 			}
 		}
+		if (again)
+			s->process_shares = true; /* not done: next tick */
 		stripe_unlock(s);
 	}
 }

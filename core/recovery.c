@@ -14,57 +14,201 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lockfs/name.h"
 #include "table.h"
 
-/* A lock to act on, noted under its stripe mutex and acted on after. */
+/* How much queued work the liveness thread does before it looks for
+ * events again: at most this many todos ... */
+#define SLICE_TODOS 64
+/* ... and no more than this long (a slug check scans /proc). */
+#define SLICE_MS 5
+/* Stripes the tick walks in turn whether due or not, should a due time
+ * ever be missed: every one once in 5 s at a 50 ms tick. */
+#define STRIPES_PER_TURN (STRIPES / 100 + 1)
+
+/* Locks of a dead holder marked and queued per turn of its uid. */
+#define DEATH_CHUNK 32
+
+/* What to do, queued for the liveness thread: about a lock (noted under
+ * its stripe mutex, done after), or about a holder that died. */
 struct todo {
-	char *name;
+	struct todo *next;
+	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG, TODO_PERSIST, TODO_DEATH } kind;
+	uid_t uid;               /* the holder's: whose turn it is */
 	char token[LOCKFS_TOKEN_HEX + 1];
-	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG, TODO_PERSIST } kind;
-	bool holder_exited; /* kept for the holder's descendants */
+	bool holder_exited;      /* kept for the holder's descendants */
+	char *slug;              /* TODO_SLUG only */
+	pid_t pid;               /* TODO_DEATH: the holder */
+	unsigned long long start;
+	char name[];             /* "" for TODO_DEATH */
+};
+
+/* The todos of one uid, oldest first. */
+struct todo_user {
+	struct todo_user *next;  /* in the ring */
 	uid_t uid;
-	char slug[SLUG_MAX];
+	struct todo *head, *tail;
 };
 
-struct todo_list {
-	struct todo *v;
-	size_t n, cap;
+/*
+ * The liveness thread's work: what to do about each dead holder and each
+ * lock, queued per uid and served one todo per uid in turn.  A dead
+ * holder's locks are marked and queued DEATH_CHUNK at a time, each chunk
+ * a turn of its own.  A user whose 50,000 locks die at once then delays
+ * another user's recovery by a turn or two, not by 50,000 recoveries.
+ * Owned by the liveness thread (and by lockfs_core_open before that
+ * thread runs): no mutex.
+ */
+struct recovery_work {
+	int turn;                /* collect(): the first stripe walked in turn */
+	struct todo_user *cur;   /* served next; the users form a ring */
+	struct todo_user *prev;  /* the one before CUR in the ring */
+	struct todo_user *last;  /* the user the last todo went to (a hint) */
+	size_t ntodo;
 };
 
-static struct todo *todo_add(struct todo_list *l, const struct cached *c, int kind)
+static int64_t mono_ms(void)
 {
-	struct todo *t;
+	struct timespec ts;
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 8;
-		struct todo *v = realloc(l->v, cap * sizeof(*v));
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
-		if (!v)
-			return NULL;
-		l->v = v;
-		l->cap = cap;
+int recovery_init(struct lockfs_core *core)
+{
+	core->work = calloc(1, sizeof(*core->work));
+	return core->work ? 0 : -ENOMEM;
+}
+
+void recovery_fini(struct lockfs_core *core)
+{
+	struct recovery_work *rw = core->work;
+
+	if (!rw)
+		return;
+	if (rw->prev)
+		rw->prev->next = NULL; /* the ring, opened into a list */
+	while (rw->cur) {
+		struct todo_user *u = rw->cur;
+
+		rw->cur = u->next;
+		while (u->head) {
+			struct todo *t = u->head;
+
+			u->head = t->next;
+			free(t->slug);
+			free(t);
+		}
+		free(u);
 	}
-	t = &l->v[l->n];
-	memset(t, 0, sizeof(*t));
-	t->name = strdup(c->name);
-	if (!t->name)
+	free(rw);
+	core->work = NULL;
+}
+
+/* The queue of UID, made (at the end of the ring) if need be. */
+static struct todo_user *todo_user_of(struct recovery_work *rw, uid_t uid)
+{
+	struct todo_user *u = rw->last;
+
+	if (u && u->uid == uid && u->head)
+		return u;
+	u = rw->cur;
+	do {
+		if (u && u->uid == uid)
+			return rw->last = u;
+		u = u ? u->next : NULL;
+	} while (u && u != rw->cur);
+	u = calloc(1, sizeof(*u));
+	if (!u)
 		return NULL;
+	u->uid = uid;
+	if (!rw->cur) {
+		u->next = u;
+		rw->cur = rw->prev = u;
+	} else {
+		/* Just before CUR: served once everyone queued now had a turn. */
+		u->next = rw->cur;
+		rw->prev->next = u;
+		rw->prev = u;
+	}
+	return rw->last = u;
+}
+
+/* Queue T at the end of UID's todos.  false (T not taken) when out of
+ * memory. */
+static bool todo_push(struct recovery_work *rw, uid_t uid, struct todo *t)
+{
+	struct todo_user *u = todo_user_of(rw, uid);
+
+	if (!u)
+		return false;
+	t->uid = uid;
+	t->next = NULL;
+	if (u->tail)
+		u->tail->next = t;
+	else
+		u->head = t;
+	u->tail = t;
+	rw->ntodo++;
+	return true;
+}
+
+/* Queue KIND for C's lock.  Called with C's stripe mutex held.  Out of
+ * memory, nothing is queued and the tick tries again. */
+static void todo_add(struct lockfs_core *core, struct cached *c, int kind)
+{
+	size_t len = strlen(c->name);
+	struct todo *t = calloc(1, sizeof(*t) + len + 1);
+
+	if (!t || (kind == TODO_SLUG && !(t->slug = strdup(c->rec.slug ? c->rec.slug : "")))) {
+		free(t);
+		return;
+	}
+	memcpy(t->name, c->name, len + 1);
 	memcpy(t->token, c->rec.token, sizeof(t->token));
 	t->kind = kind;
 	t->holder_exited = c->rec.holder_exited;
-	t->uid = c->rec.holder.uid;
-	snprintf(t->slug, sizeof(t->slug), "%s", c->rec.slug ? c->rec.slug : "");
-	l->n++;
-	return t;
+	if (!todo_push(core->work, c->rec.holder.uid, t)) {
+		free(t->slug);
+		free(t);
+		return;
+	}
+	c->queued = true;
 }
 
-static void todo_free(struct todo_list *l)
+/* The next todo, taking turns between uids (NULL: none). */
+static struct todo *todo_next(struct recovery_work *rw)
 {
-	for (size_t i = 0; i < l->n; i++)
-		free(l->v[i].name);
-	free(l->v);
+	struct todo_user *u = rw->cur;
+	struct todo *t;
+
+	if (!u)
+		return NULL;
+	t = u->head;
+	u->head = t->next;
+	if (!u->head)
+		u->tail = NULL;
+	rw->ntodo--;
+	if (!u->head) {
+		/* Its turn ends with its last todo: out of the ring. */
+		if (u->next == u) {
+			rw->cur = rw->prev = NULL;
+		} else {
+			rw->prev->next = u->next;
+			rw->cur = u->next;
+		}
+		if (rw->last == u)
+			rw->last = NULL;
+		free(u);
+	} else {
+		rw->prev = u;
+		rw->cur = u->next;
+	}
+	t->next = NULL;
+	return t;
 }
 
 /*
@@ -94,6 +238,8 @@ static void recover(struct lockfs_core *core, const char *name, const char *toke
 		if (shared)
 			released = false;
 	}
+	if (!released && (c = cache_find(s, name)))
+		stripe_note_due(s, c); /* what is left is the tick's again */
 	stripe_unlock(s);
 	if (!released)
 		return;
@@ -202,9 +348,12 @@ static void recover_gone(struct lockfs_core *core, const struct todo *t)
 		stripe_unlock(s);
 		return;
 	}
+	c->queued = false; /* T is being done */
 	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0) {
 		evidence = "boot-changed";
 	} else if (descendants_keep(&c->rec) && keep_for_descendants_locked(core, s, c, t->name)) {
+		/* Kept (and, if the store took it, due: each tick counts the
+		 * descendants, see collect()). */
 		stripe_unlock(s);
 		return;
 	} else if (c->rec.holder_exited) {
@@ -240,6 +389,8 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 		return;
 	}
 	c->expired_logged = true;
+	c->queued = false; /* its todo is being done */
+	stripe_note_due(s, c);
 	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	snprintf(ttl, sizeof(ttl), "%u", c->rec.lease.ttl_s);
@@ -272,17 +423,41 @@ static void check_slug(struct lockfs_core *core, const struct todo *t, bool logg
 	}
 }
 
-static void collect(struct lockfs_core *core, struct todo_list *l, bool leases)
+/*
+ * Queue what the tick finds: locks whose holder is gone (and not queued
+ * yet: a recovery the store refused is tried again), locks kept for a dead
+ * holder's descendants whose last one is gone or whose list changed,
+ * leases that ran out.  A process-bound lock whose holder could not be
+ * watched at all (no memory) is watched again here.  LEASES false:
+ * holders only (startup).
+ *
+ * Only stripes that are due are walked (see stripe.due_boot_ms), and a
+ * few others in turn (every stripe once in 5 s, should a due time have
+ * been missed): a tick over 50,000 locks with nothing to do walks none of
+ * them.  ALL: walk every stripe.
+ */
+static void collect(struct lockfs_core *core, bool leases, bool all)
 {
+	struct recovery_work *rw = core->work;
 	int64_t now = lockfs_boot_ms();
 
 	for (int i = 0; i < STRIPES; i++) {
 		struct stripe *s = &core->stripes[i];
+		bool in_turn = (unsigned)(i - rw->turn) % STRIPES < STRIPES_PER_TURN;
 
 		pthread_mutex_lock(&s->mu);
+		if (!all && !in_turn && now < s->due_boot_ms) {
+			stripe_unlock(s);
+			continue;
+		}
 		for (struct cached *c = s->head; c; c = c->next) {
 			const struct lockfs_lease *lease = &c->rec.lease;
 
+			if (c->queued)
+				continue;
+			if (!c->holder_gone && !c->watched && c->rec.has_holder &&
+			    c->rec.bound == LOCKFS_BOUND_PROCESS)
+				cache_watch(core, c, -1);
 			if (!c->holder_gone && c->rec.holder_exited && descendants_keep(&c->rec)) {
 				/* Kept for the holder's descendants: until the
 				 * last one is gone (or nobody tracks them). */
@@ -292,93 +467,202 @@ static void collect(struct lockfs_core *core, struct todo_list *l, bool leases)
 								 c->rec.holder.start_time,
 								 &version);
 
-				if (n <= 0)
+				if (n <= 0) {
 					c->holder_gone = true;
-				else if (version != c->desc_version &&
-					 now >= c->next_persist_boot_ms)
-					todo_add(l, c, TODO_PERSIST);
+				} else if (version != c->desc_version &&
+					   now >= c->next_persist_boot_ms) {
+					todo_add(core, c, TODO_PERSIST);
+					continue; /* one todo at a time per lock */
+				}
 			}
 			if (c->holder_gone) {
-				todo_add(l, c, TODO_GONE);
+				todo_add(core, c, TODO_GONE);
 			} else if (leases && lease->ttl_s && now >= lease->deadline_boot_ms) {
 				if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->expired_logged) {
-					todo_add(l, c, TODO_EXPIRED);
+					todo_add(core, c, TODO_EXPIRED);
 				} else if (c->rec.bound == LOCKFS_BOUND_SLUG &&
 					   now >= c->next_check_boot_ms) {
 					/* /proc is scanned at most once a second per lock. */
 					c->next_check_boot_ms = now + 1000;
-					todo_add(l, c, TODO_SLUG);
+					todo_add(core, c, TODO_SLUG);
 				}
 			}
 		}
+		stripe_set_due(s);
 		stripe_unlock(s);
 	}
+	rw->turn = (rw->turn + STRIPES_PER_TURN) % STRIPES;
 }
 
-static bool entry_logged(struct lockfs_core *core, const char *name)
+/* T is being done: its lock is no longer queued.  Returns whether the
+ * lock's expiry was logged already. */
+static bool unqueue(struct lockfs_core *core, const struct todo *t)
 {
-	struct stripe *s = stripe_of(core, name);
+	struct stripe *s = stripe_of(core, t->name);
 	struct cached *c;
-	bool logged;
+	bool logged = false;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, name);
-	logged = c && c->expired_logged;
+	c = cache_find(s, t->name);
+	if (c && strcmp(c->rec.token, t->token) == 0) {
+		c->queued = false;
+		logged = c->expired_logged;
+	}
 	stripe_unlock(s);
 	return logged;
 }
 
-static void act(struct lockfs_core *core, struct todo_list *l)
+/* T is done.  A lock it left behind (a recovery the store refused, a
+ * lease still to be watched) is the tick's again. */
+static void settle(struct lockfs_core *core, const struct todo *t)
 {
-	for (size_t i = 0; i < l->n; i++) {
-		struct todo *t = &l->v[i];
+	struct stripe *s = stripe_of(core, t->name);
+	struct cached *c;
 
-		switch (t->kind) {
-		case TODO_GONE:
-			recover_gone(core, t);
-			break;
-		case TODO_EXPIRED:
-			log_expired(core, t->name, t->token,
-				    t->holder_exited ? "descendants-alive" : "holder-alive", 0);
-			break;
-		case TODO_PERSIST: {
-			struct stripe *s = stripe_of(core, t->name);
-			struct cached *c;
-
-			pthread_mutex_lock(&s->mu);
-			c = cache_find(s, t->name);
-			if (c && strcmp(c->rec.token, t->token) == 0 && c->rec.holder_exited)
-				persist_descendants_locked(core, s, c);
-			stripe_unlock(s);
-			break;
-		}
-		case TODO_SLUG:
-			check_slug(core, t, entry_logged(core, t->name));
-			break;
-		}
-	}
+	pthread_mutex_lock(&s->mu);
+	c = cache_find(s, t->name);
+	if (c && strcmp(c->rec.token, t->token) == 0)
+		stripe_note_due(s, c);
+	stripe_unlock(s);
 }
 
+/* Write the changed list of descendants of T's lock, kept for them. */
+static void persist_todo(struct lockfs_core *core, const struct todo *t)
+{
+	struct stripe *s = stripe_of(core, t->name);
+	struct cached *c;
+
+	pthread_mutex_lock(&s->mu);
+	c = cache_find(s, t->name);
+	if (c && strcmp(c->rec.token, t->token) == 0) {
+		c->queued = false; /* T is being done */
+		if (c->rec.holder_exited)
+			persist_descendants_locked(core, s, c);
+	}
+	stripe_unlock(s);
+}
+
+/*
+ * Mark up to MAX locks of dead holder (PID, START) gone, and queue them
+ * (QUEUE) or leave them to the tick.  Found through the holder index,
+ * which they leave: a death costs what its holder held, never a walk of
+ * every lock.  Returns true when some may be left (MAX were taken, or
+ * memory ran out: then try again).
+ */
+static bool mark_dead(struct lockfs_core *core, pid_t pid, unsigned long long start,
+		      size_t max, bool queue)
+{
+	char **names;
+	size_t n;
+	int rc = holder_take(core, pid, start, max, &names, &n);
+
+	for (size_t i = 0; i < n; i++) {
+		struct stripe *s = stripe_of(core, names[i]);
+		struct cached *c;
+
+		pthread_mutex_lock(&s->mu);
+		c = cache_find(s, names[i]);
+		if (c && c->watched && c->rec.bound == LOCKFS_BOUND_PROCESS &&
+		    c->rec.holder.pid == pid && c->rec.holder.start_time == start) {
+			c->holder_gone = true;
+			if (queue && !c->queued)
+				todo_add(core, c, TODO_GONE);
+			stripe_note_due(s, c); /* not queued: the tick's */
+		}
+		stripe_unlock(s);
+		free(names[i]);
+	}
+	free(names);
+	return rc < 0 || n == max;
+}
+
+/* Out of memory for a death's todo: mark all its locks now (the tick
+ * queues them), for as long as memory lets the index be read. */
+static void mark_all_dead(struct lockfs_core *core, pid_t pid, unsigned long long start)
+{
+	for (int chunks = 0; chunks < 1 << 20; chunks++)
+		if (!mark_dead(core, pid, start, DEATH_CHUNK, false))
+			break;
+}
+
+/* lockfs_exited_fn: queue the death in its uid's turn. */
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
 {
 	struct lockfs_core *core = arg;
-	struct todo_list l = { 0 };
+	struct todo *t = calloc(1, sizeof(*t) + 1);
+	uid_t uid;
 
-	for (int i = 0; i < STRIPES; i++) {
-		struct stripe *s = &core->stripes[i];
-
-		pthread_mutex_lock(&s->mu);
-		for (struct cached *c = s->head; c; c = c->next) {
-			if (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder &&
-			    c->rec.holder.pid == pid && c->rec.holder.start_time == start) {
-				c->holder_gone = true;
-				todo_add(&l, c, TODO_GONE);
-			}
-		}
-		stripe_unlock(s);
+	if (!holder_uid(core, pid, start, &uid)) {
+		free(t);
+		return; /* it holds nothing (any more) */
 	}
-	act(core, &l);
-	todo_free(&l);
+	if (t) {
+		t->kind = TODO_DEATH;
+		t->pid = pid;
+		t->start = start;
+	}
+	if (!t || !todo_push(core->work, uid, t)) {
+		free(t);
+		mark_all_dead(core, pid, start);
+	}
+}
+
+/* Do T.  A death todo that found a full chunk goes back to the end of its
+ * uid's queue, behind the recoveries it queued; every other todo is
+ * freed. */
+static void act(struct lockfs_core *core, struct todo *t)
+{
+	if (t->kind == TODO_DEATH) {
+		bool more = mark_dead(core, t->pid, t->start, DEATH_CHUNK, true);
+
+		/* More to find: back in line, behind the recoveries it queued. */
+		if (more && todo_push(core->work, t->uid, t))
+			return;
+		if (more)
+			mark_all_dead(core, t->pid, t->start); /* out of memory */
+		free(t);
+		return;
+	}
+	switch (t->kind) {
+	case TODO_GONE:
+		recover_gone(core, t);
+		break;
+	case TODO_EXPIRED:
+		log_expired(core, t->name, t->token,
+			    t->holder_exited ? "descendants-alive" : "holder-alive", 0);
+		break;
+	case TODO_PERSIST:
+		persist_todo(core, t);
+		settle(core, t);
+		break;
+	case TODO_SLUG:
+		check_slug(core, t, unqueue(core, t));
+		settle(core, t);
+		break;
+	case TODO_DEATH:
+		break;
+	}
+	free(t->slug);
+	free(t);
+}
+
+/*
+ * lockfs_work_fn: a slice of the queued todos, one uid after another.
+ * true while some are left.
+ */
+bool recovery_work(void *arg)
+{
+	struct lockfs_core *core = arg;
+	struct recovery_work *rw = core->work;
+	int64_t until = mono_ms() + SLICE_MS;
+	struct todo *t;
+
+	for (int n = 0; n < SLICE_TODOS && (t = todo_next(rw)); n++) {
+		act(core, t);
+		if (mono_ms() >= until)
+			break;
+	}
+	return rw->ntodo > 0;
 }
 
 struct name_vec {
@@ -454,15 +738,13 @@ out:
 void recovery_tick(void *arg)
 {
 	struct lockfs_core *core = arg;
-	struct todo_list l = { 0 };
 
 	/* Take in the process events first: a descendant's exit frees its
 	 * holder's lock in the collect() below. */
 	lockfs_descendants_tick(core->descendants);
-	collect(core, &l, true);
-	act(core, &l);
-	todo_free(&l);
+	collect(core, true, false);
 	queue_tick(core);
+	quota_flush(core->quota, false, log_refused, core);
 	if (core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
 		core->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(core);
@@ -497,6 +779,8 @@ static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct 
 	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
 	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
 	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
+	if (r->nshares)
+		s->process_shares = true; /* queue_tick() watches them */
 	if (persist_locked(core, s, c, st) < 0)
 		return; /* dropped from the cache; the lock stays as it was */
 	{
@@ -511,7 +795,6 @@ static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct 
 int recovery_startup_scan(struct lockfs_core *core)
 {
 	struct name_vec nv = { 0 };
-	struct todo_list l = { 0 };
 	int rc;
 
 	core->starting = true;
@@ -531,10 +814,12 @@ int recovery_startup_scan(struct lockfs_core *core)
 	}
 	name_vec_free(&nv);
 	if (rc == 0) {
-		collect(core, &l, false);
-		act(core, &l);
+		/* Nothing is served yet: recover it all now, while the
+		 * evidence is `exited-while-down`. */
+		collect(core, false, true);
+		while (recovery_work(core))
+			;
 	}
-	todo_free(&l);
 	core->starting = false;
 	return rc;
 }

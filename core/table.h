@@ -22,9 +22,11 @@
 #include "lockfs/log.h"
 #include "lockfs/record.h"
 #include "descendants.h"
+#include "fds.h"
 #include "fence.h"
 #include "liveness.h"
 #include "procevents.h"
+#include "quota.h"
 
 #define STRIPES 256
 #define SLUG_MAX 256
@@ -42,6 +44,14 @@ struct cached {
 	bool watched;        /* holds a liveness watch on rec.holder */
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */
+	bool queued;         /* a todo for it waits in core->work (recovery.c) */
+	/* In core->holders while watched, until its holder's death is seen
+	 * (protected by core->holders.mu, not by the stripe mutex): */
+	bool indexed;
+	struct cached *hnext, *hprev;
+	pid_t hpid;                  /* the holder indexed, as indexed */
+	unsigned long long hstart;
+	uid_t huid;
 	int64_t next_check_boot_ms; /* slug evidence: not before this */
 	/* Descendants (descendants.c) of an exclusive process-bound holder: */
 	bool desc_watched;   /* holds a descendants watch on rec.holder */
@@ -84,8 +94,24 @@ struct unlock_retry {
 struct stripe {
 	pthread_mutex_t mu;
 	struct cached *head;     /* protected by mu */
+	/* Boot ms from which the tick's collect() must look at this stripe
+	 * (a lease runs out, a dead holder's lock is not queued, a holder is
+	 * not watched); INT64_MAX: nothing to do.  Protected by mu. */
+	int64_t due_boot_ms;
+	/* Some entry may have a process-bound share (a shared lock rebound
+	 * at a restart), which queue_tick() polls.  Protected by mu. */
+	bool process_shares;
 	struct lockq *queues;    /* protected by mu */
 	struct unlock_retry *retries; /* protected by mu */
+};
+
+/* The watched entries of the cache by holder (pid, start): what a death
+ * releases, found without a walk of the cache.  MU is taken inside a
+ * stripe mutex, never the other way round. */
+#define HOLDER_BUCKETS 4096
+struct holder_index {
+	pthread_mutex_t mu;
+	struct cached *buckets[HOLDER_BUCKETS]; /* by pid; protected by mu */
 };
 
 struct uid_name {
@@ -113,6 +139,11 @@ struct lockfs_core {
 	void *removed_arg;
 	int64_t next_stale_scan_ms;
 	bool starting;          /* in lockfs_core_open's scan */
+	struct lockfs_fds fds;  /* descriptors kept for callers (fds.h) */
+	struct quota *quota;    /* what each uid holds (quota.h) */
+	bool open_cap_given;    /* -o max_open_per_uid was set */
+	struct recovery_work *work; /* the liveness thread's (recovery.c) */
+	struct holder_index holders;
 	struct stripe stripes[STRIPES];
 
 	pthread_mutex_t users_mu;
@@ -166,6 +197,35 @@ void stripe_unlock(struct stripe *s);
  * process-bound locks only: slug-bound and fd locks have rules of their
  * own, and a shared lock's holders leave one by one. */
 bool descendants_keep(const struct lockfs_record *rec);
+
+/* Count (SIGN 1) or stop counting (-1) every holder of C's record against
+ * its uid's locks (quota.h).  The cache is what is counted: every change
+ * of a cached record is bracketed by the two.  With s->mu held. */
+void cache_account(struct lockfs_core *core, const struct cached *c, int sign);
+
+/*
+ * Refuse a request of UID for REASON: counted into the uid's burst of
+ * refusals, which is logged as one `refused` line when it ends.  NAME is
+ * what was asked for (may be NULL); WHO the caller as the log names it,
+ * or NULL to resolve thread TID now (only for a burst's first refusal).
+ */
+void quota_refuse(struct lockfs_core *core, uid_t uid, enum quota_reason reason,
+		  const char *name, const char *who, pid_t tid);
+/* Log the `refused` line of burst B (a quota_flush() callback; ARG is the core). */
+void log_refused(void *arg, const struct quota_burst *b);
+
+/* Is holder (PID, START) in the index (the holder of some watched lock)?
+ * Then true, and *UID its uid. */
+bool holder_uid(struct lockfs_core *core, pid_t pid, unsigned long long start, uid_t *uid);
+/* Take up to MAX locks of dead holder (PID, START) out of the index: their
+ * names, malloc'd (free each and the array; *NAMES may be NULL when none).
+ * 0 (fewer than MAX: none is left) or -ENOMEM (some may be left). */
+int holder_take(struct lockfs_core *core, pid_t pid, unsigned long long start, size_t max,
+		char ***names, size_t *count) __attribute__((warn_unused_result));
+/* The tick must look at S by when C needs it (see due_boot_ms); with
+ * s->mu held.  stripe_set_due recomputes it from every entry. */
+void stripe_note_due(struct stripe *s, const struct cached *c);
+void stripe_set_due(struct stripe *s);
 
 /* Watching holders (engine.c); with s->mu held. */
 void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd);
@@ -223,9 +283,14 @@ void queue_free_all(struct stripe *s);
  * the list's version.  With the stripe mutex held.  0 or -errno. */
 int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *version);
 
-/* Recovery (recovery.c). */
+/* Recovery (recovery.c), on the liveness thread.  Deaths and ticks queue
+ * todos per uid; recovery_work does them a bounded slice at a time, one
+ * uid after another. */
+int recovery_init(struct lockfs_core *core);
+void recovery_fini(struct lockfs_core *core);
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);
 void recovery_tick(void *arg);
+bool recovery_work(void *arg);
 int recovery_startup_scan(struct lockfs_core *core);
 
 #endif

@@ -85,6 +85,8 @@ struct parked;
 struct handle {
 	struct handle *next, *prev;
 	void (*free)(struct handle *h);
+	uid_t uid;      /* who opened it: counted against -o max_open_per_uid */
+	bool keeps_fd;  /* a descriptor in the daemon while open (M/.log) */
 };
 void handles_free_all(struct lockfs_fs *fs);
 

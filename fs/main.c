@@ -3,7 +3,10 @@
  *
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
- *          [-o descendants=connector|scan] [FUSE options] [SOURCE] MOUNTPOINT
+ *          [-o descendants=connector|scan]
+ *          [-o max_open_per_uid=N] [-o max_locks_per_uid=N]
+ *          [-o max_waiters_per_uid=N] [-o max_locks=N]
+ *          [FUSE options] [SOURCE] MOUNTPOINT
  *   lockfs --guard MOUNTPOINT
  *
  * SOURCE is what mount(8) passes through mount.fuse3 (`mount -t fuse.lockfs
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,6 +54,10 @@ struct options {
 	char *stale;
 	char *break_signal;
 	char *descendants;
+	char *max_open_per_uid;
+	char *max_locks_per_uid;
+	char *max_waiters_per_uid;
+	char *max_locks;
 	int show_help;
 	/* The positional arguments: [SOURCE] MOUNTPOINT. */
 	char *positional[2];
@@ -65,6 +73,10 @@ static const struct fuse_opt option_spec[] = {
 	OPT("stale=%s", stale),
 	OPT("break_signal=%s", break_signal),
 	OPT("descendants=%s", descendants),
+	OPT("max_open_per_uid=%s", max_open_per_uid),
+	OPT("max_locks_per_uid=%s", max_locks_per_uid),
+	OPT("max_waiters_per_uid=%s", max_waiters_per_uid),
+	OPT("max_locks=%s", max_locks),
 	/* mount(8)'s own options, which reach us from fstab through
 	 * mount.fuse3 (it drops only some of them): they mean nothing here. */
 	FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
@@ -153,6 +165,15 @@ static void usage(const char *prog)
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
 	       "    -o descendants=HOW    how a dead holder's descendants are found:\n"
 	       "                          connector (default; scan when unavailable) or scan\n"
+	       "    -o max_open_per_uid=N files and directories of M one uid may hold open\n"
+	       "                          (default 1024, or a quarter of the descriptors the\n"
+	       "                          daemon may keep for callers if fewer; EMFILE past it)\n"
+	       "    -o max_locks_per_uid=N  locks one uid may hold (default 1024; EDQUOT)\n"
+	       "    -o max_waiters_per_uid=N  flock/fcntl requests one uid may have waiting\n"
+	       "                          (default 1024; EDQUOT)\n"
+	       "    -o max_locks=N        locks in all (default 16384, or what a quarter of\n"
+	       "                          DIR's file system holds if fewer; ENOSPC)\n"
+	       "                          root is exempt from all four; 0 = no limit\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
 	       prog, prog);
@@ -281,6 +302,40 @@ static int parse_seconds(const char *opt, const char *text, uint32_t *out)
 	return 0;
 }
 
+/* A cap "N" (0 = none: LOCKFS_NO_LIMIT) into *OUT; one line on stderr
+ * when it is not a whole number up to 2^31. */
+static int parse_cap(const char *opt, const char *text, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = *text >= '0' && *text <= '9' ? strtoul(text, &end, 10) : ULONG_MAX;
+	if (v == ULONG_MAX || errno || *end || v > 0x80000000ul) {
+		fprintf(stderr, "lockfs: -o %s=%s: want a whole number (0 = no limit)\n", opt, text);
+		return -1;
+	}
+	*out = v == 0 ? LOCKFS_NO_LIMIT : (uint32_t)v;
+	return 0;
+}
+
+/*
+ * Every open M/.log and every watched holder costs the daemon a
+ * descriptor: use all the hard limit allows (the soft one is often 1024).
+ * Callers never get the last of them (see core/fds.h).
+ */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		fprintf(stderr, "lockfs: warning: cannot raise the descriptor limit to %llu: %s\n",
+			(unsigned long long)rl.rlim_max, strerror(errno));
+}
+
 /* "TERM", "SIGTERM" or "15" into *OUT; one line on stderr when unknown. */
 static int parse_signal(const char *text, int *out)
 {
@@ -376,7 +431,14 @@ int main(int argc, char *argv[])
 	umask(022);
 	if ((o.lease && parse_seconds("lease", o.lease, &cfg.lease_s) < 0) ||
 	    (o.stale && parse_seconds("stale", o.stale, &cfg.stale_s) < 0) ||
-	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0))
+	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0) ||
+	    (o.max_open_per_uid &&
+	     parse_cap("max_open_per_uid", o.max_open_per_uid, &cfg.max_open_per_uid) < 0) ||
+	    (o.max_locks_per_uid &&
+	     parse_cap("max_locks_per_uid", o.max_locks_per_uid, &cfg.max_locks_per_uid) < 0) ||
+	    (o.max_waiters_per_uid &&
+	     parse_cap("max_waiters_per_uid", o.max_waiters_per_uid, &cfg.max_waiters_per_uid) < 0) ||
+	    (o.max_locks && parse_cap("max_locks", o.max_locks, &cfg.max_locks) < 0))
 		goto out_args;
 	if (o.descendants && strcmp(o.descendants, "connector") != 0 &&
 	    strcmp(o.descendants, "scan") != 0) {
@@ -384,6 +446,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	cfg.descendants_scan = o.descendants && strcmp(o.descendants, "scan") == 0;
+	raise_fd_limit();
 
 	fs.proc_foreign = !proc_is_ours();
 	/* The default is created also when spelled out (fstab's
@@ -522,6 +585,10 @@ out_args:
 	free(o.positional[0]);
 	free(o.positional[1]);
 	free(o.descendants);
+	free(o.max_open_per_uid);
+	free(o.max_locks_per_uid);
+	free(o.max_waiters_per_uid);
+	free(o.max_locks);
 	fuse_opt_free_args(&args);
 	return ret;
 }

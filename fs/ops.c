@@ -507,6 +507,7 @@ static void handle_add(struct lockfs_fs *fs, struct handle *h)
 	pthread_mutex_unlock(&fs->handles_mu);
 }
 
+/* H is closed: out of the list, and no longer counted against its uid. */
 static void handle_del(struct lockfs_fs *fs, struct handle *h)
 {
 	pthread_mutex_lock(&fs->handles_mu);
@@ -517,6 +518,38 @@ static void handle_del(struct lockfs_fs *fs, struct handle *h)
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&fs->handles_mu);
+	lockfs_core_handle_close(fs->core, h->uid, h->keeps_fd);
+}
+
+/* What INO names, for a `refused` line: the lock or .flock name, `.log`,
+ * or "" (M itself, M/.flock). */
+static void handle_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
+{
+	uint64_t generation;
+
+	name[0] = '\0';
+	if (ino == INO_LOG)
+		strcpy(name, ".log");
+	else if ((ino_is_lock(ino) || ino_is_flock(ino)) &&
+		 inodes_name(fs->inodes, ino_id(ino), name, &generation) < 0)
+		name[0] = '\0';
+}
+
+/* Count a handle of INO for REQ's caller (see lockfs_core_handle_open)
+ * into H.  0 or -EMFILE. */
+static int handle_count(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct handle *h)
+{
+	struct lockfs_caller caller;
+	char name[NAME_MAX + 1];
+	int rc;
+
+	caller_of(req, &caller);
+	handle_name(fs, ino, name);
+	h->keeps_fd = ino == INO_LOG;
+	rc = lockfs_core_handle_open(fs->core, &caller, h->keeps_fd, name);
+	if (rc == 0)
+		h->uid = caller.uid;
+	return rc;
 }
 
 void handles_free_all(struct lockfs_fs *fs)
@@ -601,6 +634,11 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	of = calloc(1, sizeof(*of));
 	if (!of)
 		return (void)fuse_reply_err(req, ENOMEM);
+	rc = handle_count(fs, req, ino, &of->h);
+	if (rc < 0) {
+		free(of);
+		return (void)fuse_reply_err(req, -rc);
+	}
 	of->fd = -1;
 	of->ino = ino;
 	if (ino_is_flock(ino)) {
@@ -663,6 +701,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 out:
 	if (rc < 0) {
+		lockfs_core_handle_close(fs->core, of->h.uid, of->h.keeps_fd);
 		open_file_free(of);
 		return (void)fuse_reply_err(req, -rc);
 	}
@@ -919,6 +958,11 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 	if (!d)
 		return (void)fuse_reply_err(req, ENOMEM);
+	rc = handle_count(fs, req, ino, &d->h);
+	if (rc < 0) {
+		free(d);
+		return (void)fuse_reply_err(req, -rc);
+	}
 	d->self = ino;
 	if (ino == FUSE_ROOT_ID) {
 		rc = lockfs_core_list(fs->core, &d->names, &d->count);
@@ -930,6 +974,8 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		rc = -ENOTDIR;
 	}
 	if (rc < 0) {
+		lockfs_core_handle_close(fs->core, d->h.uid, d->h.keeps_fd);
+		lockfs_names_free(d->names);
 		free(d);
 		return (void)fuse_reply_err(req, -rc);
 	}

@@ -19,6 +19,9 @@
 
 struct lockfs_core;
 
+/* A cap of lockfs_core_config that is never reached (-o max_...=0). */
+#define LOCKFS_NO_LIMIT UINT32_MAX
+
 /* Called when the engine itself released NAME (holder death, lease
  * recovery, break), from a thread that serves no request, with no engine
  * mutex held. */
@@ -37,6 +40,13 @@ struct lockfs_core_config {
 				    lease-recovered; 0 = none */
 	bool descendants_scan;   /* find a holder's descendants by scanning /proc
 				    only, not through the process-event connector */
+	/* What one uid may hold (root: no cap), and locks in all for
+	 * everyone but root; 0 = the default (docs/quota.md),
+	 * LOCKFS_NO_LIMIT = none. */
+	uint32_t max_open_per_uid;    /* open files and directories of M */
+	uint32_t max_locks_per_uid;   /* holders of locks (EDQUOT) */
+	uint32_t max_waiters_per_uid; /* parked flock/fcntl requests (EDQUOT) */
+	uint32_t max_locks;           /* holders of locks in all (ENOSPC) */
 };
 
 /* Who sent a request, as FUSE reports it. */
@@ -198,6 +208,18 @@ int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *coun
  * *NAMES is a malloc'd NULL-terminated array; free with lockfs_names_free. */
 int lockfs_core_list(struct lockfs_core *core, char ***names, size_t *count);
 void lockfs_names_free(char **names);
+
+/*
+ * An open file or directory of the mount for CALLER: counted against
+ * -o max_open_per_uid, and, when it KEEPS_FD (a descriptor in the daemon
+ * for as long as it is open: M/.log), against the descriptors the daemon
+ * may keep for callers (root may use half of the reserve).  NAME is what
+ * is opened, for the log.  0, or -EMFILE (logged as a `refused` burst).
+ * Every 0 is matched by one lockfs_core_handle_close(), with the same uid.
+ */
+int lockfs_core_handle_open(struct lockfs_core *core, const struct lockfs_caller *caller,
+			    bool keeps_fd, const char *name);
+void lockfs_core_handle_close(struct lockfs_core *core, uid_t uid, bool keeps_fd);
 
 /* A fresh read-only descriptor on the audit log, for `M/.log`. */
 int lockfs_core_log_open_ro(struct lockfs_core *core);

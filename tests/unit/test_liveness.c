@@ -1,0 +1,302 @@
+/*
+ * Unit tests for core/liveness.c: a holder that cannot be watched through
+ * a pidfd right now (the daemon may keep no more descriptors, or the
+ * process has none left at all) is polled by pid and start time until it
+ * can be, and its death is reported all the same.  Real child processes,
+ * a real liveness thread.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "lockfs/holder.h"
+#include "../../core/fds.h"
+#include "../../core/liveness.h"
+
+#define TICK_MS 20
+
+/* What the liveness thread reported. */
+struct seen {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	pid_t pid;
+	unsigned long long start;
+	int exits;
+};
+
+static void on_exit_cb(void *arg, pid_t pid, unsigned long long start)
+{
+	struct seen *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	s->pid = pid;
+	s->start = start;
+	s->exits++;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Wait up to MS for the EXITS-th report.  true if it came. */
+static bool wait_exits(struct seen *s, int exits, int ms)
+{
+	struct timespec until;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&s->mu);
+	while (s->exits < exits &&
+	       pthread_cond_timedwait(&s->cond, &s->mu, &until) == 0)
+		;
+	ok = s->exits >= exits;
+	pthread_mutex_unlock(&s->mu);
+	return ok;
+}
+
+static int pidfds_open(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[300], link[64];
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		ssize_t len;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0) {
+			link[len] = '\0';
+			n += strcmp(link, "anon_inode:[pidfd]") == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+static pid_t child(unsigned long long *start)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pause();
+		_exit(0);
+	}
+	assert_int_equal(lockfs_proc_start_time(pid, start), 0);
+	return pid;
+}
+
+struct fixture {
+	struct seen seen;
+	struct lockfs_fds fds;
+	struct lockfs_liveness *lv;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	pthread_mutex_init(&f->seen.mu, NULL);
+	pthread_cond_init(&f->seen.cond, NULL);
+	lockfs_fds_init(&f->fds);
+	if (lockfs_liveness_new(&f->lv, on_exit_cb, NULL, &f->seen, TICK_MS) < 0)
+		return -1;
+	lockfs_liveness_set_fds(f->lv, &f->fds);
+	if (lockfs_liveness_run(f->lv) < 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	lockfs_liveness_free(f->lv);
+	pthread_cond_destroy(&f->seen.cond);
+	pthread_mutex_destroy(&f->seen.mu);
+	free(f);
+	return 0;
+}
+
+/* The daemon may keep no more descriptors: as if its budget were spent. */
+static void spend_budget(struct lockfs_fds *fds)
+{
+	fds->limit = 1000;
+	fds->base = 0;
+	fds->reserve = 64;
+	atomic_store(&fds->held, 1000);
+}
+
+static void test_a_watched_holder_has_a_pidfd(void **state)
+{
+	struct fixture *f = *state;
+	unsigned long long start;
+	int before = pidfds_open();
+	pid_t pid = child(&start);
+
+	assert_int_equal(lockfs_liveness_watch(f->lv, pid, start), 0);
+	assert_int_equal(pidfds_open(), before + 1);
+	assert_true(lockfs_liveness_alive(f->lv, pid, start));
+	kill(pid, SIGKILL);
+	assert_true(wait_exits(&f->seen, 1, 2000));
+	assert_int_equal(f->seen.pid, pid);
+	lockfs_liveness_unwatch(f->lv, pid, start);
+	waitpid(pid, NULL, 0);
+}
+
+static void test_no_descriptor_to_spare_polls_and_reports_the_death(void **state)
+{
+	struct fixture *f = *state;
+	unsigned long long start;
+	int before = pidfds_open();
+	pid_t pid;
+
+	spend_budget(&f->fds);
+	pid = child(&start);
+	assert_int_equal(lockfs_liveness_watch(f->lv, pid, start), 0);
+	assert_int_equal(pidfds_open(), before);        /* no pidfd ... */
+	assert_true(lockfs_liveness_watches_pid(f->lv, pid)); /* ... yet watched */
+	assert_false(lockfs_liveness_alive(f->lv, pid, start)); /* unknown, not "alive" */
+	assert_false(wait_exits(&f->seen, 1, 5 * TICK_MS)); /* it lives: nothing */
+	kill(pid, SIGKILL); /* a zombie until reaped: dead all the same */
+	assert_true(wait_exits(&f->seen, 1, 2000));
+	assert_int_equal(f->seen.pid, pid);
+	assert_true(f->seen.start == start);
+	lockfs_liveness_unwatch(f->lv, pid, start);
+	waitpid(pid, NULL, 0);
+	assert_int_equal(atomic_load(&f->fds.held), 1000);
+}
+
+static void test_a_pidfd_given_over_past_the_budget_is_closed_and_polled(void **state)
+{
+	struct fixture *f = *state;
+	unsigned long long start;
+	int before = pidfds_open();
+	pid_t pid = child(&start);
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+	assert_true(fd >= 0);
+	spend_budget(&f->fds);
+	assert_int_equal(lockfs_liveness_watch_fd(f->lv, pid, start, fd), 0);
+	assert_int_equal(pidfds_open(), before);
+	kill(pid, SIGKILL);
+	assert_true(wait_exits(&f->seen, 1, 2000));
+	lockfs_liveness_unwatch(f->lv, pid, start);
+	waitpid(pid, NULL, 0);
+}
+
+static void test_a_polled_holder_gets_a_pidfd_once_descriptors_are_back(void **state)
+{
+	struct fixture *f = *state;
+	unsigned long long start;
+	int before = pidfds_open();
+	pid_t pid;
+
+	spend_budget(&f->fds);
+	pid = child(&start);
+	assert_int_equal(lockfs_liveness_watch(f->lv, pid, start), 0);
+	assert_int_equal(pidfds_open(), before);
+	atomic_store(&f->fds.held, 0);
+	for (int i = 0; i < 100 && pidfds_open() == before; i++)
+		usleep(TICK_MS * 1000);
+	assert_int_equal(pidfds_open(), before + 1);
+	assert_int_equal(atomic_load(&f->fds.held), 1);
+	assert_true(lockfs_liveness_alive(f->lv, pid, start));
+	kill(pid, SIGKILL);
+	assert_true(wait_exits(&f->seen, 1, 2000));
+	lockfs_liveness_unwatch(f->lv, pid, start);
+	assert_int_equal(atomic_load(&f->fds.held), 0);
+	waitpid(pid, NULL, 0);
+}
+
+static void test_a_polled_holder_already_dead_is_esrch(void **state)
+{
+	struct fixture *f = *state;
+	unsigned long long start;
+	pid_t pid = child(&start);
+
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	spend_budget(&f->fds);
+	assert_int_equal(lockfs_liveness_watch(f->lv, pid, start), -ESRCH);
+	assert_int_equal(lockfs_liveness_watch(f->lv, getpid(), start), -ESRCH); /* another start */
+}
+
+/* The process itself is out of descriptors (EMFILE from pidfd_open and
+ * from /proc): the holder is polled, unknown until descriptors are back,
+ * and never forgotten. */
+static void test_emfile_from_pidfd_open_polls_until_it_can_tell(void **state)
+{
+	struct fixture *f = *state;
+	unsigned long long start;
+	struct rlimit old, tight;
+	pid_t pid = child(&start);
+	int spare[64], nspare = 0, rc;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	/* Use up every descriptor below a low limit. */
+	tight = old;
+	tight.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0);
+	while (nspare < 64) {
+		int fd = open("/dev/null", O_RDONLY);
+
+		if (fd < 0)
+			break;
+		spare[nspare++] = fd;
+	}
+	rc = lockfs_liveness_watch(f->lv, pid, start);
+	kill(pid, SIGKILL);
+	assert_false(wait_exits(&f->seen, 1, 5 * TICK_MS)); /* cannot tell yet */
+	for (int i = 0; i < nspare; i++)
+		close(spare[i]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(rc, 0);
+	assert_true(wait_exits(&f->seen, 1, 2000)); /* told once it can */
+	assert_int_equal(f->seen.pid, pid);
+	lockfs_liveness_unwatch(f->lv, pid, start);
+	waitpid(pid, NULL, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_a_watched_holder_has_a_pidfd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_descriptor_to_spare_polls_and_reports_the_death,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_pidfd_given_over_past_the_budget_is_closed_and_polled, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_polled_holder_gets_a_pidfd_once_descriptors_are_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_polled_holder_already_dead_is_esrch, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_emfile_from_pidfd_open_polls_until_it_can_tell,
+						setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

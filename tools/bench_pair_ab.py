@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""The uncontended acquire+release pair, two builds side by side.
+
+    tools/bench_pair_ab.py [--rounds N] [--pairs N] [--smoke] BUILD_A BUILD_B
+
+Mounts BUILD_A/lockfs and BUILD_B/lockfs, each on its own private tmpfs
+backing dir, and runs BUILD_B/tools/bench_pairs (mkdir+rmdir of one name,
+the mean µs per pair over --pairs pairs) against them in alternating
+order (A B, B A, ...) for --rounds rounds.  Prints the median µs of each
+and the median of the per-round ratios B/A: what a change costs the pair.
+--smoke: 2 rounds of 200 pairs.  Run as root.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def mount(build, top, tag):
+    back, mnt = os.path.join(top, tag + '-dir'), os.path.join(top, tag + '-mnt')
+    os.mkdir(back)
+    os.mkdir(mnt)
+    subprocess.check_call(['mount', '-t', 'tmpfs', '-o', 'size=256m,mode=0700', 'tmpfs', back])
+    d = subprocess.Popen([os.path.join(build, 'lockfs'), '-f', '-o', 'backing=' + back, mnt])
+    t_end = time.monotonic() + 10
+    while not os.path.ismount(mnt):
+        if d.poll() is not None or time.monotonic() > t_end:
+            raise SystemExit(f'{build}/lockfs did not mount')
+        time.sleep(0.01)
+    return d, back, mnt
+
+
+def unmount(d, back, mnt):
+    subprocess.call(['fusermount3', '-u', mnt])
+    try:
+        d.wait(30)
+    except subprocess.TimeoutExpired:
+        d.kill()
+        d.wait()
+    subprocess.call(['umount', back])
+    os.rmdir(back)
+    os.rmdir(mnt)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('a')
+    ap.add_argument('b')
+    ap.add_argument('--rounds', type=int, default=11)
+    ap.add_argument('--pairs', type=int, default=2000)
+    ap.add_argument('--smoke', action='store_true')
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit('bench_pair_ab: run as root (it mounts)')
+    if a.smoke:
+        a.rounds, a.pairs = 2, 200
+    client = os.path.join(a.b, 'tools', 'bench_pairs')
+    top = tempfile.mkdtemp(prefix='lockfs-ab-')
+    mounts = {}
+    res = {'a': [], 'b': []}
+    try:
+        for tag, build in (('a', a.a), ('b', a.b)):
+            mounts[tag] = mount(build, top, tag)
+        for r in range(a.rounds):
+            for tag in ('a', 'b') if r % 2 == 0 else ('b', 'a'):
+                out = subprocess.run([client, 'pairs', mounts[tag][2], str(a.pairs)],
+                                     stdout=subprocess.PIPE, check=True).stdout
+                res[tag].append(float(out))
+                with open(os.path.join(mounts[tag][1], 'lock.log'), 'w'):
+                    pass  # keep the log from growing between runs
+    finally:
+        for m in mounts.values():
+            unmount(*m)
+        os.rmdir(top)
+    ratios = [b / x for x, b in zip(res['a'], res['b'])]
+    print(f'{a.rounds} rounds x {a.pairs} pairs, µs per mkdir+rmdir pair (median):')
+    print(f'  A {a.a}: {statistics.median(res["a"]):.1f}')
+    print(f'  B {a.b}: {statistics.median(res["b"]):.1f}')
+    print(f'  B/A per round: median {statistics.median(ratios):.3f}, '
+          f'min {min(ratios):.3f}, max {max(ratios):.3f}')
+
+
+if __name__ == '__main__':
+    main()
