@@ -282,16 +282,22 @@ void cache_watch(struct lockfs_core *core, struct cached *c, int pidfd)
 		c->watched = true;
 		holder_index_add(core, c);
 		/* From now on what it starts keeps its lock after it exits.  At
-		 * daemon start, what it started before is found by a scan.  No
-		 * memory: a scan looks when it exits. */
+		 * daemon start, what it started before is found by a scan; so
+		 * it is when an earlier watch failed (the tick's re-watch), as
+		 * its forks since then were not told.  No memory: a scan looks
+		 * when it exits. */
 		if (descendants_keep(&c->rec))
 			c->desc_watched = lockfs_descendants_watch(core->descendants,
 								   c->rec.holder.pid,
 								   c->rec.holder.start_time,
 								   c->rec.holder_session,
-								   core->starting) == 0;
+								   core->starting ||
+								   c->watch_failed) == 0;
+		c->watch_failed = false;
 	} else if (rc == -ESRCH) {
 		c->holder_gone = true;
+	} else {
+		c->watch_failed = true;
 	}
 	/* Any other failure (no memory: a holder without a pidfd is polled,
 	 * see liveness.h) leaves the lock held and unwatched, and the tick
@@ -348,6 +354,7 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 		c->expired_logged = false;
 		c->queued = false; /* a todo for the old one finds its token gone */
 		c->next_check_boot_ms = 0;
+		c->watch_failed = false;
 		c->desc_version = 0;
 		c->next_persist_boot_ms = 0;
 	}

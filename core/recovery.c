@@ -456,7 +456,7 @@ static void collect(struct lockfs_core *core, bool leases, bool all)
 			if (c->queued)
 				continue;
 			if (!c->holder_gone && !c->watched && c->rec.has_holder &&
-			    c->rec.bound == LOCKFS_BOUND_PROCESS)
+			    c->rec.bound == LOCKFS_BOUND_PROCESS && !c->rec.holder_exited)
 				cache_watch(core, c, -1);
 			if (!c->holder_gone && c->rec.holder_exited && descendants_keep(&c->rec)) {
 				/* Kept for the holder's descendants: until the

@@ -55,6 +55,8 @@ struct cached {
 	int64_t next_check_boot_ms; /* slug evidence: not before this */
 	/* Descendants (descendants.c) of an exclusive process-bound holder: */
 	bool desc_watched;   /* holds a descendants watch on rec.holder */
+	bool watch_failed;   /* the last watch failed (no memory): forks since
+				were not told, the next watch scans for them */
 	uint64_t desc_version; /* of the list last written to the store */
 	int64_t next_persist_boot_ms; /* a changed list: not written before this */
 };
