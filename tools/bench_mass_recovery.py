@@ -23,6 +23,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                '..', 'tests', 'integration'))
+from lockfs_helpers import unguard  # noqa: E402
+
 MASS_UID, SAMPLE_UID = 4242, 4343
 
 
@@ -129,6 +133,7 @@ def run(build, locks, samples, options):
             daemon.wait()
         subprocess.call(['umount', back])
         os.rmdir(back)
+        unguard(mnt)  # the daemon made its mount point immutable
         os.rmdir(mnt)
         os.rmdir(top)
     return res

@@ -18,6 +18,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                '..', 'tests', 'integration'))
+from lockfs_helpers import unguard  # noqa: E402
+
 
 def mount(build, top, tag):
     back, mnt = os.path.join(top, tag + '-dir'), os.path.join(top, tag + '-mnt')
@@ -42,6 +46,7 @@ def unmount(d, back, mnt):
         d.wait()
     subprocess.call(['umount', back])
     os.rmdir(back)
+    unguard(mnt)  # the daemon made its mount point immutable
     os.rmdir(mnt)
 
 
