@@ -95,7 +95,6 @@ struct lockfs_core {
 	struct lockfs_helpers helpers;
 	const struct lockfs_proc_source *procs;
 	int dirfd;              /* borrowed */
-	char *log_name;
 	char host[256];
 	char boot_id[40];
 	uint32_t default_lease_s;
@@ -135,10 +134,24 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 /* "comm[pid]", or the slug when there is one. */
 void who_of(char *buf, size_t size, const char *slug, const char *comm, pid_t pid);
 /* WHO for the process of thread TID: its resolved holder's comm[pid] or
- * its LOCKFS_SLUG. */
-void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size);
+ * its LOCKFS_SLUG.  Returns the pid WHO stands for: the resolved process,
+ * else TID (0 = not visible). */
+pid_t who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size);
+/* Decimal UID and PID into the buffers, for a line's uid= and pid=. */
+void ids_of(char uid[16], char pid[16], uid_t u, pid_t p);
+/* Log EVENT: written now, or kept until the log takes writes again (and
+ * sent to syslog meanwhile).  Never fails the request: for what happens
+ * whether or not it can be logged (releases, recoveries, refusals). */
 void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event);
+/* Log a grant's `acquired` line now or not at all.  Returns 0, or the
+ * -errno of the failed write: then the grant must be undone. */
+int log_acquired(struct lockfs_core *core, const char *who, const char *name,
+		 const char *const *kv);
+/* A refused request by CALLER (uid from the kernel, PID the process WHO
+ * names), rate-limited per uid (lockfs_log_denied). */
+void log_refusal(struct lockfs_core *core, const struct lockfs_caller *caller, pid_t pid,
+		 const char *who, const char *name, const char *reason);
 void notify_removed(struct lockfs_core *core, const char *name);
 
 /*

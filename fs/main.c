@@ -3,6 +3,7 @@
  *
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
+ *          [-o log_max=SIZE] [-o log_keep=N] [-o log_denied_interval=SECONDS]
  *          [FUSE options] MOUNTPOINT
  *
  * Checks the backing directory and takes it for this daemon before
@@ -41,6 +42,9 @@ struct options {
 	char *lease;
 	char *stale;
 	char *break_signal;
+	char *log_max;
+	char *log_keep;
+	char *log_denied_interval;
 	int show_help;
 };
 
@@ -52,6 +56,9 @@ static const struct fuse_opt option_spec[] = {
 	OPT("lease=%s", lease),
 	OPT("stale=%s", stale),
 	OPT("break_signal=%s", break_signal),
+	OPT("log_max=%s", log_max),
+	OPT("log_keep=%s", log_keep),
+	OPT("log_denied_interval=%s", log_denied_interval),
 	FUSE_OPT_END
 };
 
@@ -66,6 +73,12 @@ static void usage(const char *prog)
 	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
 	       "    -o stale=SECONDS      recover foreign locks older than this (default never)\n"
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
+	       "    -o log_max=SIZE       rotate DIR/lock.log before it passes SIZE (K, M, G\n"
+	       "                          suffixes; 0 = never; default 4M, at least 16K)\n"
+	       "    -o log_keep=N         rotated logs kept: lock.log.1 .. lock.log.N (default 4)\n"
+	       "    -o log_denied_interval=SECONDS\n"
+	       "                          at most one `denied` line per uid per SECONDS\n"
+	       "                          during a burst (default 10; 0 = log every one)\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
 	       prog);
@@ -245,6 +258,7 @@ int main(int argc, char *argv[])
 	struct lockfs_backend *be = NULL;
 	struct lockfs_core_config cfg = { 0 };
 	struct fuse_loop_config *loop_cfg = NULL;
+	struct lockfs_log_limits log_limits;
 	const char *backing;
 	char *fsname = NULL;
 	int dirfd = -1, lockfd = -1, rc, ret = 1;
@@ -276,7 +290,8 @@ int main(int argc, char *argv[])
 	umask(022);
 	if ((o.lease && parse_seconds("lease", o.lease, &cfg.lease_s) < 0) ||
 	    (o.stale && parse_seconds("stale", o.stale, &cfg.stale_s) < 0) ||
-	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0))
+	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0) ||
+	    log_limits_parse(o.log_max, o.log_keep, o.log_denied_interval, &log_limits) < 0)
 		goto out_args;
 
 	fs.proc_foreign = !proc_is_ours();
@@ -292,6 +307,10 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "lockfs: backing dir %s: %s\n", backing,
 			rc == -EINVAL ? "filesystem lacks rename(RENAME_NOREPLACE), "
 			"so acquisition could not be atomic" : strerror(-rc));
+		goto out_lock;
+	}
+	if (log_open_audit(dirfd, backing, &log_limits, &cfg.log) < 0) {
+		be->ops->destroy(be);
 		goto out_lock;
 	}
 	cfg.dirfd = dirfd;
@@ -335,6 +354,7 @@ int main(int argc, char *argv[])
 	fs.se = fuse_session_new(&args, &lockfs_ops, sizeof(lockfs_ops), &fs);
 	if (!fs.se)
 		goto out_inodes;
+	log_signals_set(fs.core);
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
 	if (fuse_session_mount(fs.se, opts.mountpoint) != 0)
@@ -384,6 +404,7 @@ out_session:
 	fuse_session_destroy(fs.se);
 	handles_free_all(&fs);
 out_inodes:
+	log_signals_set(NULL);
 	free(fsname);
 	notifier_free(fs.notifier);
 	inodes_free(fs.inodes);
@@ -400,6 +421,9 @@ out_args:
 	free(o.lease);
 	free(o.stale);
 	free(o.break_signal);
+	free(o.log_max);
+	free(o.log_keep);
+	free(o.log_denied_interval);
 	fuse_opt_free_args(&args);
 	return ret;
 }

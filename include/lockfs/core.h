@@ -16,6 +16,7 @@
 
 #include "lockfs/backend.h"
 #include "lockfs/holder.h"
+#include "lockfs/log.h"
 
 struct lockfs_core;
 
@@ -29,7 +30,8 @@ struct lockfs_core_config {
 	struct lockfs_backend *backend; /* taken over by the core */
 	const char *helpers;     /* ':'-separated; NULL = default */
 	const char *fence_path;  /* persisted fence counter; NULL = DIR/.fence */
-	const char *log_name;    /* audit log, relative to dirfd; NULL = lock.log */
+	struct lockfs_log *log;  /* the audit log: taken over by the core, also
+				    when lockfs_core_open fails */
 	const struct lockfs_proc_source *procs; /* NULL = /proc */
 	uint32_t lease_s;        /* lease of slug-bound locks; 0 = 600 */
 	uint32_t stale_s;        /* recover foreign locks older than this; 0 = never */
@@ -197,7 +199,12 @@ int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *coun
 int lockfs_core_list(struct lockfs_core *core, char ***names, size_t *count);
 void lockfs_names_free(char **names);
 
-/* A fresh read-only descriptor on the audit log, for `M/.log`. */
+/* A fresh descriptor to read the audit log from, for `M/.log`: the file
+ * the daemon writes now, whatever its name.  fd or -errno. */
 int lockfs_core_log_open_ro(struct lockfs_core *core);
+
+/* Open DIR/lock.log again soon (SIGHUP: logrotate moved it).
+ * Async-signal-safe. */
+void lockfs_core_log_reopen(struct lockfs_core *core);
 
 #endif

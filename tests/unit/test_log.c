@@ -269,7 +269,7 @@ static void test_real_file(void **state)
 	assert_non_null(mkdtemp(dir));
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(dirfd >= 0);
-	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
 	assert_int_equal(fstatat(dirfd, "lock.log", &st, 0), 0);
 	assert_int_equal(st.st_mode & 07777, 0644 & ~umask(umask(0)));
 	for (i = 0; i < 3; i++)
@@ -277,7 +277,7 @@ static void test_real_file(void **state)
 	lockfs_log_close(log);
 
 	/* Reopening appends rather than truncating. */
-	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
 	assert_int_equal(lockfs_log_event(log, "bob:2", "db", NULL, "steal"), 0);
 	lockfs_log_close(log);
 
@@ -307,9 +307,17 @@ static void test_open_error(void **state)
 {
 	struct lockfs_log *log = NULL;
 
-	assert_int_equal(lockfs_log_open(&log, AT_FDCWD, "/nonexistent-dir/x/lock.log"), -ENOENT);
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX";
+	int dirfd;
+
+	assert_non_null(mkdtemp(dir));
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dirfd >= 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "missing/lock.log", NULL), -ENOENT);
 	assert_null(log);
-	assert_int_equal(lockfs_log_open(&log, -1, "relative.log"), -EBADF);
+	close(dirfd);
+	rmdir(dir);
+	assert_int_equal(lockfs_log_open(&log, -1, "relative.log", NULL), -EBADF);
 }
 
 static void test_oversize_event_drops_details(void **state)
@@ -326,7 +334,7 @@ static void test_oversize_event_drops_details(void **state)
 	assert_non_null(mkdtemp(dir));
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(dirfd >= 0);
-	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
 
 	/* 1: a long detail is dropped whole, the rest stays. */
 	assert_int_equal(lockfs_log_event(log, "w", "n", kv, "set-operation"), 0);
