@@ -284,3 +284,55 @@ def test_kept_lines_keep_their_order(lockfs_factory, small_tmpfs, spawn_agent):
     rel = [l.name.decode() for l in whole_lines(m) if l.event == 'released' and
            l.name.startswith(b'k')]
     assert rel == names
+
+
+# --------------------------------------------------------------------------
+# syslog meanwhile
+
+@pytest.fixture
+def shared_dir(tmp_path):
+    """A directory bind-mounted on itself and made shared: a mount made under
+    it in another mount namespace (unshare --propagation unchanged) shows
+    here too.  Unmounted at teardown, after the lockfs mount."""
+    d = tmp_path / 'shared'
+    d.mkdir()
+    os.chmod(d, 0o755)
+    subprocess.run(['mount', '--bind', str(d), str(d)], check=True)
+    subprocess.run(['mount', '--make-shared', str(d)], check=True)
+    yield str(d)
+    if subprocess.run(['umount', str(d)], stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(['umount', '-l', str(d)])
+
+
+def test_kept_lines_go_to_syslog_meanwhile(shared_dir, lockfs_factory, spawn_agent, tmp_path):
+    """The daemon runs in a mount namespace of its own whose /dev/log is this
+    test's datagram socket; a release whose line cannot be written reaches
+    syslog at once, facility LOG_DAEMON."""
+    import socket
+    sock_path = str(tmp_path / 'log.sock')
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(5)
+    mnt = os.path.join(shared_dir, 'mnt')
+    os.mkdir(mnt)
+    os.chmod(mnt, 0o755)
+    # A /dev of its own (tmpfs): fuse and null, and /dev/log bound to our socket.
+    setup = ('mount -t tmpfs -o mode=755 lockfs-it-dev /dev && mknod /dev/fuse c 10 229 && '
+             'mknod -m 666 /dev/null c 1 3 && touch /dev/log && '
+             f'mount --bind {sock_path} /dev/log && exec "$@"')
+    m = lockfs_factory(mountpoint=mnt,
+                       wrapper=('unshare', '--mount', '--propagation', 'unchanged',
+                                'sh', '-c', setup, 'sh'))
+    a = spawn_agent()
+    grow_log(m)
+    assert a.mkdir(m.path('s')) == 0
+    limit_log(m)
+    assert a.rmdir(m.path('s')) == 0
+    msg = sock.recv(65536).decode('utf-8', 'replace')
+    pri = int(msg[1:msg.index('>')])
+    assert pri >> 3 == 3 and pri & 7 == 4          # LOG_DAEMON, LOG_WARNING
+    assert 'lock.log (not written yet: File too large): ' in msg
+    assert ' s fence=' in msg and f'pid={a.pid} released' in msg
+    unlimit_log(m)
+    wait_log(m.dir, 's', 'released')
+    sock.close()
