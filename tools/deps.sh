@@ -9,4 +9,5 @@ apt-get install -y -q --no-install-recommends \
 	libcmocka-dev python3 python3-pytest \
 	python3-filelock python3-fasteners python3-portalocker \
 	util-linux passwd procps strace busybox-static \
-	clang libclang-rt-14-dev
+	clang libclang-rt-14-dev \
+	logrotate

@@ -17,9 +17,9 @@ import glob
 import gzip
 import os
 import re
+import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -311,6 +311,9 @@ def test_mv_and_sighup_under_a_herd_loses_no_line(lockfs_factory, herd_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which('logrotate') is None,
+                    reason='logrotate is not installed (tools/deps.sh installs it); '
+                           'test_mv_and_sighup_under_a_herd_loses_no_line covers the same')
 def test_logrotate_snippet_rotates_under_a_herd(lockfs_factory, herd_factory, tmp_path):
     with open(SNIPPET) as f:
         snippet = f.read()
