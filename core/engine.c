@@ -431,13 +431,33 @@ void who_of(char *buf, size_t size, const char *slug, const char *comm, pid_t pi
 		snprintf(buf, size, "%s[%d]", comm && *comm ? comm : "?", (int)pid);
 }
 
+void ids_of(char uid[16], char pid[16], uid_t u, pid_t p)
+{
+	snprintf(uid, 16, "%u", (unsigned)u);
+	if (p > 0)
+		snprintf(pid, 16, "%d", (int)p);
+	else
+		pid[0] = '\0'; /* logged as "-": not known */
+}
+
 void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event)
 {
-	int rc = lockfs_log_event(core->log, who, name, kv, event);
+	/* A line that cannot be written now is kept and goes out later
+	 * (core/log.c says so on stderr once): the event happens anyway. */
+	(void)lockfs_log_event_or_keep(core->log, who, name, kv, event);
+}
 
-	if (rc < 0)
-		fprintf(stderr, "lockfs: warning: audit log write failed: %s\n", strerror(-rc));
+int log_acquired(struct lockfs_core *core, const char *who, const char *name,
+		 const char *const *kv)
+{
+	return lockfs_log_event(core->log, who, name, kv, "acquired");
+}
+
+void log_refusal(struct lockfs_core *core, const struct lockfs_caller *caller, pid_t pid,
+		 const char *who, const char *name, const char *reason)
+{
+	lockfs_log_denied(core->log, caller->uid, pid, who, name, reason);
 }
 
 void notify_removed(struct lockfs_core *core, const char *name)
@@ -447,31 +467,35 @@ void notify_removed(struct lockfs_core *core, const char *name)
 }
 
 void quota_refuse(struct lockfs_core *core, uid_t uid, enum quota_reason reason,
-		  const char *name, const char *who, pid_t tid)
+		  const char *name, const char *who, pid_t pid)
 {
 	char buf[WHO_MAX];
 
 	if (!quota_refused(core->quota, uid, reason, name))
 		return;
 	if (!who) {
-		who_of_caller(core, tid, buf, sizeof(buf));
+		pid = who_of_caller(core, pid, buf, sizeof(buf));
 		who = buf;
 	}
-	quota_burst_who(core->quota, uid, reason, who);
+	quota_burst_who(core->quota, uid, reason, who, pid);
 }
 
 void log_refused(void *arg, const struct quota_burst *b)
 {
 	struct lockfs_core *core = arg;
-	char uid[16], limit[16], count[24];
-	const char *kv[] = { "uid", uid, "reason", quota_reason_name(b->reason),
+	char uid[16], pid[16], limit[16], count[24];
+	const char *kv[] = { "uid", uid, "pid", pid, "reason", quota_reason_name(b->reason),
 			     "count", count, "limit", limit, NULL };
 
-	snprintf(uid, sizeof(uid), "%u", (unsigned)b->uid);
+	/* uid= is the kernel's word for the refused caller; pid= the
+	 * process of the burst's first refusal. */
+	ids_of(uid, pid, b->uid, b->pid);
 	snprintf(count, sizeof(count), "%" PRIu64, b->count);
 	snprintf(limit, sizeof(limit), "%u", (unsigned)b->limit);
 	if (b->limit == QUOTA_NONE)
-		kv[6] = NULL; /* the fd reserve has no cap of its own */
+		kv[8] = NULL; /* the fd reserve has no cap of its own */
+	/* Kept and written later when the log cannot take it now: the
+	 * refusals happened, whatever the disk says. */
 	log_event(core, b->who[0] ? b->who : "?", b->name, kv, "refused");
 }
 
@@ -573,17 +597,22 @@ int caller_slug(pid_t tid, char *buf, size_t size)
 	return 0;
 }
 
-void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
+pid_t who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
 {
 	struct lockfs_proc p;
 	char slug[SLUG_MAX];
+	bool resolved;
 
 	(void)caller_slug(tid, slug, sizeof(slug)); /* a bad slug reads as none */
-	if (!*slug && lockfs_holder_resolve(core->procs, tid, LOCKFS_UID_UNKNOWN, &core->helpers, 0,
-					     &p) == 0)
+	/* Resolved even behind a slug: the line's pid= is the process's,
+	 * whatever name its environment gives it. */
+	resolved = tid > 0 && lockfs_holder_resolve(core->procs, tid, LOCKFS_UID_UNKNOWN,
+						    &core->helpers, 0, &p) == 0;
+	if (resolved && !*slug)
 		who_of(buf, size, NULL, p.comm, p.pid);
 	else
 		who_of(buf, size, slug, "?", tid);
+	return resolved ? p.pid : tid;
 }
 
 /* Start LEASE anew: TTL_S from now (0 clears it).  The deadline that
@@ -673,13 +702,35 @@ static void fill_lock_stat(struct lockfs_lock_stat *out, const struct lockfs_rec
 	}
 }
 
+/*
+ * Take back NAME's acquisition (store identity IDENTITY) whose `acquired`
+ * line could not be written (ERR): no lock is held that the log does not
+ * show.  If the store refuses, it stays held by its holder, watched like
+ * any other (fail closed), and we say so.  With s->mu held.
+ */
+static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, const char *name,
+				uint64_t identity, int err)
+{
+	int rc = core->be->ops->release(core->be, name, identity);
+
+	if (rc < 0 && rc != -ENOENT) {
+		fprintf(stderr, "lockfs: %s: the log refused its acquisition (%s), and taking it "
+			"back failed (%s): it stays with its holder until that exits\n",
+			name, strerror(-err), strerror(-rc));
+		return;
+	}
+	cache_drop(core, s, name);
+	/* A waiter that came meanwhile is tried now (and told the same). */
+	queue_grant_locked(core, s, name);
+}
+
 int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
 {
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
 	struct lockfs_proc holder;
-	char slug[SLUG_MAX], who[WHO_MAX], fence[24], pid[16];
+	char slug[SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct stripe *s;
 	size_t len;
 	char *json;
@@ -707,10 +758,8 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	}
 	stripe_unlock(s);
 	if (caller_slug(caller->tid, slug, sizeof(slug)) < 0) {
-		const char *kv[] = { "reason", "bad-slug", NULL };
-
 		who_of(who, sizeof(who), NULL, "?", caller->tid);
-		log_event(core, who, name, kv, "denied");
+		log_refusal(core, caller, caller->tid, who, name, "bad-slug");
 		return -EINVAL;
 	}
 	/* With a pidfd opened before the holder's facts were read, watching
@@ -730,12 +779,8 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	}
 	if (rc < 0) {
 		if (rc == -EACCES) {
-			char uid[16];
-			const char *kv[] = { "uid", uid, "reason", "holder-unknown", NULL };
-
-			snprintf(uid, sizeof(uid), "%u", (unsigned)caller->uid);
 			who_of(who, sizeof(who), slug, "?", caller->tid);
-			log_event(core, who, name, kv, "denied");
+			log_refusal(core, caller, caller->tid, who, name, "holder-unknown");
 		}
 		/* A caller gone before we could read it gets no answer anyway. */
 		return rc == -ESRCH ? -EACCES : rc;
@@ -755,7 +800,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		rc = quota_lock_reserve(core->quota, holder.uid, true, &why);
 		if (rc < 0) {
 			who_of(who, sizeof(who), slug, holder.comm, holder.pid);
-			quota_refuse(core, holder.uid, why, name, who, 0);
+			quota_refuse(core, holder.uid, why, name, who, holder.pid);
 			lockfs_proc_put(&holder);
 			return rc;
 		}
@@ -779,18 +824,23 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	fill_lock_stat(out, &rec, &st);
 	who_of(who, sizeof(who), rec.slug, rec.holder.comm, rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
-	snprintf(pid, sizeof(pid), "%d", (int)rec.holder.pid);
+	ids_of(uid, pid, rec.holder.uid, rec.holder.pid);
+	/* The line under the stripe mutex: nothing can end this
+	 * acquisition before its `acquired` is written, or see it if that
+	 * write fails and it is taken back. */
 	pthread_mutex_lock(&s->mu);
 	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1, true);
+	{
+		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, NULL };
+
+		rc = log_acquired(core, who, name, kv);
+	}
+	if (rc < 0)
+		undo_acquire_locked(core, s, name, st.identity, rc);
 	stripe_unlock(s);
 	quota_lock_unreserve(core->quota, holder.uid, true);
 	lockfs_record_clear(&rec);
-	{
-		const char *kv[] = { "fence", fence, "pid", pid, NULL };
-
-		log_event(core, who, name, kv, "acquired");
-	}
-	return 0;
+	return rc;
 unreserve:
 	quota_lock_unreserve(core->quota, holder.uid, true);
 	lockfs_proc_put(&holder);
@@ -802,10 +852,9 @@ static void log_denied(struct lockfs_core *core, const char *name,
 		       const struct lockfs_caller *caller, const char *reason)
 {
 	char who[WHO_MAX];
-	const char *kv[] = { "reason", reason, NULL };
+	pid_t pid = who_of_caller(core, caller->tid, who, sizeof(who));
 
-	who_of_caller(core, caller->tid, who, sizeof(who));
-	log_event(core, who, name, kv, "denied");
+	log_refusal(core, caller, pid, who, name, reason);
 }
 
 /* Who holds a lock, copied out of the cache so /proc can be read without
@@ -904,23 +953,22 @@ int holder_check_entry(struct lockfs_core *core, const struct cached *c,
 int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 			  uint64_t identity, const char *event, const char *const *extra)
 {
-	char who[WHO_MAX], fence[24], pid[16];
-	const char *kv[16] = { "fence", fence, "pid", pid };
+	char who[WHO_MAX], fence[24], uid[16], pid[16];
+	const char *kv[16] = { "fence", fence, "uid", uid, "pid", pid };
 	char *name = strdup(c->name);
-	int n = 4, rc;
+	int n = 6, rc;
 
 	if (!name)
 		return -ENOMEM;
 	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, lockfs_holder_fence(&c->rec));
-	snprintf(pid, sizeof(pid), "%d", (int)c->rec.holder.pid);
+	ids_of(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
 	kv[n] = NULL;
 	/* Someone waits: the lock goes straight to them, the store never
-	 * shows it free in between.  The lock never leaves DIR, so EVENT is
-	 * logged after the waiter has its answer (still before its
-	 * `acquired`). */
+	 * shows it free in between.  EVENT is logged there, then the
+	 * waiter's `acquired`, both before the waiter has its answer. */
 	if (queue_handoff_locked(core, s, c, identity, who, kv, event)) {
 		free(name);
 		return 0;
@@ -941,9 +989,9 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	struct lockfs_record *r = &c->rec;
 	struct lockfs_entry_stat st = { .identity = identity };
 	const struct lockfs_holder *h;
-	char who[WHO_MAX], fence[24], pid[16];
-	const char *kv[16] = { "fence", fence, "pid", pid };
-	int n = 4, rc;
+	char who[WHO_MAX], fence[24], uid[16], pid[16];
+	const char *kv[16] = { "fence", fence, "uid", uid, "pid", pid };
+	int n = 6, rc;
 
 	if (holder_count(r) <= 1)
 		return release_locked(core, s, c, identity, event, extra);
@@ -952,7 +1000,7 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	who_of(who, sizeof(who), i == 0 ? r->slug : r->shares[i - 1].slug, h->comm, h->pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64,
 		 i == 0 ? lockfs_holder_fence(r) : r->shares[i - 1].fence);
-	snprintf(pid, sizeof(pid), "%d", (int)h->pid);
+	ids_of(uid, pid, h->uid, h->pid);
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
 	kv[n] = NULL;
@@ -1453,9 +1501,12 @@ int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *coun
 
 int lockfs_core_log_open_ro(struct lockfs_core *core)
 {
-	int fd = openat(core->dirfd, core->log_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	return lockfs_log_open_ro(core->log);
+}
 
-	return fd < 0 ? -errno : fd;
+void lockfs_core_log_reopen(struct lockfs_core *core)
+{
+	lockfs_log_request_reopen(core->log);
 }
 
 void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, void *arg)
@@ -1555,8 +1606,10 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	struct lockfs_core *core = calloc(1, sizeof(*core));
 	int rc;
 
-	if (!core)
+	if (!core) {
+		lockfs_log_close(cfg->log);
 		return -ENOMEM;
+	}
 	for (int i = 0; i < STRIPES; i++)
 		pthread_mutex_init(&core->stripes[i].mu, NULL);
 	pthread_mutex_init(&core->users_mu, NULL);
@@ -1569,9 +1622,9 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	core->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
 	core->stale_s = cfg->stale_s;
 	core->break_signal = cfg->break_signal;
-	core->log_name = strdup(cfg->log_name ? cfg->log_name : "lock.log");
-	if (!core->log_name) {
-		rc = -ENOMEM;
+	core->log = cfg->log;
+	if (!core->log) {
+		rc = -EINVAL;
 		goto fail;
 	}
 	rc = lockfs_helpers_parse(&core->helpers, cfg->helpers ? cfg->helpers : LOCKFS_DEFAULT_HELPERS);
@@ -1583,9 +1636,6 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	if (rc < 0)
 		goto fail;
 	rc = lockfs_fence_open(&core->fence, cfg->dirfd, cfg->fence_path ? cfg->fence_path : ".fence");
-	if (rc < 0)
-		goto fail;
-	rc = lockfs_log_open(&core->log, cfg->dirfd, core->log_name);
 	if (rc < 0)
 		goto fail;
 	rc = quota_open_limits(core, cfg);
@@ -1667,9 +1717,14 @@ void lockfs_core_close(struct lockfs_core *core)
 	pthread_mutex_destroy(&core->users_mu);
 	if (core->be)
 		core->be->ops->destroy(core->be);
-	lockfs_log_close(core->log);
+	{
+		size_t left = lockfs_log_close(core->log);
+
+		if (left)
+			fprintf(stderr, "lockfs: warning: %zu audit log line(s) could not be written "
+				"to the log before exit; they went to syslog\n", left);
+	}
 	lockfs_fence_close(core->fence);
 	lockfs_helpers_free(&core->helpers);
-	free(core->log_name);
 	free(core);
 }

@@ -110,9 +110,9 @@ void queue_free_all(struct stripe *s)
 }
 
 /* Answer W with RESULT now, under the stripe mutex: the waiter runs as
- * soon as possible (a hand-off's latency is this), and what only records
- * the grant (its log line) comes after.  DONE must not call back into the
- * engine. */
+ * soon as possible (a hand-off's latency is this).  A grant's `acquired`
+ * line is written before (no grant without its line).  DONE must not
+ * call back into the engine. */
 static void complete(struct stripe *s, struct lockfs_wait *w, int result)
 {
 	(void)s;
@@ -142,7 +142,7 @@ static int grant_reserve(struct lockfs_core *core, const char *name, struct qent
 		char who[WHO_MAX];
 
 		who_of(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
-		quota_refuse(core, e->who.uid, why, name, who, 0);
+		quota_refuse(core, e->who.uid, why, name, who, e->who.pid);
 	}
 	return rc;
 }
@@ -261,21 +261,44 @@ static int build_fd_record(struct lockfs_core *core, const char *name, struct qe
 	return 0;
 }
 
-static void log_granted(struct lockfs_core *core, const char *name,
-			const struct lockfs_holder *h, const char *slug, uint64_t fence,
-			enum lockfs_mode mode)
+/* The `acquired` line of NAME's grant to H, now or not at all: 0, or the
+ * -errno of the failed write (the caller takes the grant back). */
+static int log_granted(struct lockfs_core *core, const char *name,
+		       const struct lockfs_holder *h, const char *slug, uint64_t fence,
+		       enum lockfs_mode mode)
 {
-	char who[WHO_MAX], f[24], pid[16];
-	const char *kv[] = { "fence", f, "pid", pid, "bound", "fd",
+	char who[WHO_MAX], f[24], uid[16], pid[16];
+	const char *kv[] = { "fence", f, "uid", uid, "pid", pid, "bound", "fd",
 			     "mode", mode == LOCKFS_SHARED ? "shared" : "exclusive", NULL };
 
 	who_of(who, sizeof(who), slug, h->comm, h->pid);
 	snprintf(f, sizeof(f), "%" PRIu64, fence);
-	snprintf(pid, sizeof(pid), "%d", (int)h->pid);
-	log_event(core, who, name, kv, "acquired");
+	ids_of(uid, pid, h->uid, h->pid);
+	return log_acquired(core, who, name, kv);
 }
 
-/* E joins C's shared lock as one more holder.  0 or -errno. */
+/*
+ * Take back NAME's grant FENCE to OWNER, just stored (identity IDENTITY,
+ * record REC) but refused by the log: the store lets it go, or, if it
+ * cannot, the grant is cached and retried like a release the store
+ * refused (struct unlock_retry) -- held by nobody meanwhile, never by the
+ * owner, who is told it failed.  With s->mu held; clears REC.
+ */
+static void undo_grant_locked(struct lockfs_core *core, struct stripe *s, const char *name,
+			      uint64_t identity, struct lockfs_record *rec,
+			      const char *owner, uint64_t fence)
+{
+	int rc = core->be->ops->release(core->be, name, identity);
+
+	if (rc < 0 && rc != -ENOENT) {
+		cache_put(core, s, name, identity, rec, -1, true);
+		retry_add(s, name, owner, fence, rc);
+	}
+	lockfs_record_clear(rec);
+}
+
+/* E joins C's shared lock as one more holder.  0, -ENOLCK (full),
+ * -EAGAIN (not now), or the log's -errno (E is refused). */
 static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		       struct lockfs_entry_stat *st, struct qentry *e)
 {
@@ -286,13 +309,12 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 	/* Every holder must fit in a record the store can give back. */
 	if (holder_count(&c->rec) >= LOCKFS_SHARED_MAX)
 		return -ENOLCK;
-	rc = build_fd_record(core, c->name, e, &fresh);
-	if (rc < 0)
-		return rc;
+	if (build_fd_record(core, c->name, e, &fresh) < 0)
+		return -EAGAIN; /* no memory now: keep waiting */
 	v = realloc(c->rec.shares, (c->rec.nshares + 1) * sizeof(*v));
 	if (!v) {
 		lockfs_record_clear(&fresh);
-		return -ENOMEM;
+		return -EAGAIN;
 	}
 	c->rec.shares = v;
 	v = &v[c->rec.nshares++];
@@ -307,14 +329,35 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 	fresh.slug = NULL;
 	lockfs_record_clear(&fresh);
 	quota_locks_add(core->quota, v->holder.uid, 1); /* as cache_account would */
-	rc = persist_locked(core, s, c, st);
-	if (rc == 0 && e->w) {
+	if (persist_locked(core, s, c, st) < 0)
+		return -EAGAIN; /* the store cannot tell: keep waiting */
+	v = &c->rec.shares[c->rec.nshares - 1];
+	rc = log_granted(core, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED);
+	if (rc < 0) {
+		/* The log refused: this share goes again, the others stay. */
+		uint64_t fence = v->fence;
+		char *name = strdup(c->name);
+		struct lockfs_entry_stat now = { .identity = c->identity };
+		int urc;
+
+		quota_locks_add(core->quota, v->holder.uid, -1); /* before it leaves */
+		lockfs_holder_clear(&v->holder);
+		free(v->slug);
+		if (--c->rec.nshares == 0) {
+			free(c->rec.shares);
+			c->rec.shares = NULL;
+		}
+		urc = persist_locked(core, s, c, &now);
+		if (urc < 0 && name)
+			retry_add(s, name, e->owner, fence, urc);
+		free(name);
+		return rc;
+	}
+	if (e->w) {
 		complete(s, e->w, 0);
 		e->w = NULL;
 	}
-	if (rc == 0)
-		log_granted(core, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED);
-	return rc;
+	return 0;
 }
 
 /*
@@ -347,7 +390,7 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 				return rc;
 			rc = join_shared(core, s, c, &st, e);
 			quota_lock_unreserve(core->quota, e->who.uid, true);
-			return rc == 0 || rc == -ENOLCK ? rc : -EAGAIN;
+			return rc;
 		}
 		return -EAGAIN;
 	}
@@ -372,11 +415,17 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 		rc = rc == -EEXIST ? -EAGAIN : rc;
 		goto out;
 	}
+	/* Its line before its answer: nobody holds a lock the log does not
+	 * show. */
+	rc = log_granted(core, name, &rec.holder, rec.slug, rec.fence, rec.mode);
+	if (rc < 0) {
+		undo_grant_locked(core, s, name, st.identity, &rec, e->owner, rec.fence);
+		goto out;
+	}
 	if (e->w) {
 		complete(s, e->w, 0);
 		e->w = NULL;
 	}
-	log_granted(core, name, &rec.holder, rec.slug, rec.fence, rec.mode);
 	cache_put(core, s, name, st.identity, &rec, -1, true);
 	lockfs_record_clear(&rec);
 out:
@@ -447,37 +496,46 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	if (!e)
 		return false;
 	uid = e->who.uid;
-	if (build_fd_record(core, c->name, e, &rec) < 0)
+	name = strdup(c->name);
+	if (!name)
+		goto unreserve;
+	if (build_fd_record(core, name, e, &rec) < 0)
 		goto unreserve;
 	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
 	if (!json) {
 		lockfs_record_clear(&rec);
 		goto unreserve;
 	}
-	rc = core->be->ops->update(core->be, c->name, identity, json, len, NULL);
+	rc = core->be->ops->update(core->be, name, identity, json, len, &st);
 	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
 		goto unreserve;
 	}
-	/* In place: answer the waiter first, then write down what happened
-	 * and learn the store's new identity. */
+	/* In place, so nobody can take it in between.  The old holder's end
+	 * is written first, whatever happens next; then the new holder's
+	 * `acquired`, before the waiter is answered. */
+	if (event)
+		log_event(core, who, name, kv, event);
+	rc = log_granted(core, name, &rec.holder, rec.slug, rec.fence, rec.mode);
+	cache_drop(core, s, name); /* C: the old holder's, released */
+	if (rc < 0) {
+		/* The log refused the grant: the old holder's release stands,
+		 * the waiter is told the error, the lock is let go (or retried
+		 * like a refused release), and the queue is tried again. */
+		undo_grant_locked(core, s, name, st.identity, &rec, e->owner, rec.fence);
+		complete(s, e->w, rc);
+		active_end(core, q, e);
+		queue_unlink(q, e);
+		quota_lock_unreserve(core->quota, uid, false);
+		queue_grant_locked(core, s, name);
+		free(name);
+		return true;
+	}
 	complete(s, e->w, 0);
 	active_end(core, q, e);
 	grant_same_owner(core, s, q, e->owner, e->mode);
 	queue_unlink(q, e);
-	if (event)
-		log_event(core, who, c->name, kv, event);
-	log_granted(core, c->name, &rec.holder, rec.slug, rec.fence, rec.mode);
-	name = strdup(c->name);
-	if (!name || core->be->ops->stat(core->be, name, &st, true) < 0) {
-		/* The store holds the new record: re-read it next time. */
-		cache_drop(core, s, c->name);
-		lockfs_record_clear(&rec);
-		free(name);
-		quota_lock_unreserve(core->quota, uid, false);
-		return true;
-	}
 	cache_put(core, s, name, st.identity, &rec, -1, true);
 	lockfs_record_clear(&rec);
 	quota_lock_unreserve(core->quota, uid, false);
@@ -487,6 +545,7 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	return true;
 unreserve:
 	quota_lock_unreserve(core->quota, uid, false);
+	free(name);
 	return false;
 }
 
@@ -596,7 +655,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 		char who[WHO_MAX];
 
 		who_of(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
-		quota_refuse(core, e->uid, QUOTA_WAITERS_PER_UID, name, who, 0);
+		quota_refuse(core, e->uid, QUOTA_WAITERS_PER_UID, name, who, e->who.pid);
 		rc = -EDQUOT;
 		if (q)
 			queue_maybe_free(s, q);
@@ -748,8 +807,9 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	rc = 0;
 	if (held >= 0) {
 		if (strcmp(c->issued, c->rec.token) != 0) {
-			/* Rewritten behind our back: keep it, say so. */
-			const char *kv[] = { "reason", "token-mismatch", NULL };
+			/* Rewritten behind our back: keep it, say so (whose it
+			 * is, the record cannot be trusted to tell). */
+			const char *kv[] = { "uid", "", "pid", "", "reason", "token-mismatch", NULL };
 
 			log_event(core, "?", name, kv, "denied");
 			rc = -EPERM;
@@ -915,7 +975,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 {
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
-	char slug[SLUG_MAX], who[WHO_MAX], fence[24], pid[16];
+	char slug[SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct lockfs_proc writer;
 	struct cached *c;
 	bool foreign, to_slug;
@@ -999,10 +1059,10 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	}
 	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
-	snprintf(pid, sizeof(pid), "%d", (int)c->rec.holder.pid);
+	ids_of(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
 	rc = persist_locked(core, s, c, &st);
 	if (rc == 0) {
-		const char *kv[] = { "fence", fence, "pid", pid,
+		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid,
 				     "bound", to_slug ? "slug" : "process", NULL };
 
 		log_event(core, who, name, kv, "bound");

@@ -341,14 +341,17 @@ bool quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const c
 	return fresh;
 }
 
-void quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who)
+void quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
+		     pid_t pid)
 {
 	struct quota_burst *b;
 
 	pthread_mutex_lock(&q->mu);
 	b = burst_find(q, uid, reason);
-	if (b && !b->who[0])
+	if (b && !b->who[0]) {
 		snprintf(b->who, sizeof(b->who), "%s", who);
+		b->pid = pid;
+	}
 	pthread_mutex_unlock(&q->mu);
 }
 

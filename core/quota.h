@@ -44,6 +44,7 @@ struct quota_burst {
 	uint32_t limit;       /* the cap refused at; QUOTA_NONE for the fd reserve */
 	int64_t first_ms, last_ms; /* monotonic */
 	char who[300];        /* the first refused caller */
+	pid_t pid;            /* the process WHO stands for (0 = not known) */
 	char name[256];       /* what it asked for first ("" = nothing named) */
 };
 
@@ -88,10 +89,12 @@ void quota_open_sub(struct quota *q, uid_t uid);
 /*
  * Count a refusal of UID for REASON (NAME: what was asked for, may be
  * NULL).  Returns true when it starts a burst: the caller then says who
- * asked, with quota_burst_who() (outside any mutex: it may read /proc).
+ * asked, with quota_burst_who() (outside any mutex: it may read /proc):
+ * WHO as the log names it, PID the process it stands for (0 = not known).
  */
 bool quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const char *name);
-void quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who);
+void quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
+		     pid_t pid);
 
 /*
  * Hand every burst that has ended to EMIT and forget it: ended means 1 s

@@ -291,7 +291,7 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 {
 	struct lockfs_record *r = &c->rec;
 	struct lockfs_entry_stat st = { .identity = c->identity };
-	char who[WHO_MAX], fence[24], pid[16], start[24], count[24];
+	char who[WHO_MAX], fence[24], uid[16], pid[16], start[24], count[24];
 	bool first = !r->holder_exited;
 	uint64_t version = 0;
 	int n;
@@ -312,7 +312,7 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 		(void)descendants_refresh(core, c, &version);
 	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
-	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
+	ids_of(uid, pid, r->holder.uid, r->holder.pid);
 	snprintf(start, sizeof(start), "%llu", r->holder.start_time);
 	if (n > 0)
 		snprintf(count, sizeof(count), "%d", n);
@@ -321,8 +321,8 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 	/* The line first: a store that refuses the record means the next
 	 * reading decides (and says) it again, never that nothing is said. */
 	if (first) {
-		const char *kv[] = { "fence", fence, "pid", pid, "holder", who, "start", start,
-				     "descendants", count, "evidence",
+		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holder", who,
+				     "start", start, "descendants", count, "evidence",
 				     core->starting ? "exited-while-down" : "exited", NULL };
 
 		log_event(core, who, name, kv, "holder-exited");
@@ -379,7 +379,7 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 			const char *evidence, pid_t evidence_pid)
 {
 	struct stripe *s = stripe_of(core, name);
-	char who[WHO_MAX], fence[24], ttl[16], pid[16];
+	char who[WHO_MAX], fence[24], ttl[16], uid[16], pid[16], epid[16];
 	struct cached *c;
 
 	pthread_mutex_lock(&s->mu);
@@ -394,11 +394,15 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	snprintf(ttl, sizeof(ttl), "%u", c->rec.lease.ttl_s);
-	snprintf(pid, sizeof(pid), "%d", (int)(evidence_pid ? evidence_pid : c->rec.holder.pid));
+	ids_of(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
+	snprintf(epid, sizeof(epid), "%d", (int)evidence_pid);
 	stripe_unlock(s);
 	{
-		const char *kv[] = { "fence", fence, "ttl_s", ttl, "evidence", evidence,
-				     "pid", pid, NULL };
+		/* pid= is the holder's, as on every line; a slug lock's
+		 * evidence is another process: evidence_pid=. */
+		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "ttl_s", ttl,
+				     "evidence", evidence, evidence_pid ? "evidence_pid" : NULL, epid,
+				     NULL };
 
 		log_event(core, who, name, kv, "expired");
 	}
@@ -412,11 +416,9 @@ static void check_slug(struct lockfs_core *core, const struct todo *t, bool logg
 	int rc = lockfs_proc_env_exists(t->uid, "LOCKFS_SLUG", t->slug, &pid);
 
 	if (rc == 0) {
-		char uid[16];
-		const char *extra[] = { "slug", t->slug, "uid", uid,
+		const char *extra[] = { "slug", t->slug,
 					"evidence", "lease-expired,no-process-with-slug", NULL };
 
-		snprintf(uid, sizeof(uid), "%u", (unsigned)t->uid);
 		recover(core, t->name, t->token, extra, true);
 	} else if (rc == 1 && !logged) {
 		log_expired(core, t->name, t->token, "process-with-slug", pid);
@@ -713,15 +715,17 @@ static void recover_stale_foreign(struct lockfs_core *core)
 		struct lockfs_entry_stat st;
 		struct cached *c;
 		bool foreign, released = false;
-		char age[24], stale[24];
+		char age[24], stale[24], uid[16], pid[16];
 
 		pthread_mutex_lock(&s->mu);
 		if (!cache_find(s, nv.v[i]) &&
 		    load_locked(core, s, nv.v[i], &st, &foreign, true, &c) == 0 && foreign &&
 		    now - st.mtime_ms >= (int64_t)core->stale_s * 1000) {
-			const char *kv[] = { "age_s", age, "stale_s", stale,
+			/* uid= owns DIR/NAME.lock; no process is known (pid=-). */
+			const char *kv[] = { "uid", uid, "pid", pid, "age_s", age, "stale_s", stale,
 					     "evidence", "foreign-stale", NULL };
 
+			ids_of(uid, pid, st.uid, 0);
 			snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
 			snprintf(stale, sizeof(stale), "%u", core->stale_s);
 			log_event(core, "?", nv.v[i], kv, "recovered");
@@ -739,6 +743,7 @@ void recovery_tick(void *arg)
 {
 	struct lockfs_core *core = arg;
 
+	lockfs_log_tick(core->log);
 	/* Take in the process events first: a descendant's exit frees its
 	 * holder's lock in the collect() below. */
 	lockfs_descendants_tick(core->descendants);
@@ -760,7 +765,7 @@ static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct 
 			     struct lockfs_entry_stat *st)
 {
 	struct lockfs_record *r = &c->rec;
-	char who[WHO_MAX], fence[24], pid[16], holders[16];
+	char who[WHO_MAX], fence[24], uid[16], pid[16], holders[16];
 	bool any = r->bound == LOCKFS_BOUND_FD;
 
 	for (size_t i = 0; i < r->nshares; i++)
@@ -777,14 +782,14 @@ static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct 
 	}
 	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
-	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
+	ids_of(uid, pid, r->holder.uid, r->holder.pid);
 	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
 	if (r->nshares)
 		s->process_shares = true; /* queue_tick() watches them */
 	if (persist_locked(core, s, c, st) < 0)
 		return; /* dropped from the cache; the lock stays as it was */
 	{
-		const char *kv[] = { "fence", fence, "pid", pid, "holders", holders,
+		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holders", holders,
 				     "bound", "process", "evidence", "daemon-restart", NULL };
 
 		log_event(core, who, c->name, kv, "rebound");
@@ -830,7 +835,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
-	char by[WHO_MAX], *why;
+	char by[WHO_MAX], by_uid[16], by_pid[16], uid[16], none[16], *why;
 	bool foreign;
 	pid_t pid = 0;
 	unsigned long long start = 0;
@@ -847,19 +852,24 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	why = strndup(reason, len);
 	if (!why)
 		return -ENOMEM;
-	who_of_caller(core, caller->tid, by, sizeof(by));
+	/* The breaker, as the kernel tells it, beside the name it goes by. */
+	ids_of(by_uid, by_pid, caller->uid, who_of_caller(core, caller->tid, by, sizeof(by)));
 
 	pthread_mutex_lock(&s->mu);
 	rc = load_locked(core, s, name, &st, &foreign, true, &c);
 	if (rc == 0 && c) {
-		const char *extra[] = { "by", by, "reason", why, NULL };
+		const char *extra[] = { "by", by, "by_uid", by_uid, "by_pid", by_pid,
+					"reason", why, NULL };
 
 		pid = c->rec.holder.pid;
 		start = c->rec.holder.start_time;
 		rc = release_locked(core, s, c, st.identity, "broken", extra);
 	} else if (rc == 0) {
-		const char *kv[] = { "by", by, "reason", why, NULL };
+		/* A foreign lock: uid= owns DIR/NAME.lock, no process known. */
+		const char *kv[] = { "uid", uid, "pid", none, "by", by, "by_uid", by_uid,
+				     "by_pid", by_pid, "reason", why, NULL };
 
+		ids_of(uid, none, st.uid, 0);
 		log_event(core, "?", name, kv, "broken");
 		rc = core->be->ops->release(core->be, name, st.identity);
 	}

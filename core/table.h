@@ -131,7 +131,6 @@ struct lockfs_core {
 	struct lockfs_helpers helpers;
 	const struct lockfs_proc_source *procs;
 	int dirfd;              /* borrowed */
-	char *log_name;
 	char host[256];
 	char boot_id[40];
 	uint32_t default_lease_s;
@@ -176,10 +175,24 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 /* "comm[pid]", or the slug when there is one. */
 void who_of(char *buf, size_t size, const char *slug, const char *comm, pid_t pid);
 /* WHO for the process of thread TID: its resolved holder's comm[pid] or
- * its LOCKFS_SLUG. */
-void who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size);
+ * its LOCKFS_SLUG.  Returns the pid WHO stands for: the resolved process,
+ * else TID (0 = not visible). */
+pid_t who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size);
+/* Decimal UID and PID into the buffers, for a line's uid= and pid=. */
+void ids_of(char uid[16], char pid[16], uid_t u, pid_t p);
+/* Log EVENT: written now, or kept until the log takes writes again (and
+ * sent to syslog meanwhile).  Never fails the request: for what happens
+ * whether or not it can be logged (releases, recoveries, refusals). */
 void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event);
+/* Log a grant's `acquired` line now or not at all.  Returns 0, or the
+ * -errno of the failed write: then the grant must be undone. */
+int log_acquired(struct lockfs_core *core, const char *who, const char *name,
+		 const char *const *kv);
+/* A refused request by CALLER (uid from the kernel, PID the process WHO
+ * names), rate-limited per uid (lockfs_log_denied). */
+void log_refusal(struct lockfs_core *core, const struct lockfs_caller *caller, pid_t pid,
+		 const char *who, const char *name, const char *reason);
 void notify_removed(struct lockfs_core *core, const char *name);
 
 /*
@@ -208,11 +221,12 @@ void cache_account(struct lockfs_core *core, const struct cached *c, int sign);
 /*
  * Refuse a request of UID for REASON: counted into the uid's burst of
  * refusals, which is logged as one `refused` line when it ends.  NAME is
- * what was asked for (may be NULL); WHO the caller as the log names it,
- * or NULL to resolve thread TID now (only for a burst's first refusal).
+ * what was asked for (may be NULL); WHO the caller as the log names it and
+ * PID the process it stands for (0 = not known), or WHO NULL to resolve
+ * thread PID now (only for a burst's first refusal).
  */
 void quota_refuse(struct lockfs_core *core, uid_t uid, enum quota_reason reason,
-		  const char *name, const char *who, pid_t tid);
+		  const char *name, const char *who, pid_t pid);
 /* Log the `refused` line of burst B (a quota_flush() callback; ARG is the core). */
 void log_refused(void *arg, const struct quota_burst *b);
 

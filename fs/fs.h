@@ -104,6 +104,20 @@ struct lockfs_fs {
 	struct timespec mounted_at;
 };
 
+/* The audit log at start-up (log_setup.c). */
+/* -o log_max=, log_keep=, log_denied_interval= (NULL: not given) into
+ * *LIM, the defaults for the others.  0, or -1 after one line on stderr. */
+int log_limits_parse(const char *max, const char *keep, const char *interval,
+		     struct lockfs_log_limits *lim);
+/* Open DIR/lock.log (DIRFD) into *OUT.  0, or -errno after one line on
+ * stderr (a symlink, other hard links, not a regular file, ...). */
+int log_open_audit(int dirfd, const char *dir, const struct lockfs_log_limits *lim,
+		   struct lockfs_log **out);
+/* SIGHUP reopens CORE's log, and no longer stops the daemon; SIGXFSZ is
+ * ignored.  Call before fuse_set_signal_handlers (which then leaves SIGHUP
+ * alone), and with NULL before the core is closed (SIGHUP ignored). */
+void log_signals_set(struct lockfs_core *core);
+
 extern const struct fuse_lowlevel_ops lockfs_ops;
 /* Who sent REQ (tid 0 when the daemon cannot tell). */
 void caller_of(fuse_req_t req, struct lockfs_caller *c);

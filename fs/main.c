@@ -4,6 +4,7 @@
  *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
  *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
  *          [-o descendants=connector|scan]
+ *          [-o log_max=SIZE] [-o log_keep=N] [-o log_denied_interval=SECONDS]
  *          [-o max_open_per_uid=N] [-o max_locks_per_uid=N]
  *          [-o max_waiters_per_uid=N] [-o max_locks=N]
  *          [FUSE options] [SOURCE] MOUNTPOINT
@@ -58,6 +59,9 @@ struct options {
 	char *max_locks_per_uid;
 	char *max_waiters_per_uid;
 	char *max_locks;
+	char *log_max;
+	char *log_keep;
+	char *log_denied_interval;
 	int show_help;
 	/* The positional arguments: [SOURCE] MOUNTPOINT. */
 	char *positional[2];
@@ -77,6 +81,9 @@ static const struct fuse_opt option_spec[] = {
 	OPT("max_locks_per_uid=%s", max_locks_per_uid),
 	OPT("max_waiters_per_uid=%s", max_waiters_per_uid),
 	OPT("max_locks=%s", max_locks),
+	OPT("log_max=%s", log_max),
+	OPT("log_keep=%s", log_keep),
+	OPT("log_denied_interval=%s", log_denied_interval),
 	/* mount(8)'s own options, which reach us from fstab through
 	 * mount.fuse3 (it drops only some of them): they mean nothing here. */
 	FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
@@ -174,6 +181,12 @@ static void usage(const char *prog)
 	       "    -o max_locks=N        locks in all (default 16384, or what a quarter of\n"
 	       "                          DIR's file system holds if fewer; ENOSPC)\n"
 	       "                          root is exempt from all four; 0 = no limit\n"
+	       "    -o log_max=SIZE       rotate DIR/lock.log before it passes SIZE (K, M, G\n"
+	       "                          suffixes; 0 = never; default 4M, at least 16K)\n"
+	       "    -o log_keep=N         rotated logs kept: lock.log.1 .. lock.log.N (default 4)\n"
+	       "    -o log_denied_interval=SECONDS\n"
+	       "                          at most one `denied` line per uid per SECONDS\n"
+	       "                          during a burst (default 10; 0 = log every one)\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
 	       prog, prog);
@@ -398,6 +411,7 @@ int main(int argc, char *argv[])
 	struct lockfs_backend *be = NULL;
 	struct lockfs_core_config cfg = { 0 };
 	struct fuse_loop_config *loop_cfg = NULL;
+	struct lockfs_log_limits log_limits;
 	const char *backing;
 	char *fsname = NULL;
 	int dirfd = -1, lockfd = -1, rc, ret = 1;
@@ -438,7 +452,8 @@ int main(int argc, char *argv[])
 	     parse_cap("max_locks_per_uid", o.max_locks_per_uid, &cfg.max_locks_per_uid) < 0) ||
 	    (o.max_waiters_per_uid &&
 	     parse_cap("max_waiters_per_uid", o.max_waiters_per_uid, &cfg.max_waiters_per_uid) < 0) ||
-	    (o.max_locks && parse_cap("max_locks", o.max_locks, &cfg.max_locks) < 0))
+	    (o.max_locks && parse_cap("max_locks", o.max_locks, &cfg.max_locks) < 0) ||
+	    log_limits_parse(o.log_max, o.log_keep, o.log_denied_interval, &log_limits) < 0)
 		goto out_args;
 	if (o.descendants && strcmp(o.descendants, "connector") != 0 &&
 	    strcmp(o.descendants, "scan") != 0) {
@@ -463,6 +478,10 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "lockfs: backing dir %s: %s\n", backing,
 			rc == -EINVAL ? "filesystem lacks rename(RENAME_NOREPLACE), "
 			"so acquisition could not be atomic" : strerror(-rc));
+		goto out_lock;
+	}
+	if (log_open_audit(dirfd, backing, &log_limits, &cfg.log) < 0) {
+		be->ops->destroy(be);
 		goto out_lock;
 	}
 	cfg.dirfd = dirfd;
@@ -504,6 +523,7 @@ int main(int argc, char *argv[])
 	fs.se = fuse_session_new(&args, &lockfs_ops, sizeof(lockfs_ops), &fs);
 	if (!fs.se)
 		goto out_inodes;
+	log_signals_set(fs.core);
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
 	if (lockfs_stop_install(fs.se) < 0) {
@@ -567,6 +587,7 @@ out_session:
 	fuse_session_destroy(fs.se);
 	handles_free_all(&fs);
 out_inodes:
+	log_signals_set(NULL);
 	free(fsname);
 	inodes_free(fs.inodes);
 	lockfs_core_close(fs.core);
@@ -589,6 +610,9 @@ out_args:
 	free(o.max_locks_per_uid);
 	free(o.max_waiters_per_uid);
 	free(o.max_locks);
+	free(o.log_max);
+	free(o.log_keep);
+	free(o.log_denied_interval);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -11,7 +11,8 @@ apt-get install -y -q --no-install-recommends \
 	util-linux passwd procps strace busybox-static e2fsprogs \
 	clang libclang-rt-14-dev \
 	libcurl4-openssl-dev etcd-server etcd-client openssl \
-	libsystemd-dev systemd groff-base podman runc
+	libsystemd-dev systemd groff-base podman runc \
+	logrotate
 # etcd-server enables etcd.service, which starts on 2379/2380 on a systemd
 # host.  lockfs's tests never use it: they start their own etcd on other
 # loopback ports (tests/integration/etcd_fixtures.py) and leave it alone.

@@ -16,6 +16,7 @@
 
 #include "lockfs/backend.h"
 #include "lockfs/holder.h"
+#include "lockfs/log.h"
 
 struct lockfs_core;
 
@@ -32,7 +33,8 @@ struct lockfs_core_config {
 	struct lockfs_backend *backend; /* taken over by the core */
 	const char *helpers;     /* ':'-separated; NULL = default */
 	const char *fence_path;  /* persisted fence counter; NULL = DIR/.fence */
-	const char *log_name;    /* audit log, relative to dirfd; NULL = lock.log */
+	struct lockfs_log *log;  /* the audit log: taken over by the core, also
+				    when lockfs_core_open fails */
 	const struct lockfs_proc_source *procs; /* NULL = /proc */
 	uint32_t lease_s;        /* lease of slug-bound locks; 0 = 600 */
 	uint32_t stale_s;        /* recover foreign locks older than this; 0 = never */
@@ -221,7 +223,12 @@ int lockfs_core_handle_open(struct lockfs_core *core, const struct lockfs_caller
 			    bool keeps_fd, const char *name);
 void lockfs_core_handle_close(struct lockfs_core *core, uid_t uid, bool keeps_fd);
 
-/* A fresh read-only descriptor on the audit log, for `M/.log`. */
+/* A fresh descriptor to read the audit log from, for `M/.log`: the file
+ * the daemon writes now, whatever its name.  fd or -errno. */
 int lockfs_core_log_open_ro(struct lockfs_core *core);
+
+/* Open DIR/lock.log again soon (SIGHUP: logrotate moved it).
+ * Async-signal-safe. */
+void lockfs_core_log_reopen(struct lockfs_core *core);
 
 #endif

@@ -97,6 +97,7 @@ def test_refused_opens_are_logged_once_per_burst(lockfs_factory, users, hogs):
     assert len(lines) == 1, lines
     d = lines[0].details
     assert d['uid'] == str(users[0].uid) and d['limit'] == '5' and d['count'] == '50', d
+    assert d['pid'] == str(a.proc.pid), d  # the kernel's word, beside WHO
     assert lines[0].name == b'.log'
 
 

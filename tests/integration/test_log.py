@@ -30,7 +30,8 @@ def test_log_line_format(mnt, spawn_agent):
     assert lines[0].timestamp <= lines[1].timestamp
 
 
-def test_every_log_line_parses(mnt, spawn_agent):
+def test_every_log_line_parses(lockfs_factory, spawn_agent):
+    mnt = lockfs_factory(options=('log_denied_interval=0',))  # every refusal a line
     a, b = spawn_agent(), spawn_agent(env={'LOCKFS_SLUG': 'odd slug\\x'})
     for n in ('p', 'q r', 'caf\u00e9'):
         assert a.mkdir(mnt.path(n)) == 0

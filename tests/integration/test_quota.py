@@ -237,8 +237,8 @@ def test_refusals_are_logged_once_per_burst(lockfs_factory, users, procs):
     l = lines[0]
     assert l.who == f'python3[{a.pid}]'
     assert l.name == b'x-0'
-    assert l.details == {'uid': str(users[0].uid), 'reason': 'locks-per-uid', 'count': '30',
-                         'limit': '1'}
+    assert l.details == {'uid': str(users[0].uid), 'pid': str(a.pid),
+                         'reason': 'locks-per-uid', 'count': '30', 'limit': '1'}
     # A later burst is a line of its own.
     assert a.mkdir(m.path('y')) == errno.EDQUOT
     wait_until(lambda: len(refused_lines(m, 'locks-per-uid')) == 2, timeout=5,

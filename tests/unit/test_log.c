@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -269,7 +271,7 @@ static void test_real_file(void **state)
 	assert_non_null(mkdtemp(dir));
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(dirfd >= 0);
-	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
 	assert_int_equal(fstatat(dirfd, "lock.log", &st, 0), 0);
 	assert_int_equal(st.st_mode & 07777, 0644 & ~umask(umask(0)));
 	for (i = 0; i < 3; i++)
@@ -277,7 +279,7 @@ static void test_real_file(void **state)
 	lockfs_log_close(log);
 
 	/* Reopening appends rather than truncating. */
-	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
 	assert_int_equal(lockfs_log_event(log, "bob:2", "db", NULL, "steal"), 0);
 	lockfs_log_close(log);
 
@@ -307,9 +309,17 @@ static void test_open_error(void **state)
 {
 	struct lockfs_log *log = NULL;
 
-	assert_int_equal(lockfs_log_open(&log, AT_FDCWD, "/nonexistent-dir/x/lock.log"), -ENOENT);
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX";
+	int dirfd;
+
+	assert_non_null(mkdtemp(dir));
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dirfd >= 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "missing/lock.log", NULL), -ENOENT);
 	assert_null(log);
-	assert_int_equal(lockfs_log_open(&log, -1, "relative.log"), -EBADF);
+	close(dirfd);
+	rmdir(dir);
+	assert_int_equal(lockfs_log_open(&log, -1, "relative.log", NULL), -EBADF);
 }
 
 static void test_oversize_event_drops_details(void **state)
@@ -326,7 +336,7 @@ static void test_oversize_event_drops_details(void **state)
 	assert_non_null(mkdtemp(dir));
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(dirfd >= 0);
-	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log"), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
 
 	/* 1: a long detail is dropped whole, the rest stays. */
 	assert_int_equal(lockfs_log_event(log, "w", "n", kv, "set-operation"), 0);
@@ -361,6 +371,204 @@ static void test_oversize_event_drops_details(void **state)
 	close(dirfd);
 }
 
+static void test_parse_size(void **state)
+{
+	uint64_t v = 0;
+
+	assert_int_equal(lockfs_log_parse_size("0", &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(lockfs_log_parse_size("20000", &v), 0);
+	assert_int_equal(v, 20000);
+	assert_int_equal(lockfs_log_parse_size("16K", &v), 0);
+	assert_int_equal(v, 16384);
+	assert_int_equal(lockfs_log_parse_size("4m", &v), 0);
+	assert_int_equal(v, 4u << 20);
+	assert_int_equal(lockfs_log_parse_size("1G", &v), 0);
+	assert_int_equal(v, 1u << 30);
+	for (const char *const *bad = (const char *const[]){ "", "K", "-1", " 1", "1 K", "1KB",
+							     "1T", "x", "99999999999999999999",
+							     "17179869184G", NULL }; *bad; bad++)
+		assert_int_equal(lockfs_log_parse_size(*bad, &v), -EINVAL);
+	assert_int_equal(lockfs_log_parse_size(NULL, &v), -EINVAL);
+}
+
+static void test_fit_keeps_uid_and_pid(void **state)
+{
+	char *big = malloc(LOCKFS_LOG_LINE_MAX * 2), buf[LOCKFS_LOG_LINE_MAX], *f[16];
+	const char *kv[] = { "fence", "7", "uid", "1002", "pid", "4711", "reason", big, NULL };
+	int n;
+
+	assert_non_null(big);
+	memset(big, ' ', LOCKFS_LOG_LINE_MAX);
+	big[LOCKFS_LOG_LINE_MAX] = '\0';
+	n = lockfs_log_format_fit(buf, T0, "w", "n", kv, "broken");
+	assert_true(n > 0 && n < LOCKFS_LOG_LINE_MAX);
+	buf[n - 1] = '\0';
+	assert_int_equal(split(buf, f, 16), 7);
+	assert_string_equal(f[3], "uid=1002");
+	assert_string_equal(f[4], "pid=4711");
+	assert_string_equal(f[5], "details=dropped");
+	/* Still too long after that: WHO is cut, uid= and pid= stay. */
+	n = lockfs_log_format_fit(buf, T0, big, big, kv, "broken");
+	assert_true(n > 0 && n < LOCKFS_LOG_LINE_MAX);
+	buf[n - 1] = '\0';
+	assert_int_equal(split(buf, f, 16), 7);
+	assert_string_equal(f[1] + strlen(f[1]) - 4, "\\...");
+	assert_string_equal(f[3], "uid=1002");
+	assert_string_equal(f[4], "pid=4711");
+	assert_string_equal(f[6], "broken");
+	free(big);
+}
+
+/* A fresh 0700 directory and an fd on it. */
+static int temp_dir(char *dir)
+{
+	int fd;
+
+	assert_non_null(mkdtemp(dir));
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	return fd;
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[4200];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static int count_lines(const char *dir, const char *name)
+{
+	char *text = slurp(dir, name);
+	int n = 0;
+
+	for (char *p = text; *p; p++)
+		n += *p == '\n';
+	assert_true(text[0] == '\0' || text[strlen(text) - 1] == '\n');
+	free(text);
+	return n;
+}
+
+static void test_rotation_keeps_keep_files_within_max(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX";
+	const struct lockfs_log_limits lim = { .max_bytes = LOCKFS_LOG_MAX_MIN, .keep = 2 };
+	const char *kv[] = { "fence", "1", "uid", "0", "pid", "1", NULL };
+	struct lockfs_log *log;
+	struct stat st;
+	int dirfd = temp_dir(dir), total = 0;
+
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", &lim), 0);
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(lockfs_log_event(log, "w", "n", kv, "acquired"), 0);
+	assert_int_equal(lockfs_log_close(log), 0);
+	for (const char *const *n = (const char *const[]){ "lock.log", "lock.log.1", "lock.log.2",
+							   NULL }; *n; n++) {
+		assert_int_equal(fstatat(dirfd, *n, &st, AT_SYMLINK_NOFOLLOW), 0);
+		assert_true(S_ISREG(st.st_mode) && st.st_size <= (off_t)LOCKFS_LOG_MAX_MIN);
+		total += count_lines(dir, *n);
+	}
+	assert_int_equal(fstatat(dirfd, "lock.log.3", &st, 0), -1);
+	assert_true(total > 100 && total < 1000); /* the oldest went */
+	close(dirfd);
+	rm_rf(dir);
+}
+
+static void test_open_refuses_links(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX";
+	struct lockfs_log *log = NULL;
+	int dirfd = temp_dir(dir), fd;
+
+	assert_int_equal(symlinkat("target", dirfd, "sym.log"), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "sym.log", NULL), -ELOOP);
+	fd = openat(dirfd, "one.log", O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(linkat(dirfd, "one.log", dirfd, "two.log", 0), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "two.log", NULL), -EMLINK);
+	assert_int_equal(mkfifoat(dirfd, "fifo.log", 0600), 0);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "fifo.log", NULL), -EINVAL);
+	assert_null(log);
+	close(dirfd);
+	rm_rf(dir);
+}
+
+/* Lines that cannot be written are kept, in order, and written once the
+ * file takes writes; a grant's line (lockfs_log_event) is not kept. */
+static void test_kept_lines_come_out_in_order(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX", *text, *p;
+	struct lockfs_log *log;
+	struct rlimit old, lim;
+	struct stat st;
+	int dirfd = temp_dir(dir);
+
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
+	assert_int_equal(lockfs_log_event(log, "w", "first", NULL, "acquired"), 0);
+	assert_int_equal(fstatat(dirfd, "lock.log", &st, 0), 0);
+	/* Past RLIMIT_FSIZE a write fails with EFBIG (SIGXFSZ ignored). */
+	signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim.rlim_cur = (rlim_t)st.st_size + 10; /* part of a line fits */
+	lim.rlim_max = old.rlim_max;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	assert_int_equal(lockfs_log_event_or_keep(log, "w", "a", NULL, "released"), -EFBIG);
+	assert_int_equal(lockfs_log_event(log, "w", "grant", NULL, "acquired"), -EFBIG);
+	assert_int_equal(lockfs_log_event_or_keep(log, "w", "b", NULL, "released"), -EFBIG);
+	lockfs_log_tick(log); /* still refused: nothing changes */
+	assert_int_equal(fstatat(dirfd, "lock.log", &st, 0), 0);
+	assert_int_equal(st.st_size, lim.rlim_cur - 10); /* the cut part was taken back */
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	lockfs_log_tick(log);
+	assert_int_equal(lockfs_log_close(log), 0);
+	text = slurp(dir, "lock.log");
+	p = strstr(text, " first acquired\n");
+	assert_non_null(p);
+	p = strstr(p, " a released\n");
+	assert_non_null(p);
+	assert_non_null(strstr(p, " b released\n"));
+	assert_null(strstr(text, "grant"));
+	assert_int_equal(count_lines(dir, "lock.log"), 3);
+	free(text);
+	close(dirfd);
+	rm_rf(dir);
+}
+
+static void test_open_ro_follows_the_file_being_written(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX", buf[256];
+	struct lockfs_log *log;
+	int dirfd = temp_dir(dir), fd;
+	ssize_t n;
+
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", NULL), 0);
+	assert_int_equal(renameat(dirfd, "lock.log", dirfd, "moved"), 0);
+	assert_int_equal(lockfs_log_event(log, "w", "one", NULL, "acquired"), 0);
+	fd = lockfs_log_open_ro(log);
+	assert_true(fd >= 0);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, " one acquired\n"));
+	close(fd);
+	lockfs_log_request_reopen(log); /* what SIGHUP does */
+	assert_int_equal(lockfs_log_event(log, "w", "two", NULL, "acquired"), 0);
+	assert_int_equal(count_lines(dir, "lock.log"), 1);
+	assert_int_equal(count_lines(dir, "moved"), 1);
+	fd = lockfs_log_open_ro(log);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, " two acquired\n"));
+	close(fd);
+	lockfs_log_close(log);
+	close(dirfd);
+	rm_rf(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -379,6 +587,12 @@ int main(void)
 		cmocka_unit_test(test_real_file),
 		cmocka_unit_test(test_open_error),
 		cmocka_unit_test(test_oversize_event_drops_details),
+		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_fit_keeps_uid_and_pid),
+		cmocka_unit_test(test_rotation_keeps_keep_files_within_max),
+		cmocka_unit_test(test_open_refuses_links),
+		cmocka_unit_test(test_kept_lines_come_out_in_order),
+		cmocka_unit_test(test_open_ro_follows_the_file_being_written),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

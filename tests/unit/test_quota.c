@@ -156,7 +156,7 @@ static void test_a_burst_is_one_line_with_its_count(void **state)
 	struct emitted e = { 0 };
 
 	assert_true(quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x"));
-	quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]");
+	quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]", 7);
 	for (int i = 0; i < 9; i++)
 		assert_false(quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y"));
 	assert_true(quota_refused(q, 4343, QUOTA_LOCKS_PER_UID, "z")); /* another uid */
@@ -173,7 +173,7 @@ static void test_a_burst_ends_after_a_quiet_second(void **state)
 	struct emitted e = { 0 };
 
 	quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x");
-	quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]");
+	quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]", 7);
 	quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y");
 	usleep(1100 * 1000);
 	quota_flush(q, false, emit, &e);
