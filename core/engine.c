@@ -527,6 +527,10 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	who_of(who, sizeof(who), rec.slug, rec.holder.comm, rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
 	snprintf(pid, sizeof(pid), "%d", (int)rec.holder.pid);
+	/* `acquired` goes out only after this hold of the stripe mutex: a
+	 * release of NAME that made room for this acquisition writes its
+	 * line before it lets the mutex go (release_locked), so the log
+	 * never shows two holders at once.  Keep it after the mutex. */
 	pthread_mutex_lock(&s->mu);
 	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1, true);
 	stripe_unlock(s);
@@ -657,9 +661,26 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		free(name);
 		return 0;
 	}
-	if (event)
-		log_event(core, who, name, kv, event);
 	rc = core->be->ops->release(core->be, name, identity);
+	if (rc < 0 && rc != -ENOENT) {
+		/* The store refused (EIO, said by the backend): the lock is
+		 * still held, so it stays cached and its holder watched, and
+		 * nothing is logged.  A recovery is tried again at the next
+		 * tick (holder_gone stays set); an rmdir gets the error. */
+		free(name);
+		return rc;
+	}
+	/* The line is written only for a release that happened (-ENOENT:
+	 * someone removed the lock behind our back; nothing of ours to
+	 * log), and before the stripe mutex is let go: NAME may be free in
+	 * the store already, but nobody can be granted it through this
+	 * daemon until then -- a hand-off or a grant to the queue runs under
+	 * this mutex, and an acquisition logs its `acquired` only after it
+	 * has taken this mutex (lockfs_core_acquire) -- so the log never
+	 * shows two holders at once.  (A seed script's mkdir is not logged
+	 * at all.) */
+	if (rc == 0 && event)
+		log_event(core, who, name, kv, event);
 	cache_drop(core, s, name);
 	queue_grant_locked(core, s, name);
 	free(name);
@@ -687,8 +708,6 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
 	kv[n] = NULL;
-	if (event)
-		log_event(core, who, c->name, kv, event);
 	if (i == 0) {
 		/* The next holder moves up; the lock (its fence, its time)
 		 * stays what it was. */
@@ -714,6 +733,10 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	}
 	rc = persist_locked(core, s, c, &st);
 	if (rc == 0) {
+		/* Logged once the store no longer lists this holder, under
+		 * the stripe mutex (see release_locked). */
+		if (event)
+			log_event(core, who, c->name, kv, event);
 		cache_watch(core, c, -1);
 		queue_grant_locked(core, s, c->name);
 	}
@@ -761,11 +784,10 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 				   rc == -EPERM ? "not-holder" : "caller-unknown");
 			return rc;
 		}
-		/* A grant whose descriptor let go while the store refused:
-		 * its `released` is logged already; this finishes the job. */
-		rc = drop_holder_locked(core, s, c, st.identity, i,
-					retry_pending_locked(s, name, &c->rec, i) ? NULL : "released",
-					NULL);
+		/* Also a grant whose descriptor let go while the store
+		 * refused (retry_pending_locked): nothing was logged for it
+		 * then, so this is its `released`. */
+		rc = drop_holder_locked(core, s, c, st.identity, i, "released", NULL);
 	}
 out:
 	stripe_unlock(s);
@@ -949,8 +971,34 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 	return rc == 0 ? holder_check(core, &h, caller) : rc;
 }
 
+/*
+ * The store refused C's edited record (RC): it still holds the record as
+ * it was before the edit.  Read that back into the cache -- keeping the
+ * token this daemon issued, and watching its holders again -- so that a
+ * lock whose change failed stays held and watched as it was, never
+ * unwatched until someone happens to look.  A lock gone from the store is
+ * just dropped.  With s->mu held; C is freed.
+ */
+static void restore_locked(struct lockfs_core *core, struct stripe *s, struct cached *c, int rc)
+{
+	char issued[sizeof(c->issued)], *name = strdup(c->name);
+	bool expired_logged = c->expired_logged;
+	struct lockfs_entry_stat st;
+	bool foreign;
+
+	memcpy(issued, c->issued, sizeof(issued));
+	cache_drop(core, s, c->name);
+	if (name && rc != -ENOENT &&
+	    load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c) {
+		memcpy(c->issued, issued, sizeof(issued));
+		c->expired_logged = expired_logged;
+	}
+	free(name);
+}
+
 /* Write C's record back to the store and follow its new identity.  Called
- * with the stripe mutex held.  0 or -errno (then the entry is dropped). */
+ * with the stripe mutex held.  0 or -errno (then C is gone: the entry is
+ * read back from the store as it was, see restore_locked). */
 int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		   struct lockfs_entry_stat *st)
 {
@@ -965,7 +1013,7 @@ int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 	if (rc == 0)
 		c->identity = st->identity;
 	else
-		cache_drop(core, s, c->name);
+		restore_locked(core, s, c, rc);
 	return rc;
 }
 

@@ -183,7 +183,8 @@ static long holder_of_owner(struct stripe *s, const char *name,
  * OWNER let go of its grant FENCE of NAME but the store could not be
  * written (ERR): the lock stays in DIR, held by nobody (fail closed).
  * Remember it, so that the tick ends it once the store takes writes
- * again.  Its `released` line is already in the log.
+ * again; its `released` line is written then.  What is wrong with the
+ * store was said by the backend, once: nothing is said per release.
  */
 static void retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
 		      int err)
@@ -196,8 +197,6 @@ static void retry_add(struct stripe *s, const char *name, const char *owner, uin
 			"restarts (out of memory)\n", name, owner, strerror(-err));
 		return;
 	}
-	fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept, retried every tick\n",
-		name, owner, strerror(-err));
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
 	r->fence = fence;
 	r->next = s->retries;
@@ -318,6 +317,8 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 		}
 		return -EAGAIN;
 	}
+	if (rc == -EIO)
+		return rc; /* the store is broken (the backend said how): fail loudly */
 	if (rc != -ENOENT)
 		return -EAGAIN; /* the store cannot tell: keep waiting */
 	rc = build_fd_record(core, name, e, &rec);
@@ -619,8 +620,9 @@ static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
 			for (size_t i = 0; c->rec.has_holder && i <= c->rec.nshares; i++) {
 				if (!holder_is(&c->rec, i, r->owner, r->fence))
 					continue;
-				/* Logged `released` at the first try. */
-				rc = drop_holder_locked(core, s, c, st.identity, i, NULL, NULL);
+				/* Nothing was logged at the first try. */
+				rc = drop_holder_locked(core, s, c, st.identity, i, "released",
+							NULL);
 				done = rc == 0 || rc == -ENOENT;
 				gone = rc == 0 && !cache_find(s, r->name);
 				break;

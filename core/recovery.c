@@ -314,8 +314,10 @@ static void recover_stale_foreign(struct lockfs_core *core)
 
 			snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
 			snprintf(stale, sizeof(stale), "%u", core->stale_s);
-			log_event(core, "?", nv.v[i], kv, "recovered");
+			/* Logged once it happened, under the mutex (release_locked). */
 			released = core->be->ops->release(core->be, nv.v[i], st.identity) == 0;
+			if (released)
+				log_event(core, "?", nv.v[i], kv, "recovered");
 		}
 		stripe_unlock(s);
 		if (released)
@@ -330,6 +332,8 @@ void recovery_tick(void *arg)
 	struct lockfs_core *core = arg;
 	struct todo_list l = { 0 };
 
+	/* A store gone bad is noticed (and said) within a tick. */
+	core->be->ops->check(core->be);
 	collect(core, &l, true);
 	act(core, &l);
 	todo_free(&l);
@@ -446,8 +450,10 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	} else if (rc == 0) {
 		const char *kv[] = { "by", by, "reason", why, NULL };
 
-		log_event(core, "?", name, kv, "broken");
+		/* Logged once it happened, under the mutex (release_locked). */
 		rc = core->be->ops->release(core->be, name, st.identity);
+		if (rc == 0)
+			log_event(core, "?", name, kv, "broken");
 	}
 	stripe_unlock(s);
 	free(why);

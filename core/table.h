@@ -67,7 +67,8 @@ struct lockq {
 };
 
 /* An fd lock whose owner let go (last close, LOCK_UN) while the store
- * could not be written: still held in DIR, by nobody.  The tick retries. */
+ * could not be written: still held in DIR, by nobody.  The tick retries,
+ * and its `released` line is written when the store takes it. */
 struct unlock_retry {
 	struct unlock_retry *next;
 	char *name;
@@ -123,11 +124,17 @@ int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
 		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct cached **c);
 
 /*
- * Remove C's lock from the store, logging EVENT first (so the log never
- * shows two holders at once) with fence=, pid= and then EXTRA (key, value,
- * ..., NULL; may be NULL).  EVENT NULL logs nothing (a retry of a
- * release already logged).  Called with s->mu held and C a fresh entry
- * (read from the store under this hold); drops it.  0 or -errno.
+ * Remove C's lock from the store (or hand it to the queue's head), then
+ * log EVENT with fence=, pid= and then EXTRA (key, value, ..., NULL; may
+ * be NULL); EVENT NULL logs nothing.  The line is written only once the
+ * store has let go, and before s->mu is: nobody is granted NAME through
+ * this daemon in between, because every grant happens, and every
+ * `acquired` line is written, only after taking s->mu -- so the log never
+ * shows two holders at once, nor a release that did not happen.
+ * Called with s->mu held and C a fresh entry (read from the store under
+ * this hold).  0 (C dropped), -ENOENT (gone behind our back: C dropped,
+ * nothing logged), or -errno of the store (-EIO): then the lock is still
+ * held, C stays cached and its holder watched, and nothing is logged.
  */
 int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		   uint64_t identity, const char *event, const char *const *extra);

@@ -352,12 +352,29 @@ def run_expect_refusal(cmd, mnt, timeout=10.0):
 # --------------------------------------------------------------------------
 # issue 3: liveness, leases, recovery
 
+def log_settled(backing, name):
+    """True when every acquisition of NAME in lock.log has the line that
+    ends it (released, recovered, broken)."""
+    lines = log_for(backing, name)
+    return (sum(1 for l in lines if l.event in END_EVENTS) >=
+            sum(1 for l in lines if l.event == 'acquired'))
+
+
 def wait_free(m, name, timeout=2.0, interval=0.001):
-    """Poll until DIR/NAME.lock is gone; return the seconds it took."""
+    """Poll until DIR/NAME.lock is gone; return the seconds it took.
+
+    Then wait (at most a second more, not counted) for lock.log to say why:
+    the daemon writes the line that ends a lock just after DIR let it go --
+    never before, so that no line tells of a release that failed -- so DIR
+    may show NAME free a few microseconds before the line is there."""
     t0 = time.monotonic()
     wait_until(lambda: not os.path.lexists(m.lockdir(name)), timeout=timeout,
                interval=interval, what=f'{name!r} to be released in {m.dir}')
-    return time.monotonic() - t0
+    took = time.monotonic() - t0
+    deadline = time.monotonic() + 1.0
+    while not log_settled(m.dir, name) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return took
 
 
 def stays_held(m, name, seconds, interval=0.01):
