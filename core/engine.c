@@ -162,6 +162,7 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 		cache_unwatch(core, c);
 		c->holder_gone = false;
 		c->expired_logged = false;
+		c->rebound = false;
 		c->next_check_boot_ms = 0;
 	}
 	lockfs_record_clear(&c->rec);
@@ -367,22 +368,14 @@ void lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
 	lease->expires_at_ms = ttl_s ? lockfs_wall_ms() + (int64_t)ttl_s * 1000 : 0;
 }
 
-/* Build the record for a new holder.  Returns 0 or -errno. */
-int build_record(struct lockfs_core *core, const char *name,
-		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
-		 char ***cmdline)
+int holder_fill(struct lockfs_core *core, struct lockfs_holder *h, const struct lockfs_proc *p,
+		char ***cmdline)
 {
-	struct lockfs_holder *h = &rec->holder;
-	int rc;
-
-	memset(rec, 0, sizeof(*rec));
-	rec->has_holder = true;
 	h->pid = p->pid;
 	h->start_time = p->start_time;
 	h->uid = p->uid;
 	h->gid = p->gid;
 	h->user = user_name(core, p->uid);
-	rec->resource = strdup(name);
 	h->comm = strdup(p->comm);
 	h->host = strdup(core->host);
 	h->boot_id = strdup(core->boot_id);
@@ -392,6 +385,26 @@ int build_record(struct lockfs_core *core, const char *name,
 	} else if (lockfs_proc_cmdline(p->pid, CMDLINE_MAX, &h->cmdline) < 0) {
 		h->cmdline = calloc(1, sizeof(char *));
 	}
+	if (!h->comm || !h->host || !h->boot_id || !h->cmdline) {
+		lockfs_holder_clear(h);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Build the record for a new holder.  Returns 0 or -errno. */
+int build_record(struct lockfs_core *core, const char *name,
+		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
+		 char ***cmdline)
+{
+	int rc;
+
+	memset(rec, 0, sizeof(*rec));
+	rec->has_holder = true;
+	rc = holder_fill(core, &rec->holder, p, cmdline);
+	if (rc < 0)
+		goto fail;
+	rec->resource = strdup(name);
 	if (slug && *slug) {
 		/* Agents whose commands run in throwaway shells bind the lock
 		 * to (uid, slug); a lease stands in for a process to watch. */
@@ -399,8 +412,7 @@ int build_record(struct lockfs_core *core, const char *name,
 		rec->bound = LOCKFS_BOUND_SLUG;
 		lease_start(&rec->lease, core->default_lease_s);
 	}
-	if (!rec->resource || !h->comm || !h->host || !h->boot_id || !h->cmdline ||
-	    (slug && *slug && !rec->slug)) {
+	if (!rec->resource || (slug && *slug && !rec->slug)) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -982,7 +994,7 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 static void restore_locked(struct lockfs_core *core, struct stripe *s, struct cached *c, int rc)
 {
 	char issued[sizeof(c->issued)], *name = strdup(c->name);
-	bool expired_logged = c->expired_logged;
+	bool expired_logged = c->expired_logged, rebound = c->rebound;
 	struct lockfs_entry_stat st;
 	bool foreign;
 
@@ -992,6 +1004,7 @@ static void restore_locked(struct lockfs_core *core, struct stripe *s, struct ca
 	    load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c) {
 		memcpy(c->issued, issued, sizeof(issued));
 		c->expired_logged = expired_logged;
+		c->rebound = rebound;
 	}
 	free(name);
 }
@@ -1237,6 +1250,11 @@ void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, voi
 {
 	core->removed = fn;
 	core->removed_arg = arg;
+}
+
+void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev)
+{
+	core->mount_dev = dev;
 }
 
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)

@@ -338,49 +338,11 @@ void recovery_tick(void *arg)
 	act(core, &l);
 	todo_free(&l);
 	queue_tick(core);
+	rebound_tick(core);
 	if (core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
 		core->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(core);
 	}
-}
-
-/*
- * An fd lock found at startup was taken through an earlier mount: no
- * close can ever arrive for its descriptors.  Bind it to the process the
- * record names (watched like any process-bound holder), and say so.
- */
-static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
-			     struct lockfs_entry_stat *st)
-{
-	struct lockfs_record *r = &c->rec;
-	char who[WHO_MAX], fence[24], pid[16], holders[16];
-	bool any = r->bound == LOCKFS_BOUND_FD;
-
-	for (size_t i = 0; i < r->nshares; i++)
-		any |= r->shares[i].bound == LOCKFS_BOUND_FD;
-	if (!any)
-		return;
-	if (r->bound == LOCKFS_BOUND_FD)
-		r->bound = LOCKFS_BOUND_PROCESS;
-	r->fd_owner[0] = '\0';
-	for (size_t i = 0; i < r->nshares; i++) {
-		if (r->shares[i].bound == LOCKFS_BOUND_FD)
-			r->shares[i].bound = LOCKFS_BOUND_PROCESS;
-		r->shares[i].fd_owner[0] = '\0';
-	}
-	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
-	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
-	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
-	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
-	if (persist_locked(core, s, c, st) < 0)
-		return; /* dropped from the cache; the lock stays as it was */
-	{
-		const char *kv[] = { "fence", fence, "pid", pid, "holders", holders,
-				     "bound", "process", "evidence", "daemon-restart", NULL };
-
-		log_event(core, who, c->name, kv, "rebound");
-	}
-	cache_watch(core, c, -1);
 }
 
 int recovery_startup_scan(struct lockfs_core *core)

@@ -40,6 +40,8 @@ struct cached {
 	bool watched;        /* holds a liveness watch on rec.holder */
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */
+	bool rebound;        /* an fd lock bound at a restart to the process that
+				holds its old descriptor (rebound.c) */
 	int64_t next_check_boot_ms; /* slug evidence: not before this */
 };
 
@@ -105,6 +107,9 @@ struct lockfs_core {
 	lockfs_removed_fn removed;
 	void *removed_arg;
 	int64_t next_stale_scan_ms;
+	int64_t next_rebound_check_ms; /* boot clock; liveness thread only */
+	dev_t mount_dev;        /* of the mount served; 0 = not known (set before
+				   the liveness thread starts) */
 	bool starting;          /* in lockfs_core_open's scan */
 	struct stripe stripes[STRIPES];
 
@@ -168,6 +173,11 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 	       uint64_t identity, struct lockfs_record *rec, int pidfd, bool ours);
 int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		   struct lockfs_entry_stat *st);
+/* Fill H (zeroed) with process P's facts, as for a new holder: CMDLINE,
+ * when it points to an argv read earlier, is taken over, else P's is read.
+ * 0 or -ENOMEM (then H is cleared). */
+int holder_fill(struct lockfs_core *core, struct lockfs_holder *h, const struct lockfs_proc *p,
+		char ***cmdline);
 /* A record for a new holder WHO of NAME (fresh fence and token). */
 int build_record(struct lockfs_core *core, const char *name,
 		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
@@ -211,6 +221,15 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
  * seed's), holders of rebound shared locks that died.  Liveness thread. */
 void queue_tick(struct lockfs_core *core);
 void queue_free_all(struct stripe *s);
+
+/* fd locks across a restart (rebound.c).  At startup, with s->mu held and
+ * C fresh: bind C's fd holders to the processes that still hold their old
+ * descriptors, end those whose descriptor is closed, log it.  C may be
+ * gone afterwards.  rebound_tick: about once a second, end rebound locks
+ * whose descriptor nobody holds any more (liveness thread). */
+void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		      struct lockfs_entry_stat *st);
+void rebound_tick(struct lockfs_core *core);
 
 /* Recovery (recovery.c). */
 void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);

@@ -280,7 +280,7 @@ int main(int argc, char *argv[])
 	struct lockfs_core_config cfg = { 0 };
 	struct fuse_loop_config *loop_cfg = NULL;
 	const char *backing;
-	char *fsname = NULL;
+	char *fsname = NULL, *mnt_abs = NULL;
 	int dirfd = -1, lockfd = -1, rc, ret = 1;
 
 	pthread_mutex_init(&fs.parked_mu, NULL);
@@ -374,8 +374,19 @@ int main(int argc, char *argv[])
 		goto out_inodes;
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
+	/* Resolved before mounting: afterwards a lookup of the mount point
+	 * would be a request to ourselves, with nobody serving yet. */
+	mnt_abs = realpath(opts.mountpoint, NULL);
 	if (fuse_session_mount(fs.se, opts.mountpoint) != 0)
 		goto out_signals;
+	{
+		/* Tells descriptors of this mount from an earlier mount's (fd
+		 * locks rebound at a restart); unknown, all count as earlier. */
+		dev_t dev;
+
+		if (mnt_abs && lockfs_mount_dev(mnt_abs, &dev) == 0)
+			lockfs_core_set_mount_dev(fs.core, dev);
+	}
 	/* Detach only now: when `lockfs` returns, the mount is ready. */
 	fuse_daemonize(opts.foreground);
 	record_pid(lockfd);
@@ -430,6 +441,7 @@ out_lock:
 out_dir:
 	close(dirfd);
 out_args:
+	free(mnt_abs);
 	free(opts.mountpoint);
 	free(o.backing);
 	free(o.helpers);

@@ -1,0 +1,281 @@
+/*
+ * fd locks across a daemon restart.
+ *
+ * An fd lock belongs to an open file description of the mount: it ends
+ * when that description lets go (LOCK_UN, the last close).  After a
+ * restart nothing can come through the old mount's descriptors any more --
+ * their close gets ENOTCONN and never reaches the new daemon -- so the
+ * lock can no longer end by a request.  What the new daemon can see is
+ * processes, and, in /proc, which of them still hold a descriptor of the
+ * lock's file on the old mount (descriptors.c).
+ *
+ * So a lock found bound to a descriptor at startup is bound to the process
+ * that holds that descriptor now: its recorded holder if it does, else the
+ * first of the holder's descendants that does (for `flock FILE CMD` the
+ * holder is the shell that ran flock(1), and the descriptor is flock(1)'s),
+ * else any process that does.  It is watched like any process-bound lock,
+ * so it ends when that process exits; and about once a second the daemon
+ * looks whether anyone still holds such a descriptor, and ends it when
+ * nobody does (the close it could not hear).  A lock whose descriptor was
+ * closed while no daemon ran ends at startup.  Either way the same process
+ * asking again through the new mount is a new request like any other,
+ * never a waiter behind itself.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "descriptors.h"
+#include "table.h"
+
+/* How often rebound locks are looked at in /proc. */
+#define CHECK_MS 1000
+
+static struct lockfs_holder *holder_at(struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? &r->holder : &r->shares[i - 1].holder;
+}
+
+static enum lockfs_bound *bound_at(struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? &r->bound : &r->shares[i - 1].bound;
+}
+
+/*
+ * Which process holds holder H's old descriptor of NAME: H itself, one of
+ * its descendants, or anyone.  1 and *PID and *START, 0 when nobody does,
+ * -ESRCH when H is gone and nobody does, or -errno when it cannot be
+ * known (/proc unreadable): never 0 on a guess.
+ */
+static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live_dev,
+		     pid_t *pid, unsigned long long *start)
+{
+	int rc = lockfs_proc_tree_holds_old_flock(h->pid, h->start_time, name, live_dev, pid,
+						  start);
+
+	/* Passed on, or left with a process that left H's tree (or outlived
+	 * H): look everywhere before calling it closed or exited. */
+	if (rc == 0 || rc == -ESRCH) {
+		int any = lockfs_proc_any_holds_old_flock(name, live_dev, pid, start);
+
+		if (any != 0)
+			rc = any == 1 ? 1 : rc == 0 ? any : rc;
+	}
+	return rc;
+}
+
+/* Make H the process (PID, START), its facts read now.  0 or -errno (H
+ * unchanged). */
+static int holder_move(struct lockfs_core *core, struct lockfs_holder *h, pid_t pid,
+		       unsigned long long start)
+{
+	struct lockfs_holder moved;
+	struct lockfs_proc p;
+	int rc = core->procs->read_tid(core->procs->ctx, pid, LOCKFS_PROC_IDS, &p);
+
+	if (rc < 0)
+		return rc;
+	if (p.start_time != start)
+		return -ESRCH;
+	memset(&moved, 0, sizeof(moved));
+	rc = holder_fill(core, &moved, &p, NULL);
+	if (rc < 0)
+		return rc;
+	lockfs_holder_clear(h);
+	*h = moved;
+	return 0;
+}
+
+/* End holder I of C, whose old descriptor nobody holds any more: logged
+ * `recovered` with EVIDENCE, like a holder that exited.  With s->mu held
+ * and C fresh; C may be gone afterwards.  0 or -errno. */
+static int end_closed(struct lockfs_core *core, struct stripe *s, struct cached *c, size_t i,
+		      const char *evidence)
+{
+	const struct lockfs_holder *h = holder_at(&c->rec, i);
+	char holder[WHO_MAX], start[24];
+	const char *extra[] = { "holder", holder, "start", start, "evidence", evidence, NULL };
+
+	who_of(holder, sizeof(holder), NULL, h->comm, h->pid);
+	snprintf(start, sizeof(start), "%llu", h->start_time);
+	return drop_holder_locked(core, s, c, c->identity, i, "recovered", extra);
+}
+
+void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		      struct lockfs_entry_stat *st)
+{
+	struct lockfs_record *r = &c->rec;
+	size_t n = holder_count(r);
+	bool any = false, *closed = calloc(n ? n : 1, sizeof(bool));
+	char who[WHO_MAX], fence[24], pid[16], holders[16];
+
+	if (!closed)
+		return; /* stays an fd lock until the next start: kept (fail closed) */
+	for (size_t i = 0; i < n; i++) {
+		struct lockfs_holder *h = holder_at(r, i);
+		unsigned long long start;
+		pid_t p;
+
+		if (*bound_at(r, i) != LOCKFS_BOUND_FD)
+			continue;
+		any = true;
+		*bound_at(r, i) = LOCKFS_BOUND_PROCESS;
+		/* A holder of another boot is recovered as such; one whose
+		 * descriptor cannot be looked at stays the recorded holder's
+		 * (and ends when that process exits). */
+		if (strcmp(h->boot_id, core->boot_id) != 0)
+			continue;
+		switch (who_holds(h, c->name, 0, &p, &start)) {
+		case 1:
+			if (p != h->pid || start != h->start_time)
+				(void)holder_move(core, h, p, start);
+			break;
+		case 0:
+			closed[i] = true;
+			break;
+		}
+	}
+	r->fd_owner[0] = '\0';
+	for (size_t i = 0; i < r->nshares; i++)
+		r->shares[i].fd_owner[0] = '\0';
+	if (!any) {
+		free(closed);
+		return;
+	}
+	c->rebound = true;
+	c->identity = st->identity;
+	/* Closed while no daemon ran: ended now (each holder logged, the
+	 * last one releases).  Each drop writes the record, conversions
+	 * included. */
+	for (size_t i = n; i-- > 0;) {
+		bool last = holder_count(&c->rec) <= 1;
+
+		if (!closed[i])
+			continue;
+		if (end_closed(core, s, c, i, "closed-while-down") < 0 || last) {
+			free(closed);
+			return; /* gone, or the store refused (C read back as it was) */
+		}
+	}
+	free(closed);
+	r = &c->rec;
+	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
+	snprintf(pid, sizeof(pid), "%d", (int)r->holder.pid);
+	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
+	st->identity = c->identity;
+	if (persist_locked(core, s, c, st) < 0)
+		return; /* read back as it was; the lock stays */
+	{
+		const char *kv[] = { "fence", fence, "pid", pid, "holders", holders,
+				     "bound", "process", "evidence", "daemon-restart", NULL };
+
+		log_event(core, who, c->name, kv, "rebound");
+	}
+	cache_watch(core, c, -1);
+}
+
+/* A rebound holder to look at, noted under its stripe mutex. */
+struct look {
+	char *name;
+	char token[LOCKFS_TOKEN_HEX + 1];
+	struct lockfs_holder h; /* pid and start_time only */
+	int held;               /* 1: someone holds the old descriptor (or not
+				   known), 0: nobody, -1: not looked yet */
+};
+
+/* End NAME's rebound holder (PID, START) if the lock is still the one
+ * TOKEN names and that holder is still in it. */
+static void end_if_still(struct lockfs_core *core, const struct look *l)
+{
+	struct stripe *s = stripe_of(core, l->name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign, gone = false;
+
+	pthread_mutex_lock(&s->mu);
+	if (load_locked(core, s, l->name, &st, &foreign, true, &c) == 0 && c && c->rebound &&
+	    strcmp(c->rec.token, l->token) == 0 && strcmp(c->issued, c->rec.token) == 0) {
+		for (size_t i = 0; i < holder_count(&c->rec); i++) {
+			const struct lockfs_holder *h = holder_at(&c->rec, i);
+
+			if (*bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS || h->pid != l->h.pid ||
+			    h->start_time != l->h.start_time)
+				continue;
+			c->identity = st.identity;
+			gone = end_closed(core, s, c, i, "closed") == 0 && !cache_find(s, l->name);
+			break;
+		}
+	}
+	stripe_unlock(s);
+	if (gone)
+		notify_removed(core, l->name);
+}
+
+void rebound_tick(struct lockfs_core *core)
+{
+	int64_t now = lockfs_boot_ms();
+	struct look *v = NULL;
+	size_t n = 0, cap = 0;
+
+	if (now < core->next_rebound_check_ms)
+		return;
+	core->next_rebound_check_ms = now + CHECK_MS;
+	for (int k = 0; k < STRIPES; k++) {
+		struct stripe *s = &core->stripes[k];
+
+		pthread_mutex_lock(&s->mu);
+		for (struct cached *c = s->head; c; c = c->next) {
+			if (!c->rebound)
+				continue;
+			for (size_t i = 0; i < holder_count(&c->rec); i++) {
+				const struct lockfs_holder *h = holder_at(&c->rec, i);
+
+				if (*bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS ||
+				    strcmp(h->boot_id, core->boot_id) != 0)
+					continue;
+				if (n == cap) {
+					size_t nc = cap ? cap * 2 : 8;
+					struct look *nv = realloc(v, nc * sizeof(*nv));
+
+					if (!nv)
+						break;
+					v = nv;
+					cap = nc;
+				}
+				memset(&v[n], 0, sizeof(v[n]));
+				v[n].name = strdup(c->name);
+				if (!v[n].name)
+					break;
+				memcpy(v[n].token, c->rec.token, sizeof(v[n].token));
+				v[n].h.pid = h->pid;
+				v[n].h.start_time = h->start_time;
+				n++;
+			}
+		}
+		stripe_unlock(s);
+	}
+	/* /proc is read with no mutex held, once per process and name (the
+	 * shares of one process, e.g. readers that each opened the file). */
+	for (size_t i = 0; i < n; i++) {
+		unsigned long long start;
+		pid_t p;
+
+		v[i].held = -1;
+		for (size_t j = 0; j < i && v[i].held < 0; j++)
+			if (v[j].h.pid == v[i].h.pid && v[j].h.start_time == v[i].h.start_time &&
+			    strcmp(v[j].name, v[i].name) == 0)
+				v[i].held = v[j].held;
+		if (v[i].held < 0)
+			v[i].held = who_holds(&v[i].h, v[i].name, core->mount_dev, &p, &start) != 0;
+		/* Held, or not known (an exit is the pidfd's to see): kept.
+		 * Nobody holds the old descriptor any more: ended. */
+		if (!v[i].held)
+			end_if_still(core, &v[i]);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+}
