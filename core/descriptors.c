@@ -232,34 +232,6 @@ int lockfs_proc_tree_holds_old_flock(pid_t pid, unsigned long long start, const 
 	return unknown ? -EACCES : 0;
 }
 
-int lockfs_proc_any_holds_old_flock(const char *name, dev_t live_dev, pid_t *found,
-				    unsigned long long *found_start)
-{
-	struct dirent *de;
-	DIR *d = opendir("/proc");
-	pid_t self = getpid();
-	int rc = 0;
-
-	if (!d)
-		return -errno;
-	while (rc == 0 && (de = readdir(d))) {
-		char *end;
-		long pid = strtol(de->d_name, &end, 10);
-		unsigned long long st;
-
-		if (*end || pid <= 0 || pid == self)
-			continue;
-		if (holds_old((pid_t)pid, name, live_dev) == 1 &&
-		    lockfs_proc_start_time((pid_t)pid, &st) == 0) {
-			*found = (pid_t)pid;
-			*found_start = st;
-			rc = 1;
-		}
-	}
-	closedir(d);
-	return rc;
-}
-
 int lockfs_mount_dev(const char *mountpoint, dev_t *dev)
 {
 	return mountinfo_find("/proc/self/mountinfo", -1, mountpoint, dev);

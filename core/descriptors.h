@@ -26,14 +26,4 @@ int lockfs_proc_tree_holds_old_flock(pid_t pid, unsigned long long start, const 
 				     unsigned long long *found_start)
 	__attribute__((warn_unused_result));
 
-/*
- * The same question for every process of the host (a descriptor may have
- * been passed on, or left with a process that left the tree).  Returns 1
- * and *FOUND and *FOUND_START, 0, or -errno when /proc cannot be listed.
- * Processes whose descriptors cannot be read are skipped.
- */
-int lockfs_proc_any_holds_old_flock(const char *name, dev_t live_dev, pid_t *found,
-				    unsigned long long *found_start)
-	__attribute__((warn_unused_result));
-
 #endif

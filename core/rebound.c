@@ -12,11 +12,11 @@
  * So a lock found bound to a descriptor at startup is bound to the process
  * that holds that descriptor now: its recorded holder if it does, else the
  * first of the holder's descendants that does (for `flock FILE CMD` the
- * holder is the shell that ran flock(1), and the descriptor is flock(1)'s),
- * else any process that does.  It is watched like any process-bound lock,
- * so it ends when that process exits; and about once a second the daemon
- * looks whether anyone still holds such a descriptor, and ends it when
- * nobody does (the close it could not hear).  A lock whose descriptor was
+ * holder is the shell that ran flock(1), and the descriptor is
+ * flock(1)'s).  It is watched like any process-bound lock, so it ends
+ * when that process exits; and about once a second the daemon looks
+ * whether that process or a descendant still holds such a descriptor,
+ * and ends it when none does (the close it could not hear).  A lock whose descriptor was
  * closed while no daemon ran ends at startup.  Either way the same process
  * asking again through the new mount is a new request like any other,
  * never a waiter behind itself.
@@ -44,26 +44,22 @@ static enum lockfs_bound *bound_at(struct lockfs_record *r, size_t i)
 }
 
 /*
- * Which process holds holder H's old descriptor of NAME: H itself, one of
- * its descendants, or anyone.  1 and *PID and *START, 0 when nobody does,
- * -ESRCH when H is gone and nobody does, or -errno when it cannot be
- * known (/proc unreadable): never 0 on a guess.
+ * Which process holds holder H's old descriptor of NAME: H itself or one
+ * of its descendants.  1 and *PID and *START, 0 when none does, -ESRCH
+ * when H is gone, or -errno when it cannot be known: never 0 on a guess.
+ *
+ * Only H's tree is looked at, not every process: a descriptor whose path
+ * ends in "/.flock/NAME" on a dead mount may as well belong to another
+ * lockfs instance (another DIR, the same lock name), and taking it for
+ * ours would keep this lock forever.  A descriptor handed outside the
+ * tree (SCM_RIGHTS, a double fork whose parent then exits) is therefore
+ * not seen (docs/waiting.md).
  */
 static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live_dev,
 		     pid_t *pid, unsigned long long *start)
 {
-	int rc = lockfs_proc_tree_holds_old_flock(h->pid, h->start_time, name, live_dev, pid,
-						  start);
-
-	/* Passed on, or left with a process that left H's tree (or outlived
-	 * H): look everywhere before calling it closed or exited. */
-	if (rc == 0 || rc == -ESRCH) {
-		int any = lockfs_proc_any_holds_old_flock(name, live_dev, pid, start);
-
-		if (any != 0)
-			rc = any == 1 ? 1 : rc == 0 ? any : rc;
-	}
-	return rc;
+	return lockfs_proc_tree_holds_old_flock(h->pid, h->start_time, name, live_dev, pid,
+						start);
 }
 
 /* Make H the process (PID, START), its facts read now.  0 or -errno (H

@@ -51,9 +51,11 @@ def test_after_a_clean_restart_flock1s_lock_ends_with_it_and_leaves_no_phantom_w
     f = sh_quote(fpath(m, 'sd'))
     tag = sh.start(f'flock {f} sh -c "read x < {go}"; flock {f} echo again')
     wait_until(lambda: os.path.isdir(m.lockdir('sd')), what='the first flock(1) to hold sd')
-    first = [p for p in children_of(sh.pid)]
+    first = children_of(sh.pid)
     assert len(first) == 1
     procs.adopt(first[0])
+    for p in wait_until(lambda: children_of(first[0]), what="flock(1)'s command"):
+        procs.adopt(p)                          # `sh -c read` must not outlive a failure
     m2 = _clean_restart(lockfs_factory, m)
     rb = wait_log(m2.dir, 'sd', 'rebound')
     assert rb[0].who == who_of(first[0]), rb[0].raw
