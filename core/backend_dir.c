@@ -15,10 +15,12 @@
  * Nothing in DIR is trusted.  Whoever owns DIR may plant anything in it: a
  * symlink, a FIFO, a hard link to a file elsewhere, a directory of another
  * user.  So every file the daemon writes in DIR is created new
- * (O_CREAT|O_EXCL, no symlink followed on the way), a released lock
- * directory is kept for reuse only empty, and one that is not empty, not
- * a directory of the daemon's own or writable by others when it is taken
- * again is dropped, never written into.
+ * (O_CREAT|O_EXCL, no symlink followed on the way), and a released lock
+ * directory is reused only if, when it is taken again, it is still a
+ * directory of the daemon's own that nobody else may write, holding at
+ * most the old record as the daemon left it (a plain file of its own with
+ * one link, which is removed first).  Anything else is dropped, never
+ * written into.
  *
  * DIR going wrong is loud.  This file is the one place where errors of
  * the store are mapped (see backend.h): an errno from DIR that is not an
@@ -77,7 +79,7 @@ struct backend_dir {
 	ino_t ino;    /*   directory at PATH, DIR is there */
 	uid_t uid;    /* the daemon's: owner of every entry it makes in DIR */
 	pthread_mutex_t pool_mu;
-	char pool[POOL_MAX][64]; /* ".lockfs-free.N" entries, empty; protected by pool_mu */
+	char pool[POOL_MAX][64]; /* ".lockfs-free.N" entries; protected by pool_mu */
 	size_t npool;            /* protected by pool_mu */
 	/* What is wrong with DIR: set once DIR was removed or replaced
 	 * (sticky; read without a mutex, __atomic). */
@@ -375,50 +377,50 @@ static int write_record(int dirfd, const char *dirpath, const char *file,
 	return rc;
 }
 
-/*
- * Keep the lock directory ENTRY (DIR/ENTRY, out of sight already) for the
- * next acquisition, emptied of its record: a record is only ever written
- * into a new file.  ENTRY is opened without following a symlink, so only
- * what lies in DIR is touched.  Returns false when it is not kept (the
- * pool is full, or it is not a directory): the caller removes it.
- */
-static bool keep_empty(struct backend_dir *d, const char *entry)
+/* Is ST something the daemon made: a directory (IS_DIR) or a plain file
+ * with one link, of its own user, that neither group nor others may write? */
+static bool ours(const struct backend_dir *d, const struct stat *st, bool is_dir)
 {
-	int fd = openat(d->dirfd, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	bool kept;
-
-	if (fd < 0)
-		return false;
-	kept = unlinkat(fd, RECORD_FILE, 0) == 0 && pool_put(d, entry);
-	close(fd);
-	return kept;
+	return (is_dir ? S_ISDIR(st->st_mode) : S_ISREG(st->st_mode) && st->st_nlink == 1) &&
+	       st->st_uid == d->uid && !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
 /*
  * Put RECORD into the kept directory TMP, if it still is what the daemon
- * kept: an empty directory of its own that nobody else may write.  Another
- * user's directory, a symlink, or anything planted inside (the record's
- * name taken: -EEXIST) means it was tampered with since its release.  The
+ * kept: a directory of its own that nobody else may write, holding at most
+ * the old record as the daemon left it -- which is removed, for the new
+ * record goes into a new file.  Another user's directory, a symlink, or
+ * anything else under the record's name (a symlink, a FIFO, a hard link,
+ * another user's file) means it was tampered with since its release.  The
  * directory gets its times set to now: to the seed's --stale rule a lock
  * is as old as its directory's mtime.  Returns 0 or -errno; the caller
  * drops TMP on failure.
  *
- * The check and the write are two steps, but only DIR's owner can swap an
- * entry of DIR in between, and it could write any record directly; what
- * must hold whatever it does -- no write of ours outside DIR or into a
- * file that is not new -- holds by write_record() alone.
+ * The checks and the writes are separate steps, but only DIR's owner can
+ * swap an entry of DIR in between, and it could write any record directly;
+ * what must hold whatever it does -- no write of ours outside DIR or into
+ * a file that is not new -- holds by write_record() alone.
  */
 static int reuse_dir(struct backend_dir *d, const char *tmp, const char *record, size_t len,
 		     struct stat *st)
 {
+	char old[NAME_MAX * 2 + 2];
 	struct stat dst;
 	int rc;
 
 	if (fstatat(d->dirfd, tmp, &dst, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
-	if (!S_ISDIR(dst.st_mode) || dst.st_uid != d->uid ||
-	    (dst.st_mode & (S_IWGRP | S_IWOTH)))
+	if (!ours(d, &dst, true))
 		return -EPERM;
+	snprintf(old, sizeof(old), "%s/" RECORD_FILE, tmp);
+	if (fstatat(d->dirfd, old, &dst, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (!ours(d, &dst, false))
+			return -EPERM;
+		if (unlinkat(d->dirfd, old, 0) < 0)
+			return -errno;
+	} else if (errno != ENOENT) {
+		return -errno;
+	}
 	rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, st);
 	if (rc == 0 && utimensat(d->dirfd, tmp, NULL, AT_SYMLINK_NOFOLLOW) < 0)
 		rc = -errno;
@@ -457,14 +459,14 @@ static int dir_acquire(struct lockfs_backend *be, const char *name,
 			remove_entry(d->dirfd, tmp);
 			return say_failed(d, WORK_RECORDS, -rc);
 		}
-		say_works(d, WORK_RECORDS);
 	}
+	say_works(d, WORK_RECORDS);
 	if (renameat2(d->dirfd, tmp, d->dirfd, lock, RENAME_NOREPLACE) < 0) {
 		rc = errno == EEXIST ? -EEXIST : say_failed(d, WORK_ENTRIES, errno);
-		/* Back to the pool, emptied: also when DIR refuses entries
-		 * (then removing it would fail too, and it would be left
-		 * behind until the next start). */
-		if (!keep_empty(d, tmp))
+		/* Back to the pool: also when DIR refuses entries (then
+		 * removing it would fail too, and it would be left behind
+		 * until the next start). */
+		if (!pool_put(d, tmp))
 			remove_entry(d->dirfd, tmp);
 		return rc;
 	}
@@ -639,13 +641,14 @@ static int dir_release(struct lockfs_backend *be, const char *name, uint64_t ide
 	/* Take the whole lock out of sight in one step: a crash afterwards
 	 * leaves a ".lockfs-" leftover that the next start sweeps, never a
 	 * record-less NAME.lock that would read as held.  The directory is
-	 * kept, empty, for the next acquisition (reuse_dir() checks it again
-	 * then), or removed. */
+	 * kept for the next acquisition, which checks it again and removes
+	 * the old record (reuse_dir(): nothing of that on the release
+	 * path, which the `released` line waits for), or removed. */
 	tmp_name(tomb, "free");
 	if (renameat2(d->dirfd, lock, d->dirfd, tomb, RENAME_NOREPLACE) < 0)
 		return errno == ENOENT ? not_held(d) : say_failed(d, WORK_ENTRIES, errno);
 	say_works(d, WORK_ENTRIES);
-	if (!record || !keep_empty(d, tomb))
+	if (!record || !pool_put(d, tomb))
 		remove_entry(d->dirfd, tomb); /* foreign leftovers never get reused */
 	return 0;
 }

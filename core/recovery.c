@@ -333,7 +333,8 @@ void recovery_tick(void *arg)
 	struct todo_list l = { 0 };
 
 	/* A store gone bad is noticed (and said) within a tick. */
-	core->be->ops->check(core->be);
+	if (core->be->ops->check)
+		core->be->ops->check(core->be);
 	collect(core, &l, true);
 	act(core, &l);
 	todo_free(&l);

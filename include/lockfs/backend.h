@@ -76,7 +76,7 @@ struct lockfs_backend_ops {
 
 	/* Is the store still there?  Called about every tick, so that a
 	 * store gone bad is noticed (and said) without waiting for a write.
-	 * 0, or -EIO (said on stderr). */
+	 * 0, or -EIO (said on stderr).  May be NULL. */
 	int (*check)(struct lockfs_backend *be);
 
 	void (*destroy)(struct lockfs_backend *be);
