@@ -402,6 +402,9 @@ def test_lockfs_slug_of_a_flock_caller_names_the_holder_in_owner_and_log(mnt):
                         capture_output=True, check=True)
     o = json.loads(sh.stdout)
     assert (o['slug'], o['bound']) == ('agent-1', 'fd')
+    # flock(1)'s last close reaches the daemon in the background (the
+    # kernel sends RELEASE asynchronously): wait for its line.
+    wait_log(mnt.dir, 'x', 'released')
     assert [(l.who, l.event) for l in log_for(mnt.dir, 'x')] == [
         ('agent-1', 'acquired'), ('agent-1', 'released')]
 
