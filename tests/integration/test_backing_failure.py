@@ -91,6 +91,19 @@ def test_a_holder_that_dies_while_dir_refuses_is_recovered_once_dir_allows(mnt, 
     assert 'exited' in evidence(lines[0])
 
 
+def test_a_holder_whose_rmdir_dir_refused_is_still_watched(mnt, spawn_agent):
+    """The observed case: the refused rmdir must not stop the watch, so the
+    holder's later exit frees the lock at once, with one line."""
+    a = spawn_agent()
+    assert a.mkdir(mnt.path('x')) == 0
+    with _Immutable(mnt.dir):
+        assert a.rmdir(mnt.path('x')) == errno.EIO
+    a.kill()
+    wait_free(mnt, 'x', timeout=2)
+    ends = [l for l in log_for(mnt.dir, 'x') if l.event in END_EVENTS]
+    assert [(l.event, evidence(l)) for l in ends] == [('recovered', {'exited'})]
+
+
 def test_what_is_wrong_with_dir_is_said_once_not_per_request(mnt, spawn_agent):
     a = spawn_agent()
     for i in range(5):
