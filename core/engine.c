@@ -1241,7 +1241,9 @@ int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *coun
 
 int lockfs_core_log_open_ro(struct lockfs_core *core)
 {
-	int fd = openat(core->dirfd, core->log_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: a FIFO planted as the log must not hang the reader. */
+	int fd = openat(core->dirfd, core->log_name,
+			O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
 	return fd < 0 ? -errno : fd;
 }
