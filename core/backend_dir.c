@@ -11,6 +11,25 @@
  *
  * Temporary and leftover entries start with ".lockfs-", which no lock
  * name can (names may not start with '.').
+ *
+ * Nothing in DIR is trusted.  Whoever owns DIR may plant anything in it: a
+ * symlink, a FIFO, a hard link to a file elsewhere, a directory of another
+ * user.  So no symlink is ever followed on the way to a file the daemon
+ * writes, every record in a new lock directory and every updated record
+ * is a new file (O_CREAT|O_EXCL), and a released lock directory is reused
+ * only if, when it is taken again, it is still a directory of the daemon's
+ * own that nobody else may write, holding its old record as the daemon
+ * left it: a plain file of its own with one link, checked on the open file
+ * before it is rewritten (reuse_dir).  Anything else is dropped, never
+ * written into.
+ *
+ * DIR going wrong is loud.  This file is the one place where errors of
+ * the store are mapped (see backend.h): an errno from DIR that is not an
+ * answer about a lock (EEXIST: held, ENOENT: not held) becomes EIO, with
+ * one line on stderr per condition (say_failed), so that an EPERM from
+ * `chattr +i DIR` never reads as "not yours" and an ENOENT from a deleted
+ * DIR never reads as "not held".  A DIR that was removed or replaced is
+ * never adopted again: every request fails with EIO until a restart.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +44,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,12 +58,37 @@
  * neither side pays for mkdir, unlink and rmdir on the hot path. */
 #define POOL_MAX 64
 
+/* The kinds of work DIR can refuse, each said once while it fails. */
+enum store_work {
+	WORK_ENTRIES, /* create, rename and remove entries of DIR itself */
+	WORK_RECORDS, /* write records inside lock directories */
+	WORK_READ,    /* read DIR and the records in it */
+	WORK_KINDS
+};
+
+static const char *const work_what[WORK_KINDS] = {
+	[WORK_ENTRIES] = "create or rename entries in it",
+	[WORK_RECORDS] = "write lock records in it",
+	[WORK_READ] = "read it",
+};
+
 struct backend_dir {
 	struct lockfs_backend base;
-	int dirfd; /* the backing directory; owned */
+	int dirfd;    /* the backing directory; owned */
+	char *path;   /* its absolute path, for the identity check and messages */
+	dev_t dev;    /* what DIR was when opened: while dirfd is still that */
+	ino_t ino;    /*   directory at PATH, DIR is there */
+	uid_t uid;    /* the daemon's: owner of every entry it makes in DIR */
 	pthread_mutex_t pool_mu;
 	char pool[POOL_MAX][64]; /* ".lockfs-free.N" entries; protected by pool_mu */
 	size_t npool;            /* protected by pool_mu */
+	/* What is wrong with DIR: set once DIR was removed or replaced
+	 * (sticky; read without a mutex, __atomic). */
+	bool vanished;
+	pthread_mutex_t health_mu;
+	/* The errno that WORK_* last failed with, 0 while it works; written
+	 * under health_mu, read as a hint without it (__atomic). */
+	int failing[WORK_KINDS];
 };
 
 static bool pool_get(struct backend_dir *d, char out[64])
@@ -75,6 +120,91 @@ static bool pool_put(struct backend_dir *d, const char *name)
 static struct backend_dir *to_dir(struct lockfs_backend *be)
 {
 	return (struct backend_dir *)be;
+}
+
+/*
+ * Is DIR still the directory the daemon opened?  No once it was removed
+ * (its link count is 0) or, with AT_PATH, once its path names another
+ * directory (moved away and made anew) or nothing.  A path that cannot
+ * be looked up for another reason (EACCES) gives no evidence: yes.
+ */
+static bool dir_is_there(struct backend_dir *d, bool at_path)
+{
+	struct stat st;
+
+	if (fstat(d->dirfd, &st) < 0 || st.st_nlink == 0)
+		return false;
+	if (!at_path)
+		return true;
+	if (stat(d->path, &st) < 0)
+		return errno != ENOENT && errno != ENOTDIR;
+	return st.st_dev == d->dev && st.st_ino == d->ino;
+}
+
+static bool has_vanished(struct backend_dir *d)
+{
+	return __atomic_load_n(&d->vanished, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * DIR was removed or replaced: from now on every request fails with EIO.
+ * A directory made anew at its path is not adopted -- the locks held in
+ * the old one are gone, and the new one may already be in use by another
+ * tool -- so fail closed until someone restarts the daemon.  Says so once.
+ * Returns -EIO.
+ */
+static int vanish(struct backend_dir *d)
+{
+	if (!__atomic_exchange_n(&d->vanished, true, __ATOMIC_ACQ_REL))
+		fprintf(stderr, "lockfs: backing dir %s was removed or replaced while lockfs "
+			"served it: every request now fails with EIO and the locks it held are "
+			"lost to this daemon; a directory made anew there is not adopted: "
+			"unmount and start lockfs again (restart) to serve locks from it\n",
+			d->path);
+	return -EIO;
+}
+
+/*
+ * WORK failed in DIR with ERR (a positive errno that is not an answer
+ * about a lock).  Says what is wrong once per condition -- when WORK
+ * starts failing, or fails with another errno -- never per request.
+ * Returns -EIO, or -ENOMEM (the daemon's own trouble, not the store's).
+ */
+static int say_failed(struct backend_dir *d, enum store_work work, int err)
+{
+	if (err == ENOMEM)
+		return -ENOMEM;
+	if (!dir_is_there(d, true))
+		return vanish(d);
+	pthread_mutex_lock(&d->health_mu);
+	if (d->failing[work] != err) {
+		__atomic_store_n(&d->failing[work], err, __ATOMIC_RELAXED);
+		fprintf(stderr, "lockfs: backing dir %s: cannot %s (%s); requests that need it "
+			"fail with EIO until it can\n", d->path, work_what[work], strerror(err));
+	}
+	pthread_mutex_unlock(&d->health_mu);
+	return -EIO;
+}
+
+/* WORK just worked: if it was failing, say that it works again (once). */
+static void say_works(struct backend_dir *d, enum store_work work)
+{
+	if (!__atomic_load_n(&d->failing[work], __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&d->health_mu);
+	if (d->failing[work]) {
+		__atomic_store_n(&d->failing[work], 0, __ATOMIC_RELAXED);
+		fprintf(stderr, "lockfs: backing dir %s: can %s again\n", d->path,
+			work_what[work]);
+	}
+	pthread_mutex_unlock(&d->health_mu);
+}
+
+/* ENOENT for a lock that is not (or no longer) there -- unless it is DIR
+ * that is gone: then -EIO. */
+static int not_held(struct backend_dir *d)
+{
+	return dir_is_there(d, false) ? -ENOENT : vanish(d);
 }
 
 /* "NAME.lock" into BUF; -ENAMETOOLONG when it does not fit NAME_MAX. */
@@ -218,19 +348,19 @@ static void remove_entry(int dirfd, const char *entry)
 }
 
 /*
- * Write RECORD as FILE inside the directory DIRPATH (relative to dirfd),
- * and its stat into *ST (may be NULL).  REPLACE: the file may exist (a
- * pooled directory's old record) and is truncated.  No symlink is
- * followed on the way: whoever owns DIR must not be able to steer the
- * daemon's writes elsewhere.
+ * Create FILE inside the directory DIRPATH (relative to dirfd), write
+ * RECORD to it and its stat into *ST (may be NULL).  The file is always
+ * new (O_EXCL) and no symlink is followed on the way: whatever was
+ * planted in DIR -- a symlink, a FIFO, a hard link to a file elsewhere --
+ * the daemon's write lands in a file of its own with one link, never
+ * anywhere else.  Returns 0 or -errno (-EEXIST when FILE exists).
  */
 static int write_record(int dirfd, const char *dirpath, const char *file,
-			const char *record, size_t len, struct stat *st, bool replace)
+			const char *record, size_t len, struct stat *st)
 {
 	char path[NAME_MAX * 2 + 2];
 	struct open_how how = {
-		.flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
-			 (replace ? O_TRUNC : O_EXCL),
+		.flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		.mode = 0600,
 		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
 	};
@@ -248,6 +378,78 @@ static int write_record(int dirfd, const char *dirpath, const char *file,
 	return rc;
 }
 
+/* Is ST something the daemon made: a directory (IS_DIR) or a plain file
+ * with one link, of its own user, that neither group nor others may write? */
+static bool ours(const struct backend_dir *d, const struct stat *st, bool is_dir)
+{
+	return (is_dir ? S_ISDIR(st->st_mode) : S_ISREG(st->st_mode) && st->st_nlink == 1) &&
+	       st->st_uid == d->uid && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/*
+ * Put RECORD into the kept directory TMP, if it still is what the daemon
+ * kept: a directory of its own that nobody else may write, holding the old
+ * record as the daemon left it -- a plain file of its own with one link --
+ * which is then rewritten.  Another user's directory, a symlink, or
+ * anything else under the record's name (a symlink, a FIFO or other
+ * special file, a hard link, another user's file) means it was tampered
+ * with since its release.  The directory gets its times set to now: to the
+ * seed's --stale rule a lock is as old as its directory's mtime.  Returns
+ * 0 or -errno; the caller drops TMP on failure.
+ *
+ * Why rewrite the old record rather than create a new file: unlinking it
+ * and creating another cost about a third more of the backing protocol's
+ * time per pair (an inode freed and allocated on every acquisition).
+ * What makes the rewrite safe is checked on the open file itself, so it
+ * holds whatever happens in DIR meanwhile: no write of ours ever lands in
+ * a file with another link, or in anything but a plain file of the
+ * daemon's own.  It is looked at before it is opened as well, because
+ * opening a planted FIFO or device may have effects of its own.
+ */
+static int reuse_dir(struct backend_dir *d, const char *tmp, const char *record, size_t len,
+		     struct stat *st)
+{
+	char path[NAME_MAX * 2 + 2];
+	struct open_how how = {
+		.flags = O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
+	};
+	struct stat dst, pre, fst;
+	int fd, rc;
+
+	if (fstatat(d->dirfd, tmp, &dst, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (!ours(d, &dst, true))
+		return -EPERM;
+	snprintf(path, sizeof(path), "%s/" RECORD_FILE, tmp);
+	if (fstatat(d->dirfd, path, &pre, AT_SYMLINK_NOFOLLOW) < 0) {
+		/* No old record (removed by hand): a new one, as in a new
+		 * directory. */
+		rc = errno == ENOENT ? write_record(d->dirfd, tmp, RECORD_FILE, record, len, st)
+				     : -errno;
+		goto times;
+	}
+	if (!ours(d, &pre, false))
+		return -EPERM;
+	fd = (int)syscall(SYS_openat2, d->dirfd, path, &how, sizeof(how));
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &fst) < 0 || fst.st_dev != pre.st_dev || fst.st_ino != pre.st_ino ||
+	    !ours(d, &fst, false)) {
+		close(fd);
+		return -EPERM;
+	}
+	rc = ftruncate(fd, 0) < 0 ? -errno : write_all(fd, record, len);
+	if (rc == 0 && fstat(fd, st) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+times:
+	if (rc == 0 && utimensat(d->dirfd, tmp, NULL, AT_SYMLINK_NOFOLLOW) < 0)
+		rc = -errno;
+	return rc;
+}
+
 static int dir_acquire(struct lockfs_backend *be, const char *name,
 		       const char *record, size_t len, struct lockfs_entry_stat *out)
 {
@@ -259,36 +461,41 @@ static int dir_acquire(struct lockfs_backend *be, const char *name,
 
 	if (rc < 0)
 		return rc;
+	if (has_vanished(d))
+		return -EIO;
 	/* A pooled directory (a released lock's) or a new one.  The record's
 	 * identity is known before the rename: moving its directory changes
 	 * nothing about the file. */
 	pooled = pool_get(d, tmp);
-	if (pooled) {
-		rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, &st, true);
-		/* The lock's mtime is its age to the seed's --stale rule: a
-		 * reused directory must look as new as it is. */
-		if (rc == 0 && utimensat(d->dirfd, tmp, NULL, AT_SYMLINK_NOFOLLOW) < 0)
-			rc = -errno;
-		if (rc < 0) {
-			remove_entry(d->dirfd, tmp); /* tampered with: drop it */
-			pooled = false;
-		}
+	if (pooled && reuse_dir(d, tmp, record, len, &st) < 0) {
+		/* Tampered with, or DIR refuses: drop it.  A refusal shows
+		 * again below, where it is said. */
+		remove_entry(d->dirfd, tmp);
+		pooled = false;
 	}
 	if (!pooled) {
 		tmp_name(tmp, "new");
 		if (mkdirat(d->dirfd, tmp, 0755) < 0)
-			return -errno;
-		rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, &st, false);
-	}
-	if (rc == 0 && renameat2(d->dirfd, tmp, d->dirfd, lock, RENAME_NOREPLACE) < 0)
-		rc = -errno;
-	if (rc < 0) {
-		if (!(rc == -EEXIST && pool_put(d, tmp)))
+			return say_failed(d, WORK_ENTRIES, errno);
+		rc = write_record(d->dirfd, tmp, RECORD_FILE, record, len, &st);
+		if (rc < 0) {
 			remove_entry(d->dirfd, tmp);
-	} else {
-		fill_stat(out, &st);
+			return say_failed(d, WORK_RECORDS, -rc);
+		}
 	}
-	return rc;
+	say_works(d, WORK_RECORDS);
+	if (renameat2(d->dirfd, tmp, d->dirfd, lock, RENAME_NOREPLACE) < 0) {
+		rc = errno == EEXIST ? -EEXIST : say_failed(d, WORK_ENTRIES, errno);
+		/* Back to the pool: also when DIR refuses entries (then
+		 * removing it would fail too, and it would be left behind
+		 * until the next start). */
+		if (!pool_put(d, tmp))
+			remove_entry(d->dirfd, tmp);
+		return rc;
+	}
+	say_works(d, WORK_ENTRIES);
+	fill_stat(out, &st);
+	return 0;
 }
 
 static int dir_stat(struct lockfs_backend *be, const char *name,
@@ -301,15 +508,22 @@ static int dir_stat(struct lockfs_backend *be, const char *name,
 
 	if (rc < 0)
 		return -ENOENT;
+	if (has_vanished(d))
+		return -EIO;
 	/* A name lockfs knows no record for is most often free: one stat of
 	 * NAME.lock says so (the lookup before every mkdir), where looking
-	 * for its record first would take two. */
+	 * for its record first would take two.  Such an ENOENT is not
+	 * checked against DIR being gone (the next write, or the tick's
+	 * check within TICK_MS, finds that out): it is the hot path. */
 	if (!likely_held && fstatat(d->dirfd, lock, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return -errno;
+		return errno == ENOENT ? -ENOENT : say_failed(d, WORK_READ, errno);
 	rc = stat_lock(d->dirfd, lock, &st);
-	if (rc == 0)
-		fill_stat(out, &st);
-	return rc;
+	if (rc == -ENOENT)
+		return likely_held ? not_held(d) : -ENOENT;
+	if (rc < 0)
+		return say_failed(d, WORK_READ, -rc);
+	fill_stat(out, &st);
+	return 0;
 }
 
 /* Open DIR/LOCK/owner.json without following any symlink on the way. */
@@ -343,6 +557,8 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 	*len = 0;
 	if (rc < 0)
 		return -ENOENT;
+	if (has_vanished(d))
+		return -EIO;
 	fd = open_record(d->dirfd, lock, RECORD_FILE);
 	if (fd >= 0)
 		usable = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) &&
@@ -350,10 +566,10 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 	/* Owner, group and time of the lock itself: what a foreign lock
 	 * shows, and what -o stale judges it by. */
 	if (fstatat(d->dirfd, lock, &dst, AT_SYMLINK_NOFOLLOW) < 0) {
-		rc = -errno;
+		rc = errno;
 		if (fd >= 0)
 			close(fd);
-		return rc;
+		return rc == ENOENT ? not_held(d) : say_failed(d, WORK_READ, rc);
 	}
 	if (usable) {
 		buf = malloc((size_t)fst.st_size + 1);
@@ -399,20 +615,32 @@ static int dir_update(struct lockfs_backend *be, const char *name, uint64_t iden
 
 	if (rc < 0)
 		return -ENOENT;
+	if (has_vanished(d))
+		return -EIO;
 	/* IDENTITY was proved by the caller's stat or read just before, under
 	 * its serialisation of NAME (as for release: a second stat here is
 	 * no more atomic with the rename than that one). */
 	(void)identity;
+	/* The new record goes into a new file, renamed over the old one: a
+	 * held lock's record is never rewritten in place (a reader sees the
+	 * old record or the new one, whole). */
 	tmp_name(tmp, "rec");
-	rc = write_record(d->dirfd, lock, tmp, record, len, NULL, false);
+	rc = write_record(d->dirfd, lock, tmp, record, len, NULL);
+	if (rc < 0) {
+		/* NAME.lock gone, or now a file or a symlink (ELOOP under
+		 * RESOLVE_NO_SYMLINKS): not the lock IDENTITY names. */
+		if (rc == -ENOENT || rc == -ENOTDIR || rc == -ELOOP)
+			return not_held(d);
+		return say_failed(d, WORK_RECORDS, -rc);
+	}
 	snprintf(from, sizeof(from), "%s/%s", lock, tmp);
 	snprintf(to, sizeof(to), "%s/%s", lock, RECORD_FILE);
-	if (rc == 0 && renameat(d->dirfd, from, d->dirfd, to) < 0)
-		rc = -errno;
-	if (rc < 0) {
+	if (renameat(d->dirfd, from, d->dirfd, to) < 0) {
+		rc = errno;
 		unlinkat(d->dirfd, from, 0);
-		return rc;
+		return rc == ENOENT ? not_held(d) : say_failed(d, WORK_RECORDS, rc);
 	}
+	say_works(d, WORK_RECORDS);
 	/* rename(2) changed the file's ctime: take the identity afresh
 	 * (unless the caller will, later). */
 	return out ? dir_stat(be, name, out, true) : 0;
@@ -427,6 +655,8 @@ static int dir_release(struct lockfs_backend *be, const char *name, uint64_t ide
 
 	if (rc < 0)
 		return -ENOENT;
+	if (has_vanished(d))
+		return -EIO;
 	/* IDENTITY was proved by the caller's stat or read just before,
 	 * under its serialisation of NAME (a second stat here would be no
 	 * more atomic with the rename than that one).  It also tells whether
@@ -435,11 +665,13 @@ static int dir_release(struct lockfs_backend *be, const char *name, uint64_t ide
 	/* Take the whole lock out of sight in one step: a crash afterwards
 	 * leaves a ".lockfs-" leftover that the next start sweeps, never a
 	 * record-less NAME.lock that would read as held.  The directory is
-	 * kept for the next acquisition (write_record() will not follow it
-	 * should it be something else by then), or removed. */
+	 * kept for the next acquisition, which checks it again (reuse_dir();
+	 * nothing of that on the release path, which the `released` line
+	 * waits for), or removed. */
 	tmp_name(tomb, "free");
 	if (renameat2(d->dirfd, lock, d->dirfd, tomb, RENAME_NOREPLACE) < 0)
-		return -errno;
+		return errno == ENOENT ? not_held(d) : say_failed(d, WORK_ENTRIES, errno);
+	say_works(d, WORK_ENTRIES);
 	if (!record || !pool_put(d, tomb))
 		remove_entry(d->dirfd, tomb); /* foreign leftovers never get reused */
 	return 0;
@@ -448,16 +680,19 @@ static int dir_release(struct lockfs_backend *be, const char *name, uint64_t ide
 static int dir_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 {
 	struct backend_dir *d = to_dir(be);
-	int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	struct dirent *de;
 	DIR *dir;
-	int rc = 0;
+	int fd, rc = 0;
 
+	/* A removed DIR still lists, as empty: that is no answer. */
+	if (has_vanished(d) || !dir_is_there(d, false))
+		return vanish(d);
+	fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return say_failed(d, WORK_READ, errno);
 	dir = fdopendir(fd);
 	if (!dir) {
-		rc = -errno;
+		rc = say_failed(d, WORK_READ, errno);
 		close(fd);
 		return rc;
 	}
@@ -484,9 +719,20 @@ static void dir_destroy(struct lockfs_backend *be)
 	while (pool_get(d, tomb))
 		remove_entry(d->dirfd, tomb);
 	pthread_mutex_destroy(&d->pool_mu);
+	pthread_mutex_destroy(&d->health_mu);
 
 	close(d->dirfd);
+	free(d->path);
 	free(d);
+}
+
+static int dir_check(struct lockfs_backend *be)
+{
+	struct backend_dir *d = to_dir(be);
+
+	if (has_vanished(d))
+		return -EIO;
+	return dir_is_there(d, true) ? 0 : vanish(d);
 }
 
 static const struct lockfs_backend_ops dir_ops = {
@@ -496,6 +742,7 @@ static const struct lockfs_backend_ops dir_ops = {
 	.update = dir_update,
 	.release = dir_release,
 	.list = dir_list,
+	.check = dir_check,
 	.destroy = dir_destroy,
 };
 
@@ -544,29 +791,42 @@ static int probe_noreplace(int dirfd)
 	return rc;
 }
 
-int lockfs_backend_dir_open(struct lockfs_backend **out, int dirfd)
+int lockfs_backend_dir_open(struct lockfs_backend **out, int dirfd, const char *path)
 {
 	struct backend_dir *d;
+	struct stat st;
 	int rc;
 
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	pthread_mutex_init(&d->pool_mu, NULL);
-	d->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
-	if (d->dirfd < 0) {
-		rc = -errno;
-		free(d);
-		return rc;
+	pthread_mutex_init(&d->health_mu, NULL);
+	d->uid = geteuid();
+	/* Absolute: the daemon changes its directory when it detaches. */
+	d->path = realpath(path, NULL);
+	if (!d->path)
+		d->path = strdup(path);
+	d->dirfd = d->path ? fcntl(dirfd, F_DUPFD_CLOEXEC, 3) : -1;
+	if (d->dirfd < 0 || fstat(d->dirfd, &st) < 0) {
+		rc = d->path ? -errno : -ENOMEM;
+		goto fail;
 	}
+	d->dev = st.st_dev;
+	d->ino = st.st_ino;
 	rc = probe_noreplace(d->dirfd);
-	if (rc < 0) {
-		close(d->dirfd);
-		free(d);
-		return rc;
-	}
+	if (rc < 0)
+		goto fail;
 	sweep_leftovers(d->dirfd);
 	d->base.ops = &dir_ops;
 	*out = &d->base;
 	return 0;
+fail:
+	if (d->dirfd >= 0)
+		close(d->dirfd);
+	pthread_mutex_destroy(&d->pool_mu);
+	pthread_mutex_destroy(&d->health_mu);
+	free(d->path);
+	free(d);
+	return rc;
 }

@@ -191,10 +191,12 @@ int holder_take(struct lockfs_core *core, pid_t pid, unsigned long long start, s
 /* When collect() must look at C next (boot ms): now (0) for a dead
  * holder's lock not queued yet, a process-bound lock not watched, or a
  * lock kept for its dead holder's descendants (each tick counts them);
- * its lease's deadline; INT64_MAX for never. */
+ * else the earlier of its lease's deadline and, for an fd lock rebound at
+ * startup, its next look for the old descriptor; INT64_MAX for never. */
 static int64_t entry_due(const struct cached *c)
 {
 	const struct lockfs_lease *l = &c->rec.lease;
+	int64_t due = INT64_MAX;
 
 	if (c->queued)
 		return INT64_MAX; /* recovery.c has it */
@@ -202,14 +204,14 @@ static int64_t entry_due(const struct cached *c)
 	    (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder && !c->watched) ||
 	    (c->rec.holder_exited && descendants_keep(&c->rec)))
 		return 0;
-	if (!l->ttl_s)
-		return INT64_MAX;
-	if (c->rec.bound == LOCKFS_BOUND_PROCESS)
-		return c->expired_logged ? INT64_MAX : l->deadline_boot_ms;
-	if (c->rec.bound == LOCKFS_BOUND_SLUG)
-		return l->deadline_boot_ms > c->next_check_boot_ms ? l->deadline_boot_ms
-								     : c->next_check_boot_ms;
-	return INT64_MAX;
+	if (l->ttl_s && c->rec.bound == LOCKFS_BOUND_PROCESS && !c->expired_logged)
+		due = l->deadline_boot_ms;
+	else if (l->ttl_s && c->rec.bound == LOCKFS_BOUND_SLUG)
+		due = l->deadline_boot_ms > c->next_check_boot_ms ? l->deadline_boot_ms
+								  : c->next_check_boot_ms;
+	if (c->rebound && c->next_rebound_boot_ms < due)
+		due = c->next_rebound_boot_ms;
+	return due;
 }
 
 void stripe_note_due(struct stripe *s, const struct cached *c)
@@ -353,6 +355,9 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 		c->holder_gone = false;
 		c->expired_logged = false;
 		c->queued = false; /* a todo for the old one finds its token gone */
+		c->rebound = false;
+		c->next_rebound_boot_ms = 0;
+		c->unlogged = false;
 		c->next_check_boot_ms = 0;
 		c->watch_failed = false;
 		c->desc_version = 0;
@@ -451,7 +456,15 @@ void log_event(struct lockfs_core *core, const char *who, const char *name,
 int log_acquired(struct lockfs_core *core, const char *who, const char *name,
 		 const char *const *kv)
 {
-	return lockfs_log_event(core->log, who, name, kv, "acquired");
+	int rc = lockfs_log_event(core->log, who, name, kv, "acquired");
+
+	/* The caller is told why it got no lock: a full log (ENOSPC, EDQUOT,
+	 * EFBIG) as such; anything else the write met in DIR as EIO, so that
+	 * no errno of DIR reads as an answer about the lock (an EPERM as "not
+	 * yours": see backend.h). */
+	if (rc < 0 && rc != -ENOSPC && rc != -EDQUOT && rc != -EFBIG && rc != -ENOMEM)
+		rc = -EIO;
+	return rc;
 }
 
 void log_refusal(struct lockfs_core *core, const struct lockfs_caller *caller, pid_t pid,
@@ -625,28 +638,17 @@ void lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
 	lease->expires_at_ms = ttl_s ? lockfs_wall_ms() + (int64_t)ttl_s * 1000 : 0;
 }
 
-/* Build the record for a new holder.  Returns 0 or -errno. */
-int build_record(struct lockfs_core *core, const char *name,
-		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
-		 char ***cmdline)
+int holder_fill(struct lockfs_core *core, struct lockfs_holder *h, const struct lockfs_proc *p,
+		char ***cmdline)
 {
-	struct lockfs_holder *h = &rec->holder;
-	int rc;
-
-	memset(rec, 0, sizeof(*rec));
-	rec->has_holder = true;
 	h->pid = p->pid;
 	h->ns_pid = p->ns_pid;
-	if (p->container[0] && !(h->container = strdup(p->container))) {
-		rc = -ENOMEM;
-		goto fail;
-	}
+	if (p->container[0])
+		h->container = strdup(p->container);
 	h->start_time = p->start_time;
-	rec->holder_session = p->sid;
 	h->uid = p->uid;
 	h->gid = p->gid;
 	h->user = user_name(core, p->uid);
-	rec->resource = strdup(name);
 	h->comm = strdup(p->comm);
 	h->host = strdup(core->host);
 	h->boot_id = strdup(core->boot_id);
@@ -656,6 +658,28 @@ int build_record(struct lockfs_core *core, const char *name,
 	} else if (lockfs_proc_cmdline(p->pid, CMDLINE_MAX, &h->cmdline) < 0) {
 		h->cmdline = calloc(1, sizeof(char *));
 	}
+	if (!h->comm || !h->host || !h->boot_id || !h->cmdline ||
+	    (p->container[0] && !h->container)) {
+		lockfs_holder_clear(h);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Build the record for a new holder.  Returns 0 or -errno. */
+int build_record(struct lockfs_core *core, const char *name,
+		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
+		 char ***cmdline)
+{
+	int rc;
+
+	memset(rec, 0, sizeof(*rec));
+	rec->has_holder = true;
+	rc = holder_fill(core, &rec->holder, p, cmdline);
+	if (rc < 0)
+		goto fail;
+	rec->holder_session = p->sid;
+	rec->resource = strdup(name);
 	if (slug && *slug) {
 		/* Agents whose commands run in throwaway shells bind the lock
 		 * to (uid, slug); a lease stands in for a process to watch. */
@@ -663,8 +687,7 @@ int build_record(struct lockfs_core *core, const char *name,
 		rec->bound = LOCKFS_BOUND_SLUG;
 		lease_start(&rec->lease, core->default_lease_s);
 	}
-	if (!rec->resource || !h->comm || !h->host || !h->boot_id || !h->cmdline ||
-	    (slug && *slug && !rec->slug)) {
+	if (!rec->resource || (slug && *slug && !rec->slug)) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -706,7 +729,8 @@ static void fill_lock_stat(struct lockfs_lock_stat *out, const struct lockfs_rec
  * Take back NAME's acquisition (store identity IDENTITY) whose `acquired`
  * line could not be written (ERR): no lock is held that the log does not
  * show.  If the store refuses, it stays held by its holder, watched like
- * any other (fail closed), and we say so.  With s->mu held.
+ * any other (fail closed), and we say so; its end is not logged either
+ * (the log never showed this holder).  With s->mu held.
  */
 static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, const char *name,
 				uint64_t identity, int err)
@@ -714,6 +738,10 @@ static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, cons
 	int rc = core->be->ops->release(core->be, name, identity);
 
 	if (rc < 0 && rc != -ENOENT) {
+		struct cached *c = cache_find(s, name);
+
+		if (c)
+			c->unlogged = true;
 		fprintf(stderr, "lockfs: %s: the log refused its acquisition (%s), and taking it "
 			"back failed (%s): it stays with its holder until that exits\n",
 			name, strerror(-err), strerror(-rc));
@@ -827,7 +855,10 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	ids_of(uid, pid, rec.holder.uid, rec.holder.pid);
 	/* The line under the stripe mutex: nothing can end this
 	 * acquisition before its `acquired` is written, or see it if that
-	 * write fails and it is taken back. */
+	 * write fails and it is taken back.  And only after taking it: a
+	 * release of NAME that made room for this acquisition writes its
+	 * line before it lets the mutex go (release_locked), so the log
+	 * never shows two holders at once. */
 	pthread_mutex_lock(&s->mu);
 	cache_put(core, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1, true);
 	{
@@ -960,6 +991,8 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 
 	if (!name)
 		return -ENOMEM;
+	if (c->unlogged)
+		event = NULL; /* its `acquired` is not in the log either */
 	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, lockfs_holder_fence(&c->rec));
 	ids_of(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
@@ -973,9 +1006,26 @@ int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		free(name);
 		return 0;
 	}
-	if (event)
-		log_event(core, who, name, kv, event);
 	rc = core->be->ops->release(core->be, name, identity);
+	if (rc < 0 && rc != -ENOENT) {
+		/* The store refused (EIO, said by the backend): the lock is
+		 * still held, so it stays cached and its holder watched, and
+		 * nothing is logged.  A recovery is tried again at the next
+		 * tick (holder_gone stays set); an rmdir gets the error. */
+		free(name);
+		return rc;
+	}
+	/* The line is written only for a release that happened (-ENOENT:
+	 * someone removed the lock behind our back; nothing of ours to
+	 * log), and before the stripe mutex is let go: NAME may be free in
+	 * the store already, but nobody can be granted it through this
+	 * daemon until then -- a hand-off or a grant to the queue runs under
+	 * this mutex, and an acquisition logs its `acquired` only after it
+	 * has taken this mutex (lockfs_core_acquire) -- so the log never
+	 * shows two holders at once.  (A seed script's mkdir is not logged
+	 * at all.) */
+	if (rc == 0 && event)
+		log_event(core, who, name, kv, event);
 	cache_drop(core, s, name);
 	queue_grant_locked(core, s, name);
 	free(name);
@@ -1004,8 +1054,6 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	for (; extra && *extra && n < 14; extra++)
 		kv[n++] = *extra;
 	kv[n] = NULL;
-	if (event)
-		log_event(core, who, c->name, kv, event);
 	if (i == 0) {
 		/* The next holder moves up; the lock (its fence, its time)
 		 * stays what it was. */
@@ -1031,6 +1079,10 @@ int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached
 	}
 	rc = persist_locked(core, s, c, &st);
 	if (rc == 0) {
+		/* Logged once the store no longer lists this holder, under
+		 * the stripe mutex (see release_locked). */
+		if (event)
+			log_event(core, who, c->name, kv, event);
 		cache_watch(core, c, -1);
 		queue_grant_locked(core, s, c->name);
 	}
@@ -1078,11 +1130,12 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 				   rc == -EPERM ? "not-holder" : "caller-unknown");
 			return rc;
 		}
-		/* A grant whose descriptor let go while the store refused:
-		 * its `released` is logged already; this finishes the job. */
+		/* Also a grant whose descriptor let go while the store
+		 * refused (struct unlock_retry): nothing was logged for it
+		 * then, so this is its `released` -- unless it is a grant the
+		 * log refused, which never showed in the log at all. */
 		rc = drop_holder_locked(core, s, c, st.identity, i,
-					retry_pending_locked(s, name, &c->rec, i) ? NULL : "released",
-					NULL);
+					release_event_locked(s, name, &c->rec, i), NULL);
 	}
 out:
 	stripe_unlock(s);
@@ -1268,8 +1321,53 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 	return rc == 0 ? holder_check(core, &h, caller) : rc;
 }
 
+/*
+ * The store refused C's edited record (RC): it still holds the record as
+ * it was before the edit.  Read that back into the cache -- keeping the
+ * token this daemon issued, and watching its holders again -- so that a
+ * lock whose change failed stays held and watched as it was, never
+ * unwatched until someone happens to look.  What the engine knows about
+ * the acquisition beyond its record (a queued todo, a logged expiry, a
+ * rebinding, the descendants list last written) stays too, and the
+ * holder's descendants stay counted across the reload (an extra watch,
+ * so that forks seen so far are not forgotten).  A lock gone from the
+ * store is just dropped.  With s->mu held; C is freed.
+ */
+static void restore_locked(struct lockfs_core *core, struct stripe *s, struct cached *c, int rc)
+{
+	struct cached kept = *c; /* its flags, ids and token: no pointer of it is used */
+	char *name = strdup(c->name);
+	struct lockfs_entry_stat st;
+	bool foreign, desc_held;
+
+	desc_held = c->desc_watched &&
+		    lockfs_descendants_watch(core->descendants, c->rec.holder.pid,
+					     c->rec.holder.start_time, c->rec.holder_session,
+					     false) == 0;
+	cache_drop(core, s, c->name);
+	if (name && rc != -ENOENT &&
+	    load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c) {
+		memcpy(c->issued, kept.issued, sizeof(c->issued));
+		if (strcmp(c->rec.token, kept.rec.token) == 0) {
+			c->expired_logged = kept.expired_logged;
+			c->rebound = kept.rebound;
+			c->queued = kept.queued;
+			c->desc_version = kept.desc_version;
+			c->next_persist_boot_ms = kept.next_persist_boot_ms;
+			c->next_check_boot_ms = kept.next_check_boot_ms;
+			c->next_rebound_boot_ms = kept.next_rebound_boot_ms;
+			c->unlogged = kept.unlogged;
+		}
+	}
+	if (desc_held)
+		lockfs_descendants_unwatch(core->descendants, kept.rec.holder.pid,
+					   kept.rec.holder.start_time);
+	free(name);
+}
+
 /* Write C's record back to the store and follow its new identity.  Called
- * with the stripe mutex held.  0 or -errno (then the entry is dropped). */
+ * with the stripe mutex held.  0 or -errno (then C is gone: the entry is
+ * read back from the store as it was, see restore_locked). */
 int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		   struct lockfs_entry_stat *st)
 {
@@ -1285,7 +1383,7 @@ int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		c->identity = st->identity;
 		stripe_note_due(s, c); /* a lease may have been set or renewed */
 	} else {
-		cache_drop(core, s, c->name);
+		restore_locked(core, s, c, rc);
 	}
 	return rc;
 }
@@ -1599,6 +1697,11 @@ void lockfs_core_handle_close(struct lockfs_core *core, uid_t uid, bool keeps_fd
 	quota_open_sub(core->quota, uid);
 	if (keeps_fd)
 		lockfs_fds_give(&core->fds);
+}
+
+void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev)
+{
+	core->mount_dev = dev;
 }
 
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)

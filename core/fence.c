@@ -12,10 +12,12 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fence.h"
@@ -27,6 +29,9 @@ struct lockfs_fence {
 	int fd;            /* the counter file */
 	uint64_t next;     /* next number to hand out; protected by mu */
 	uint64_t reserved; /* last number of our block; protected by mu */
+	int failing;       /* errno of the last failed reservation, 0 when
+			      it worked; protected by mu */
+	char *path;        /* for messages */
 };
 
 /* The number in the file; 0 for an empty file.  -EINVAL for garbage. */
@@ -64,6 +69,7 @@ static int fence_reserve(struct lockfs_fence *f)
 		uint64_t end = start + LOCKFS_FENCE_BLOCK - 1;
 
 		snprintf(buf, sizeof(buf), "%020" PRIu64 "\n", end);
+		errno = 0;
 		if (pwrite(f->fd, buf, FIELD, 0) != FIELD || fdatasync(f->fd) < 0) {
 			rc = errno ? -errno : -EIO;
 		} else {
@@ -75,18 +81,42 @@ static int fence_reserve(struct lockfs_fence *f)
 	return rc;
 }
 
+/* Is ST a file the counter may be rewritten in: a plain file of ours
+ * with one link?  (A hard link would carry our writes to another name.) */
+static bool own_plain_file(const struct stat *st)
+{
+	return S_ISREG(st->st_mode) && st->st_nlink == 1 && st->st_uid == geteuid();
+}
+
 int lockfs_fence_open(struct lockfs_fence **out, int dirfd, const char *path)
 {
 	struct lockfs_fence *f = calloc(1, sizeof(*f));
+	struct stat st;
 	uint64_t last;
 	int rc;
 
 	if (!f)
 		return -ENOMEM;
 	pthread_mutex_init(&f->mu, NULL);
-	f->fd = openat(dirfd, path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	f->fd = -1;
+	f->path = strdup(path);
+	if (!f->path) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	/* Look before opening: opening a FIFO or a device may do things. */
+	if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && !own_plain_file(&st)) {
+		rc = -EMLINK;
+		goto fail;
+	}
+	f->fd = openat(dirfd, path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK |
+		       O_NOCTTY, 0600);
 	if (f->fd < 0) {
-		rc = -errno;
+		rc = errno == ELOOP ? -EMLINK : -errno;
+		goto fail;
+	}
+	if (fstat(f->fd, &st) < 0 || !own_plain_file(&st)) {
+		rc = -EMLINK;
 		goto fail;
 	}
 	rc = fence_read(f->fd, &last);
@@ -107,8 +137,24 @@ int lockfs_fence_next(struct lockfs_fence *f, uint64_t *fence)
 	int rc = 0;
 
 	pthread_mutex_lock(&f->mu);
-	if (f->next > f->reserved)
+	if (f->next > f->reserved) {
 		rc = fence_reserve(f);
+		/* The counter is the engine's store: whatever the file
+		 * system said, the caller gets EIO (an EPERM from an
+		 * immutable file must not read as "not yours"), and what is
+		 * wrong is said once, not per request. */
+		if (rc < 0 && rc != -ENOMEM) {
+			if (f->failing != -rc)
+				fprintf(stderr, "lockfs: fence file %s cannot be written (%s); "
+					"acquisitions fail with EIO until it can\n", f->path,
+					strerror(-rc));
+			f->failing = -rc;
+			rc = -EIO;
+		} else if (rc == 0 && f->failing) {
+			fprintf(stderr, "lockfs: fence file %s can be written again\n", f->path);
+			f->failing = 0;
+		}
+	}
 	if (rc == 0)
 		*fence = f->next++;
 	pthread_mutex_unlock(&f->mu);
@@ -131,5 +177,6 @@ void lockfs_fence_close(struct lockfs_fence *f)
 	if (f->fd >= 0)
 		close(f->fd);
 	pthread_mutex_destroy(&f->mu);
+	free(f->path);
 	free(f);
 }

@@ -17,14 +17,19 @@ struct lockfs_fence;
 
 /*
  * Open the counter file PATH (relative to DIRFD unless absolute), creating
- * it empty when missing (an empty file counts from 1).  Returns 0 and *OUT, or -errno (-EINVAL when the file
- * holds something that is not a number).
+ * it empty when missing (an empty file counts from 1).  The number is
+ * rewritten in place, so the file must be a plain file of the daemon's own
+ * with one link: a symlink, a FIFO, a hard link or another user's file
+ * planted there is refused.  Returns 0 and *OUT, or -errno (-EINVAL when
+ * the file holds something that is not a number, -EMLINK when it is not
+ * such a file).
  */
 int lockfs_fence_open(struct lockfs_fence **out, int dirfd, const char *path)
 	__attribute__((warn_unused_result));
 
-/* Hand out the next number.  Returns 0 and *FENCE, or -errno when the
- * next block could not be reserved on disk (then nothing is handed out). */
+/* Hand out the next number.  Returns 0 and *FENCE, or -EIO when the next
+ * block could not be reserved on disk (then nothing is handed out, and
+ * the cause is said on stderr once, until a reservation works again). */
 int lockfs_fence_next(struct lockfs_fence *f, uint64_t *fence)
 	__attribute__((warn_unused_result));
 

@@ -209,10 +209,12 @@ static long holder_of_owner(struct stripe *s, const char *name,
  * OWNER let go of its grant FENCE of NAME but the store could not be
  * written (ERR): the lock stays in DIR, held by nobody (fail closed).
  * Remember it, so that the tick ends it once the store takes writes
- * again.  Its `released` line is already in the log.
+ * again; its `released` line is written then if LOGGED (its `acquired`
+ * is in the log; not for a grant the log refused).  What is wrong with
+ * the store was said by the backend, once: nothing is said per release.
  */
 static void retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
-		      int err)
+		      int err, bool logged)
 {
 	struct unlock_retry *r = calloc(1, sizeof(*r));
 
@@ -222,10 +224,9 @@ static void retry_add(struct stripe *s, const char *name, const char *owner, uin
 			"restarts (out of memory)\n", name, owner, strerror(-err));
 		return;
 	}
-	fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept, retried every tick\n",
-		name, owner, strerror(-err));
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
 	r->fence = fence;
+	r->logged = logged;
 	r->next = s->retries;
 	s->retries = r;
 }
@@ -239,6 +240,18 @@ bool retry_pending_locked(struct stripe *s, const char *name, const struct lockf
 		return false;
 	return retry_find(s, name, i == 0 ? rec->fd_owner : rec->shares[i - 1].fd_owner,
 			  i == 0 ? lockfs_holder_fence(rec) : rec->shares[i - 1].fence) != NULL;
+}
+
+const char *release_event_locked(struct stripe *s, const char *name,
+				 const struct lockfs_record *rec, size_t i)
+{
+	struct unlock_retry *r;
+
+	if (!retry_pending_locked(s, name, rec, i))
+		return "released";
+	r = retry_find(s, name, i == 0 ? rec->fd_owner : rec->shares[i - 1].fd_owner,
+		       i == 0 ? lockfs_holder_fence(rec) : rec->shares[i - 1].fence);
+	return r && !r->logged ? NULL : "released";
 }
 
 /* The record of a new fd holder E of NAME (E's cmdline goes into it). */
@@ -292,7 +305,7 @@ static void undo_grant_locked(struct lockfs_core *core, struct stripe *s, const 
 
 	if (rc < 0 && rc != -ENOENT) {
 		cache_put(core, s, name, identity, rec, -1, true);
-		retry_add(s, name, owner, fence, rc);
+		retry_add(s, name, owner, fence, rc, false);
 	}
 	lockfs_record_clear(rec);
 }
@@ -349,7 +362,7 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 		}
 		urc = persist_locked(core, s, c, &now);
 		if (urc < 0 && name)
-			retry_add(s, name, e->owner, fence, urc);
+			retry_add(s, name, e->owner, fence, urc, false);
 		free(name);
 		return rc;
 	}
@@ -394,6 +407,8 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 		}
 		return -EAGAIN;
 	}
+	if (rc == -EIO)
+		return rc; /* the store is broken (the backend said how): fail loudly */
 	if (rc != -ENOENT)
 		return -EAGAIN; /* the store cannot tell: keep waiting */
 	rc = grant_reserve(core, name, e, true);
@@ -621,7 +636,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 			/* As for an unlock the store refuses: the old grant
 			 * ends once it can; this request waits behind it. */
 			if (rc < 0 && rc != -ENOENT)
-				retry_add(s, name, owner, fence, rc);
+				retry_add(s, name, owner, fence, rc, true);
 		}
 	}
 	q = queue_find(s, name);
@@ -741,8 +756,10 @@ static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
 			for (size_t i = 0; c->rec.has_holder && i <= c->rec.nshares; i++) {
 				if (!holder_is(&c->rec, i, r->owner, r->fence))
 					continue;
-				/* Logged `released` at the first try. */
-				rc = drop_holder_locked(core, s, c, st.identity, i, NULL, NULL);
+				/* Nothing was logged at the first try; nothing
+				 * at all for a grant the log refused. */
+				rc = drop_holder_locked(core, s, c, st.identity, i,
+							r->logged ? "released" : NULL, NULL);
 				done = rc == 0 || rc == -ENOENT;
 				gone = rc == 0 && !cache_find(s, r->name);
 				break;
@@ -822,7 +839,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 			/* Handed to a waiter, the name stays: nothing to tell. */
 			gone = rc == 0 && !cache_find(s, name);
 			if (rc < 0 && rc != -ENOENT)
-				retry_add(s, name, owner, fence, rc);
+				retry_add(s, name, owner, fence, rc, true);
 		}
 	}
 	stripe_unlock(s);

@@ -35,7 +35,8 @@
  * its stripe mutex, done after), or about a holder that died. */
 struct todo {
 	struct todo *next;
-	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG, TODO_PERSIST, TODO_DEATH } kind;
+	enum { TODO_GONE, TODO_EXPIRED, TODO_SLUG, TODO_PERSIST, TODO_REBOUND,
+	       TODO_DEATH } kind;
 	uid_t uid;               /* the holder's: whose turn it is */
 	char token[LOCKFS_TOKEN_HEX + 1];
 	bool holder_exited;      /* kept for the holder's descendants */
@@ -429,8 +430,9 @@ static void check_slug(struct lockfs_core *core, const struct todo *t, bool logg
  * Queue what the tick finds: locks whose holder is gone (and not queued
  * yet: a recovery the store refused is tried again), locks kept for a dead
  * holder's descendants whose last one is gone or whose list changed,
- * leases that ran out.  A process-bound lock whose holder could not be
- * watched at all (no memory) is watched again here.  LEASES false:
+ * fd locks rebound at startup whose old descriptor is to be looked for
+ * again, leases that ran out.  A process-bound lock whose holder could not
+ * be watched at all (no memory) is watched again here.  LEASES false:
  * holders only (startup).
  *
  * Only stripes that are due are walked (see stripe.due_boot_ms), and a
@@ -479,6 +481,11 @@ static void collect(struct lockfs_core *core, bool leases, bool all)
 			}
 			if (c->holder_gone) {
 				todo_add(core, c, TODO_GONE);
+			} else if (leases && c->rebound && now >= c->next_rebound_boot_ms) {
+				/* Does anyone still hold its old descriptor?
+				 * (rebound.c; /proc is read once a second.) */
+				c->next_rebound_boot_ms = now + REBOUND_CHECK_MS;
+				todo_add(core, c, TODO_REBOUND);
 			} else if (leases && lease->ttl_s && now >= lease->deadline_boot_ms) {
 				if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->expired_logged) {
 					todo_add(core, c, TODO_EXPIRED);
@@ -641,6 +648,11 @@ static void act(struct lockfs_core *core, struct todo *t)
 		check_slug(core, t, unqueue(core, t));
 		settle(core, t);
 		break;
+	case TODO_REBOUND:
+		(void)unqueue(core, t);
+		rebound_check(core, t->name, t->token);
+		settle(core, t);
+		break;
 	case TODO_DEATH:
 		break;
 	}
@@ -728,8 +740,10 @@ static void recover_stale_foreign(struct lockfs_core *core)
 			ids_of(uid, pid, st.uid, 0);
 			snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
 			snprintf(stale, sizeof(stale), "%u", core->stale_s);
-			log_event(core, "?", nv.v[i], kv, "recovered");
+			/* Logged once it happened, under the mutex (release_locked). */
 			released = core->be->ops->release(core->be, nv.v[i], st.identity) == 0;
+			if (released)
+				log_event(core, "?", nv.v[i], kv, "recovered");
 		}
 		stripe_unlock(s);
 		if (released)
@@ -742,59 +756,26 @@ out:
 void recovery_tick(void *arg)
 {
 	struct lockfs_core *core = arg;
+	/* A store gone bad is noticed (and said) within a tick: two
+	 * syscalls, whatever the number of locks.  A DIR that was removed or
+	 * replaced fails every operation for good (EIO until a restart, see
+	 * backend.h): then the locks are not walked for recoveries and
+	 * checks that cannot happen -- each would be tried again every tick
+	 * -- and they stay as they are (fail closed). */
+	bool vanished = core->be->ops->check && core->be->ops->check(core->be) < 0;
 
 	lockfs_log_tick(core->log);
 	/* Take in the process events first: a descendant's exit frees its
 	 * holder's lock in the collect() below. */
 	lockfs_descendants_tick(core->descendants);
-	collect(core, true, false);
+	if (!vanished)
+		collect(core, true, false);
 	queue_tick(core);
 	quota_flush(core->quota, false, log_refused, core);
-	if (core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
+	if (!vanished && core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
 		core->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(core);
 	}
-}
-
-/*
- * An fd lock found at startup was taken through an earlier mount: no
- * close can ever arrive for its descriptors.  Bind it to the process the
- * record names (watched like any process-bound holder), and say so.
- */
-static void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
-			     struct lockfs_entry_stat *st)
-{
-	struct lockfs_record *r = &c->rec;
-	char who[WHO_MAX], fence[24], uid[16], pid[16], holders[16];
-	bool any = r->bound == LOCKFS_BOUND_FD;
-
-	for (size_t i = 0; i < r->nshares; i++)
-		any |= r->shares[i].bound == LOCKFS_BOUND_FD;
-	if (!any)
-		return;
-	if (r->bound == LOCKFS_BOUND_FD)
-		r->bound = LOCKFS_BOUND_PROCESS;
-	r->fd_owner[0] = '\0';
-	for (size_t i = 0; i < r->nshares; i++) {
-		if (r->shares[i].bound == LOCKFS_BOUND_FD)
-			r->shares[i].bound = LOCKFS_BOUND_PROCESS;
-		r->shares[i].fd_owner[0] = '\0';
-	}
-	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
-	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
-	ids_of(uid, pid, r->holder.uid, r->holder.pid);
-	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
-	if (r->nshares)
-		s->process_shares = true; /* queue_tick() watches them */
-	if (persist_locked(core, s, c, st) < 0)
-		return; /* dropped from the cache; the lock stays as it was */
-	{
-		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holders", holders,
-				     "bound", "process", "evidence", "daemon-restart", NULL };
-
-		log_event(core, who, c->name, kv, "rebound");
-	}
-	cache_watch(core, c, -1);
 }
 
 int recovery_startup_scan(struct lockfs_core *core)
@@ -870,8 +851,10 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 				     "by_pid", by_pid, "reason", why, NULL };
 
 		ids_of(uid, none, st.uid, 0);
-		log_event(core, "?", name, kv, "broken");
+		/* Logged once it happened, under the mutex (release_locked). */
 		rc = core->be->ops->release(core->be, name, st.identity);
+		if (rc == 0)
+			log_event(core, "?", name, kv, "broken");
 	}
 	stripe_unlock(s);
 	free(why);

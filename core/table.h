@@ -44,6 +44,12 @@ struct cached {
 	bool watched;        /* holds a liveness watch on rec.holder */
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */
+	bool rebound;        /* an fd lock bound at a restart to the process that
+				holds its old descriptor (rebound.c) */
+	int64_t next_rebound_boot_ms; /* rebound: looked at in /proc not before */
+	bool unlogged;       /* an acquisition the log refused that the store
+				would not take back: its end is not logged
+				either (the log never showed this holder) */
 	bool queued;         /* a todo for it waits in core->work (recovery.c) */
 	/* In core->holders while watched, until its holder's death is seen
 	 * (protected by core->holders.mu, not by the stripe mutex): */
@@ -85,12 +91,16 @@ struct lockq {
 };
 
 /* An fd lock whose owner let go (last close, LOCK_UN) while the store
- * could not be written: still held in DIR, by nobody.  The tick retries. */
+ * could not be written, or a grant the log refused that the store would
+ * not take back: still held in DIR, by nobody.  The tick retries, and the
+ * `released` line is written when the store takes it (none for a grant
+ * whose `acquired` the log never had). */
 struct unlock_retry {
 	struct unlock_retry *next;
 	char *name;
 	char owner[LOCKFS_FD_OWNER_MAX];
 	uint64_t fence;          /* of that holder: only that grant is ended */
+	bool logged;             /* its `acquired` is in the log */
 };
 
 struct stripe {
@@ -139,6 +149,8 @@ struct lockfs_core {
 	lockfs_removed_fn removed;
 	void *removed_arg;
 	int64_t next_stale_scan_ms;
+	dev_t mount_dev;        /* of the mount served; 0 = not known (set before
+				   the liveness thread starts) */
 	bool starting;          /* in lockfs_core_open's scan */
 	struct lockfs_fds fds;  /* descriptors kept for callers (fds.h) */
 	struct quota *quota;    /* what each uid holds (quota.h) */
@@ -163,11 +175,19 @@ int load_locked(struct lockfs_core *core, struct stripe *s, const char *name,
 		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct cached **c);
 
 /*
- * Remove C's lock from the store, logging EVENT first (so the log never
- * shows two holders at once) with fence=, pid= and then EXTRA (key, value,
- * ..., NULL; may be NULL).  EVENT NULL logs nothing (a retry of a
- * release already logged).  Called with s->mu held and C a fresh entry
- * (read from the store under this hold); drops it.  0 or -errno.
+ * Remove C's lock from the store (or hand it to the queue's head), then
+ * log EVENT with fence=, uid=, pid= and then EXTRA (key, value, ...,
+ * NULL; may be NULL); EVENT NULL (or C unlogged) logs nothing.  The line
+ * is written only once the store has let go, and before s->mu is: nobody
+ * is granted NAME through this daemon in between, because every grant
+ * happens, and every `acquired` line is written, only after taking s->mu
+ * -- so the log never shows two holders at once, nor a release that did
+ * not happen.  The line never waits for the log (log_event): a full disk
+ * delays the line, never the release.
+ * Called with s->mu held and C a fresh entry (read from the store under
+ * this hold).  0 (C dropped), -ENOENT (gone behind our back: C dropped,
+ * nothing logged), or -errno of the store (-EIO): then the lock is still
+ * held, C stays cached and its holder watched, and nothing is logged.
  */
 int release_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		   uint64_t identity, const char *event, const char *const *extra);
@@ -186,7 +206,8 @@ void ids_of(char uid[16], char pid[16], uid_t u, pid_t p);
 void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event);
 /* Log a grant's `acquired` line now or not at all.  Returns 0, or the
- * -errno of the failed write: then the grant must be undone. */
+ * -errno of the failed write (-ENOSPC, -EDQUOT, -EFBIG, -ENOMEM, or -EIO
+ * for any other): then the grant must be undone. */
 int log_acquired(struct lockfs_core *core, const char *who, const char *name,
 		 const char *const *kv);
 /* A refused request by CALLER (uid from the kernel, PID the process WHO
@@ -250,6 +271,11 @@ void cache_put(struct lockfs_core *core, struct stripe *s, const char *name,
 	       uint64_t identity, struct lockfs_record *rec, int pidfd, bool ours);
 int persist_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		   struct lockfs_entry_stat *st);
+/* Fill H (zeroed) with process P's facts, as for a new holder: CMDLINE,
+ * when it points to an argv read earlier, is taken over, else P's is read.
+ * 0 or -ENOMEM (then H is cleared). */
+int holder_fill(struct lockfs_core *core, struct lockfs_holder *h, const struct lockfs_proc *p,
+		char ***cmdline);
 /* A record for a new holder WHO of NAME (fresh fence and token). */
 int build_record(struct lockfs_core *core, const char *name,
 		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
@@ -261,7 +287,9 @@ int caller_slug(pid_t tid, char *buf, size_t size);
  * Holder I of C (0 = rec.holder, I >= 1 = rec.shares[I - 1]) lets go:
  * the last holder releases the lock (release_locked, which hands it to
  * the queue's head), any other is removed from the record.  Logs EVENT
- * (unless NULL) for that holder.  With s->mu held and C fresh.  0 or -errno.
+ * (unless NULL) for that holder once the store took the change (see
+ * release_locked).  With s->mu held and C fresh.  0 or -errno (the store
+ * refused: C is read back as the store still has it, nothing logged).
  */
 int drop_holder_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
 		       uint64_t identity, size_t i, const char *event,
@@ -275,6 +303,11 @@ int holder_check_entry(struct lockfs_core *core, const struct cached *c,
  * the store refused the release (struct unlock_retry)?  With s->mu held. */
 bool retry_pending_locked(struct stripe *s, const char *name, const struct lockfs_record *rec,
 			  size_t i);
+/* The event that ends holder I of NAME's record REC: "released", or NULL
+ * for a grant the log refused and the store would not take back (struct
+ * unlock_retry), whose `acquired` the log never had.  With s->mu held. */
+const char *release_event_locked(struct stripe *s, const char *name,
+				 const struct lockfs_record *rec, size_t i);
 /* Try the pending retries of every stripe once (queue.c; takes the mutexes). */
 void queue_retry_all(struct lockfs_core *core);
 
@@ -298,6 +331,19 @@ void queue_free_all(struct stripe *s);
  * writes a changed list to the store), and set *VERSION (may be NULL) to
  * the list's version.  With the stripe mutex held.  0 or -errno. */
 int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *version);
+
+/* fd locks across a restart (rebound.c).  At startup, with s->mu held and
+ * C fresh: bind C's fd holders to the processes that still hold their old
+ * descriptors, end those whose descriptor is closed, log it.  C may be
+ * gone afterwards.  A rebound lock is due for the tick every
+ * REBOUND_CHECK_MS (entry_due), which queues it in its uid's turn;
+ * rebound_check then ends the holders of NAME's acquisition TOKEN whose
+ * old descriptor nobody holds any more (liveness thread, no mutex held:
+ * it reads /proc). */
+#define REBOUND_CHECK_MS 1000
+void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		      struct lockfs_entry_stat *st);
+void rebound_check(struct lockfs_core *core, const char *name, const char *token);
 
 /* Recovery (recovery.c), on the liveness thread.  Deaths and ticks queue
  * todos per uid; recovery_work does them a bounded slice at a time, one

@@ -258,18 +258,51 @@ static int open_backing(const char *dir, int is_default)
 	return fd;
 }
 
+/* Why ST is not a file the daemon may write its pid into (truncating it
+ * first): NULL when it is a plain file of its own with one link. */
+static const char *not_own_plain_file(const struct stat *st)
+{
+	if (S_ISLNK(st->st_mode))
+		return "a symbolic link";
+	if (!S_ISREG(st->st_mode))
+		return "not a regular file";
+	if (st->st_nlink != 1)
+		return "a file with other hard links";
+	if (st->st_uid != geteuid())
+		return "another user's file";
+	return NULL;
+}
+
 /*
  * One daemon per backing dir: hold flock(2) on DIR/.lockfs for our whole
  * life (it survives fuse_daemonize's fork: the lock belongs to the open
- * file description).  A predecessor that died but is wedged in the kernel
- * is aborted and replaced (takeover.c); a live one is refused.
- * Returns the fd, or -1 after one line on stderr.
+ * file description).  The file is truncated and gets our pid, so nothing
+ * planted there (a hard link to a file elsewhere, a FIFO) is used: it is
+ * looked at before it is opened, and again once open.  A predecessor that
+ * died but is wedged in the kernel is aborted and replaced (takeover.c);
+ * a live one is refused.  Returns the fd, or -1 after one line on stderr.
  */
 static int claim_backing(int dirfd, const char *dir)
 {
 	char pid[32] = "";
-	int fd = openat(dirfd, DAEMON_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	const char *bad = NULL;
+	struct stat st;
+	int fd;
 
+	if (fstatat(dirfd, DAEMON_LOCK, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		bad = not_own_plain_file(&st);
+	fd = bad ? -1 : openat(dirfd, DAEMON_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+			       O_NONBLOCK | O_NOCTTY, 0644);
+	if (fd >= 0 && fstat(fd, &st) == 0)
+		bad = not_own_plain_file(&st);
+	if (bad) {
+		fprintf(stderr, "lockfs: %s/" DAEMON_LOCK " is %s, not a plain file of lockfs's "
+			"own; lockfs writes its pid there, so it will not start: remove it\n",
+			dir, bad);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
 	if (fd < 0) {
 		fprintf(stderr, "lockfs: cannot open %s/" DAEMON_LOCK ": %s\n", dir, strerror(errno));
 		return -1;
@@ -413,7 +446,7 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop_cfg = NULL;
 	struct lockfs_log_limits log_limits;
 	const char *backing;
-	char *fsname = NULL;
+	char *fsname = NULL, *mnt_abs = NULL;
 	int dirfd = -1, lockfd = -1, rc, ret = 1;
 
 	if (argc >= 2 && strcmp(argv[1], "--guard") == 0)
@@ -473,7 +506,7 @@ int main(int argc, char *argv[])
 	if (lockfd < 0)
 		goto out_dir;
 
-	rc = lockfs_backend_dir_open(&be, dirfd);
+	rc = lockfs_backend_dir_open(&be, dirfd, backing);
 	if (rc < 0) {
 		fprintf(stderr, "lockfs: backing dir %s: %s\n", backing,
 			rc == -EINVAL ? "filesystem lacks rename(RENAME_NOREPLACE), "
@@ -492,7 +525,10 @@ int main(int argc, char *argv[])
 	if (rc < 0) {
 		be->ops->destroy(be);
 		fprintf(stderr, "lockfs: cannot start the lock engine on %s: %s\n",
-			backing, rc == -EINVAL ? "bad helpers= list or fence file" : strerror(-rc));
+			backing, rc == -EINVAL ? "bad helpers= list or fence file" :
+			rc == -EMLINK ? "the fence file is a symlink, a FIFO, another user's or has "
+			"other hard links (it is rewritten in place): remove it, or name another "
+			"with -o fence_file=" : strerror(-rc));
 		goto out_lock;
 	}
 	fs.inodes = inodes_new();
@@ -535,8 +571,19 @@ int main(int argc, char *argv[])
 	if (lockfs_clear_dead_mount(dirfd, backing, opts.mountpoint) < 0)
 		goto out_signals;
 	lockfs_guard_before_mount(opts.mountpoint);
+	/* Resolved before mounting: afterwards a lookup of the mount point
+	 * would be a request to ourselves, with nobody serving yet. */
+	mnt_abs = realpath(opts.mountpoint, NULL);
 	if (fuse_session_mount(fs.se, opts.mountpoint) != 0)
 		goto out_signals;
+	{
+		/* Tells descriptors of this mount from an earlier mount's (fd
+		 * locks rebound at a restart); unknown, all count as earlier. */
+		dev_t dev;
+
+		if (mnt_abs && lockfs_mount_dev(mnt_abs, &dev) == 0)
+			lockfs_core_set_mount_dev(fs.core, dev);
+	}
 	/* Detach only now: when `lockfs` returns, the mount is ready. */
 	fuse_daemonize(opts.foreground);
 	if (!opts.foreground && lockfs_errlog_detach() == 0)
@@ -596,6 +643,7 @@ out_lock:
 out_dir:
 	close(dirfd);
 out_args:
+	free(mnt_abs);
 	free(opts.mountpoint);
 	free(o.backing);
 	free(o.helpers);

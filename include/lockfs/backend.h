@@ -7,6 +7,16 @@
  *
  * Every call returns 0 or a negative errno.  Calls may run concurrently
  * from several threads; a backend serialises what it must.
+ *
+ * Errors of the store are mapped here, in the backend, and nowhere else:
+ * besides the answers each call documents (-EEXIST: held, -ENOENT: not
+ * held) and -ENOMEM, a call returns -EIO when the store cannot do it, and
+ * the backend says once on stderr what is wrong (not once per call).  The
+ * engine passes what it gets straight through to the caller, so an errno
+ * of the medium must never leak: an EPERM from an immutable directory
+ * would read as "not yours", an ENOENT from a deleted one as "not held".
+ * Only the backend knows which errno of its medium is an answer and which
+ * a failure.
  */
 #ifndef LOCKFS_BACKEND_H
 #define LOCKFS_BACKEND_H
@@ -64,6 +74,11 @@ struct lockfs_backend_ops {
 	/* Call CB for every held lock, in no particular order. */
 	int (*list)(struct lockfs_backend *be, lockfs_list_cb cb, void *arg);
 
+	/* Is the store still there?  Called about every tick, so that a
+	 * store gone bad is noticed (and said) without waiting for a write.
+	 * 0, or -EIO (said on stderr).  May be NULL. */
+	int (*check)(struct lockfs_backend *be);
+
 	void (*destroy)(struct lockfs_backend *be);
 };
 
@@ -79,10 +94,14 @@ struct lockfs_backend {
  * record is that of the record file (inode, times, size), so one stat
  * tells whether the record is still the one read before.
  *
- * Opens DIRFD-relative paths on DIRFD (which it dups).  Returns 0 and
- * *OUT, or -errno (-EINVAL when the filesystem lacks RENAME_NOREPLACE).
+ * Opens DIRFD-relative paths on DIRFD (which it dups).  PATH is where
+ * DIRFD was opened: once it no longer names that directory (removed, or
+ * replaced by another) or the directory is deleted, every call fails with
+ * -EIO for good -- a DIR made anew is never adopted -- and that is said
+ * once on stderr.  Returns 0 and *OUT, or -errno (-EINVAL when the
+ * filesystem lacks RENAME_NOREPLACE).
  */
-int lockfs_backend_dir_open(struct lockfs_backend **out, int dirfd)
+int lockfs_backend_dir_open(struct lockfs_backend **out, int dirfd, const char *path)
 	__attribute__((warn_unused_result));
 
 #endif

@@ -78,6 +78,16 @@ struct lockfs_lock_stat {
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)
 	__attribute__((warn_unused_result));
 void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, void *arg);
+/* The device of the mount the engine serves (lockfs_mount_dev), so that a
+ * descriptor of that mount is told from one of an earlier mount (fd locks
+ * rebound at a restart).  Before lockfs_core_start; unset (0), every
+ * descriptor of a lock file counts as an earlier mount's (fail closed). */
+void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev);
+/* The device of the lockfs mount at MOUNTPOINT (absolute, canonical: as
+ * /proc/self/mountinfo shows it), read from there -- stat(2) on it would be
+ * a request to the daemon itself (core/descriptors.c).  Returns 0 and
+ * *DEV, -ENOENT when no lockfs is mounted there, or -errno. */
+int lockfs_mount_dev(const char *mountpoint, dev_t *dev) __attribute__((warn_unused_result));
 /* Start the liveness thread (after any fork).  0 or -errno. */
 int lockfs_core_start(struct lockfs_core *core) __attribute__((warn_unused_result));
 /* Stop it, and give releases the store refused one last try: no removal

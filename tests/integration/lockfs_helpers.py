@@ -243,14 +243,21 @@ class LogLine:
         return f'LogLine({self.raw!r})'
 
 
-def read_log(backing):
-    """All lines of DIR/lock.log, parsed ([] when there is none yet)."""
+def read_log(backing, whole_only=False):
+    """All lines of DIR/lock.log, parsed ([] when there is none yet).
+
+    The file must end with a newline -- unless WHOLE_ONLY: then a part of a
+    line at its end is left out.  That is for reading while the daemon may
+    be failing to write: a write that a full file system cuts short is
+    taken back at once (log.md), but a reader can catch it in between."""
     try:
         with open(os.path.join(backing, 'lock.log'), 'rb') as f:
             data = f.read()
     except FileNotFoundError:
         return []
     text = data.decode('utf-8', 'surrogateescape')
+    if whole_only:
+        text = text[:text.rfind('\n') + 1]
     assert text == '' or text.endswith('\n'), 'lock.log does not end with a newline'
     return [LogLine(l) for l in text.split('\n')[:-1]]
 
@@ -383,12 +390,32 @@ def run_expect_refusal(cmd, mnt, timeout=10.0):
 # --------------------------------------------------------------------------
 # issue 3: liveness, leases, recovery
 
+def log_settled(backing, name):
+    """True when every acquisition of NAME in lock.log has the line that
+    ends it (released, recovered, broken).  Only whole lines count: this
+    polls while the log may be refusing writes (read_log)."""
+    if isinstance(name, str):
+        name = name.encode('utf-8', 'surrogateescape')
+    lines = [l for l in read_log(backing, whole_only=True) if l.name == name]
+    return (sum(1 for l in lines if l.event in END_EVENTS) >=
+            sum(1 for l in lines if l.event == 'acquired'))
+
+
 def wait_free(m, name, timeout=2.0, interval=0.001):
-    """Poll until DIR/NAME.lock is gone; return the seconds it took."""
+    """Poll until DIR/NAME.lock is gone; return the seconds it took.
+
+    Then wait (at most a second more, not counted) for lock.log to say why:
+    the daemon writes the line that ends a lock just after DIR let it go --
+    never before, so that no line tells of a release that failed -- so DIR
+    may show NAME free a few microseconds before the line is there."""
     t0 = time.monotonic()
     wait_until(lambda: not os.path.lexists(m.lockdir(name)), timeout=timeout,
                interval=interval, what=f'{name!r} to be released in {m.dir}')
-    return time.monotonic() - t0
+    took = time.monotonic() - t0
+    deadline = time.monotonic() + 1.0
+    while not log_settled(m.dir, name) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return took
 
 
 def stays_held(m, name, seconds, interval=0.01):

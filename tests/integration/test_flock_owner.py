@@ -326,6 +326,11 @@ def test_after_a_restart_a_share_recorded_on_another_boot_is_recovered_as_such(
     assert [h['pid'] for h in read_owner(m2.mnt, 'x')['holders']] == [r1.pid]
 
 
+def _wait_refused(m):
+    """Until the daemon said that DIR refuses (once, when the release failed)."""
+    wait_until(lambda: 'cannot' in m.stderr(), what='the refusing DIR on stderr')
+
+
 class _Immutable:
     """chattr +i on DIR: renames in it fail (EPERM) -- the store cannot take
     a release -- while files inside lock directories can still be written."""
@@ -349,7 +354,7 @@ def test_a_last_close_the_store_cannot_take_keeps_the_lock_then_ends_it(mnt, pro
     fd = lk.take(fpath(mnt, 'x'))
     with _Immutable(mnt.dir):
         assert lk.close(fd) == 0
-        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        _wait_refused(mnt)
         assert stays_held(mnt, 'x', WINDOW)
         assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
         assert _is_held_by_other(mnt, procs)
@@ -364,7 +369,7 @@ def test_a_lock_kept_after_a_failed_close_goes_to_the_next_waiter(mnt, procs):
     fd = lk.take(fpath(mnt, 'x'))
     with _Immutable(mnt.dir):
         assert lk.close(fd) == 0
-        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        _wait_refused(mnt)
         w = procs.locker()
         rid = w.flock_start(w.open(fpath(mnt, 'x')), EX)
         a = w.wait(rid, 5)                  # granted by a hand-off in place
@@ -381,7 +386,7 @@ def test_a_share_the_store_cannot_drop_is_dropped_once_it_can(mnt, procs):
     fd2 = r2.take(fpath(mnt, 'x'), SH)
     with _Immutable(mnt.lockdir('x')):
         assert r2.close(fd2) == 0
-        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        _wait_refused(mnt)
         assert [h['pid'] for h in read_owner(mnt.mnt, 'x')['holders']] == [r1.pid, r2.pid]
     wait_until(lambda: [h['pid'] for h in read_owner(mnt.mnt, 'x')['holders']] == [r1.pid],
                what="r2's share to be dropped")
@@ -397,6 +402,9 @@ def test_lockfs_slug_of_a_flock_caller_names_the_holder_in_owner_and_log(mnt):
                         capture_output=True, check=True)
     o = json.loads(sh.stdout)
     assert (o['slug'], o['bound']) == ('agent-1', 'fd')
+    # flock(1)'s last close reaches the daemon in the background (the
+    # kernel sends RELEASE asynchronously): wait for its line.
+    wait_log(mnt.dir, 'x', 'released')
     assert [(l.who, l.event) for l in log_for(mnt.dir, 'x')] == [
         ('agent-1', 'acquired'), ('agent-1', 'released')]
 
@@ -427,7 +435,7 @@ def _shell_let_go_while_refused(mnt, sh):
     sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
     with _Immutable(mnt.dir):
         sh.ok('exec 9>&-')
-        wait_until(lambda: 'releasing' in mnt.stderr(), what='the failed release on stderr')
+        _wait_refused(mnt)
         yield
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from lockfs_helpers import (errno_of, evidence, fuse_conn_abort, log_for, read_owner,
-                            stays_held, wait_free, wait_until)
+                            stays_held, wait_free, wait_log, wait_until)
 
 RECORD_CAP = 8 * 1024 * 1024
 DAY = 86400
@@ -238,6 +238,9 @@ def test_stale_recovery_never_follows_symlinks(lockfs_factory, tmp_path, kind):
         time.sleep(0.05)
     assert {p: open(p, 'rb').read() for p in outside} == before
     # and the log tells the truth: one `recovered` line if it went, none if kept
+    # (the line follows the removal by microseconds: let it land)
+    if not original():
+        wait_log(m.dir, 'ln', 'recovered')
     recovered = [l for l in log_for(m.dir, 'ln') if l.event == 'recovered']
     if original():
         print(f'\n{kind}: kept (not recovered)')

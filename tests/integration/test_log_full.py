@@ -113,10 +113,14 @@ def not_held(m, name):
 def test_no_acquisition_without_its_line_when_dir_is_full(lockfs_factory, small_tmpfs,
                                                           spawn_agent):
     """The issue's case: a DIR so full that no log line fits; today an
-    acquisition reusing a pooled lock directory succeeds with no line."""
+    acquisition reusing a pooled lock directory succeeds with no line.
+    (Without a pooled directory the store itself could not take the lock,
+    and that is EIO: backing.md.)"""
     m = lockfs_factory(backing=small_tmpfs, options=FULL_OPTS)
-    os.mkdir(m.path('warm'))   # leaves a pooled lock directory for reuse
+    os.mkdir(m.path('warm'))   # leaves two pooled lock directories for reuse:
+    os.mkdir(m.path('warm2'))  # fill()'s own mkdir takes one
     os.rmdir(m.path('warm'))
+    os.rmdir(m.path('warm2'))
     fill(m, spawn_agent())
     assert errno_of_mkdir(m, 'x') == errno.ENOSPC
     assert not_held(m, 'x') and b'x' not in held_in_backing(m.dir)

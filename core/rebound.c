@@ -1,0 +1,275 @@
+/*
+ * fd locks across a daemon restart.
+ *
+ * An fd lock belongs to an open file description of the mount: it ends
+ * when that description lets go (LOCK_UN, the last close).  After a
+ * restart nothing can come through the old mount's descriptors any more --
+ * their close gets ENOTCONN and never reaches the new daemon -- so the
+ * lock can no longer end by a request.  What the new daemon can see is
+ * processes, and, in /proc, which of them still hold a descriptor of the
+ * lock's file on the old mount (descriptors.c).
+ *
+ * So a lock found bound to a descriptor at startup is bound to the process
+ * that holds that descriptor now: its recorded holder if it does, else the
+ * first of the holder's descendants that does (for `flock FILE CMD` the
+ * holder is the shell that ran flock(1), and the descriptor is
+ * flock(1)'s).  It is watched like any process-bound lock, so it ends
+ * when that process exits; and about once a second (REBOUND_CHECK_MS: the
+ * tick queues the lock in its uid's turn when it is due, like any other
+ * work of the liveness thread) the daemon looks whether that process or a
+ * descendant still holds such a descriptor, and ends it when none does
+ * (the close it could not hear).  A lock whose descriptor was closed
+ * while no daemon ran ends at startup.  Either way the same process
+ * asking again through the new mount is a new request like any other,
+ * never a waiter behind itself.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "descriptors.h"
+#include "table.h"
+
+static struct lockfs_holder *holder_at(struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? &r->holder : &r->shares[i - 1].holder;
+}
+
+static enum lockfs_bound *bound_at(struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? &r->bound : &r->shares[i - 1].bound;
+}
+
+/*
+ * Which process holds holder H's old descriptor of NAME: H itself or one
+ * of its descendants.  1 and *PID and *START, 0 when none does, -ESRCH
+ * when H is gone, or -errno when it cannot be known: never 0 on a guess.
+ *
+ * Only H's tree is looked at, not every process: a descriptor whose path
+ * ends in "/.flock/NAME" on a dead mount may as well belong to another
+ * lockfs instance (another DIR, the same lock name), and taking it for
+ * ours would keep this lock forever.  A descriptor handed outside the
+ * tree (SCM_RIGHTS, a double fork whose parent then exits) is therefore
+ * not seen (docs/waiting.md).
+ */
+static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live_dev,
+		     pid_t *pid, unsigned long long *start)
+{
+	return lockfs_proc_tree_holds_old_flock(h->pid, h->start_time, name, live_dev, pid,
+						start);
+}
+
+/* Make H the process (PID, START), its facts read now (its session into
+ * *SID).  0 or -errno (H unchanged). */
+static int holder_move(struct lockfs_core *core, struct lockfs_holder *h, pid_t pid,
+		       unsigned long long start, pid_t *sid)
+{
+	struct lockfs_holder moved;
+	struct lockfs_proc p;
+	int rc = core->procs->read_tid(core->procs->ctx, pid, LOCKFS_PROC_IDS, &p);
+
+	if (rc < 0)
+		return rc;
+	if (p.start_time != start)
+		return -ESRCH;
+	/* Where it runs (ns_pid, container), as for any holder; unknown
+	 * (0, "") when that cannot be read. */
+	if (!core->procs->read_ns || core->procs->read_ns(core->procs->ctx, pid, &p) < 0) {
+		p.ns_pid = 0;
+		p.container[0] = '\0';
+	}
+	*sid = p.sid;
+	memset(&moved, 0, sizeof(moved));
+	rc = holder_fill(core, &moved, &p, NULL);
+	if (rc < 0)
+		return rc;
+	lockfs_holder_clear(h);
+	*h = moved;
+	return 0;
+}
+
+/* End holder I of C, whose old descriptor nobody holds any more: logged
+ * `recovered` with EVIDENCE, like a holder that exited.  With s->mu held
+ * and C fresh; C may be gone afterwards.  0 or -errno. */
+static int end_closed(struct lockfs_core *core, struct stripe *s, struct cached *c, size_t i,
+		      const char *evidence)
+{
+	const struct lockfs_holder *h = holder_at(&c->rec, i);
+	char holder[WHO_MAX], start[24];
+	const char *extra[] = { "holder", holder, "start", start, "evidence", evidence, NULL };
+
+	who_of(holder, sizeof(holder), NULL, h->comm, h->pid);
+	snprintf(start, sizeof(start), "%llu", h->start_time);
+	return drop_holder_locked(core, s, c, c->identity, i, "recovered", extra);
+}
+
+void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
+		      struct lockfs_entry_stat *st)
+{
+	struct lockfs_record *r = &c->rec;
+	size_t n = holder_count(r);
+	bool any = false, *closed = calloc(n ? n : 1, sizeof(bool));
+	char who[WHO_MAX], fence[24], uid[16], pid[16], holders[16];
+
+	if (!closed)
+		return; /* stays an fd lock until the next start: kept (fail closed) */
+	/* A holder may move to another process, of another uid: its lock
+	 * counts against the uid it ends with (quota.h). */
+	cache_account(core, c, -1);
+	for (size_t i = 0; i < n; i++) {
+		struct lockfs_holder *h = holder_at(r, i);
+		unsigned long long start;
+		pid_t p;
+
+		if (*bound_at(r, i) != LOCKFS_BOUND_FD)
+			continue;
+		any = true;
+		*bound_at(r, i) = LOCKFS_BOUND_PROCESS;
+		/* A holder of another boot is recovered as such; one whose
+		 * descriptor cannot be looked at stays the recorded holder's
+		 * (and ends when that process exits). */
+		if (strcmp(h->boot_id, core->boot_id) != 0)
+			continue;
+		switch (who_holds(h, c->name, 0, &p, &start)) {
+		case 1: {
+			pid_t sid;
+
+			if ((p != h->pid || start != h->start_time) &&
+			    holder_move(core, h, p, start, &sid) == 0 && i == 0)
+				r->holder_session = sid;
+			break;
+		}
+		case 0:
+			closed[i] = true;
+			break;
+		}
+	}
+	cache_account(core, c, 1);
+	r->fd_owner[0] = '\0';
+	for (size_t i = 0; i < r->nshares; i++)
+		r->shares[i].fd_owner[0] = '\0';
+	if (!any) {
+		free(closed);
+		return;
+	}
+	c->rebound = true;
+	c->next_rebound_boot_ms = 0; /* looked at by the first tick */
+	c->identity = st->identity;
+	/* Closed while no daemon ran: ended now (each holder logged, the
+	 * last one releases).  Each drop writes the record, conversions
+	 * included. */
+	for (size_t i = n; i-- > 0;) {
+		bool last = holder_count(&c->rec) <= 1;
+
+		if (!closed[i])
+			continue;
+		if (end_closed(core, s, c, i, "closed-while-down") < 0 || last) {
+			free(closed);
+			return; /* gone, or the store refused (C read back as it was) */
+		}
+	}
+	free(closed);
+	r = &c->rec;
+	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
+	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
+	ids_of(uid, pid, r->holder.uid, r->holder.pid);
+	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
+	if (r->nshares)
+		s->process_shares = true; /* queue_tick() watches them */
+	st->identity = c->identity;
+	if (persist_locked(core, s, c, st) < 0)
+		return; /* read back as it was; the lock stays */
+	{
+		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holders", holders,
+				     "bound", "process", "evidence", "daemon-restart", NULL };
+
+		log_event(core, who, c->name, kv, "rebound");
+	}
+	cache_watch(core, c, -1);
+}
+
+/* A rebound holder of the lock being looked at, noted under its stripe
+ * mutex. */
+struct look {
+	pid_t pid;
+	unsigned long long start;
+	int held;               /* 1: someone holds the old descriptor (or not
+				   known), 0: nobody */
+};
+
+/* End NAME's rebound holder L if the lock is still the acquisition TOKEN
+ * names and that holder is still in it. */
+static void end_if_still(struct lockfs_core *core, const char *name, const char *token,
+			 const struct look *l)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign, gone = false;
+
+	pthread_mutex_lock(&s->mu);
+	if (load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c && c->rebound &&
+	    strcmp(c->rec.token, token) == 0 && strcmp(c->issued, c->rec.token) == 0) {
+		for (size_t i = 0; i < holder_count(&c->rec); i++) {
+			const struct lockfs_holder *h = holder_at(&c->rec, i);
+
+			if (*bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS || h->pid != l->pid ||
+			    h->start_time != l->start)
+				continue;
+			c->identity = st.identity;
+			gone = end_closed(core, s, c, i, "closed") == 0 && !cache_find(s, name);
+			break;
+		}
+	}
+	stripe_unlock(s);
+	if (gone)
+		notify_removed(core, name);
+}
+
+void rebound_check(struct lockfs_core *core, const char *name, const char *token)
+{
+	struct stripe *s = stripe_of(core, name);
+	struct look *v = NULL;
+	size_t n = 0;
+	struct cached *c;
+
+	pthread_mutex_lock(&s->mu);
+	c = cache_find(s, name);
+	if (c && c->rebound && strcmp(c->rec.token, token) == 0 &&
+	    (v = calloc(holder_count(&c->rec), sizeof(*v)))) {
+		for (size_t i = 0; i < holder_count(&c->rec); i++) {
+			const struct lockfs_holder *h = holder_at(&c->rec, i);
+
+			if (*bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS ||
+			    strcmp(h->boot_id, core->boot_id) != 0)
+				continue;
+			v[n].pid = h->pid;
+			v[n].start = h->start_time;
+			n++;
+		}
+	}
+	stripe_unlock(s);
+	/* /proc is read with no mutex held, once per process (the shares of
+	 * one process, e.g. readers that each opened the file). */
+	for (size_t i = 0; i < n; i++) {
+		unsigned long long start;
+		pid_t p;
+
+		v[i].held = -1;
+		for (size_t j = 0; j < i && v[i].held < 0; j++)
+			if (v[j].pid == v[i].pid && v[j].start == v[i].start)
+				v[i].held = v[j].held;
+		if (v[i].held < 0) {
+			struct lockfs_holder h = { .pid = v[i].pid, .start_time = v[i].start };
+
+			v[i].held = who_holds(&h, name, core->mount_dev, &p, &start) != 0;
+		}
+		/* Held, or not known (an exit is the pidfd's to see): kept.
+		 * Nobody holds the old descriptor any more: ended. */
+		if (!v[i].held)
+			end_if_still(core, name, token, &v[i]);
+	}
+	free(v);
+}
