@@ -133,7 +133,9 @@ static bool zombie_holding(pid_t pid, int lockfd, char tid[16])
 
 		if (d->d_name[0] == '.' || strlen(d->d_name) >= 16)
 			continue;
-		snprintf(stat_path, sizeof(stat_path), "%s/%s/stat", path, d->d_name);
+		/* %.15s: the name is shorter (above), and so the compiler can
+		 * tell that the path fits. */
+		snprintf(stat_path, sizeof(stat_path), "%s/%.15s/stat", path, d->d_name);
 		if (state_of(stat_path) == 'Z')
 			continue;
 		if (task_has_file(pid, d->d_name, &lock)) {
