@@ -16,12 +16,15 @@ mounts or starts is undone on exit.
 """
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                '..', 'tests', 'integration'))
+from lockfs_helpers import rmtree_unguarded  # noqa: E402
 
 
 def cpu_seconds(pid):
@@ -108,7 +111,8 @@ def main():
                 p.wait()
         for d in tmpfs:
             subprocess.run(['umount', d])
-        shutil.rmtree(root, ignore_errors=True)
+        # lockfs made its mount points immutable once unmounted (the guard).
+        rmtree_unguarded(root)
 
 
 if __name__ == '__main__':

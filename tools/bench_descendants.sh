@@ -107,6 +107,11 @@ cleanup() {
 	done
 	[ -z "$T" ] || ! is_mounted "$T" || umount "$T" || umount -l "$T"
 	if [ -n "$W" ] && [ -d "$W" ] && ! grep -q " ${W}[/ ]" /proc/self/mountinfo; then
+		# lockfs makes its mount point immutable once unmounted (the
+		# guard, recovery.md): clear that first, as bench_stop.py does.
+		for p in "$W"/m-*; do
+			[ -d "$p" ] && chattr -i "$p"
+		done
 		rm -rf --one-file-system "$W"
 	fi
 	exit "$rc"

@@ -61,7 +61,14 @@ cleanup() {
 	done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
 	grep -q " $W/t " /proc/self/mountinfo && umount "$W/t"
-	grep -q " $W/" /proc/self/mountinfo || rm -rf --one-file-system "$W"
+	if ! grep -q " $W/" /proc/self/mountinfo; then
+		# lockfs makes its mount point immutable once unmounted (the
+		# guard, recovery.md): clear that first, as bench_stop.py does.
+		for m in "$W/m-old" "$W/m-new"; do
+			[ -d "$m" ] && chattr -i "$m"
+		done
+		rm -rf --one-file-system "$W"
+	fi
 	exit "$rc"
 }
 trap cleanup EXIT
