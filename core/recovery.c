@@ -265,7 +265,7 @@ int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *ve
 }
 
 /* Write C's list of descendants to the store, if it changed since it was
- * last written.  With s->mu held; C may be dropped (store refused). */
+ * last written.  With s->mu held; C may be replaced (store refused: read back). */
 static void persist_descendants_locked(struct lockfs_core *core, struct stripe *s,
 				       struct cached *c)
 {
@@ -284,8 +284,8 @@ static void persist_descendants_locked(struct lockfs_core *core, struct stripe *
  * lives on, keep the lock for them (holder_exited in the record, one
  * `holder-exited` line) and return true.  When that cannot be told, the
  * lock is kept too.  NAME is C's, in memory that outlives C: with s->mu
- * held, C may be dropped here (the store refused the record: the next
- * reading decides again).
+ * held, C may be replaced here (the store refused the record: C is read
+ * back as the store has it, and the next tick decides again).
  */
 static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe *s,
 					struct cached *c, const char *name)
@@ -319,8 +319,15 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 		snprintf(count, sizeof(count), "%d", n);
 	else
 		snprintf(count, sizeof(count), "unknown");
-	/* The line first: a store that refuses the record means the next
-	 * reading decides (and says) it again, never that nothing is said. */
+	c->next_persist_boot_ms = lockfs_boot_ms() + 1000;
+	/* The line once the store shows it (as for a release: see
+	 * release_locked).  A store that refuses the record leaves C read
+	 * back as it was, its holder gone: the next tick decides (and says)
+	 * it again, and until then the lock is kept, with nothing said but
+	 * the backend's word on what is wrong with the store. */
+	if (persist_locked(core, s, c, &st) < 0)
+		return true;
+	c->desc_version = version;
 	if (first) {
 		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holder", who,
 				     "start", start, "descendants", count, "evidence",
@@ -328,9 +335,6 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 
 		log_event(core, who, name, kv, "holder-exited");
 	}
-	c->next_persist_boot_ms = lockfs_boot_ms() + 1000;
-	if (persist_locked(core, s, c, &st) == 0)
-		c->desc_version = version;
 	return true;
 }
 

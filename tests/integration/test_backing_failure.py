@@ -18,9 +18,11 @@ reach a caller as "not yours".
 
 import errno
 import os
+import signal
 import subprocess
 
-from lockfs_helpers import (END_EVENTS, errno_of, evidence, log_for, wait_free, wait_until)
+from lockfs_helpers import (END_EVENTS, errno_of, evidence, log_for, stays_held, wait_free,
+                            wait_log, wait_until)
 
 
 class _Immutable:
@@ -102,6 +104,33 @@ def test_a_holder_whose_rmdir_dir_refused_is_still_watched(mnt, spawn_agent):
     wait_free(mnt, 'x', timeout=2)
     ends = [l for l in log_for(mnt.dir, 'x') if l.event in END_EVENTS]
     assert [(l.event, evidence(l)) for l in ends] == [('recovered', {'exited'})]
+
+
+def test_a_lock_kept_for_descendants_while_dir_refuses_is_said_once(mnt):
+    """Issue 9 §2 under §5: a holder that exits while what it started lives
+    on keeps its lock; while its record cannot be rewritten (chattr +i on
+    the lock directory) the lock stays, and `holder-exited` is written
+    once, when the store takes it -- not at every try (one per tick)."""
+    p = subprocess.Popen(['sh', '-c', 'mkdir "$1" || exit 9; sleep 60 >/dev/null & echo $!; '
+                          'read go; exit 0', 'sh', mnt.path('x')],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child = int(p.stdout.readline())
+    try:
+        with _Immutable(mnt.lockdir('x')):
+            p.stdin.close()                               # the holder exits now
+            assert p.wait(10) == 0
+            _wait_dir_line(mnt, 'cannot')
+            assert stays_held(mnt, 'x', 0.5)              # some ten ticks of tries
+            assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired']
+        wait_log(mnt.dir, 'x', 'holder-exited', timeout=2)
+        assert stays_held(mnt, 'x', 0.3)
+        assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'holder-exited']
+    finally:
+        os.kill(child, signal.SIGKILL)
+        p.stdout.close()
+    wait_free(mnt, 'x', timeout=2)
+    assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'holder-exited',
+                                                        'recovered']
 
 
 def test_what_is_wrong_with_dir_is_said_once_not_per_request(mnt, spawn_agent):
