@@ -576,6 +576,14 @@ static bool owned_safely(const struct stat *st, uid_t owner)
 	return (st->st_uid == 0 || st->st_uid == owner) && !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
+/* A root-owned directory with the sticky bit (/tmp): others may add names
+ * to it but never rename or remove root's, so the safely owned directory
+ * below it that the chain came through stays what it is. */
+static bool sticky_root_dir(const struct stat *st)
+{
+	return st->st_uid == 0 && (st->st_mode & S_ISVTX);
+}
+
 /*
  * Is directory DIRFD trusted all the way up to the root ROOT: it and every
  * directory above it (through "..", so symlinks in the path that reached
@@ -590,7 +598,8 @@ static bool dir_chain_trusted(int dirfd, const struct stat *root, uid_t owner)
 		struct stat st;
 		int up;
 
-		if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || !owned_safely(&st, owner))
+		if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) ||
+		    !(owned_safely(&st, owner) || sticky_root_dir(&st)))
 			break;
 		if (st.st_dev == root->st_dev && st.st_ino == root->st_ino) {
 			ok = true;
