@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/descendants.h"
-#include "../core/procevents.h"
+#include "../core/proc/descendants.h"
+#include "../core/proc/procevents.h"
 
 /* The connector, counting what it hands out. */
 static struct lockfs_event_source inner;

@@ -1,7 +1,7 @@
 /*
- * Unit tests for core/descendants.c: the tracking of a holder's
+ * Unit tests for core/proc/descendants.c: the tracking of a holder's
  * descendants on a fake process table fed with fake events, and the
- * kernel's connector (core/procevents.c) on real processes.
+ * kernel's connector (core/proc/procevents.c) on real processes.
  */
 #include <errno.h>
 #include <poll.h>
@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "../../core/descendants.h"
-#include "../../core/procevents.h"
+#include "../../core/proc/descendants.h"
+#include "../../core/proc/procevents.h"
 
 /* ---- a fake process table ---------------------------------------------- */
 

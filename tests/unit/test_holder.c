@@ -1,5 +1,5 @@
 /*
- * Unit tests for core/holder.c: the holder rule and the release rule on a
+ * Unit tests for core/base/holder.c: the holder rule and the release rule on a
  * fake process table, then the /proc readers on real processes.
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests for core/liveness.c: a holder that cannot be watched through
+ * Unit tests for core/proc/liveness.c: a holder that cannot be watched through
  * a pidfd right now (the daemon may keep no more descriptors, or the
  * process has none left at all) is polled by pid and start time until it
  * can be, and its death is reported all the same.  Real child processes,
@@ -26,8 +26,8 @@
 #include <cmocka.h>
 
 #include "lockfs/holder.h"
-#include "../../core/fds.h"
-#include "../../core/liveness.h"
+#include "../../core/proc/fds.h"
+#include "../../core/proc/liveness.h"
 
 #define TICK_MS 20
 

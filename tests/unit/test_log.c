@@ -1,4 +1,4 @@
-/* Unit tests for the audit log (core/log.c). */
+/* Unit tests for the audit log (core/base/log.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* Unit tests for the lock-name rule (core/name.c). */
+/* Unit tests for the lock-name rule (core/base/name.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests for core/quota.c: per-uid caps, the total, root's exemption,
+ * Unit tests for core/lock/quota.c: per-uid caps, the total, root's exemption,
  * reservations that keep concurrent acquisitions under a cap, and bursts
  * of refusals.
  */
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "../../core/quota.h"
+#include "../../core/lock/quota.h"
 
 static struct quota *make(uint32_t open, uint32_t locks, uint32_t waiters, uint32_t total)
 {

@@ -1,4 +1,4 @@
-/* Unit tests for the lock record (core/record.c). */
+/* Unit tests for the lock record (core/base/record.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
