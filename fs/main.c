@@ -35,7 +35,8 @@
 #include "stop.h"
 #include "takeover.h"
 #include "service.h"
-#include "lockfs/backend.h"
+/* The v1 store interface, until B2 opens stores through the v2 registry. */
+#include "../core/lock/backend_v1.h"
 #include "lockfs/core.h"
 
 /* Works on a fresh machine as root: lock state needs no disk, and /run is

@@ -48,7 +48,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "lockfs/backend.h"
+#include "lock/backend_v1.h" /* until B2: the v1 seam */
 #include "lockfs/record.h"
 
 #define RECORD_FILE "owner.json"

@@ -21,6 +21,7 @@
 #include "lockfs/holder.h"
 #include "lockfs/log.h"
 #include "lockfs/record.h"
+#include "backend_v1.h"
 #include "descendants.h"
 #include "fds.h"
 #include "fence.h"

@@ -14,11 +14,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "lockfs/backend.h"
 #include "lockfs/holder.h"
 #include "lockfs/log.h"
 
 struct lockfs_core;
+struct lockfs_backend;
 
 /* A cap of lockfs_core_config that is never reached (-o max_...=0). */
 #define LOCKFS_NO_LIMIT UINT32_MAX

@@ -18,8 +18,8 @@
  * Only the backend knows which errno of its medium is an answer and which
  * a failure.
  */
-#ifndef LOCKFS_BACKEND_H
-#define LOCKFS_BACKEND_H
+#ifndef LOCKFS_BACKEND_V1_H
+#define LOCKFS_BACKEND_V1_H
 
 #include <stdbool.h>
 #include <stddef.h>
