@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "lockfs/name.h"
-#include "table.h"
+#include "lock/table.h"
 
 #define CMDLINE_MAX 4096
 #define DEFAULT_LEASE_S 600
@@ -449,7 +449,7 @@ void log_event(struct lockfs_core *core, const char *who, const char *name,
 	       const char *const *kv, const char *event)
 {
 	/* A line that cannot be written now is kept and goes out later
-	 * (core/log.c says so on stderr once): the event happens anyway. */
+	 * (core/base/log.c says so on stderr once): the event happens anyway. */
 	(void)lockfs_log_event_or_keep(core->log, who, name, kv, event);
 }
 

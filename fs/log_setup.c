@@ -1,7 +1,7 @@
 /*
  * The audit log at start-up: its options, opening DIR/lock.log with a
  * clear word when it cannot be used, and the signals that concern it
- * (SIGHUP reopens it for logrotate).  The log itself is core/log.c's.
+ * (SIGHUP reopens it for logrotate).  The log itself is core/base/log.c's.
  */
 #include <errno.h>
 #include <limits.h>

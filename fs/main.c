@@ -369,7 +369,7 @@ static int parse_cap(const char *opt, const char *text, uint32_t *out)
 /*
  * Every open M/.log and every watched holder costs the daemon a
  * descriptor: use all the hard limit allows (the soft one is often 1024).
- * Callers never get the last of them (see core/fds.h).
+ * Callers never get the last of them (see core/proc/fds.h).
  */
 static void raise_fd_limit(void)
 {

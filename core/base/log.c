@@ -2,7 +2,7 @@
  * The audit log's file (include/lockfs/log.h): DIR/lock.log, its rotation
  * by size, reopening it for logrotate, the lines kept in memory while it
  * cannot be written, and the per-uid limit on `denied` lines.  The line
- * itself is core/log_line.c's.
+ * itself is core/base/log_line.c's.
  *
  * Every line the daemon writes goes out under one mutex, in one write(2)
  * on an O_APPEND descriptor: lines are whole and in order, and a rotation

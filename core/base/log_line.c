@@ -1,6 +1,6 @@
 /*
  * One line of the audit log (include/lockfs/log.h): escaping and
- * formatting, no I/O (the file is core/log.c's).
+ * formatting, no I/O (the file is core/base/log.c's).
  *
  * The line is meant for `awk`, `grep` and `cut -d' '`: every field is
  * escaped so that it contains no space, no control byte and no newline,

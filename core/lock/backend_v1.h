@@ -87,7 +87,7 @@ struct lockfs_backend {
 };
 
 /*
- * The directory backend (core/backend_dir.c), compatible with the seed
+ * The directory backend (core/backend/dir_v1.c), compatible with the seed
  * tool: a lock is the directory DIR/NAME.lock, made by rename(2) with
  * RENAME_NOREPLACE from a temporary directory that already holds the
  * record file DIR/NAME.lock/owner.json.  The identity of a lock with a

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "descriptors.h"
+#include "base/descriptors.h"
 #include "table.h"
 
 static struct lockfs_holder *holder_at(struct lockfs_record *r, size_t i)

@@ -22,11 +22,11 @@
 #include "lockfs/log.h"
 #include "lockfs/record.h"
 #include "backend_v1.h"
-#include "descendants.h"
-#include "fds.h"
-#include "fence.h"
-#include "liveness.h"
-#include "procevents.h"
+#include "proc/descendants.h"
+#include "proc/fds.h"
+#include "backend/fence.h"
+#include "proc/liveness.h"
+#include "proc/procevents.h"
 #include "quota.h"
 
 #define STRIPES 256

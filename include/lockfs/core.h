@@ -85,7 +85,7 @@ void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, voi
 void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev);
 /* The device of the lockfs mount at MOUNTPOINT (absolute, canonical: as
  * /proc/self/mountinfo shows it), read from there -- stat(2) on it would be
- * a request to the daemon itself (core/descriptors.c).  Returns 0 and
+ * a request to the daemon itself (core/base/descriptors.c).  Returns 0 and
  * *DEV, -ENOENT when no lockfs is mounted there, or -errno. */
 int lockfs_mount_dev(const char *mountpoint, dev_t *dev) __attribute__((warn_unused_result));
 /* Start the liveness thread (after any fork).  0 or -errno. */

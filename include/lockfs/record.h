@@ -103,7 +103,7 @@ struct lockfs_record {
 	int64_t holder_acquired_at_ms;
 	char token[LOCKFS_TOKEN_HEX + 1]; /* "" when unknown/hidden */
 	/* The holder's session id at acquisition (0 = unknown): where a
-	 * scan looks for its descendants (core/descendants.c). */
+	 * scan looks for its descendants (core/proc/descendants.c). */
 	pid_t holder_session;
 	/* A process-bound holder that exited while processes it started
 	 * live on: the lock is theirs until the last one exits. */
