@@ -583,7 +583,7 @@ static int make_token(char out[LOCKFS_TOKEN_HEX + 1])
 
 /* The LOCKFS_SLUG of thread TID's process (its exec-time environment) into
  * BUF; "" when unset or unreadable.  Returns 0, or -EINVAL for a slug that
- * is too long (SLUG_MAX - 1 bytes at most), not UTF-8, or has a control
+ * is too long (LOCKFS_SLUG_MAX - 1 bytes at most), not UTF-8, or has a control
  * character: such a slug names nothing reliably. */
 int caller_slug(pid_t tid, char *buf, size_t size)
 {
@@ -613,7 +613,7 @@ int caller_slug(pid_t tid, char *buf, size_t size)
 pid_t who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
 {
 	struct lockfs_proc p;
-	char slug[SLUG_MAX];
+	char slug[LOCKFS_SLUG_MAX];
 	bool resolved;
 
 	(void)caller_slug(tid, slug, sizeof(slug)); /* a bad slug reads as none */
@@ -758,7 +758,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
 	struct lockfs_proc holder;
-	char slug[SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
+	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct stripe *s;
 	size_t len;
 	char *json;
@@ -897,7 +897,7 @@ struct holder_ref {
 	unsigned long long start;
 	uid_t uid;
 	char boot_id[40];
-	char slug[SLUG_MAX];
+	char slug[LOCKFS_SLUG_MAX];
 };
 
 size_t holder_count(const struct lockfs_record *rec)
@@ -941,7 +941,7 @@ static int holder_check(struct lockfs_core *core, const struct holder_ref *h,
 	if (!h->known)
 		return -EPERM; /* nobody can prove they hold a foreign lock */
 	if (h->bound == LOCKFS_BOUND_SLUG) {
-		char slug[SLUG_MAX];
+		char slug[LOCKFS_SLUG_MAX];
 
 		if (caller->tid <= 0)
 			return -EACCES;
@@ -1477,7 +1477,7 @@ int lockfs_core_set_lease(struct lockfs_core *core, const char *name,
 		return -EINVAL;
 	errno = 0;
 	v = strtoull(buf, &end, 10);
-	if (errno || *end || v > 10 * 365 * 24 * 3600ull)
+	if (errno || *end || v > LOCKFS_LEASE_MAX_S)
 		return -EINVAL;
 	{
 		uint32_t ttl = (uint32_t)v;

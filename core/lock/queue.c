@@ -607,7 +607,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	{
 		/* The caller's LOCKFS_SLUG names the holder (lockctl --slug);
 		 * a bad one reads as none here rather than failing flock. */
-		char slug[SLUG_MAX];
+		char slug[LOCKFS_SLUG_MAX];
 
 		if (caller_slug(caller->tid, slug, sizeof(slug)) == 0 && *slug)
 			e->slug = strdup(slug);
@@ -992,7 +992,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 {
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
-	char slug[SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
+	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct lockfs_proc writer;
 	struct cached *c;
 	bool foreign, to_slug;

@@ -828,7 +828,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 
 	if (len > 0 && reason[len - 1] == '\n')
 		len--;
-	if (len > LOCKFS_OPERATION_MAX)
+	if (len > LOCKFS_REASON_MAX)
 		return -EFBIG;
 	if (len == 0 || memchr(reason, '\0', len) || !lockfs_utf8_valid(reason, len))
 		return -EINVAL;

@@ -19,6 +19,7 @@
 
 #include "lockfs/core.h"
 #include "lockfs/holder.h"
+#include "lockfs/limits.h"
 #include "lockfs/log.h"
 #include "lockfs/record.h"
 #include "backend_v1.h"
@@ -30,8 +31,7 @@
 #include "quota.h"
 
 #define STRIPES 256
-#define SLUG_MAX 256
-#define WHO_MAX (SLUG_MAX + 32)
+#define WHO_MAX (LOCKFS_SLUG_MAX + 32)
 
 /* A parsed record of a held lock, valid while the store's identity is. */
 struct cached {
@@ -142,7 +142,7 @@ struct lockfs_core {
 	struct lockfs_helpers helpers;
 	const struct lockfs_proc_source *procs;
 	int dirfd;              /* borrowed */
-	char host[256];
+	char host[LOCKFS_HOST_MAX];
 	char boot_id[40];
 	uint32_t default_lease_s;
 	uint32_t stale_s;

@@ -144,7 +144,7 @@ int lockfs_core_set_lease(struct lockfs_core *core, const char *name,
 int lockfs_core_renew(struct lockfs_core *core, const char *name,
 		      const struct lockfs_caller *caller);
 
-/* Break NAME with REASON (1..LOCKFS_OPERATION_MAX bytes of UTF-8; one
+/* Break NAME with REASON (1..LOCKFS_REASON_MAX bytes of UTF-8; one
  * trailing newline dropped): release it whoever holds it, log `broken`.
  * Whether the caller may break is the mount's decision, not the engine's.
  * 0, -EINVAL (bad reason), -ENOENT. */

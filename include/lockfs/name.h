@@ -4,8 +4,7 @@
 
 #include <stddef.h>
 
-/* Longest lock name in bytes: NAME plus ".lock" must fit in NAME_MAX (255). */
-#define LOCKFS_NAME_MAX 250
+#include "lockfs/limits.h" /* LOCKFS_NAME_MAX */
 
 /*
  * Check that NAME may name a lock: 1..LOCKFS_NAME_MAX bytes of valid UTF-8

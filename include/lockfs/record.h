@@ -7,13 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Largest record accepted from the backing store, in bytes: room for
- * LOCKFS_SHARED_MAX holders with 4 KiB command lines each. */
-#define LOCKFS_RECORD_MAX (8 * 1024 * 1024)
-/* Most holders of one shared lock; one more gets ENOLCK. */
-#define LOCKFS_SHARED_MAX 1024
-/* Largest `operation` text, in bytes. */
-#define LOCKFS_OPERATION_MAX 1024
+#include "lockfs/limits.h" /* LOCKFS_RECORD_MAX, _SHARED_MAX, _OPERATION_MAX */
+
 /* A token is 128 random bits written as 32 lower-case hex digits. */
 #define LOCKFS_TOKEN_HEX 32
 
