@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "lockfs/name.h"
+#include "lockfs/utf8.h"
 #include "lock/table.h"
 
 #define CMDLINE_MAX 4096

@@ -47,6 +47,7 @@
 #include "fs.h"
 #include "lockfs/name.h"
 #include "lockfs/record.h"
+#include "lockfs/utf8.h"
 
 static struct lockfs_fs *fs_of(fuse_req_t req)
 {
@@ -772,27 +773,6 @@ static void restore_before(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
 	of->before = NULL;
 }
 
-/* Is TEXT valid UTF-8 but for a character its last 1-3 bytes only begin? */
-static bool utf8_cut_short(const char *text, size_t len)
-{
-	const unsigned char *t = (const unsigned char *)text;
-
-	for (size_t k = 1; k <= 3 && k <= len; k++) {
-		unsigned char lead = t[len - k];
-		size_t need = lead >= 0xF0 && lead <= 0xF4 ? 4 : lead >= 0xE0 && lead <= 0xEF ? 3 :
-			      lead >= 0xC2 && lead <= 0xDF ? 2 : 0;
-		bool cont = true;
-
-		for (size_t i = len - k + 1; i < len; i++)
-			cont = cont && t[i] >= 0x80 && t[i] <= 0xBF;
-		if (need > k && cont)
-			return !memchr(text, '\0', len - k) && lockfs_utf8_valid(text, len - k);
-		if (lead < 0x80 || lead >= 0xC0)
-			return false; /* a lead byte or ASCII that is no cut start */
-	}
-	return false;
-}
-
 static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		      off_t off, struct fuse_file_info *fi)
 {
@@ -841,7 +821,7 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 		rc = lockfs_core_set_operation(fs->core, lock, &caller, data, end);
 		/* A write may end inside a UTF-8 character that the next one
 		 * completes: keep it, apply it with that write or at close. */
-		if (rc == -EINVAL && utf8_cut_short(data, end))
+		if (rc == -EINVAL && !memchr(data, '\0', end) && lockfs_utf8_cut_short(data, end))
 			rc = 1;
 		/* Applied (0), kept for later (1), or refused: then nothing
 		 * changes, not even the open's O_TRUNC. */

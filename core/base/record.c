@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "lockfs/record.h"
+#include "lockfs/utf8.h"
 
 /* Most cmdline elements a parsed record may carry. */
 #define RECORD_CMDLINE_MAX 4096
@@ -82,45 +83,6 @@ char *lockfs_format_time(int64_t ms, char buf[32])
 }
 
 /*
- * Length of the valid strict UTF-8 sequence at S (LEN > 0 bytes), or 0.
- * Same rules as lockfs_utf8_valid(); kept local so this leaf does not
- * depend on name.c.
- */
-static size_t utf8_seq(const unsigned char *s, size_t len)
-{
-	uint32_t c = s[0], min;
-	size_t n;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xC2 && c <= 0xDF) {
-		n = 2;
-		c &= 0x1F;
-		min = 0x80;
-	} else if (c >= 0xE0 && c <= 0xEF) {
-		n = 3;
-		c &= 0x0F;
-		min = 0x800;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		n = 4;
-		c &= 0x07;
-		min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len < n)
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		c = (c << 6) | (s[i] & 0x3F);
-	}
-	if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-		return 0;
-	return n;
-}
-
-/*
  * A JSON string for S, with every byte that does not start a valid UTF-8
  * sequence replaced by U+FFFD.  Returns a new reference, or NULL when out
  * of memory.  S == NULL gives "" (callers map optional NULLs to null
@@ -134,7 +96,7 @@ static json_t *str_json(const char *s)
 	json_t *j;
 
 	for (i = 0; i < len;) {
-		size_t n = utf8_seq(p + i, len - i);
+		size_t n = p[i] < 0x80 ? 1 : lockfs_utf8_decode((const char *)p + i, len - i, NULL);
 
 		if (n == 0) {
 			bad++;
@@ -151,7 +113,7 @@ static json_t *str_json(const char *s)
 	if (!fixed)
 		return NULL;
 	for (i = 0, o = 0; i < len;) {
-		size_t n = utf8_seq(p + i, len - i);
+		size_t n = p[i] < 0x80 ? 1 : lockfs_utf8_decode((const char *)p + i, len - i, NULL);
 
 		if (n == 0) {
 			memcpy(fixed + o, "\xEF\xBF\xBD", 3);
@@ -411,7 +373,7 @@ static void sb_str(struct sbuf *b, const char *s)
 		if (i >= len)
 			break;
 		if (p[i] >= 0x80) {
-			size_t n = utf8_seq(p + i, len - i);
+			size_t n = lockfs_utf8_decode((const char *)p + i, len - i, NULL);
 
 			if (n == 0) {
 				sb_put(b, "\xEF\xBF\xBD", 3);

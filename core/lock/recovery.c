@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "lockfs/name.h"
+#include "lockfs/utf8.h"
 #include "table.h"
 
 /* How much queued work the liveness thread does before it looks for

@@ -19,11 +19,4 @@
  */
 int lockfs_name_check(const char *name) __attribute__((warn_unused_result));
 
-/*
- * Check that the LEN bytes at S are valid UTF-8 by the same strict rules as
- * names (overlongs, surrogates and > U+10FFFF refused).  Control characters
- * are allowed here.  Returns 1 when valid, 0 when not.
- */
-int lockfs_utf8_valid(const char *s, size_t len);
-
 #endif

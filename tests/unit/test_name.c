@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "lockfs/name.h"
+#include "lockfs/utf8.h"
 
 static void test_ascii_names_are_valid(void **state)
 {
@@ -270,6 +271,36 @@ static void test_some_whitespace_is_fine(void **state)
 	assert_int_equal(lockfs_name_check("\xe2\x9d\xa4\xef\xb8\x8f"), 0); /* ❤️ */
 }
 
+static void test_utf8_decode_gives_length_and_code_point(void **state)
+{
+	uint32_t cp = 0;
+
+	assert_int_equal(lockfs_utf8_decode("a", 1, &cp), 1);
+	assert_int_equal(cp, 'a');
+	assert_int_equal(lockfs_utf8_decode("\xc3\xa9", 2, &cp), 2);
+	assert_int_equal(cp, 0xE9);
+	assert_int_equal(lockfs_utf8_decode("\xe6\x97\xa5", 3, &cp), 3);
+	assert_int_equal(cp, 0x65E5);
+	assert_int_equal(lockfs_utf8_decode("\xf4\x8f\xbf\xbf", 4, NULL), 4);
+	assert_int_equal(lockfs_utf8_decode("\xc0\xaf", 2, &cp), 0); /* overlong '/' */
+	assert_int_equal(lockfs_utf8_decode("\xed\xa0\x80", 3, &cp), 0); /* surrogate */
+	assert_int_equal(lockfs_utf8_decode("\xe6\x97", 2, &cp), 0); /* truncated */
+}
+
+/* A write(2) may end inside a character that the next write completes. */
+static void test_utf8_cut_short_is_only_an_unfinished_last_character(void **state)
+{
+	assert_true(lockfs_utf8_cut_short("caf\xc3", 4));
+	assert_true(lockfs_utf8_cut_short("\xe6\x97", 2));
+	assert_true(lockfs_utf8_cut_short("ab\xf0\x9f\x94", 5));
+	assert_false(lockfs_utf8_cut_short("caf\xc3\xa9", 5)); /* complete */
+	assert_false(lockfs_utf8_cut_short("abc", 3));
+	assert_false(lockfs_utf8_cut_short("", 0));
+	assert_false(lockfs_utf8_cut_short("\xff\xc3", 2));       /* bad before the cut */
+	assert_false(lockfs_utf8_cut_short("a\x80", 2));           /* a stray continuation */
+	assert_false(lockfs_utf8_cut_short("a\xc3\x28", 3));      /* not a continuation */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -289,6 +320,8 @@ int main(void)
 		cmocka_unit_test(test_utf8_valid_allows_controls),
 		cmocka_unit_test(test_utf8_valid_rejects_bad_sequences),
 		cmocka_unit_test(test_utf8_valid_respects_length),
+		cmocka_unit_test(test_utf8_decode_gives_length_and_code_point),
+		cmocka_unit_test(test_utf8_cut_short_is_only_an_unfinished_last_character),
 		cmocka_unit_test(test_nfc_names_are_valid),
 		cmocka_unit_test(test_names_not_in_nfc_are_einval),
 		cmocka_unit_test(test_format_characters_are_einval),

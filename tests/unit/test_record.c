@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "lockfs/name.h"
+#include "lockfs/utf8.h"
 #include "lockfs/record.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef"
