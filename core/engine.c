@@ -20,6 +20,7 @@
 
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
+#include "base/clock.h"
 #include "lock/table.h"
 
 #define CMDLINE_MAX 4096
@@ -36,22 +37,6 @@
 #define LOCK_INODES 2
 /* How often the liveness thread looks at leases and holders. */
 #define TICK_MS 50
-
-int64_t lockfs_wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t lockfs_boot_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 struct stripe *stripe_of(struct lockfs_core *core, const char *name)
 {

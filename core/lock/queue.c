@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "lockfs/name.h"
+#include "base/clock.h"
 #include "table.h"
 
 /* How long an interrupted waiter's place is kept. */

@@ -18,6 +18,7 @@
 
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
+#include "base/clock.h"
 #include "table.h"
 
 /* How much queued work the liveness thread does before it looks for

@@ -165,9 +165,6 @@ struct lockfs_core {
 	size_t nusers;
 };
 
-int64_t lockfs_wall_ms(void);
-int64_t lockfs_boot_ms(void);
-
 struct stripe *stripe_of(struct lockfs_core *core, const char *name);
 /* Called with s->mu held. */
 struct cached *cache_find(struct stripe *s, const char *name);
