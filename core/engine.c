@@ -459,12 +459,6 @@ void log_refusal(struct lockfs_core *core, const struct lockfs_caller *caller, p
 	lockfs_log_denied(core->log, caller->uid, pid, who, name, reason);
 }
 
-void notify_removed(struct lockfs_core *core, const char *name)
-{
-	if (core->removed)
-		core->removed(core->removed_arg, name);
-}
-
 void quota_refuse(struct lockfs_core *core, uid_t uid, enum quota_reason reason,
 		  const char *name, const char *who, pid_t pid)
 {
@@ -1593,12 +1587,6 @@ void lockfs_core_log_reopen(struct lockfs_core *core)
 	lockfs_log_request_reopen(core->log);
 }
 
-void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, void *arg)
-{
-	core->removed = fn;
-	core->removed_arg = arg;
-}
-
 /* The descendants tracker, fed by the process-event connector unless
  * SCAN_ONLY or the kernel refuses it (then scans answer, and we say so
  * once).  0 or -errno. */
@@ -1773,8 +1761,8 @@ void lockfs_core_stop(struct lockfs_core *core)
 	if (!core)
 		return;
 	lockfs_liveness_stop(core->liveness);
-	/* Releases the store refused get one last try while the mount can
-	 * still be told; what is left stays in DIR (see queue_free_all). */
+	/* Releases the store refused get one last try before the daemon
+	 * goes; what is left stays in DIR (see queue_free_all). */
 	queue_retry_all(core);
 	quota_flush(core->quota, true, log_refused, core);
 }

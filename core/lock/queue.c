@@ -750,7 +750,7 @@ static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
 	for (struct unlock_retry **pp = &s->retries, *r; (r = *pp);) {
 		struct lockfs_entry_stat st;
 		struct cached *c;
-		bool foreign, done = true, gone = false;
+		bool foreign, done = true;
 		int rc = load_locked(core, s, r->name, &st, &foreign, false, &c);
 
 		if (rc == 0 && c && strcmp(c->issued, c->rec.token) == 0) {
@@ -762,7 +762,6 @@ static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
 				rc = drop_holder_locked(core, s, c, st.identity, i,
 							r->logged ? "released" : NULL, NULL);
 				done = rc == 0 || rc == -ENOENT;
-				gone = rc == 0 && !cache_find(s, r->name);
 				break;
 			}
 		} else if (rc < 0 && rc != -ENOENT) {
@@ -773,14 +772,6 @@ static void retry_tick_locked(struct lockfs_core *core, struct stripe *s)
 			continue;
 		}
 		*pp = r->next;
-		if (gone) {
-			/* notify_removed() must not run under the stripe mutex;
-			 * the list may change meanwhile: start over. */
-			stripe_unlock(s);
-			notify_removed(core, r->name);
-			pthread_mutex_lock(&s->mu);
-			pp = &s->retries;
-		}
 		free(r->name);
 		free(r);
 	}
@@ -804,7 +795,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	struct lockq *q;
-	bool foreign, gone = false;
+	bool foreign;
 	long held;
 	int rc;
 
@@ -837,15 +828,11 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 
 			rc = drop_holder_locked(core, s, c, st.identity, (size_t)held,
 						"released", NULL);
-			/* Handed to a waiter, the name stays: nothing to tell. */
-			gone = rc == 0 && !cache_find(s, name);
 			if (rc < 0 && rc != -ENOENT)
 				retry_add(s, name, owner, fence, rc, true);
 		}
 	}
 	stripe_unlock(s);
-	if (gone && rc == 0)
-		notify_removed(core, name);
 	return rc;
 }
 

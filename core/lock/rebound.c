@@ -207,7 +207,7 @@ static void end_if_still(struct lockfs_core *core, const char *name, const char 
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
-	bool foreign, gone = false;
+	bool foreign;
 
 	pthread_mutex_lock(&s->mu);
 	if (load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c && c->rebound &&
@@ -219,13 +219,11 @@ static void end_if_still(struct lockfs_core *core, const char *name, const char 
 			    h->start_time != l->start)
 				continue;
 			c->identity = st.identity;
-			gone = end_closed(core, s, c, i, "closed") == 0 && !cache_find(s, name);
+			end_closed(core, s, c, i, "closed");
 			break;
 		}
 	}
 	stripe_unlock(s);
-	if (gone)
-		notify_removed(core, name);
 }
 
 void rebound_check(struct lockfs_core *core, const char *name, const char *token)

@@ -248,7 +248,6 @@ static void recover(struct lockfs_core *core, const char *name, const char *toke
 		return;
 	if (signal && core->break_signal && pid > 0)
 		lockfs_liveness_signal(core->liveness, pid, start, core->break_signal);
-	notify_removed(core, name);
 }
 
 int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *version)
@@ -752,8 +751,6 @@ static void recover_stale_foreign(struct lockfs_core *core)
 				log_event(core, "?", nv.v[i], kv, "recovered");
 		}
 		stripe_unlock(s);
-		if (released)
-			notify_removed(core, nv.v[i]);
 	}
 out:
 	name_vec_free(&nv);
@@ -868,6 +865,5 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 		return rc;
 	if (core->break_signal && pid > 0)
 		lockfs_liveness_signal(core->liveness, pid, start, core->break_signal);
-	notify_removed(core, name);
 	return 0;
 }

@@ -147,8 +147,6 @@ struct lockfs_core {
 	uint32_t default_lease_s;
 	uint32_t stale_s;
 	int break_signal;
-	lockfs_removed_fn removed;
-	void *removed_arg;
 	int64_t next_stale_scan_ms;
 	dev_t mount_dev;        /* of the mount served; 0 = not known (set before
 				   the liveness thread starts) */
@@ -212,7 +210,6 @@ int log_acquired(struct lockfs_core *core, const char *who, const char *name,
  * names), rate-limited per uid (lockfs_log_denied). */
 void log_refusal(struct lockfs_core *core, const struct lockfs_caller *caller, pid_t pid,
 		 const char *who, const char *name, const char *reason);
-void notify_removed(struct lockfs_core *core, const char *name);
 
 /*
  * Run VIEW on NAME's record (C is NULL for a foreign lock) with the stripe

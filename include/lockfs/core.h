@@ -23,11 +23,6 @@ struct lockfs_backend;
 /* A cap of lockfs_core_config that is never reached (-o max_...=0). */
 #define LOCKFS_NO_LIMIT UINT32_MAX
 
-/* Called when the engine itself released NAME (holder death, lease
- * recovery, break), from a thread that serves no request, with no engine
- * mutex held. */
-typedef void (*lockfs_removed_fn)(void *arg, const char *name);
-
 struct lockfs_core_config {
 	int dirfd;               /* the backing directory (borrowed) */
 	struct lockfs_backend *backend; /* taken over by the core */
@@ -77,7 +72,6 @@ struct lockfs_lock_stat {
  */
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)
 	__attribute__((warn_unused_result));
-void lockfs_core_set_removed(struct lockfs_core *core, lockfs_removed_fn fn, void *arg);
 /* The device of the mount the engine serves (lockfs_mount_dev), so that a
  * descriptor of that mount is told from one of an earlier mount (fd locks
  * rebound at a restart).  Before lockfs_core_start; unset (0), every
@@ -90,8 +84,8 @@ void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev);
 int lockfs_mount_dev(const char *mountpoint, dev_t *dev) __attribute__((warn_unused_result));
 /* Start the liveness thread (after any fork).  0 or -errno. */
 int lockfs_core_start(struct lockfs_core *core) __attribute__((warn_unused_result));
-/* Stop it, and give releases the store refused one last try: no removal
- * is reported after this returns.  Idempotent. */
+/* Stop it, and give releases the store refused one last try: the engine
+ * changes no lock on its own after this returns.  Idempotent. */
 void lockfs_core_stop(struct lockfs_core *core);
 void lockfs_core_close(struct lockfs_core *core);
 
