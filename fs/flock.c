@@ -37,8 +37,6 @@ struct parked {
 	bool listed;                 /* in fs->parked (protected by parked_mu) */
 	bool interrupted;            /* before it was parked (protected by parked_mu) */
 	int refs;                    /* protected by parked_mu */
-	bool posix;                  /* an fcntl lock of OWNER through FH */
-	uint64_t owner, fh;
 	char name[NAME_MAX + 1];
 };
 
@@ -139,8 +137,6 @@ static void parked_done(struct lockfs_wait *w, int result)
 	struct parked *p = (struct parked *)w;
 	struct lockfs_fs *fs = p->fs;
 
-	if (result == 0 && p->posix)
-		open_file_posix_granted(fs, p->fh, p->owner);
 	pthread_mutex_lock(&fs->parked_mu);
 	parked_unlist(fs, p);
 	fuse_reply_err(p->req, -result);
@@ -187,10 +183,18 @@ static void parked_interrupt(fuse_req_t req, void *data)
 }
 
 /* Take lock NAME for OWNER (a key from owner_key) and answer REQ, now or
- * when granted. */
+ * when granted.  POSIX: an fcntl lock, taken through that open file (the
+ * engine remembers it: its last close ends the lock). */
 static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, const char *owner,
 		    bool shared, bool block, const struct fuse_file_info *posix)
 {
+	struct lockfs_fd_request rq = {
+		.name = name,
+		.owner = owner,
+		.via_file = posix ? posix->fh : 0,
+		.mode = shared ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE,
+		.wait = block,
+	};
 	struct lockfs_caller caller;
 	struct parked *p = calloc(1, sizeof(*p));
 	bool interrupted;
@@ -204,11 +208,6 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, cons
 	p->fs = fs;
 	p->refs = 2; /* the handler's, the answer's */
 	snprintf(p->name, sizeof(p->name), "%s", name);
-	if (posix) {
-		p->posix = true;
-		p->owner = posix->lock_owner;
-		p->fh = posix->fh;
-	}
 	if (block) {
 		pthread_mutex_lock(&fs->parked_mu);
 		p->next = fs->parked;
@@ -221,9 +220,7 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, cons
 		 * freed) by another thread at any moment. */
 		fuse_req_interrupt_func(req, parked_interrupt, fs);
 	}
-	rc = lockfs_core_fd_lock(fs->core, name, &caller, owner, shared, block, &p->w);
-	if (rc == 0 && posix)
-		open_file_posix_granted(fs, posix->fh, posix->lock_owner);
+	rc = lockfs_core_fd_lock(fs->core, &caller, &rq, &p->w);
 	pthread_mutex_lock(&fs->parked_mu);
 	if (rc != -EINPROGRESS) {
 		parked_unlist(fs, p);
@@ -266,25 +263,28 @@ void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct
 {
 	struct lockfs_fs *fs = fuse_req_userdata(req);
 	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
-	bool conflict_shared = false;
-	pid_t pid = 0;
+	struct lockfs_fd_request rq = {
+		.name = name,
+		.owner = key,
+		.mode = lock->l_type == F_RDLCK ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE,
+	};
+	struct lockfs_fd_conflict conflict = { 0 };
 	int rc;
 
 	if (flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
 		return (void)fuse_reply_err(req, ENOLCK);
 	owner_key(key, "posix", fi->lock_owner);
-	rc = lockfs_core_fd_test(fs->core, name, key, lock->l_type == F_RDLCK,
-				 &conflict_shared, &pid);
+	rc = lockfs_core_fd_test(fs->core, &rq, &conflict);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	if (rc == 0) {
 		lock->l_type = F_UNLCK;
 	} else {
-		lock->l_type = conflict_shared ? F_RDLCK : F_WRLCK;
+		lock->l_type = conflict.shared ? F_RDLCK : F_WRLCK;
 		lock->l_whence = SEEK_SET;
 		lock->l_start = 0;
 		lock->l_len = 0;
-		lock->l_pid = pid;
+		lock->l_pid = conflict.pid;
 	}
 	fuse_reply_lock(req, lock);
 }

@@ -132,8 +132,6 @@ void flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64
 /* The loop and the engine's thread have stopped: answer every parked
  * request with ENOTCONN and free it. */
 void flock_shutdown(struct lockfs_fs *fs);
-/* fcntl lock OWNER was granted its lock through open file FH. */
-void open_file_posix_granted(struct lockfs_fs *fs, uint64_t fh, uint64_t owner);
 void lfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op);
 void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock);
 void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,

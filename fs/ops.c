@@ -490,11 +490,6 @@ struct open_file {
 	 * first write is refused (a refused write changes nothing). */
 	char *before;
 	size_t before_len;
-	/* .flock/NAME: the fcntl lock owners whose current lock was granted
-	 * through this open file (protected by fs->handles_mu). */
-	fuse_ino_t ino;
-	uint64_t *lk_owners;
-	size_t nlk;
 };
 
 static void handle_add(struct lockfs_fs *fs, struct handle *h)
@@ -573,51 +568,12 @@ static void open_file_free(struct open_file *of)
 		close(of->fd);
 	free(of->data);
 	free(of->before);
-	free(of->lk_owners);
 	free(of);
 }
 
 static void open_file_free_handle(struct handle *h)
 {
 	open_file_free((struct open_file *)h);
-}
-
-static void forget_owner(struct open_file *of, uint64_t owner)
-{
-	for (size_t i = 0; i < of->nlk; i++) {
-		if (of->lk_owners[i] == owner) {
-			of->lk_owners[i] = of->lk_owners[--of->nlk];
-			return;
-		}
-	}
-}
-
-void open_file_posix_granted(struct lockfs_fs *fs, uint64_t fh, uint64_t owner)
-{
-	struct open_file *of = (struct open_file *)(uintptr_t)fh;
-	uint64_t *v;
-
-	if (!of)
-		return;
-	pthread_mutex_lock(&fs->handles_mu);
-	/* OWNER's lock on this name now comes through OF: a close of any
-	 * other open file of the name must not end it. */
-	for (struct handle *h = fs->handles; h; h = h->next) {
-		struct open_file *o = (struct open_file *)h;
-
-		if (h->free == open_file_free_handle && o != of && o->ino == of->ino)
-			forget_owner(o, owner);
-	}
-	for (size_t i = 0; i < of->nlk; i++)
-		if (of->lk_owners[i] == owner)
-			goto out;
-	v = realloc(of->lk_owners, (of->nlk + 1) * sizeof(*v));
-	if (v) {
-		of->lk_owners = v;
-		v[of->nlk++] = owner;
-	}
-out:
-	pthread_mutex_unlock(&fs->handles_mu);
 }
 
 static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -641,7 +597,6 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return (void)fuse_reply_err(req, -rc);
 	}
 	of->fd = -1;
-	of->ino = ino;
 	if (ino_is_flock(ino)) {
 		/* Opening takes nothing: flock/fcntl on it does. */
 		rc = flock_name_of(fs, ino, lock);
@@ -891,22 +846,15 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		flock_closed(fs_of(req), ino, "flock", fi->fh);
 	/* An open file description lock (F_OFD_SETLK) ends with its last
 	 * close, and no flush tells of it: end the fcntl locks granted
-	 * through this open file and not through another one since.  A
-	 * classic POSIX lock taken through it was already ended by its
-	 * owner's close (flush). */
+	 * through this open file and not through another one since (the
+	 * engine knows which: lockfs_fd_request.via_file).  A classic POSIX
+	 * lock taken through it was already ended by its owner's close
+	 * (flush). */
 	if (ino_is_flock(ino) && fi->fh) {
-		struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
-		uint64_t *owners = NULL;
-		size_t n;
+		char name[NAME_MAX + 1];
 
-		pthread_mutex_lock(&fs_of(req)->handles_mu);
-		n = of->nlk;
-		if (n && (owners = malloc(n * sizeof(*owners))))
-			memcpy(owners, of->lk_owners, n * sizeof(*owners));
-		pthread_mutex_unlock(&fs_of(req)->handles_mu);
-		for (size_t i = 0; owners && i < n; i++)
-			flock_closed(fs_of(req), ino, "posix", owners[i]);
-		free(owners);
+		if (flock_name_of(fs_of(req), ino, name) == 0)
+			lockfs_core_fd_file_closed(fs_of(req)->core, name, fi->fh);
 	}
 	handle_del(fs_of(req), (struct handle *)(uintptr_t)fi->fh);
 	open_file_free((struct open_file *)(uintptr_t)fi->fh);

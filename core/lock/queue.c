@@ -92,6 +92,7 @@ static void queue_maybe_free(struct stripe *s, struct lockq *q)
 
 void queue_free_all(struct stripe *s)
 {
+	lockfs_fdlock_free_all(s);
 	/* Retries not done by now are lost: the lock stays in DIR and the
 	 * next start rebinds it to its holder process (fail closed). */
 	while (s->retries) {
@@ -110,13 +111,17 @@ void queue_free_all(struct stripe *s)
 	}
 }
 
-/* Answer W with RESULT now, under the stripe mutex: the waiter runs as
- * soon as possible (a hand-off's latency is this).  A grant's `acquired`
- * line is written before (no grant without its line).  DONE must not
- * call back into the engine. */
-static void complete(struct stripe *s, struct lockfs_wait *w, int result)
+/* Answer E's parked request for NAME with RESULT now, under the stripe
+ * mutex: the waiter runs as soon as possible (a hand-off's latency is
+ * this).  A grant's `acquired` line is written before (no grant without
+ * its line), and the open file it came through remembered.  DONE must
+ * not call back into the engine. */
+static void complete(struct stripe *s, const char *name, struct qentry *e, int result)
 {
-	(void)s;
+	struct lockfs_wait *w = e->w;
+
+	if (result == 0 && e->via_file)
+		lockfs_fdlock_granted_via(s, name, e->owner, e->via_file);
 	w->parked = false;
 	w->entry = NULL;
 	w->done(w, result);
@@ -368,7 +373,7 @@ static int join_shared(struct lockfs_core *core, struct stripe *s, struct cached
 		return rc;
 	}
 	if (e->w) {
-		complete(s, e->w, 0);
+		complete(s, c->name, e, 0);
 		e->w = NULL;
 	}
 	return 0;
@@ -439,7 +444,7 @@ static int try_grant(struct lockfs_core *core, struct stripe *s, const char *nam
 		goto out;
 	}
 	if (e->w) {
-		complete(s, e->w, 0);
+		complete(s, name, e, 0);
 		e->w = NULL;
 	}
 	cache_put(core, s, name, st.identity, &rec, -1, true);
@@ -459,7 +464,7 @@ static void grant_same_owner(struct lockfs_core *core, struct stripe *s, struct 
 	for (struct qentry *x = q ? q->head : NULL, *next; x; x = next) {
 		next = x->next;
 		if (x->w && x->mode == mode && strcmp(x->owner, owner) == 0) {
-			complete(s, x->w, 0);
+			complete(s, q->name, x, 0);
 			active_end(core, q, x);
 			queue_unlink(q, x);
 		}
@@ -480,7 +485,7 @@ void queue_grant_locked(struct lockfs_core *core, struct stripe *s, const char *
 		if (rc == -EAGAIN)
 			break;
 		if (e->w)
-			complete(s, e->w, rc); /* failed */
+			complete(s, q->name, e, rc); /* failed, or OWNER's already */
 		active_end(core, q, e);
 		if (rc == 0)
 			grant_same_owner(core, s, q, e->owner, e->mode);
@@ -505,7 +510,7 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 	/* The head's lock counts against its uid (the one it replaces goes):
 	 * a waiter at its cap is answered EDQUOT, and the next one tried. */
 	while ((e = first_active(q)) && (rc = grant_reserve(core, c->name, e, false)) < 0) {
-		complete(s, e->w, rc);
+		complete(s, c->name, e, rc);
 		active_end(core, q, e);
 		queue_unlink(q, e);
 	}
@@ -540,7 +545,7 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 		 * the waiter is told the error, the lock is let go (or retried
 		 * like a refused release), and the queue is tried again. */
 		undo_grant_locked(core, s, name, st.identity, &rec, e->owner, rec.fence);
-		complete(s, e->w, rc);
+		complete(s, name, e, rc);
 		active_end(core, q, e);
 		queue_unlink(q, e);
 		quota_lock_unreserve(core->quota, uid, false);
@@ -548,7 +553,7 @@ bool queue_handoff_locked(struct lockfs_core *core, struct stripe *s, struct cac
 		free(name);
 		return true;
 	}
-	complete(s, e->w, 0);
+	complete(s, name, e, 0);
 	active_end(core, q, e);
 	grant_same_owner(core, s, q, e->owner, e->mode);
 	queue_unlink(q, e);
@@ -565,10 +570,10 @@ unreserve:
 	return false;
 }
 
-int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
-			const struct lockfs_caller *caller, const char *owner,
-			bool shared, bool block, struct lockfs_wait *w)
+int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *caller,
+			const struct lockfs_fd_request *rq, struct lockfs_wait *w)
 {
+	const char *name = rq->name, *owner = rq->owner;
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	struct qentry *e = NULL, *kept = NULL;
@@ -598,7 +603,8 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 		e->who.gid = caller->gid;
 	}
 	snprintf(e->owner, sizeof(e->owner), "%s", owner);
-	e->mode = shared ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE;
+	e->via_file = rq->via_file;
+	e->mode = rq->mode;
 	e->uid = caller->uid;
 	e->gid = caller->gid;
 	e->since_ms = lockfs_wall_ms();
@@ -660,7 +666,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 			goto out;
 		}
 	}
-	if (!block) {
+	if (!rq->wait) {
 		rc = -EWOULDBLOCK;
 		if (q)
 			queue_maybe_free(s, q);
@@ -682,6 +688,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 		kept->w = w;
 		kept->uid = e->uid;
 		kept->who = e->who;
+		kept->via_file = e->via_file;
 		kept->mode = e->mode;
 		lockfs_argv_free(kept->cmdline);
 		kept->cmdline = e->cmdline;
@@ -712,6 +719,9 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
 	w->parked = true;
 	rc = -EINPROGRESS;
 out:
+	/* Granted now, or held already: through this open file from now on. */
+	if (rc == 0 && rq->via_file)
+		lockfs_fdlock_granted_via(s, name, owner, rq->via_file);
 	if (e) {
 		lockfs_argv_free(e->cmdline);
 		free(e->slug);
@@ -836,9 +846,27 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	return rc;
 }
 
-int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *owner,
-			bool shared, bool *conflict_shared, pid_t *conflict_pid)
+void lockfs_core_fd_file_closed(struct lockfs_core *core, const char *name, uint64_t file)
 {
+	struct stripe *s = stripe_of(core, name);
+	struct fdlock_via *taken;
+
+	if (!file)
+		return;
+	pthread_mutex_lock(&s->mu);
+	taken = lockfs_fdlock_take_file(s, name, file);
+	stripe_unlock(s);
+	/* Each unlock takes the stripe mutex again: it may hand NAME on. */
+	for (struct fdlock_via *v = taken; v; v = v->next)
+		lockfs_core_fd_unlock(core, name, v->owner);
+	lockfs_fdlock_free(taken);
+}
+
+int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request *rq,
+			struct lockfs_fd_conflict *out)
+{
+	const char *name = rq->name, *owner = rq->owner;
+	bool shared = rq->mode == LOCKFS_SHARED;
 	struct stripe *s = stripe_of(core, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
@@ -852,8 +880,8 @@ int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *
 	if (rc == -ENOENT) {
 		rc = 0;
 	} else if (rc == 0 && !c) {
-		*conflict_shared = false; /* a foreign lock: exclusive, holder unknown */
-		*conflict_pid = 0;
+		out->shared = false; /* a foreign lock: exclusive, holder unknown */
+		out->pid = 0;
 		rc = 1;
 	} else if (rc == 0) {
 		long mine = holder_of_owner(s, name, &c->rec, owner);
@@ -864,9 +892,9 @@ int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *
 		 * shared request may join readers only with nobody queued
 		 * ahead (as F_SETLK would find). */
 		if (others && (!(shared && c->rec.mode == LOCKFS_SHARED) || (q && q->nactive))) {
-			*conflict_shared = c->rec.mode == LOCKFS_SHARED;
-			*conflict_pid = mine == 0 && c->rec.nshares ? c->rec.shares[0].holder.pid
-								  : c->rec.holder.pid;
+			out->shared = c->rec.mode == LOCKFS_SHARED;
+			out->pid = mine == 0 && c->rec.nshares ? c->rec.shares[0].holder.pid
+							       : c->rec.holder.pid;
 			rc = 1;
 		}
 	}

@@ -23,6 +23,7 @@
 #include "lockfs/log.h"
 #include "lockfs/record.h"
 #include "backend_v1.h"
+#include "fdlock.h"
 #include "proc/descendants.h"
 #include "proc/fds.h"
 #include "backend/fence.h"
@@ -73,6 +74,7 @@ struct qentry {
 	struct qentry *next, *prev;
 	struct lockfs_wait *w;   /* NULL: a place kept for an interrupted waiter */
 	char owner[LOCKFS_FD_OWNER_MAX];
+	uint64_t via_file;       /* the open file it asks through (0: none) */
 	enum lockfs_mode mode;
 	struct lockfs_proc who;  /* the holder-to-be (helpers skipped) */
 	char **cmdline;          /* its argv, read when it asked (may be NULL) */
@@ -116,6 +118,7 @@ struct stripe {
 	bool process_shares;
 	struct lockq *queues;    /* protected by mu */
 	struct unlock_retry *retries; /* protected by mu */
+	struct fdlock_via *via_files; /* fdlock.c; protected by mu */
 };
 
 /* The watched entries of the cache by holder (pid, start): what a death

@@ -1,10 +1,10 @@
 /*
  * The lock engine: names, holders, records, the backend and the audit log
- * put together.  It knows nothing of FUSE: fs/ turns each request into one
- * call here, and each result into one reply.
+ * put together.  It knows nothing of FUSE: fs/ turns each request into
+ * calls here, and their results into exactly one reply.
  *
- * Every function returns 0 or a negative errno, and is safe to call from
- * several threads at once.
+ * Every function returns 0 or a negative errno unless its comment says
+ * otherwise, and is safe to call from several threads at once.
  */
 #ifndef LOCKFS_CORE_H
 #define LOCKFS_CORE_H
@@ -16,6 +16,7 @@
 
 #include "lockfs/holder.h"
 #include "lockfs/log.h"
+#include "lockfs/record.h" /* enum lockfs_mode */
 
 struct lockfs_core;
 struct lockfs_backend;
@@ -167,15 +168,36 @@ struct lockfs_wait {
 	bool parked;  /* protected by the name's stripe mutex */
 };
 
-/* Take NAME for OWNER, SHARED or exclusive.  0: granted now (also when
+/* One fd-lock request: flock(2), or a whole-file fcntl lock. */
+struct lockfs_fd_request {
+	const char *name;
+	/* Whose lock: "flock:HEX" (an open file description) or "posix:HEX"
+	 * (a POSIX lock owner), < LOCKFS_FD_OWNER_MAX bytes. */
+	const char *owner;
+	/* The open file (the mount's handle) an fcntl lock is taken through,
+	 * 0 for none (flock).  A grant remembers the last open file of NAME
+	 * that OWNER was granted through: lockfs_core_fd_file_closed() of
+	 * that file ends OWNER's lock, as the last close of an open file
+	 * description ends its OFD lock without any unlock. */
+	uint64_t via_file;
+	enum lockfs_mode mode;
+	bool wait;   /* park the request when it cannot be granted now */
+};
+
+/* The holder an fd-lock request conflicts with (F_GETLK). */
+struct lockfs_fd_conflict {
+	bool shared; /* it holds NAME shared */
+	pid_t pid;   /* its pid, 0 when unknown (a foreign lock) */
+};
+
+/* Take RQ->name for RQ->owner in RQ->mode.  0: granted now (also when
  * OWNER holds it in that mode already); -EWOULDBLOCK: it would wait and
- * BLOCK is false; -EINPROGRESS: parked, W->done will tell;
+ * RQ->wait is false; -EINPROGRESS: parked, W->done will tell;
  * -EINVAL/-ENAMETOOLONG (bad name), -EACCES (holder unknown), -errno.
  * Holding it in the other mode, OWNER lets go first (flock(2)'s
  * conversion: not atomic). */
-int lockfs_core_fd_lock(struct lockfs_core *core, const char *name,
-			const struct lockfs_caller *caller, const char *owner,
-			bool shared, bool block, struct lockfs_wait *w);
+int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *caller,
+			const struct lockfs_fd_request *rq, struct lockfs_wait *w);
 
 /* Take W out of NAME's queue if it is still parked there (an interrupted
  * request): its place is kept for a second for OWNER's restarted request.
@@ -187,11 +209,15 @@ int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct loc
  * OWNER held nothing. */
 int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char *owner);
 
-/* What F_GETLK reports: would SHARED/exclusive for OWNER conflict?
- * 0 = no (*CONFLICT_PID untouched), 1 = yes: *CONFLICT_SHARED and
- * *CONFLICT_PID (0 when unknown) describe the holder.  -errno. */
-int lockfs_core_fd_test(struct lockfs_core *core, const char *name, const char *owner,
-			bool shared, bool *conflict_shared, pid_t *conflict_pid);
+/* Open file FILE of NAME (a via_file) is closed for good: every lock that
+ * was granted through it last ends (lockfs_core_fd_unlock of its owner). */
+void lockfs_core_fd_file_closed(struct lockfs_core *core, const char *name, uint64_t file);
+
+/* What F_GETLK reports: would RQ (its name, owner and mode; via_file and
+ * wait are not looked at) conflict?  0 = no (*OUT untouched), 1 = yes:
+ * *OUT describes the holder.  -errno. */
+int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request *rq,
+			struct lockfs_fd_conflict *out);
 
 /* NAME's queued waiters, one JSON object per line, in queue order
  * (malloc'd, "" when none).  0, -ENOENT (not held). */
