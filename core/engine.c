@@ -565,9 +565,9 @@ static int make_token(char out[LOCKFS_TOKEN_HEX + 1])
  * BUF; "" when unset or unreadable.  Returns 0, or -EINVAL for a slug that
  * is too long (LOCKFS_SLUG_MAX - 1 bytes at most), not UTF-8, or has a control
  * character: such a slug names nothing reliably. */
-int caller_slug(pid_t tid, char *buf, size_t size)
+int caller_slug(const struct lockfs_proc_source *src, pid_t tid, char *buf, size_t size)
 {
-	int n = tid > 0 ? lockfs_proc_getenv(tid, "LOCKFS_SLUG", buf, size) : -ENOENT;
+	int n = tid > 0 ? lockfs_procs_getenv(src, tid, "LOCKFS_SLUG", buf, size) : -ENOENT;
 
 	if (n == -ENAMETOOLONG) {
 		buf[0] = '\0';
@@ -596,7 +596,7 @@ pid_t who_of_caller(struct lockfs_core *core, pid_t tid, char *buf, size_t size)
 	char slug[LOCKFS_SLUG_MAX];
 	bool resolved;
 
-	(void)caller_slug(tid, slug, sizeof(slug)); /* a bad slug reads as none */
+	(void)caller_slug(core->procs, tid, slug, sizeof(slug)); /* a bad slug reads as none */
 	/* Resolved even behind a slug: the line's pid= is the process's,
 	 * whatever name its environment gives it. */
 	resolved = tid > 0 && lockfs_holder_resolve(core->procs, tid, LOCKFS_UID_UNKNOWN,
@@ -635,7 +635,7 @@ int holder_fill(struct lockfs_core *core, struct lockfs_holder *h, const struct 
 	if (cmdline && *cmdline) {
 		h->cmdline = *cmdline; /* read earlier (a parked waiter) */
 		*cmdline = NULL;
-	} else if (lockfs_proc_cmdline(p->pid, CMDLINE_MAX, &h->cmdline) < 0) {
+	} else if (lockfs_procs_cmdline(core->procs, p->pid, CMDLINE_MAX, &h->cmdline) < 0) {
 		h->cmdline = calloc(1, sizeof(char *));
 	}
 	if (!h->comm || !h->host || !h->boot_id || !h->cmdline ||
@@ -765,7 +765,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		}
 	}
 	stripe_unlock(s);
-	if (caller_slug(caller->tid, slug, sizeof(slug)) < 0) {
+	if (caller_slug(core->procs, caller->tid, slug, sizeof(slug)) < 0) {
 		who_of(who, sizeof(who), NULL, "?", caller->tid);
 		log_refusal(core, caller, caller->tid, who, name, "bad-slug");
 		return -EINVAL;
@@ -925,7 +925,7 @@ static int holder_check(struct lockfs_core *core, const struct holder_ref *h,
 
 		if (caller->tid <= 0)
 			return -EACCES;
-		if (caller_slug(caller->tid, slug, sizeof(slug)) < 0)
+		if (caller_slug(core->procs, caller->tid, slug, sizeof(slug)) < 0)
 			return -EPERM;
 		return caller->uid == h->uid && *slug && strcmp(slug, h->slug) == 0 ? 0 : -EPERM;
 	}

@@ -1372,6 +1372,48 @@ int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t 
 	return rc == 0 && unknown ? unknown : rc;
 }
 
+int lockfs_procs_pidfd_open(const struct lockfs_proc_source *src, pid_t pid)
+{
+	int fd;
+
+	if (src && src->pidfd_open)
+		return src->pidfd_open(src->ctx, pid);
+	fd = open_pidfd(pid);
+	return fd < 0 ? -errno : fd;
+}
+
+int lockfs_procs_cmdline(const struct lockfs_proc_source *src, pid_t pid, size_t max_bytes,
+			 char ***argv)
+{
+	if (src && src->cmdline)
+		return src->cmdline(src->ctx, pid, max_bytes, argv);
+	return lockfs_proc_cmdline(pid, max_bytes, argv);
+}
+
+int lockfs_procs_getenv(const struct lockfs_proc_source *src, pid_t pid, const char *var,
+			char *buf, size_t size)
+{
+	if (src && src->getenv)
+		return src->getenv(src->ctx, pid, var, buf, size);
+	return lockfs_proc_getenv(pid, var, buf, size);
+}
+
+int lockfs_procs_start_time(const struct lockfs_proc_source *src, pid_t pid,
+			    unsigned long long *start)
+{
+	if (src && src->start_time)
+		return src->start_time(src->ctx, pid, start);
+	return lockfs_proc_start_time(pid, start);
+}
+
+int lockfs_procs_env_exists(const struct lockfs_proc_source *src, uid_t uid, const char *var,
+			    const char *value, pid_t *pid)
+{
+	if (src && src->env_exists)
+		return src->env_exists(src->ctx, uid, var, value, pid);
+	return lockfs_proc_env_exists(uid, var, value, pid);
+}
+
 int lockfs_boot_id(char buf[40])
 {
 	ssize_t n = read_small("/proc/sys/kernel/random/boot_id", buf, 40);

@@ -609,14 +609,14 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 	e->gid = caller->gid;
 	e->since_ms = lockfs_wall_ms();
 	/* Read now, not at the grant: a hand-off should do no /proc read. */
-	if (lockfs_proc_cmdline(e->who.pid, 4096, &e->cmdline) < 0)
+	if (lockfs_procs_cmdline(core->procs, e->who.pid, 4096, &e->cmdline) < 0)
 		e->cmdline = NULL;
 	{
 		/* The caller's LOCKFS_SLUG names the holder (lockctl --slug);
 		 * a bad one reads as none here rather than failing flock. */
 		char slug[LOCKFS_SLUG_MAX];
 
-		if (caller_slug(caller->tid, slug, sizeof(slug)) == 0 && *slug)
+		if (caller_slug(core->procs, caller->tid, slug, sizeof(slug)) == 0 && *slug)
 			e->slug = strdup(slug);
 	}
 
@@ -1020,7 +1020,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	slug[0] = '\0';
-	if (to_slug && caller_slug(caller->tid, slug, sizeof(slug)) < 0)
+	if (to_slug && caller_slug(core->procs, caller->tid, slug, sizeof(slug)) < 0)
 		slug[0] = '\0';
 	/* The writer as a holder (genuine helpers of its own uid skipped),
 	 * resolved outside the mutex: `lockctl acquire` writes for the shell
@@ -1108,7 +1108,8 @@ out:
 
 /* Is a process-bound share's holder gone?  (Shares are few: only shared
  * locks rebound at a restart have them.)  Unknown counts as alive. */
-static bool share_gone(const struct lockfs_share *sh, const char *boot_id)
+static bool share_gone(const struct lockfs_proc_source *src, const struct lockfs_share *sh,
+		       const char *boot_id)
 {
 	unsigned long long start;
 	int rc;
@@ -1117,7 +1118,7 @@ static bool share_gone(const struct lockfs_share *sh, const char *boot_id)
 		return false;
 	if (strcmp(sh->holder.boot_id, boot_id) != 0)
 		return true;
-	rc = lockfs_proc_start_time(sh->holder.pid, &start);
+	rc = lockfs_procs_start_time(src, sh->holder.pid, &start);
 	return rc == -ESRCH || rc == -ENOENT || (rc == 0 && start != sh->holder.start_time);
 }
 
@@ -1157,7 +1158,7 @@ void queue_tick(struct lockfs_core *core)
 
 					if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
 						s->process_shares = true; /* look again next tick */
-					if (!share_gone(&c->rec.shares[k], core->boot_id))
+					if (!share_gone(core->procs, &c->rec.shares[k], core->boot_id))
 						continue;
 					/* As recover_gone() logs a holder (docs/log.md). */
 					who_of(holder, sizeof(holder), NULL, h->comm, h->pid);

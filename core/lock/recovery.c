@@ -419,7 +419,7 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 static void check_slug(struct lockfs_core *core, const struct todo *t, bool logged)
 {
 	pid_t pid = 0;
-	int rc = lockfs_proc_env_exists(t->uid, "LOCKFS_SLUG", t->slug, &pid);
+	int rc = lockfs_procs_env_exists(core->procs, t->uid, "LOCKFS_SLUG", t->slug, &pid);
 
 	if (rc == 0) {
 		const char *extra[] = { "slug", t->slug,

@@ -279,7 +279,7 @@ int build_record(struct lockfs_core *core, const char *name,
 		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
 		 char ***cmdline);
 void lease_start(struct lockfs_lease *lease, uint32_t ttl_s);
-int caller_slug(pid_t tid, char *buf, size_t size);
+int caller_slug(const struct lockfs_proc_source *src, pid_t tid, char *buf, size_t size);
 
 /*
  * Holder I of C (0 = rec.holder, I >= 1 = rec.shares[I - 1]) lets go:

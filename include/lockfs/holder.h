@@ -76,6 +76,15 @@ void lockfs_proc_put(struct lockfs_proc *p);
  *   (/proc/PID/root), which the caller closes; or -errno.
  * - read_ns(): fill ns_pid and container of *P, the process P->pid that
  *   started at P->start_time.  0 or -errno.
+ *
+ * The last five answer what the engine asks of processes besides the
+ * holder rule; each NULL means the real /proc (and the kernel), so that
+ * a test's source gives only what it fakes.  Reach them through the
+ * lockfs_procs_* functions below, which pick the real one for NULL:
+ * - pidfd_open(): a pidfd of thread group PID, or -errno.
+ * - cmdline(), getenv(), start_time(), env_exists(): as
+ *   lockfs_proc_cmdline(), lockfs_proc_getenv(), lockfs_proc_start_time()
+ *   and lockfs_proc_env_exists().
  */
 struct lockfs_proc_source {
 	int (*read_tid)(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out);
@@ -83,6 +92,12 @@ struct lockfs_proc_source {
 	int (*exe_stat)(void *ctx, pid_t pid, struct stat *st);
 	int (*open_root)(void *ctx, pid_t pid);
 	int (*read_ns)(void *ctx, pid_t pid, struct lockfs_proc *p);
+	int (*pidfd_open)(void *ctx, pid_t pid);
+	int (*cmdline)(void *ctx, pid_t pid, size_t max_bytes, char ***argv);
+	int (*getenv)(void *ctx, pid_t pid, const char *var, char *buf, size_t size);
+	int (*start_time)(void *ctx, pid_t pid, unsigned long long *start);
+	int (*env_exists)(void *ctx, uid_t uid, const char *var, const char *value,
+			  pid_t *pid);
 };
 
 /* The real source, reading /proc of the daemon's mount namespace. */
@@ -217,6 +232,18 @@ int lockfs_proc_start_time(pid_t pid, unsigned long long *start);
  * unknown, not as "no".
  */
 int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t *pid);
+
+/* SRC's answer (NULL: lockfs_proc_real's), or the real one when SRC
+ * leaves that function NULL.  Returns what the function does. */
+int lockfs_procs_pidfd_open(const struct lockfs_proc_source *src, pid_t pid);
+int lockfs_procs_cmdline(const struct lockfs_proc_source *src, pid_t pid, size_t max_bytes,
+			 char ***argv) __attribute__((warn_unused_result));
+int lockfs_procs_getenv(const struct lockfs_proc_source *src, pid_t pid, const char *var,
+			char *buf, size_t size);
+int lockfs_procs_start_time(const struct lockfs_proc_source *src, pid_t pid,
+			    unsigned long long *start);
+int lockfs_procs_env_exists(const struct lockfs_proc_source *src, uid_t uid, const char *var,
+			    const char *value, pid_t *pid);
 
 /* Read /proc/sys/kernel/random/boot_id (36 chars) into BUF.  0 or -errno. */
 int lockfs_boot_id(char buf[40]);

@@ -221,7 +221,10 @@ static int fake_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 }
 
 static const struct lockfs_proc_source fake = {
-	fake_read_tid, NULL, fake_exe_stat, fake_open_root, fake_read_ns,
+	.read_tid = fake_read_tid,
+	.exe_stat = fake_exe_stat,
+	.open_root = fake_open_root,
+	.read_ns = fake_read_ns,
 };
 
 /* The default helper list, parsed for each test. */
@@ -965,7 +968,7 @@ static void test_sudo_u_another_user_mkdir_stops_at_mkdir(void **state)
 
 static void test_a_helper_nobody_can_stat_is_no_helper(void **state)
 {
-	struct lockfs_proc_source blind = { fake_read_tid, NULL, NULL, NULL, NULL };
+	struct lockfs_proc_source blind = { .read_tid = fake_read_tid };
 	struct lockfs_proc p;
 
 	assert_int_equal(lockfs_holder_resolve(&blind, 600, 1000, *state, 0, &p), 0);
@@ -1180,6 +1183,51 @@ static void test_real_a_copy_of_a_system_binary_is_not_genuine(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* A source's optional functions answer in place of /proc; one it leaves
+ * NULL falls back to the real /proc. */
+static int fake_start_time(void *ctx, pid_t pid, unsigned long long *start)
+{
+	*start = 4242;
+	return 0;
+}
+
+static int fake_env_exists(void *ctx, uid_t uid, const char *var, const char *value,
+			   pid_t *pid)
+{
+	*pid = 77;
+	return 1;
+}
+
+static void test_procs_ask_the_source_then_proc(void **state)
+{
+	struct lockfs_proc_source src = {
+		.read_tid = fake_read_tid,
+		.start_time = fake_start_time,
+		.env_exists = fake_env_exists,
+	};
+	unsigned long long start = 0, real = 0;
+	pid_t pid = 0;
+	char **argv = NULL;
+	int fd;
+
+	assert_int_equal(lockfs_procs_start_time(&src, getpid(), &start), 0);
+	assert_int_equal(start, 4242);
+	assert_int_equal(lockfs_procs_env_exists(&src, 0, "LOCKFS_SLUG", "x", &pid), 1);
+	assert_int_equal(pid, 77);
+	/* Left NULL: the real /proc. */
+	assert_int_equal(lockfs_procs_start_time(NULL, getpid(), &start), 0);
+	assert_int_equal(lockfs_proc_start_time(getpid(), &real), 0);
+	assert_true(start == real);
+	assert_int_equal(lockfs_procs_cmdline(&src, getpid(), 4096, &argv), 0);
+	assert_non_null(argv[0]);
+	lockfs_argv_free(argv);
+	fd = lockfs_procs_pidfd_open(&src, getpid());
+	assert_true(fd >= 0 || fd == -ENOSYS); /* a kernel before 5.3 has none */
+	if (fd >= 0)
+		close(fd);
+	assert_true(lockfs_procs_pidfd_open(&src, INT_MAX) < 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_helpers, teardown_helpers)
 
 int main(void)
@@ -1258,6 +1306,7 @@ int main(void)
 		cmocka_unit_test(test_real_boot_id),
 		cmocka_unit_test(test_real_ns_of_a_process_in_our_pid_namespace),
 		cmocka_unit_test(test_real_a_copy_of_a_system_binary_is_not_genuine),
+		cmocka_unit_test(test_procs_ask_the_source_then_proc),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
