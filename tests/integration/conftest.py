@@ -10,10 +10,8 @@ Environment:
 """
 
 import grp
-import json
 import os
 import pwd
-import select
 import signal
 import subprocess
 import sys
@@ -23,9 +21,11 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, fuse_conn_alive,  # noqa: E402
+from lockfs_helpers import (LOCKFS_BIN, fuse_conn_alive,  # noqa: E402
                             fusermount_u, is_lockfs_mounted, mount_dev, mount_entry,
                             rmtree_unguarded, unguard)
+from agent import Agent  # noqa: E402
+from flock_helpers import Shell, gone, proc_syscall_nr, start_or_none  # noqa: E402
 
 MOUNT_TIMEOUT = 10.0
 EXIT_TIMEOUT = 10.0
@@ -382,181 +382,111 @@ def users():
 
 
 # --------------------------------------------------------------------------
-# agents: long-lived helper processes that do file operations on request
+# processes of one test: agents (agent.py), shells, others
 
-AGENT_SRC = r'''
-import json, os, sys, threading
-def P(x): return bytes.fromhex(x)
-out = sys.stdout
-for line in sys.stdin:
-    req = json.loads(line)
-    op = req['op']
-    res = {}
-    stage = op
-    try:
-        if op == 'mkdir':
-            os.mkdir(P(req['path']))
-        elif op == 'rmdir':
-            os.rmdir(P(req['path']))
-        elif op == 'read':
-            with open(P(req['path']), 'rb') as f:
-                res['data'] = f.read().hex()
-        elif op == 'write':
-            stage = 'open'
-            fd = os.open(P(req['path']), os.O_WRONLY | (os.O_TRUNC if req['trunc'] else 0))
+class Procs:
+    """What `procs` hands out; see `procs`."""
+
+    def __init__(self):
+        self.agents = []
+        self.shells = []
+        self.popens = []
+        self.adopted = []
+
+    def agent(self, user=None, env=None, setup='', pass_fds=()):
+        """A new Agent (agent.py) as USER, with ENV added, running SETUP first."""
+        a = Agent(user=user, env=env, setup=setup, pass_fds=pass_fds)
+        self.agents.append(a)
+        return a
+
+    def shell(self, user=None, env=None):
+        """A new Shell (flock_helpers.py): one bash across several commands."""
+        s = Shell(user=user, env=env)
+        self.shells.append(s)
+        return s
+
+    def popen(self, cmd, **kw):
+        """subprocess.Popen(CMD, stdin=DEVNULL unless given, **KW)"""
+        kw.setdefault('stdin', subprocess.DEVNULL)
+        p = subprocess.Popen(cmd, **kw)
+        self.popens.append(p)
+        return p
+
+    def adopt(self, pid):
+        """A process the test did not start itself (a forked grandchild):
+        killed by pid at teardown as well."""
+        # Remember its start time: pids are recycled fast here (pid_max
+        # 32768), and a pid that exited must never be killed again.
+        self.adopted.append((pid, start_or_none(pid)))
+        return pid
+
+    def cleanup(self):
+        """Agents and shells idle in a read of their stdin are let go by
+        closing it (they exit and close their descriptors like any program);
+        every other process, and any that does not exit within 2 s, gets
+        SIGKILL.  (A SIGKILLed process closing a file on the mount makes the
+        kernel send an INTERRUPT for its FLUSH; if that is the last message
+        before the unmount, libfuse 3.14 keeps it unanswered in its list of
+        early interrupts and LeakSanitizer reports 128 bytes.)"""
+        problems = []
+        for pid, start in self.adopted:
             try:
-                stage = 'write'
-                res['n'] = os.write(fd, P(req['data']))
-            finally:
-                stage = 'close'
-                os.close(fd)
-        elif op == 'stat':
-            st = os.stat(P(req['path']))
-            res.update(uid=st.st_uid, gid=st.st_gid, mode=st.st_mode,
-                       mtime_ns=st.st_mtime_ns)
-        elif op == 'utime':
-            os.utime(P(req['path']))
-        elif op == 'info':
-            res.update(pid=os.getpid(), uid=os.getuid(), gid=os.getgid(),
-                       ppid=os.getppid())
-        elif op == 'exit':
-            break
-        else:
-            raise ValueError(op)
-    except OSError as e:
-        res = {'errno': e.errno, 'stage': stage}
-    out.write(json.dumps(res) + '\n')
-    out.flush()
-'''
-
-
-class AgentError(OSError):
-    pass
-
-
-class Agent:
-    """A python process (optionally as another uid) doing what it is told."""
-
-    TIMEOUT = 30.0
-
-    def __init__(self, user=None, env=None, setup=''):
-        e = {k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'}
-        if env:
-            e.update(env)
-        kw = {}
-        if user is not None:
-            kw = dict(user=user.uid, group=user.gid, extra_groups=[])
-        self.proc = subprocess.Popen([PYTHON, '-c', setup + '\n' + AGENT_SRC],
-                                     stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, cwd='/', env=e, **kw)
-        self.pid = self.proc.pid
-        self._buf = b''
-
-    def _call(self, **req):
-        self.proc.stdin.write((json.dumps(req) + '\n').encode())
-        self.proc.stdin.flush()
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + self.TIMEOUT
-        while b'\n' not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f'agent {self.pid}: no answer to {req} in {self.TIMEOUT}s')
-            r, _, _ = select.select([fd], [], [], left)
-            if r:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise AssertionError(f'agent {self.pid} died (rc={self.proc.poll()})')
-                self._buf += chunk
-        line, self._buf = self._buf.split(b'\n', 1)
-        return json.loads(line)
-
-    @staticmethod
-    def _p(path):
-        return os.fsencode(path).hex()
-
-    def mkdir(self, path):
-        """0 or errno"""
-        return self._call(op='mkdir', path=self._p(path)).get('errno', 0)
-
-    def rmdir(self, path):
-        """0 or errno"""
-        return self._call(op='rmdir', path=self._p(path)).get('errno', 0)
-
-    def read(self, path):
-        """File contents (bytes); raises OSError."""
-        r = self._call(op='read', path=self._p(path))
-        if 'errno' in r:
-            raise AgentError(r['errno'], os.strerror(r['errno']), path)
-        return bytes.fromhex(r['data'])
-
-    def write(self, path, data, trunc=True):
-        """0 or errno (from open, write or close)"""
-        return self._call(op='write', path=self._p(path), data=bytes(data).hex(),
-                          trunc=trunc).get('errno', 0)
-
-    def utime(self, path):
-        """touch: utimensat(UTIME_NOW); 0 or errno"""
-        return self._call(op='utime', path=self._p(path)).get('errno', 0)
-
-    def stat(self, path):
-        r = self._call(op='stat', path=self._p(path))
-        if 'errno' in r:
-            raise AgentError(r['errno'], os.strerror(r['errno']), path)
-        return r
-
-    def owner(self, mnt, name):
-        return json.loads(self.read(os.path.join(os.fsencode(mnt), os.fsencode(name), b'owner')))
-
-    def kill(self):
-        """SIGKILL the agent and reap it (a holder dying without releasing)."""
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-        self._reap()
-
-    def _reap(self):
-        # bounded: an agent stuck in a hung FUSE request (D state) only goes
-        # away when its daemon dies, which the mount teardown sees to
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f'agent {self.pid} does not die (stuck in the kernel?)')
-
-    def stop(self):
-        if self.proc.poll() is None:
+                if start is not None and start_or_none(pid) == start:
+                    os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        mine = [a.proc for a in self.agents] + [s.proc for s in self.shells]
+        idle = [p for p in mine if p.poll() is None and proc_syscall_nr(p.pid) == 0]
+        for p in idle:                                  # in read(2) of stdin
             try:
-                self.proc.stdin.write(b'{"op": "exit"}\n')
-                self.proc.stdin.flush()
-                self.proc.stdin.close()
-                self.proc.wait(5)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self._reap()
-        self.proc.stdout.close()
+                p.stdin.close()
+            except OSError:
+                pass
+        deadline = time.monotonic() + 2.0
+        for p in idle:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        procs = mine + self.popens
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                problems.append(f'pid {p.pid} does not die (stuck in a FUSE request?)')
+            for f in (p.stdin, p.stdout, p.stderr):
+                try:
+                    if f is not None:
+                        f.close()
+                except OSError:
+                    pass
+        deadline = time.monotonic() + 10
+        for pid, start in self.adopted:
+            while start is not None and not gone(pid) and start_or_none(pid) == start \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return problems
 
 
 @pytest.fixture
-def spawn_agent(lockfs_factory):
-    """spawn_agent(user=None, env=None, setup='') -> Agent; all stopped before
-    unmount.  SETUP is python code the agent runs before serving requests
-    (e.g. installing a signal handler)."""
-    agents = []
-
-    def spawn(user=None, env=None, setup=''):
-        a = Agent(user, env, setup)
-        agents.append(a)
-        return a
-
-    yield spawn
-    for a in agents:
-        try:
-            a.stop()
-        except Exception:
-            if a.proc.poll() is None:
-                os.kill(a.pid, signal.SIGKILL)
-                try:
-                    a.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    pass  # stuck in a hung request: released when the daemon dies
+def procs(lockfs_factory):
+    """The processes of one test, all stopped and reaped before the mounts
+    are unmounted (a stuck one fails the test):
+        procs.agent(user=None, env=None, setup='', pass_fds=())  -> Agent
+        procs.shell(user=None, env=None)                           -> Shell
+        procs.popen(cmd, **kw)                                     -> Popen
+        procs.adopt(pid)"""
+    p = Procs()
+    yield p
+    problems = p.cleanup()
+    if problems:
+        pytest.fail('; '.join(problems), pytrace=False)
 
 
 @pytest.fixture

@@ -1,19 +1,11 @@
-"""Helpers and a fixture for the issue-4 tests (waiting through M/.flock/NAME).
+"""Helpers for the issue-4 tests (waiting through M/.flock/NAME).
 
-- `procs` (fixture): starts the processes a test needs and kills every one
-  of them by pid (SIGKILL + a bounded reap) before the mounts are unmounted.
-    procs.locker(user=None, env=None, setup='', pass_fds=())  -> Locker
-    procs.shell(user=None, env=None)                           -> Shell
-    procs.popen(cmd, **kw)                                     -> Popen
-    procs.adopt(pid)   a process the test did not start itself (a forked
-                       grandchild): killed by pid at teardown as well
-- `Locker`: a long-lived /usr/bin/python3 that opens files, calls flock(2),
-  fcntl(2) and lockf(3) and does mkdir/rmdir/read/write on request.  A
-  request can be started and its answer collected later, so a blocking
-  flock stays pending while the test looks at M/NAME/waiters.  Requests run
-  in the main thread (the one a signal interrupts) unless bg=True.
+- The agent that opens files and calls flock(2), fcntl(2) and lockf(3) on
+  request is `agent.Agent` (`procs.agent()`; the `procs` fixture is in
+  conftest.py).
 - `Shell`: a bash reading commands from a pipe, so `exec 9>M/.flock/x;
-  flock 9` happens in one shell process across several commands.
+  flock 9` happens in one shell process across several commands
+  (`procs.shell()`).
 - M/.flock/NAME and M/NAME/waiters readers: `fpath`, `read_waiters`,
   `waiter_pids`, `wait_waiters`, `read_bind`.
 - /proc helpers: `proc_state`, `proc_syscall_nr`, `children_of`,
@@ -23,18 +15,15 @@ All waits are bounded; nothing here sleeps to synchronise.
 """
 
 import errno
-import fcntl
 import json
 import os
 import select
-import signal
 import struct
 import subprocess
 import time
 
-import pytest
-
-from lockfs_helpers import PYTHON, proc_start_time, wait_until
+from agent import kill_and_reap
+from lockfs_helpers import proc_start_time, wait_until
 
 SYS_FLOCK = 73          # x86_64
 SYS_FCNTL = 72
@@ -165,286 +154,6 @@ def gone(pid):
 
 
 # --------------------------------------------------------------------------
-# the Locker: a python process that locks on request
-
-LOCKER_SRC = r'''
-import fcntl, json, os, signal, struct, sys, threading, time
-FL = 'hhqqi4x'
-_out = threading.Lock()
-def P(x): return bytes.fromhex(x)
-def reply(res):
-    with _out:
-        os.write(1, (json.dumps(res) + '\n').encode())
-def do(req):
-    op = req['op']
-    res = {}
-    try:
-        if op == 'open':
-            res['fd'] = os.open(P(req['path']), req['flags'], 0o666)
-        elif op == 'close':
-            os.close(req['fd'])
-        elif op == 'dup':
-            res['fd'] = os.dup(req['fd'])
-        elif op == 'flock':
-            fcntl.flock(req['fd'], req['how'])
-        elif op == 'cflock':
-            # libc's flock(2) straight: an EINTR is returned, not retried (PEP 475)
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.flock(req['fd'], req['how']) != 0:
-                e = ctypes.get_errno()
-                raise OSError(e, os.strerror(e))
-        elif op == 'lockf':
-            fcntl.lockf(req['fd'], req['how'], req['len'], req['start'], req['whence'])
-        elif op == 'fcntl':
-            buf = struct.pack(FL, req['type'], req['whence'], req['start'], req['len'], 0)
-            r = fcntl.fcntl(req['fd'], req['cmd'], buf)
-            t, w, s, l, p = struct.unpack(FL, r)
-            res.update(type=t, whence=w, start=s, len=l, pid=p)
-        elif op == 'mkdir':
-            os.mkdir(P(req['path']))
-        elif op == 'rmdir':
-            os.rmdir(P(req['path']))
-        elif op == 'read':
-            with open(P(req['path']), 'rb') as f:
-                res['data'] = f.read().hex()
-        elif op == 'write':
-            fd = os.open(P(req['path']), os.O_WRONLY | os.O_TRUNC)
-            try:
-                res['n'] = os.write(fd, P(req['data']))
-            finally:
-                os.close(fd)
-        elif op == 'writefd':
-            res['n'] = os.write(req['fd'], P(req['data']))
-        elif op == 'fork':
-            # a child that inherits every descriptor and just lives on
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    os.close(r)
-                    devnull = os.open('/dev/null', os.O_RDWR)
-                    os.dup2(devnull, 0)
-                    os.dup2(devnull, 1)
-                    os.write(w, b'x')
-                    os.close(w)
-                    while True:
-                        signal.pause()
-                finally:
-                    os._exit(0)
-            os.close(w)
-            os.read(r, 1)
-            os.close(r)
-            res['pid'] = pid
-        elif op == 'info':
-            res.update(pid=os.getpid(), uid=os.getuid())
-        else:
-            raise ValueError(op)
-    except OSError as e:
-        res = {'errno': e.errno}
-    res['id'] = req['id']
-    res['t'] = time.time()
-    reply(res)
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # forked children reap themselves
-buf = b''
-while True:
-    while b'\n' not in buf:
-        chunk = os.read(0, 65536)
-        if not chunk:
-            sys.exit(0)
-        buf += chunk
-    line, buf = buf.split(b'\n', 1)
-    req = json.loads(line)
-    if req['op'] == 'exit':
-        break
-    if req.get('bg'):
-        threading.Thread(target=do, args=(req,), daemon=True).start()
-    else:
-        do(req)
-'''
-
-
-def _kill_and_reap(proc, what):
-    """SIGKILL PROC unless already reaped (its pid may be anyone's then), and
-    reap it within 10 s, else fail with WHAT."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(what) from None
-
-
-class LockerError(OSError):
-    pass
-
-
-class Locker:
-    """See the module docstring.  Ops answer 0 / errno, or a value."""
-
-    TIMEOUT = 30.0
-
-    def __init__(self, user=None, env=None, setup='', pass_fds=()):
-        e = {k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'}
-        if env:
-            e.update(env)
-        kw = {}
-        if user is not None:
-            kw = dict(user=user.uid, group=user.gid, extra_groups=[])
-        self.proc = subprocess.Popen([PYTHON, '-c', setup + '\n' + LOCKER_SRC],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     cwd='/', env=e, pass_fds=pass_fds, **kw)
-        self.pid = self.proc.pid
-        self._buf = b''
-        self._answers = {}
-        self._next = 0
-
-    def __repr__(self):
-        return f'<Locker {self.pid}>'
-
-    # -- protocol -------------------------------------------------------
-    def start(self, op, **req):
-        """Send a request, do not wait; returns its id."""
-        self._next += 1
-        req.update(op=op, id=self._next)
-        self.proc.stdin.write((json.dumps(req) + '\n').encode())
-        self.proc.stdin.flush()
-        return self._next
-
-    def _pump(self, timeout):
-        fd = self.proc.stdout.fileno()
-        r, _, _ = select.select([fd], [], [], max(0.0, timeout))
-        if not r:
-            return False
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            raise AssertionError(f'locker {self.pid} died (rc={self.proc.poll()})')
-        self._buf += chunk
-        while b'\n' in self._buf:
-            line, self._buf = self._buf.split(b'\n', 1)
-            a = json.loads(line)
-            self._answers[a['id']] = a
-        return True
-
-    def poll(self, rid):
-        """The answer to RID if it has arrived, else None (never blocks)."""
-        while rid not in self._answers:
-            if not self._pump(0):
-                return None
-        return self._answers[rid]
-
-    def wait(self, rid, timeout=None):
-        """The answer to RID; AssertionError after TIMEOUT."""
-        timeout = self.TIMEOUT if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while rid not in self._answers:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f'locker {self.pid}: request {rid} still pending '
-                                     f'after {timeout}s')
-            self._pump(left)
-        return self._answers.pop(rid)
-
-    def call(self, op, timeout=None, **req):
-        return self.wait(self.start(op, **req), timeout)
-
-    # -- operations -----------------------------------------------------
-    @staticmethod
-    def _p(path):
-        return os.fsencode(path).hex()
-
-    def open(self, path, flags=os.O_RDWR | os.O_CREAT):
-        """fd; raises LockerError"""
-        r = self.call('open', path=self._p(path), flags=flags)
-        if 'errno' in r:
-            raise LockerError(r['errno'], os.strerror(r['errno']), path)
-        return r['fd']
-
-    def close(self, fd):
-        return self.call('close', fd=fd).get('errno', 0)
-
-    def dup(self, fd):
-        return self.call('dup', fd=fd)['fd']
-
-    def flock(self, fd, how, timeout=None):
-        """0 or errno"""
-        return self.call('flock', fd=fd, how=how, timeout=timeout).get('errno', 0)
-
-    def flock_start(self, fd, how, bg=False):
-        """Start a (blocking) flock; returns the request id for poll/wait."""
-        return self.start('flock', fd=fd, how=how, bg=bg)
-
-    def cflock_start(self, fd, how):
-        """Start libc flock(2) through ctypes: a signal without SA_RESTART
-        makes it answer EINTR instead of Python retrying it."""
-        return self.start('cflock', fd=fd, how=how)
-
-    def lockf(self, fd, how, length=0, start=0, whence=0):
-        return self.call('lockf', fd=fd, how=how, len=length, start=start,
-                         whence=whence).get('errno', 0)
-
-    def lockf_start(self, fd, how, length=0, start=0, whence=0, bg=False):
-        return self.start('lockf', fd=fd, how=how, len=length, start=start, whence=whence,
-                          bg=bg)
-
-    def fcntl_lock(self, fd, cmd, typ, start=0, length=0, whence=os.SEEK_SET):
-        """dict(type, whence, start, len, pid) or dict(errno)"""
-        return self.call('fcntl', fd=fd, cmd=cmd, type=typ, start=start, len=length,
-                         whence=whence)
-
-    def fcntl_start(self, fd, cmd, typ, start=0, length=0, whence=os.SEEK_SET):
-        return self.start('fcntl', fd=fd, cmd=cmd, type=typ, start=start, len=length,
-                          whence=whence)
-
-    def mkdir(self, path):
-        return self.call('mkdir', path=self._p(path)).get('errno', 0)
-
-    def rmdir(self, path):
-        return self.call('rmdir', path=self._p(path)).get('errno', 0)
-
-    def read(self, path):
-        r = self.call('read', path=self._p(path))
-        if 'errno' in r:
-            raise LockerError(r['errno'], os.strerror(r['errno']), path)
-        return bytes.fromhex(r['data'])
-
-    def write(self, path, data):
-        """0 or errno (open O_WRONLY|O_TRUNC, write, close)"""
-        return self.call('write', path=self._p(path), data=bytes(data).hex()).get('errno', 0)
-
-    def writefd(self, fd, data):
-        r = self.call('writefd', fd=fd, data=bytes(data).hex())
-        return r.get('errno', 0), r.get('n')
-
-    def fork(self):
-        """pid of a child that inherited every descriptor and pauses forever."""
-        return self.call('fork')['pid']
-
-    def take(self, path, how=fcntl.LOCK_EX):
-        """open PATH and flock it (must succeed at once); returns the fd."""
-        fd = self.open(path)
-        rc = self.flock(fd, how, timeout=10)
-        assert rc == 0, f'locker {self.pid}: flock({path}, {how}) -> {errno.errorcode.get(rc)}'
-        return fd
-
-    # -- lifetime -------------------------------------------------------
-    def kill(self):
-        """SIGKILL and reap (bounded)."""
-        _kill_and_reap(self.proc, f'locker {self.pid} does not die (stuck in a FUSE '
-                                  f'request the daemon never answers?)')
-
-    def exit(self):
-        """Let it exit normally (closes its descriptors); wait for it."""
-        if self.proc.poll() is None:
-            self.proc.stdin.write(b'{"op": "exit", "id": 0}\n')
-            self.proc.stdin.flush()
-        try:
-            return self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f'locker {self.pid} does not exit')
-
-
-# --------------------------------------------------------------------------
 # the Shell: one bash process across several commands
 
 class Shell:
@@ -526,7 +235,7 @@ class Shell:
         return out
 
     def kill(self):
-        _kill_and_reap(self.proc, f'shell {self.pid} does not die')
+        kill_and_reap(self.proc, f'shell {self.pid} does not die')
 
     def exit(self, timeout=10):
         if self.proc.poll() is None:
@@ -543,102 +252,6 @@ class Shell:
 
 def sh_quote(s):
     return "'" + os.fspath(s).replace("'", "'\\''") + "'"
-
-
-# --------------------------------------------------------------------------
-# the fixture
-
-class Procs:
-    def __init__(self):
-        self.lockers = []
-        self.shells = []
-        self.popens = []
-        self.adopted = []
-
-    def locker(self, user=None, env=None, setup='', pass_fds=()):
-        lk = Locker(user=user, env=env, setup=setup, pass_fds=pass_fds)
-        self.lockers.append(lk)
-        return lk
-
-    def shell(self, user=None, env=None):
-        s = Shell(user=user, env=env)
-        self.shells.append(s)
-        return s
-
-    def popen(self, cmd, **kw):
-        kw.setdefault('stdin', subprocess.DEVNULL)
-        p = subprocess.Popen(cmd, **kw)
-        self.popens.append(p)
-        return p
-
-    def adopt(self, pid):
-        # Remember its start time: pids are recycled fast here (pid_max
-        # 32768), and a pid that exited must never be killed again.
-        self.adopted.append((pid, start_or_none(pid)))
-        return pid
-
-    def cleanup(self):
-        """Lockers and shells idle in a read of their stdin are let go by
-        closing it (they exit and close their descriptors like any program);
-        every other process, and any that does not exit within 2 s, gets
-        SIGKILL.  (A SIGKILLed process closing a file on the mount makes the
-        kernel send an INTERRUPT for its FLUSH; if that is the last message
-        before the unmount, libfuse 3.14 keeps it unanswered in its list of
-        early interrupts and LeakSanitizer reports 128 bytes.)"""
-        problems = []
-        for pid, start in self.adopted:
-            try:
-                if start is not None and start_or_none(pid) == start:
-                    os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        mine = [lk.proc for lk in self.lockers] + [s.proc for s in self.shells]
-        idle = [p for p in mine if p.poll() is None and proc_syscall_nr(p.pid) == 0]
-        for p in idle:                                  # in read(2) of stdin
-            try:
-                p.stdin.close()
-            except OSError:
-                pass
-        deadline = time.monotonic() + 2.0
-        for p in idle:
-            try:
-                p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        procs = mine + self.popens
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.kill(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                problems.append(f'pid {p.pid} does not die (stuck in a FUSE request?)')
-            for f in (p.stdin, p.stdout, p.stderr):
-                try:
-                    if f is not None:
-                        f.close()
-                except OSError:
-                    pass
-        deadline = time.monotonic() + 10
-        for pid, start in self.adopted:
-            while start is not None and not gone(pid) and start_or_none(pid) == start \
-                    and time.monotonic() < deadline:
-                time.sleep(0.01)
-        return problems
-
-
-@pytest.fixture
-def procs(lockfs_factory):
-    """Processes of one test; all SIGKILLed and reaped before unmounting."""
-    p = Procs()
-    yield p
-    problems = p.cleanup()
-    if problems:
-        pytest.fail('; '.join(problems), pytrace=False)
 
 
 def is_wouldblock(e):

@@ -38,11 +38,11 @@ def test_mkdir_leaves_no_temporary_in_backing_dir(mnt):
     assert temp_dirs_in_backing(mnt.dir) == []
 
 
-def test_second_mkdir_is_eexist(mnt, spawn_agent):
+def test_second_mkdir_is_eexist(mnt, procs):
     os.mkdir(mnt.path('x'))
     with pytest.raises(FileExistsError):
         os.mkdir(mnt.path('x'))
-    other = spawn_agent()
+    other = procs.agent()
     assert other.mkdir(mnt.path('x')) == errno.EEXIST
     assert read_owner(mnt.mnt, 'x')['holder']['pid'] == os.getpid()
     os.rmdir(mnt.path('x'))

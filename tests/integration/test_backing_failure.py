@@ -49,8 +49,8 @@ def _wait_dir_line(m, word, timeout=5.0):
                       what=f'a line about DIR with {word!r} on stderr')
 
 
-def test_rmdir_while_dir_refuses_writes_is_eio_and_keeps_the_lock(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_rmdir_while_dir_refuses_writes_is_eio_and_keeps_the_lock(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     with _Immutable(mnt.dir):
         assert a.rmdir(mnt.path('x')) == errno.EIO
@@ -63,8 +63,8 @@ def test_rmdir_while_dir_refuses_writes_is_eio_and_keeps_the_lock(mnt, spawn_age
     assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
 
 
-def test_mkdir_while_dir_refuses_writes_is_eio_and_takes_nothing(mnt, spawn_agent):
-    a = spawn_agent()
+def test_mkdir_while_dir_refuses_writes_is_eio_and_takes_nothing(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('warm')) == 0
     assert a.rmdir(mnt.path('warm')) == 0               # a kept directory to reuse
     with _Immutable(mnt.dir):
@@ -76,10 +76,10 @@ def test_mkdir_while_dir_refuses_writes_is_eio_and_takes_nothing(mnt, spawn_agen
     assert a.rmdir(mnt.path('x')) == 0
 
 
-def test_a_holder_that_dies_while_dir_refuses_is_recovered_once_dir_allows(mnt, spawn_agent):
+def test_a_holder_that_dies_while_dir_refuses_is_recovered_once_dir_allows(mnt, procs):
     """Still watched: its death is acted on when DIR takes writes again, with
     one `recovered` line, and nothing is logged while the removal fails."""
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     with _Immutable(mnt.dir):
         assert a.rmdir(mnt.path('x')) == errno.EIO
@@ -93,10 +93,10 @@ def test_a_holder_that_dies_while_dir_refuses_is_recovered_once_dir_allows(mnt, 
     assert 'exited' in evidence(lines[0])
 
 
-def test_a_holder_whose_rmdir_dir_refused_is_still_watched(mnt, spawn_agent):
+def test_a_holder_whose_rmdir_dir_refused_is_still_watched(mnt, procs):
     """The observed case: the refused rmdir must not stop the watch, so the
     holder's later exit frees the lock at once, with one line."""
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     with _Immutable(mnt.dir):
         assert a.rmdir(mnt.path('x')) == errno.EIO
@@ -133,8 +133,8 @@ def test_a_lock_kept_for_descendants_while_dir_refuses_is_said_once(mnt):
                                                         'recovered']
 
 
-def test_what_is_wrong_with_dir_is_said_once_not_per_request(mnt, spawn_agent):
-    a = spawn_agent()
+def test_what_is_wrong_with_dir_is_said_once_not_per_request(mnt, procs):
+    a = procs.agent()
     for i in range(5):
         assert a.mkdir(mnt.path(f'x{i}')) == 0
     with _Immutable(mnt.dir):
@@ -149,10 +149,10 @@ def test_what_is_wrong_with_dir_is_said_once_not_per_request(mnt, spawn_agent):
     assert len(_dir_lines(mnt)) == 2, mnt.stderr()       # and once that it works again
 
 
-def test_a_fence_file_that_cannot_be_written_gives_eio(lockfs_factory, tmp_path, spawn_agent):
+def test_a_fence_file_that_cannot_be_written_gives_eio(lockfs_factory, tmp_path, procs):
     fence = tmp_path / 'fence'
     m = lockfs_factory(options=[f'fence_file={fence}'])
-    a = spawn_agent()
+    a = procs.agent()
     with _Immutable(str(fence)):
         assert a.mkdir(m.path('x')) == errno.EIO
         assert [l for l in m.stderr().splitlines() if 'fence' in l], m.stderr()
@@ -161,8 +161,8 @@ def test_a_fence_file_that_cannot_be_written_gives_eio(lockfs_factory, tmp_path,
     assert a.rmdir(m.path('x')) == 0
 
 
-def test_a_removed_dir_makes_every_request_eio_and_is_said(mnt, spawn_agent):
-    a = spawn_agent()
+def test_a_removed_dir_makes_every_request_eio_and_is_said(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('held')) == 0
     subprocess.run(['rm', '-rf', mnt.dir], check=True)
     assert a.mkdir(mnt.path('x')) == errno.EIO
@@ -178,8 +178,8 @@ def test_a_removed_dir_makes_every_request_eio_and_is_said(mnt, spawn_agent):
     assert len(_dir_lines(mnt)) == 1, mnt.stderr()
 
 
-def test_a_dir_replaced_by_another_makes_every_request_eio(mnt, spawn_agent, tmp_path):
-    a = spawn_agent()
+def test_a_dir_replaced_by_another_makes_every_request_eio(mnt, procs, tmp_path):
+    a = procs.agent()
     assert a.mkdir(mnt.path('held')) == 0
     os.rename(mnt.dir, str(tmp_path / 'moved-away'))
     os.mkdir(mnt.dir, 0o700)

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from flock_helpers import (fpath, is_wouldblock, procs, read_bind, sh_quote,  # noqa: F401
+from flock_helpers import (fpath, is_wouldblock, read_bind, sh_quote,  # noqa: F401
                            wait_waiters)
 from lockfs_helpers import (END_EVENTS, evidence, log_for, read_owner, stays_held, wait_free,
                             wait_log)
@@ -36,8 +36,8 @@ def _env(slug=None):
     return e
 
 
-def _control_recovery(m, spawn_agent, name='control'):
-    d = spawn_agent()
+def _control_recovery(m, procs, name='control'):
+    d = procs.agent()
     assert d.mkdir(m.path(name)) == 0
     d.kill()
     wait_free(m, name, timeout=2)
@@ -49,7 +49,7 @@ def _no_slug_in_test_process():
 
 
 def test_bind_reads_the_binding_and_is_0666(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'f'))
     assert read_bind(mnt, 'f') == b'fd\n'
     st = os.stat(mnt.path('f', 'bind'))
@@ -63,9 +63,8 @@ def test_bind_reads_the_binding_and_is_0666(mnt, procs):
     assert lk.close(fd) == 0
 
 
-def test_holder_binds_to_its_process_with_the_same_fence_and_no_release(mnt, procs,
-                                                                        spawn_agent):
-    lk = procs.locker()
+def test_holder_binds_to_its_process_with_the_same_fence_and_no_release(mnt, procs):
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     o1 = read_owner(mnt.mnt, 'x')
     assert lk.write(mnt.path('x', 'bind'), b'process\n') == 0
@@ -79,9 +78,9 @@ def test_holder_binds_to_its_process_with_the_same_fence_and_no_release(mnt, pro
     assert ev[1].details.get('fence') == str(o1['fence'])
     # the descriptor's close releases nothing now
     assert lk.close(fd) == 0
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
-    probe = procs.locker()
+    probe = procs.agent()
     assert is_wouldblock(probe.flock(probe.open(fpath(mnt, 'x')), EX | NB))
     assert read_owner(mnt.mnt, 'x')['fence'] == o1['fence']
     assert lk.rmdir(mnt.path('x')) == 0
@@ -89,7 +88,7 @@ def test_holder_binds_to_its_process_with_the_same_fence_and_no_release(mnt, pro
 
 
 def test_a_bound_lock_is_released_when_its_process_exits(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     lk.take(fpath(mnt, 'x'))
     assert lk.write(mnt.path('x', 'bind'), b'process') == 0
     lk.kill()
@@ -98,8 +97,8 @@ def test_a_bound_lock_is_released_when_its_process_exits(mnt, procs):
     assert 'exited' in evidence(rec), rec.raw
 
 
-def test_a_shell_waits_its_turn_then_keeps_the_lock_across_commands(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_a_shell_waits_its_turn_then_keeps_the_lock_across_commands(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     sh = procs.shell()
     tag = sh.start(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
@@ -109,7 +108,7 @@ def test_a_shell_waits_its_turn_then_keeps_the_lock_across_commands(mnt, procs, 
     fence = read_owner(mnt.mnt, 'x')['fence']
     sh.ok(f'echo process > {sh_quote(mnt.path("x", "bind"))}')
     sh.ok('exec 9>&-')
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
     o = read_owner(mnt.mnt, 'x')
     assert (o['bound'], o['holder']['pid'], o['fence']) == ('process', sh.pid, fence)
@@ -144,7 +143,7 @@ def test_a_child_of_the_holder_may_bind_for_it(mnt, procs):
     assert (o['bound'], o['holder']['pid']) == ('process', sh.pid)
 
 
-def test_slug_binding_survives_the_shell(mnt, procs, spawn_agent):
+def test_slug_binding_survives_the_shell(mnt, procs):
     sh = procs.shell(env={'LOCKFS_SLUG': 'agent-9'})
     sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
     fence = read_owner(mnt.mnt, 'x')['fence']
@@ -157,9 +156,9 @@ def test_slug_binding_survives_the_shell(mnt, procs, spawn_agent):
     b = [l for l in log_for(mnt.dir, 'x') if l.event == 'bound']
     assert len(b) == 1 and b[0].details.get('bound') == 'slug'
     assert sh.exit() == 0
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
-    assert spawn_agent().rmdir(mnt.path('x')) == errno.EPERM        # no slug
+    assert procs.agent().rmdir(mnt.path('x')) == errno.EPERM        # no slug
     r = subprocess.run(['bash', '-c', 'rmdir "$1"', 'bash', mnt.path('x')],
                        env=_env('agent-9'), capture_output=True, timeout=30)
     assert r.returncode == 0, r.stderr
@@ -169,21 +168,21 @@ def test_slug_binding_survives_the_shell(mnt, procs, spawn_agent):
 
 
 def test_slug_without_lockfs_slug_is_einval(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     lk.take(fpath(mnt, 'x'))
     assert lk.write(mnt.path('x', 'bind'), b'slug\n') == errno.EINVAL
     assert read_owner(mnt.mnt, 'x')['bound'] == 'fd'
 
 
-def test_anyone_but_the_holder_gets_eperm(mnt_ao, users, procs, spawn_agent):
-    lk = procs.locker()
+def test_anyone_but_the_holder_gets_eperm(mnt_ao, users, procs):
+    lk = procs.agent()
     lk.take(fpath(mnt_ao, 'x'))
     o = read_owner(mnt_ao.mnt, 'x')
-    stranger = spawn_agent()
+    stranger = procs.agent()
     assert stranger.write(mnt_ao.path('x', 'bind'), b'process\n') == errno.EPERM
-    other_uid = spawn_agent(user=users[0])
+    other_uid = procs.agent(user=users[0])
     assert other_uid.write(mnt_ao.path('x', 'bind'), b'process\n') == errno.EPERM
-    slugged = spawn_agent(env={'LOCKFS_SLUG': 'agent-9'})
+    slugged = procs.agent(env={'LOCKFS_SLUG': 'agent-9'})
     assert slugged.write(mnt_ao.path('x', 'bind'), b'slug\n') == errno.EPERM
     assert read_owner(mnt_ao.mnt, 'x') == o
     assert not [l for l in log_for(mnt_ao.dir, 'x') if l.event == 'bound']
@@ -193,22 +192,22 @@ def test_anyone_but_the_holder_gets_eperm(mnt_ao, users, procs, spawn_agent):
 @pytest.mark.parametrize('text', [b'fd\n', b'Process\n', b'process\n\n', b'proc', b'x' * 64,
                                   b'process slug\n'])
 def test_other_text_is_einval(mnt, procs, text):
-    lk = procs.locker()
+    lk = procs.agent()
     lk.take(fpath(mnt, 'x'))
     assert lk.write(mnt.path('x', 'bind'), text) == errno.EINVAL
     assert read_owner(mnt.mnt, 'x')['bound'] == 'fd'
 
 
-def test_bind_of_a_lock_that_is_not_an_exclusive_fd_lock_is_einval(mnt, procs, spawn_agent):
-    a = spawn_agent()
+def test_bind_of_a_lock_that_is_not_an_exclusive_fd_lock_is_einval(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('m')) == 0                        # mkdir: already process-bound
     assert a.write(mnt.path('m', 'bind'), b'process\n') == errno.EINVAL
-    r1, r2 = procs.locker(), procs.locker()
+    r1, r2 = procs.agent(), procs.agent()
     r1.take(fpath(mnt, 's'), SH)
     r2.take(fpath(mnt, 's'), SH)
     assert r1.write(mnt.path('s', 'bind'), b'process\n') == errno.EINVAL   # shared
     assert read_owner(mnt.mnt, 's')['mode'] == 'shared'
-    lk = procs.locker()
+    lk = procs.agent()
     lk.take(fpath(mnt, 'b'))
     assert lk.write(mnt.path('b', 'bind'), b'process\n') == 0
     assert lk.write(mnt.path('b', 'bind'), b'process\n') == errno.EINVAL  # no longer fd

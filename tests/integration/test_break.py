@@ -35,8 +35,8 @@ def _broken_line(m, name):
     return ls[0]
 
 
-def test_root_breaks_a_lock_with_a_reason(mnt, spawn_agent):
-    holder, admin = spawn_agent(), spawn_agent()
+def test_root_breaks_a_lock_with_a_reason(mnt, procs):
+    holder, admin = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     fence = read_owner(mnt.mnt, 'x')['fence']
     holder_who = who_of(holder.pid)
@@ -56,9 +56,9 @@ def test_root_breaks_a_lock_with_a_reason(mnt, spawn_agent):
     assert admin.rmdir(mnt.path('x')) == 0
 
 
-def test_shell_echo_into_break(mnt, spawn_agent):
+def test_shell_echo_into_break(mnt, procs):
     """The documented usage: echo "reason" > M/NAME/break."""
-    holder = spawn_agent()
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     r = subprocess.run(['/bin/sh', '-c', 'echo "stuck deploy" > "$1/break"', 'sh',
                         mnt.path('x')], capture_output=True)
@@ -67,8 +67,8 @@ def test_shell_echo_into_break(mnt, spawn_agent):
     assert log_unescape(_broken_line(mnt, 'x').details['reason']) == b'stuck deploy'
 
 
-def test_break_file_is_0200_owned_by_the_mounting_uid(mnt, spawn_agent):
-    holder = spawn_agent()
+def test_break_file_is_0200_owned_by_the_mounting_uid(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     st = os.stat(mnt.path('x', 'break'))
     assert stat.S_ISREG(st.st_mode)
@@ -77,16 +77,16 @@ def test_break_file_is_0200_owned_by_the_mounting_uid(mnt, spawn_agent):
     assert holder.rmdir(mnt.path('x')) == 0
 
 
-def test_old_holders_rmdir_after_break_is_enoent(mnt, spawn_agent):
-    holder, admin = spawn_agent(), spawn_agent()
+def test_old_holders_rmdir_after_break_is_enoent(mnt, procs):
+    holder, admin = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert admin.write(mnt.path('x', 'break'), b'test\n') == 0
     assert holder.rmdir(mnt.path('x')) == errno.ENOENT
     assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'broken']
 
 
-def test_old_holder_never_releases_the_successors_lock(mnt, spawn_agent):
-    holder, admin, successor = spawn_agent(), spawn_agent(), spawn_agent()
+def test_old_holder_never_releases_the_successors_lock(mnt, procs):
+    holder, admin, successor = procs.agent(), procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert admin.write(mnt.path('x', 'break'), b'test\n') == 0
     assert successor.mkdir(mnt.path('x')) == 0
@@ -98,30 +98,30 @@ def test_old_holder_never_releases_the_successors_lock(mnt, spawn_agent):
 
 
 @pytest.mark.parametrize('who', ['holder-uid', 'other-uid'])
-def test_non_root_cannot_break(mnt_ao, users, spawn_agent, who):
-    holder = spawn_agent(user=users[0])
+def test_non_root_cannot_break(mnt_ao, users, procs, who):
+    holder = procs.agent(user=users[0])
     assert holder.mkdir(mnt_ao.path('x')) == 0
-    breaker = holder if who == 'holder-uid' else spawn_agent(user=users[1])
+    breaker = holder if who == 'holder-uid' else procs.agent(user=users[1])
     assert breaker.write(mnt_ao.path('x', 'break'), b'mine now\n') == errno.EACCES
     assert os.path.isdir(mnt_ao.lockdir('x'))
     assert not [l for l in log_for(mnt_ao.dir, 'x') if l.event == 'broken']
     # control: root can
-    assert spawn_agent().write(mnt_ao.path('x', 'break'), b'root\n') == 0
+    assert procs.agent().write(mnt_ao.path('x', 'break'), b'root\n') == 0
     assert not os.path.lexists(mnt_ao.lockdir('x'))
     assert holder.rmdir(mnt_ao.path('x')) == errno.ENOENT
 
 
 @pytest.mark.parametrize('data', [b'\n', b'\xff\xfe bad utf-8\n'], ids=['empty', 'bad-utf8'])
-def test_bad_reason_is_einval_and_keeps_the_lock(mnt, spawn_agent, data):
-    holder, admin = spawn_agent(), spawn_agent()
+def test_bad_reason_is_einval_and_keeps_the_lock(mnt, procs, data):
+    holder, admin = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert admin.write(mnt.path('x', 'break'), data) == errno.EINVAL
     assert os.path.isdir(mnt.lockdir('x'))
     assert holder.rmdir(mnt.path('x')) == 0
 
 
-def test_reason_longer_than_1kib_is_refused(mnt, spawn_agent):
-    holder, admin = spawn_agent(), spawn_agent()
+def test_reason_longer_than_1kib_is_refused(mnt, procs):
+    holder, admin = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     e = admin.write(mnt.path('x', 'break'), b'r' * 1025)
     assert e in (errno.EINVAL, errno.EFBIG), errno.errorcode.get(e)
@@ -130,8 +130,8 @@ def test_reason_longer_than_1kib_is_refused(mnt, spawn_agent):
     assert not os.path.lexists(mnt.lockdir('x'))
 
 
-def test_reason_with_spaces_and_newlines_is_escaped_in_the_log(mnt, spawn_agent):
-    holder, admin = spawn_agent(), spawn_agent()
+def test_reason_with_spaces_and_newlines_is_escaped_in_the_log(mnt, procs):
+    holder, admin = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert admin.write(mnt.path('x', 'break'), 'two\nlines caf\u00e9 a=b'.encode()) == 0
     b = _broken_line(mnt, 'x')
@@ -139,42 +139,42 @@ def test_reason_with_spaces_and_newlines_is_escaped_in_the_log(mnt, spawn_agent)
     assert log_unescape(b.details['reason']) == 'two\nlines caf\u00e9 a=b'.encode()
 
 
-def test_break_of_slug_lock(mnt, spawn_agent):
-    holder = spawn_agent(env={'LOCKFS_SLUG': 'agent-5'})
+def test_break_of_slug_lock(mnt, procs):
+    holder = procs.agent(env={'LOCKFS_SLUG': 'agent-5'})
     assert holder.mkdir(mnt.path('x')) == 0
-    assert spawn_agent().write(mnt.path('x', 'break'), b'agent-5 is lost\n') == 0
+    assert procs.agent().write(mnt.path('x', 'break'), b'agent-5 is lost\n') == 0
     assert not os.path.lexists(mnt.lockdir('x'))
     assert _broken_line(mnt, 'x').who == 'agent-5'
     assert holder.rmdir(mnt.path('x')) == errno.ENOENT
 
 
-def test_break_of_not_held_is_enoent(mnt, spawn_agent):
-    assert spawn_agent().write(mnt.path('nope', 'break'), b'x\n') == errno.ENOENT
+def test_break_of_not_held_is_enoent(mnt, procs):
+    assert procs.agent().write(mnt.path('nope', 'break'), b'x\n') == errno.ENOENT
 
 
 @pytest.mark.parametrize('opt', ['USR1', 'SIGUSR1', '10'])
-def test_break_signal_is_sent_to_the_holder(lockfs_factory, spawn_agent, tmp_path, opt):
+def test_break_signal_is_sent_to_the_holder(lockfs_factory, procs, tmp_path, opt):
     assert int(signal.SIGUSR1) == 10
     m = lockfs_factory(options=[f'break_signal={opt}'])
     marker = tmp_path / 'usr1'
-    holder = spawn_agent(setup=_usr1_setup(marker))
+    holder = procs.agent(setup=_usr1_setup(marker))
     assert holder.mkdir(m.path('x')) == 0
     assert _marker(marker) == b''  # control
-    assert spawn_agent().write(m.path('x', 'break'), b'stop now\n') == 0
+    assert procs.agent().write(m.path('x', 'break'), b'stop now\n') == 0
     wait_until(lambda: _marker(marker) == b'USR1\n', timeout=2,
                what='the holder to get SIGUSR1')
     assert holder.proc.poll() is None
     assert holder.rmdir(m.path('x')) == errno.ENOENT  # still alive, still answering
 
 
-def test_no_signal_without_break_signal(mnt, spawn_agent, tmp_path):
+def test_no_signal_without_break_signal(mnt, procs, tmp_path):
     marker = tmp_path / 'usr1'
-    holder = spawn_agent(setup=_usr1_setup(marker))
+    holder = procs.agent(setup=_usr1_setup(marker))
     assert holder.mkdir(mnt.path('x')) == 0
     # positive control: the handler works
     os.kill(holder.pid, 10)
     wait_until(lambda: _marker(marker) == b'USR1\n', timeout=2, what='the handler to run')
-    assert spawn_agent().write(mnt.path('x', 'break'), b'quietly\n') == 0
+    assert procs.agent().write(mnt.path('x', 'break'), b'quietly\n') == 0
     # a round trip after the break: a signal sent during the break would have
     # interrupted the agent's read and run the handler before it answers
     assert holder.rmdir(mnt.path('x')) == errno.ENOENT
@@ -233,7 +233,7 @@ def user_dirs(users):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_mounting_user_may_break(user_dirs, lockfs_factory, users, spawn_agent):
+def test_mounting_user_may_break(user_dirs, lockfs_factory, users, procs):
     """Not only root: the user who mounted may break (the break file is theirs)."""
     if stat.S_IMODE(os.stat('/dev/fuse').st_mode) & 0o006 != 0o006:
         pytest.skip('/dev/fuse is not usable by other users here (mode '
@@ -243,7 +243,7 @@ def test_mounting_user_may_break(user_dirs, lockfs_factory, users, spawn_agent):
     m = lockfs_factory(backing=backing, mountpoint=mp,
                        wrapper=['setpriv', f'--reuid={u.uid}', f'--regid={u.gid}',
                                 '--clear-groups'])
-    holder, admin = spawn_agent(user=u), spawn_agent(user=u)
+    holder, admin = procs.agent(user=u), procs.agent(user=u)
     assert holder.mkdir(m.path('x')) == 0
     st = admin.stat(m.path('x', 'break'))
     assert st['uid'] == u.uid and stat.S_IMODE(st['mode']) == 0o200

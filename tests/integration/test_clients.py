@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from flock_helpers import (fpath, holder_pids, procs, read_waiters, sh_quote,  # noqa: F401
+from flock_helpers import (fpath, holder_pids, read_waiters, sh_quote,  # noqa: F401
                            wait_waiters)
 from lockfs_helpers import PYTHON, errno_of, log_for, read_owner, wait_free, wait_until
 
@@ -61,7 +61,7 @@ def test_flock1_x_is_exclusive(mnt):
 
 
 def test_flock1_s_is_shared_with_other_readers(mnt, procs):
-    r = procs.locker()
+    r = procs.agent()
     r.take(fpath(mnt, 'x'), SH)
     pid, rc, out, err = _flock1(mnt, '-s -n')
     assert rc == 0, err
@@ -72,8 +72,8 @@ def test_flock1_s_is_shared_with_other_readers(mnt, procs):
                what='flock(1) to let go of its share')
 
 
-def test_flock1_n_fails_at_once_with_exit_1_when_held(mnt, spawn_agent):
-    a = spawn_agent()
+def test_flock1_n_fails_at_once_with_exit_1_when_held(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     t0 = time.monotonic()
     pid, rc, out, err = _flock1(mnt, '-n', cmd='echo ran')
@@ -88,14 +88,14 @@ def test_flock1_n_fails_at_once_with_exit_1_when_held(mnt, spawn_agent):
 
 
 def test_flock1_x_n_fails_against_readers(mnt, procs):
-    r = procs.locker()
+    r = procs.agent()
     r.take(fpath(mnt, 'x'), SH)
     pid, rc, out, err = _flock1(mnt, '-x -n', cmd='echo ran')
     assert rc == 1 and 'ran' not in out
 
 
-def test_flock1_w_waits_then_gives_up_with_exit_1(mnt, spawn_agent):
-    a = spawn_agent()
+def test_flock1_w_waits_then_gives_up_with_exit_1(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     t0 = time.monotonic()
     pid, rc, out, err = _flock1(mnt, '-w 1', cmd='echo ran')
@@ -106,8 +106,8 @@ def test_flock1_w_waits_then_gives_up_with_exit_1(mnt, spawn_agent):
     assert a.rmdir(mnt.path('x')) == 0
 
 
-def test_flock1_w_is_granted_when_released_in_time(mnt, procs, spawn_agent):
-    a = spawn_agent()
+def test_flock1_w_is_granted_when_released_in_time(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     cmd = 'cat ' + sh_quote(mnt.path('x', 'owner'))
     b = procs.popen(['bash', '-c', f'flock -w 20 "$1" -c {sh_quote(cmd)}; echo "rc=$?"',
@@ -200,8 +200,8 @@ def test_python_fcntl_lockf(mnt):
     wait_free(mnt, 'x')
 
 
-def test_python_fcntl_lockf_nb_conflict_raises(mnt, spawn_agent):
-    a = spawn_agent()
+def test_python_fcntl_lockf_nb_conflict_raises(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     with open(fpath(mnt, 'x'), 'a') as f:
         assert errno_of(fcntl.lockf, f, EX | NB) in (errno.EAGAIN, errno.EACCES)

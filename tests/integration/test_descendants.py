@@ -428,7 +428,7 @@ RMDIR_ON_CUE = ('sh -c \'echo $$ > "$1"; read cue < "$2"; rmdir "$3/x"; echo $? 
 
 
 def test_rmdir_by_an_orphaned_descendant_releases_and_others_get_eperm(mnt, scripts,
-                                                                         spawn_agent):
+                                                                         procs):
     cue, result = scripts.path('cue'), scripts.path('result')
     os.mkfifo(cue)
     p = scripts.start('mkdir "$1/x" || exit 9\n' + RMDIR_ON_CUE,
@@ -438,7 +438,7 @@ def test_rmdir_by_an_orphaned_descendant_releases_and_others_get_eperm(mnt, scri
     wait_log(mnt.dir, 'x', 'holder-exited')
     # Nobody else: not this test's process, not another one.
     assert errno_of(os.rmdir, mnt.path('x')) == errno.EPERM
-    assert spawn_agent().rmdir(mnt.path('x')) == errno.EPERM
+    assert procs.agent().rmdir(mnt.path('x')) == errno.EPERM
     assert os.path.isdir(mnt.lockdir('x'))
     with open(cue, 'w') as f:
         f.write('go\n')

@@ -16,7 +16,6 @@ import subprocess
 
 import pytest
 
-from flock_helpers import procs  # noqa: F401
 from lockfs_helpers import (evidence, log_for, pidfds_of, stays_held, wait_free, wait_log,
                             wait_until)
 from quota_helpers import Hog, nofile
@@ -116,9 +115,9 @@ def test_a_lock_kept_for_descendants_still_counts_against_its_uid(lockfs_factory
     h.kill()
     for name in h.names:
         wait_log(m.dir, name, 'holder-exited')
-    a = procs.locker(users[0])
+    a = procs.agent(users[0])
     assert a.mkdir(m.path('other')) == errno.EDQUOT
-    assert procs.locker(users[1]).mkdir(m.path('b')) == 0   # another uid is not touched
+    assert procs.agent(users[1]).mkdir(m.path('b')) == 0   # another uid is not touched
     h.end_child()
     for name in h.names:
         wait_free(m, name)

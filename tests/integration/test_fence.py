@@ -30,8 +30,8 @@ def _cycle(m, name='x', n=1):
     return out
 
 
-def test_fence_file_equals_owner_fence(mnt, spawn_agent):
-    a = spawn_agent()
+def test_fence_file_equals_owner_fence(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     o = read_owner(mnt.mnt, 'x')
     assert _fence_file(mnt, 'x') == b'%d\n' % o['fence']
@@ -41,8 +41,8 @@ def test_fence_file_equals_owner_fence(mnt, spawn_agent):
     assert a.rmdir(mnt.path('x')) == 0
 
 
-def test_fence_file_of_slug_lock(mnt, spawn_agent):
-    a = spawn_agent(env={'LOCKFS_SLUG': 'S'})
+def test_fence_file_of_slug_lock(mnt, procs):
+    a = procs.agent(env={'LOCKFS_SLUG': 'S'})
     assert a.mkdir(mnt.path('x')) == 0
     assert _fence_file(mnt, 'x') == b'%d\n' % read_owner(mnt.mnt, 'x')['fence']
     assert a.rmdir(mnt.path('x')) == 0
@@ -61,8 +61,8 @@ def test_fence_file_is_read_only(mnt):
     os.rmdir(mnt.path('x'))
 
 
-def test_fences_strictly_increase_per_name(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_fences_strictly_increase_per_name(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     seen = []
     for i in range(10):
         h = (a, b)[i % 2]
@@ -72,9 +72,9 @@ def test_fences_strictly_increase_per_name(mnt, spawn_agent):
     assert all(x < y for x, y in zip(seen, seen[1:])), seen
 
 
-def test_fences_increase_after_recovery(mnt, spawn_agent):
+def test_fences_increase_after_recovery(mnt, procs):
     """A recovered lock's successor gets a larger fence (what a resource checks)."""
-    a, b = spawn_agent(), spawn_agent()
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     f1 = read_owner(mnt.mnt, 'x')['fence']
     a.kill()

@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from flock_helpers import (blocked_in_flock, fpath, holder_pids, is_wouldblock,  # noqa: F401
-                           procs, read_waiters, wait_waiters, waiter_pids)
+                           read_waiters, wait_waiters, waiter_pids)
 from lockfs_helpers import (PYTHON, assert_alternating, log_for, read_owner, wait_until)
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
@@ -32,7 +32,7 @@ def _queue(m, procs, name, modes, kinds=None):
     out = []
     for i, mode in enumerate(modes):
         kind = kinds[i] if kinds else 'flock'
-        w = procs.locker()
+        w = procs.agent()
         fd = w.open(fpath(m, name))
         if kind == 'flock':
             rid = w.flock_start(fd, mode)
@@ -53,8 +53,8 @@ def _granted(w, rid, timeout=5):
     return a
 
 
-def test_twenty_waiters_are_granted_in_arrival_order(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_twenty_waiters_are_granted_in_arrival_order(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     ws = _queue(mnt, procs, 'x', [EX] * 20)
     assert _ready(ws) == []
@@ -76,14 +76,14 @@ def test_twenty_waiters_are_granted_in_arrival_order(mnt, procs, spawn_agent):
     assert_alternating(log_for(mnt.dir, 'x'), 'x')
 
 
-def test_release_grants_the_head_at_once(mnt, procs, spawn_agent):
+def test_release_grants_the_head_at_once(mnt, procs):
     """The record is the waiter's the moment LOCK_UN returns: newcomers find it held."""
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
     [(w, fw, rid)] = _queue(mnt, procs, 'x', [EX])
-    newcomer = procs.locker()
+    newcomer = procs.agent()
     fn = newcomer.open(fpath(mnt, 'x'))
-    agent = spawn_agent()
+    agent = procs.agent()
     assert h.flock(fh, UN) == 0
     assert agent.mkdir(mnt.path('x')) == errno.EEXIST
     assert is_wouldblock(newcomer.flock(fn, EX | NB))
@@ -143,7 +143,7 @@ def test_no_barging_at_the_moment_of_release(mnt, procs, tmp_path, mode):
     """A process spinning on mkdir (or LOCK_EX|LOCK_NB) never gets the lock
     while waiters are queued: each release (LOCK_UN or the holder's rmdir)
     goes to the head of the queue."""
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
     stats = str(tmp_path / 'barger')
     b = procs.popen([PYTHON, '-c', BARGER, mnt.mnt, 'x', mode, stats],
@@ -179,14 +179,14 @@ def _stats(path):
 
 
 def test_shared_request_waits_behind_a_queued_exclusive_one(mnt, procs):
-    r = procs.locker()
+    r = procs.agent()
     fr = r.take(fpath(mnt, 'x'), SH)
     ws = _queue(mnt, procs, 'x', [EX, SH])
     (x, fx, qx), (s, fs, qs) = ws
     assert _ready(ws) == []
     assert [w['mode'] for w in read_waiters(mnt, 'x')] == ['exclusive', 'shared']
     # a non-blocking reader may not pass the queued writer either
-    nb = procs.locker()
+    nb = procs.agent()
     assert is_wouldblock(nb.flock(nb.open(fpath(mnt, 'x')), SH | NB))
     assert holder_pids(mnt, 'x') == [r.pid]
     assert r.flock(fr, UN) == 0
@@ -198,7 +198,7 @@ def test_shared_request_waits_behind_a_queued_exclusive_one(mnt, procs):
 
 
 def test_runs_of_shared_waiters_are_granted_together(mnt, procs):
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'), EX)
     ws = _queue(mnt, procs, 'x', [SH, SH, EX, SH])
     (s1, f1, q1), (s2, f2, q2), (x3, f3, q3), (s4, f4, q4) = ws
@@ -220,7 +220,7 @@ def test_runs_of_shared_waiters_are_granted_together(mnt, procs):
 
 
 def test_conversion_queues_anew_behind_earlier_waiters(mnt, procs):
-    a, b = procs.locker(), procs.locker()
+    a, b = procs.agent(), procs.agent()
     fa = a.take(fpath(mnt, 'x'), SH)
     fb = b.take(fpath(mnt, 'x'), SH)
     [(c, fc, qc)] = _queue(mnt, procs, 'x', [EX])
@@ -237,7 +237,7 @@ def test_conversion_queues_anew_behind_earlier_waiters(mnt, procs):
 
 
 def test_flock_and_posix_waiters_share_one_queue(mnt, procs):
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
     kinds = ['posix', 'flock', 'posix', 'flock', 'flock', 'posix']
     ws = _queue(mnt, procs, 'x', [EX] * 6, kinds)
@@ -256,7 +256,7 @@ def test_flock_and_posix_waiters_share_one_queue(mnt, procs):
 def test_an_exclusive_waiter_is_not_starved_by_a_stream_of_readers(mnt, procs):
     """Readers keep arriving while one reader always holds: the writer queued
     first is served before every reader that came after it."""
-    r0 = procs.locker()
+    r0 = procs.agent()
     f0 = r0.take(fpath(mnt, 'x'), SH)
     [(x, fx, qx)] = _queue(mnt, procs, 'x', [EX])
     later = _queue_after(mnt, procs, 'x', [x.pid], [SH] * 3)
@@ -272,7 +272,7 @@ def test_an_exclusive_waiter_is_not_starved_by_a_stream_of_readers(mnt, procs):
 def _queue_after(m, procs, name, already, modes):
     out = []
     for mode in modes:
-        w = procs.locker()
+        w = procs.agent()
         fd = w.open(fpath(m, name))
         rid = w.flock_start(fd, mode)
         wait_waiters(m, name, list(already) + [x.pid for x, _, _ in out] + [w.pid])
@@ -286,7 +286,7 @@ def test_waiters_behind_a_lock_taken_directly_in_dir_learn_of_its_release(mnt, p
     os.mkdir(mnt.lockdir('x'))
     with open(os.path.join(mnt.lockdir('x'), 'owner.json'), 'w') as f:
         json.dump({'agent': 'seed'}, f)
-    w = procs.locker()
+    w = procs.agent()
     fd = w.open(fpath(mnt, 'x'))
     rid = w.flock_start(fd, EX)
     wait_waiters(mnt, 'x', [w.pid])                   # queued, not just in flock(2)
@@ -299,7 +299,7 @@ def test_waiters_behind_a_lock_taken_directly_in_dir_learn_of_its_release(mnt, p
 
 
 def test_a_break_grants_the_head_waiter(mnt, procs):
-    h = procs.locker()
+    h = procs.agent()
     h.take(fpath(mnt, 'x'))
     ws = _queue(mnt, procs, 'x', [EX, EX])
     with open(mnt.path('x', 'break'), 'w') as f:
@@ -331,9 +331,9 @@ def test_two_threads_of_one_owner_both_return_when_it_is_granted(mnt, procs, kin
     """Kernel locks: a second thread blocked for the same owner (the same open
     file for flock, the same process for fcntl/lockf) returns as soon as that
     owner holds the lock, whoever waits between the two."""
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
-    t = procs.locker()
+    t = procs.agent()
     tfd = t.open(fpath(mnt, 'x'))
 
     def start():

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from flock_helpers import dir_state, fpath, held_names, procs  # noqa: F401  (fixture)
+from flock_helpers import dir_state, fpath, held_names
 from lockfs_helpers import (errno_of, expected_name_errno, read_owner, wait_free,
                             wait_until)
 
@@ -70,7 +70,7 @@ def test_open_creates_nothing_in_dir_and_takes_no_lock(mnt, procs, flags):
         assert dir_state(mnt) == before
         _no_lock(mnt, 'x')
         # another process can take the lock while the file is open here
-        other = procs.locker()
+        other = procs.agent()
         ofd = other.open(fpath(mnt, 'x'))
         assert other.flock(ofd, fcntl.LOCK_EX | fcntl.LOCK_NB) == 0
         assert read_owner(mnt.mnt, 'x')['holder']['pid'] == other.pid
@@ -81,8 +81,8 @@ def test_open_creates_nothing_in_dir_and_takes_no_lock(mnt, procs, flags):
     _no_lock(mnt, 'x')
 
 
-def test_open_of_a_held_name_changes_nothing_for_the_holder(mnt, spawn_agent):
-    a = spawn_agent()
+def test_open_of_a_held_name_changes_nothing_for_the_holder(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     o = read_owner(mnt.mnt, 'x')
     before = dir_state(mnt)
@@ -191,14 +191,14 @@ def test_o_creat_o_excl_is_eexist(mnt):
         _no_lock(mnt, name)
 
 
-def test_ls_flock_lists_every_held_name_sorted(mnt, procs, spawn_agent):
+def test_ls_flock_lists_every_held_name_sorted(mnt, procs):
     assert held_names(mnt) == []
     os.stat(fpath(mnt, 'looked-up'))                       # lookups list nothing
     os.close(os.open(fpath(mnt, 'opened'), os.O_RDWR | os.O_CREAT))
     assert held_names(mnt) == []
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(mnt.path('b-mkdir')) == 0
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'é-flock'))
     fd2 = lk.take(fpath(mnt, 'Z-shared'), fcntl.LOCK_SH)
     env = {k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'}
@@ -209,7 +209,7 @@ def test_ls_flock_lists_every_held_name_sorted(mnt, procs, spawn_agent):
     want = sorted([b'b-mkdir', 'é-flock'.encode(), b'Z-shared', b'c-slug'])   # bytewise
     assert held_names(mnt) == want
     # a name with a holder and waiters is listed once
-    w = procs.locker()
+    w = procs.agent()
     wfd = w.open(fpath(mnt, 'b-mkdir'))
     rid = w.flock_start(wfd, fcntl.LOCK_EX)
     wait_until(lambda: [x['pid'] for x in _waiters(mnt, 'b-mkdir')] == [w.pid],
@@ -254,7 +254,7 @@ def test_invalid_names_are_refused_like_mkdir(mnt, name):
 
 def test_other_users_can_open_it_for_writing_with_allow_other(mnt_ao, users, procs):
     """mode 0666: `exec 9>M/.flock/x` works for everyone."""
-    lk = procs.locker(user=users[0])
+    lk = procs.agent(user=users[0])
     fd = lk.open(fpath(mnt_ao, 'x'), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     assert lk.writefd(fd, b'4242\n') == (0, 5)
     assert lk.flock(fd, fcntl.LOCK_EX) == 0
@@ -268,7 +268,7 @@ def test_other_users_can_open_it_for_writing_with_allow_other(mnt_ao, users, pro
 def test_a_name_with_waiters_behind_a_foreign_lock_is_listed(mnt, procs):
     """DIR/NAME.lock made by another tool, and a waiter queued behind it."""
     os.mkdir(mnt.lockdir('x'))
-    w = procs.locker()
+    w = procs.agent()
     fd = w.open(fpath(mnt, 'x'))
     rid = w.flock_start(fd, fcntl.LOCK_EX)
     wait_until(lambda: [x['pid'] for x in _waiters(mnt, 'x')] == [w.pid],

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from flock_helpers import (fpath, held_names, holder_pids, is_wouldblock, procs,  # noqa: F401
+from flock_helpers import (fpath, held_names, holder_pids, is_wouldblock,  # noqa: F401
                            read_waiters, wait_waiters)
 from lockfs_helpers import (RFC3339_MS, errno_of, log_for, proc_comm, read_owner, wait_free,
                             wait_until)
@@ -34,7 +34,7 @@ def _granted(answer):
 
 
 def test_lock_ex_holds_name_with_an_fd_bound_exclusive_record(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     assert 'x' in os.listdir(mnt.mnt)
     o = read_owner(mnt.mnt, 'x')
@@ -63,7 +63,7 @@ def test_lock_ex_holds_name_with_an_fd_bound_exclusive_record(mnt, procs):
 
 
 def test_lock_nb_on_an_exclusively_held_name_is_ewouldblock(mnt, procs):
-    a, b = procs.locker(), procs.locker()
+    a, b = procs.agent(), procs.agent()
     fa = a.take(fpath(mnt, 'x'))
     fb = b.open(fpath(mnt, 'x'))
     o = read_owner(mnt.mnt, 'x')
@@ -75,8 +75,8 @@ def test_lock_nb_on_an_exclusively_held_name_is_ewouldblock(mnt, procs):
     assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
 
 
-def test_lock_sh_any_number_of_readers_no_writer(mnt, procs, spawn_agent):
-    readers = [procs.locker() for _ in range(4)]
+def test_lock_sh_any_number_of_readers_no_writer(mnt, procs):
+    readers = [procs.agent() for _ in range(4)]
     fds = [r.take(fpath(mnt, 'x'), SH) for r in readers]
     o = read_owner(mnt.mnt, 'x')
     assert o['bound'] == 'fd' and o['mode'] == 'shared'
@@ -85,10 +85,10 @@ def test_lock_sh_any_number_of_readers_no_writer(mnt, procs, spawn_agent):
     for h in o['holders']:
         assert isinstance(h['fence'], int)
         assert RFC3339_MS.match(h['acquired_at'])
-    writer = procs.locker()
+    writer = procs.agent()
     wfd = writer.open(fpath(mnt, 'x'))
     assert is_wouldblock(writer.flock(wfd, EX | NB))
-    assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
+    assert procs.agent().mkdir(mnt.path('x')) == errno.EEXIST
     for r, fd in zip(readers[:-1], fds[:-1]):
         assert r.flock(fd, UN) == 0
     assert holder_pids(mnt, 'x') == [readers[-1].pid]
@@ -98,10 +98,10 @@ def test_lock_sh_any_number_of_readers_no_writer(mnt, procs, spawn_agent):
     assert read_owner(mnt.mnt, 'x')['mode'] == 'exclusive'
 
 
-def test_mkdir_holder_blocks_flock_and_flock_holder_blocks_mkdir(mnt, procs, spawn_agent):
+def test_mkdir_holder_blocks_flock_and_flock_holder_blocks_mkdir(mnt, procs):
     """The same lock both ways."""
-    a = spawn_agent()
-    lk = procs.locker()
+    a = procs.agent()
+    lk = procs.agent()
     fd = lk.open(fpath(mnt, 'x'))
     assert a.mkdir(mnt.path('x')) == 0
     assert is_wouldblock(lk.flock(fd, EX | NB))
@@ -159,10 +159,10 @@ def test_flock_on_any_other_file_of_the_mount_is_enolck(mnt, path):
     os.rmdir(mnt.path('x'))
 
 
-def test_lock_ex_waiter_behind_mkdir_holder_is_granted_on_rmdir(mnt, procs, spawn_agent):
-    a = spawn_agent()
+def test_lock_ex_waiter_behind_mkdir_holder_is_granted_on_rmdir(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
-    w = procs.locker()
+    w = procs.agent()
     fd = w.open(fpath(mnt, 'x'))
     rid = w.flock_start(fd, EX)
     wait_waiters(mnt, 'x', [w.pid])
@@ -177,10 +177,10 @@ def test_lock_ex_waiter_behind_mkdir_holder_is_granted_on_rmdir(mnt, procs, spaw
                   ('acquired', str(w.pid))], ev
 
 
-def test_lock_ex_waiter_behind_mkdir_holder_is_granted_when_it_dies(mnt, procs, spawn_agent):
-    a = spawn_agent()
+def test_lock_ex_waiter_behind_mkdir_holder_is_granted_when_it_dies(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
-    w = procs.locker()
+    w = procs.agent()
     fd = w.open(fpath(mnt, 'x'))
     rid = w.flock_start(fd, EX)
     wait_waiters(mnt, 'x', [w.pid])
@@ -191,10 +191,10 @@ def test_lock_ex_waiter_behind_mkdir_holder_is_granted_when_it_dies(mnt, procs, 
     assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'recovered', 'acquired']
 
 
-def test_lock_sh_waiter_behind_mkdir_holder_is_granted_shared(mnt, procs, spawn_agent):
-    a = spawn_agent()
+def test_lock_sh_waiter_behind_mkdir_holder_is_granted_shared(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
-    r1, r2 = procs.locker(), procs.locker()
+    r1, r2 = procs.agent(), procs.agent()
     f1, f2 = r1.open(fpath(mnt, 'x')), r2.open(fpath(mnt, 'x'))
     q1 = r1.flock_start(f1, SH)
     wait_waiters(mnt, 'x', [r1.pid])
@@ -208,44 +208,44 @@ def test_lock_sh_waiter_behind_mkdir_holder_is_granted_shared(mnt, procs, spawn_
     assert sorted(h['pid'] for h in o['holders']) == sorted([r1.pid, r2.pid])
 
 
-def test_stranger_cannot_rmdir_an_flock_lock(mnt, procs, spawn_agent):
-    lk = procs.locker()
+def test_stranger_cannot_rmdir_an_flock_lock(mnt, procs):
+    lk = procs.agent()
     lk.take(fpath(mnt, 'x'))
-    assert spawn_agent().rmdir(mnt.path('x')) == errno.EPERM
+    assert procs.agent().rmdir(mnt.path('x')) == errno.EPERM
     assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
 
 
 # -- conversions ------------------------------------------------------------
 
 def test_sole_reader_converts_to_exclusive(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'), SH)
     assert read_owner(mnt.mnt, 'x')['mode'] == 'shared'
     assert lk.flock(fd, EX, timeout=5) == 0
     o = read_owner(mnt.mnt, 'x')
     assert (o['mode'], o['holder']['pid'], len(o['holders'])) == ('exclusive', lk.pid, 1)
-    other = procs.locker()
+    other = procs.agent()
     assert is_wouldblock(other.flock(other.open(fpath(mnt, 'x')), SH | NB))
     acq = [l.details.get('mode') for l in log_for(mnt.dir, 'x') if l.event == 'acquired']
     assert acq[0] == 'shared' and acq[-1] == 'exclusive', log_for(mnt.dir, 'x')
 
 
 def test_exclusive_holder_converts_to_shared(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'), EX)
     assert lk.flock(fd, SH, timeout=5) == 0
     o = read_owner(mnt.mnt, 'x')
     assert o['mode'] == 'shared' and [h['pid'] for h in o['holders']] == [lk.pid]
-    other = procs.locker()
+    other = procs.agent()
     ofd = other.open(fpath(mnt, 'x'))
     assert other.flock(ofd, SH | NB) == 0           # readers may join now
     assert holder_pids(mnt, 'x') == sorted([lk.pid, other.pid])
-    writer = procs.locker()
+    writer = procs.agent()
     assert is_wouldblock(writer.flock(writer.open(fpath(mnt, 'x')), EX | NB))
 
 
 def test_upgrade_waits_for_the_other_reader(mnt, procs):
-    a, b = procs.locker(), procs.locker()
+    a, b = procs.agent(), procs.agent()
     fa = a.take(fpath(mnt, 'x'), SH)
     fb = b.take(fpath(mnt, 'x'), SH)
     rid = a.flock_start(fa, EX)
@@ -260,7 +260,7 @@ def test_upgrade_waits_for_the_other_reader(mnt, procs):
 
 
 def test_upgrade_with_lock_nb_fails_while_another_reader_holds(mnt, procs):
-    a, b = procs.locker(), procs.locker()
+    a, b = procs.agent(), procs.agent()
     fa = a.take(fpath(mnt, 'x'), SH)
     b.take(fpath(mnt, 'x'), SH)
     assert is_wouldblock(a.flock(fa, EX | NB))
@@ -270,7 +270,7 @@ def test_upgrade_with_lock_nb_fails_while_another_reader_holds(mnt, procs):
 
 
 def test_downgrade_lets_queued_readers_in(mnt, procs):
-    a, r = procs.locker(), procs.locker()
+    a, r = procs.agent(), procs.agent()
     fa = a.take(fpath(mnt, 'x'), EX)
     fr = r.open(fpath(mnt, 'x'))
     rid = r.flock_start(fr, SH)
@@ -284,7 +284,7 @@ def test_downgrade_lets_queued_readers_in(mnt, procs):
 
 def test_downgrade_behind_a_queued_writer_waits_its_turn(mnt, procs):
     """Released, then queued anew: the queued writer goes first."""
-    a, x = procs.locker(), procs.locker()
+    a, x = procs.agent(), procs.agent()
     fa = a.take(fpath(mnt, 'x'), EX)
     fx = x.open(fpath(mnt, 'x'))
     qx = x.flock_start(fx, EX)
@@ -302,7 +302,7 @@ def test_downgrade_behind_a_queued_writer_waits_its_turn(mnt, procs):
 
 
 def test_relock_in_the_same_mode_keeps_the_lock(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'), EX)
     fence = read_owner(mnt.mnt, 'x')['fence']
     assert lk.flock(fd, EX | NB) == 0
@@ -317,7 +317,7 @@ def test_relock_in_the_same_mode_keeps_the_lock(mnt, procs):
 
 
 def test_a_dying_reader_leaves_the_other_readers_holding(mnt, procs):
-    a, b = procs.locker(), procs.locker()
+    a, b = procs.agent(), procs.agent()
     a.take(fpath(mnt, 'x'), SH)
     fb = b.take(fpath(mnt, 'x'), SH)
     a.kill()
@@ -331,7 +331,7 @@ def test_a_dying_reader_leaves_the_other_readers_holding(mnt, procs):
 def test_each_reader_keeps_its_own_fence_and_time_when_another_leaves(mnt, procs):
     """owner.holders lists every shared holder "with fence and acquired_at":
     its own, issued when it got its share -- not the departed first reader's."""
-    a, b, c = procs.locker(), procs.locker(), procs.locker()
+    a, b, c = procs.agent(), procs.agent(), procs.agent()
     fa = a.take(fpath(mnt, 'x'), SH)
     b.take(fpath(mnt, 'x'), SH)
     c.take(fpath(mnt, 'x'), SH)

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from flock_helpers import children_of, fpath, is_wouldblock, procs, sh_quote  # noqa: F401
+from flock_helpers import children_of, fpath, is_wouldblock, sh_quote  # noqa: F401
 from lockfs_helpers import (PYTHON, END_EVENTS, evidence, log_for, read_owner, stays_held, wait_free,
                             wait_until,
                             wait_log, who_of)
@@ -29,9 +29,9 @@ EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
 WINDOW = 0.5
 
 
-def _control_recovery(m, spawn_agent, name='control'):
+def _control_recovery(m, procs, name='control'):
     """Positive control for a negative window: a holder that dies IS released."""
-    d = spawn_agent()
+    d = procs.agent()
     assert d.mkdir(m.path(name)) == 0
     d.kill()
     wait_free(m, name, timeout=2)
@@ -39,7 +39,7 @@ def _control_recovery(m, spawn_agent, name='control'):
 
 def _is_held_by_other(m, procs, name='x'):
     """A fresh process's LOCK_EX|LOCK_NB is refused."""
-    probe = procs.locker()
+    probe = procs.agent()
     fd = probe.open(fpath(m, name))
     rc = probe.flock(fd, EX | NB)
     if rc == 0:
@@ -48,17 +48,17 @@ def _is_held_by_other(m, procs, name='x'):
     return is_wouldblock(rc)
 
 
-def test_shell_flock_9_keeps_the_lock_after_flock1_exits(mnt, procs, spawn_agent):
+def test_shell_flock_9_keeps_the_lock_after_flock1_exits(mnt, procs):
     sh = procs.shell()
     sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}')
     sh.ok('flock 9')
     assert children_of(sh.pid) == []                  # flock(1) is gone
     o = read_owner(mnt.mnt, 'x')
     assert (o['holder']['pid'], o['holder']['comm'], o['bound']) == (sh.pid, 'bash', 'fd')
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
     assert _is_held_by_other(mnt, procs)
-    assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
+    assert procs.agent().mkdir(mnt.path('x')) == errno.EEXIST
     sh.ok('exec 9>&-')                                  # the shell closes fd 9
     wait_free(mnt, 'x')
     ends = [l for l in log_for(mnt.dir, 'x') if l.event in END_EVENTS]
@@ -83,7 +83,7 @@ def test_shell_exit_releases(mnt, procs):
 
 
 def test_lock_un_releases(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     assert lk.flock(fd, UN) == 0
     wait_free(mnt, 'x')
@@ -93,11 +93,11 @@ def test_lock_un_releases(mnt, procs):
 
 
 def test_last_close_releases_and_holder_death_releases(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     assert lk.close(fd) == 0
     wait_free(mnt, 'x', timeout=2)
-    lk2 = procs.locker()
+    lk2 = procs.agent()
     lk2.take(fpath(mnt, 'x'))
     lk2.kill()
     wait_free(mnt, 'x', timeout=2)
@@ -105,13 +105,13 @@ def test_last_close_releases_and_holder_death_releases(mnt, procs):
     assert len(ends) == 2, log_for(mnt.dir, 'x')
 
 
-def test_a_dup_shares_the_lock_until_the_last_close(mnt, procs, spawn_agent):
-    lk = procs.locker()
+def test_a_dup_shares_the_lock_until_the_last_close(mnt, procs):
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     fd2 = lk.dup(fd)
     fence = read_owner(mnt.mnt, 'x')['fence']
     assert lk.close(fd) == 0                            # flush, but not the last close
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
     assert _is_held_by_other(mnt, procs)
     assert read_owner(mnt.mnt, 'x')['fence'] == fence
@@ -120,26 +120,25 @@ def test_a_dup_shares_the_lock_until_the_last_close(mnt, procs, spawn_agent):
     wait_free(mnt, 'x', timeout=2)
 
 
-def test_a_forked_child_shares_the_lock(mnt, procs, spawn_agent):
-    lk = procs.locker()
+def test_a_forked_child_shares_the_lock(mnt, procs):
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     child = procs.adopt(lk.fork())
     assert lk.close(fd) == 0                            # the child still has it open
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
     assert _is_held_by_other(mnt, procs)
     os.kill(child, signal.SIGKILL)                      # its last descriptor goes
     wait_free(mnt, 'x', timeout=2)
 
 
-def test_exit_of_the_flocking_process_does_not_release_while_the_fd_lives(mnt, procs,
-                                                                          spawn_agent):
-    lk = procs.locker()
+def test_exit_of_the_flocking_process_does_not_release_while_the_fd_lives(mnt, procs):
+    lk = procs.agent()
     lk.take(fpath(mnt, 'x'))
     fence = read_owner(mnt.mnt, 'x')['fence']
     child = procs.adopt(lk.fork())
     lk.kill()                                           # the holder process dies
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
     assert _is_held_by_other(mnt, procs)
     assert read_owner(mnt.mnt, 'x')['fence'] == fence
@@ -149,7 +148,7 @@ def test_exit_of_the_flocking_process_does_not_release_while_the_fd_lives(mnt, p
 
 
 def test_two_opens_in_one_process_conflict(mnt, procs):
-    lk = procs.locker()
+    lk = procs.agent()
     f1 = lk.take(fpath(mnt, 'x'))
     f2 = lk.open(fpath(mnt, 'x'))
     assert is_wouldblock(lk.flock(f2, EX | NB))
@@ -159,8 +158,8 @@ def test_two_opens_in_one_process_conflict(mnt, procs):
     assert is_wouldblock(lk.flock(f1, EX | NB))
 
 
-def test_rmdir_by_the_resolved_holder_releases(mnt, procs, spawn_agent):
-    lk = procs.locker()
+def test_rmdir_by_the_resolved_holder_releases(mnt, procs):
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     fence = read_owner(mnt.mnt, 'x')['fence']
     assert lk.rmdir(mnt.path('x')) == 0
@@ -168,11 +167,11 @@ def test_rmdir_by_the_resolved_holder_releases(mnt, procs, spawn_agent):
     rel = [l for l in log_for(mnt.dir, 'x') if l.event == 'released']
     assert len(rel) == 1 and rel[0].details.get('fence') == str(fence)
     # the later close of the old descriptor releases nothing of a successor's
-    b = spawn_agent()
+    b = procs.agent()
     assert b.mkdir(mnt.path('x')) == 0
     assert lk.flock(fd, UN) == 0
     assert lk.close(fd) == 0
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
     assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
     assert b.rmdir(mnt.path('x')) == 0
@@ -187,37 +186,37 @@ def test_rmdir_by_a_child_of_the_holding_shell_releases(mnt, procs):
     assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
 
 
-def test_rmdir_by_a_stranger_is_eperm_and_logged(mnt, procs, spawn_agent):
-    lk = procs.locker()
+def test_rmdir_by_a_stranger_is_eperm_and_logged(mnt, procs):
+    lk = procs.agent()
     lk.take(fpath(mnt, 'x'))
-    s = spawn_agent()
+    s = procs.agent()
     assert s.rmdir(mnt.path('x')) == errno.EPERM
     assert read_owner(mnt.mnt, 'x')['holder']['pid'] == lk.pid
     d = [l for l in log_for(mnt.dir, 'x') if l.event == 'denied']
     assert len(d) == 1 and d[0].who == who_of(s.pid)
 
 
-def test_break_ends_an_fd_lock_and_the_old_close_releases_nothing(mnt, procs, spawn_agent):
-    lk = procs.locker()
+def test_break_ends_an_fd_lock_and_the_old_close_releases_nothing(mnt, procs):
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     with open(mnt.path('x', 'break'), 'w') as f:
         f.write('hung\n')
     assert not os.path.lexists(mnt.lockdir('x'))
     assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'broken']
-    b = spawn_agent()
+    b = procs.agent()
     assert b.mkdir(mnt.path('x')) == 0
     assert lk.flock(fd, UN) == 0
     assert lk.close(fd) == 0
-    _control_recovery(mnt, spawn_agent)
+    _control_recovery(mnt, procs)
     assert stays_held(mnt, 'x', WINDOW)
     assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
     assert b.rmdir(mnt.path('x')) == 0
 
 
 def test_daemon_restart_rebinds_to_the_recorded_holder_then_its_death_releases(
-        lockfs_factory, procs, spawn_agent):
+        lockfs_factory, procs):
     m = lockfs_factory()
-    lk = procs.locker()
+    lk = procs.agent()
     lk.take(fpath(m, 'x'))
     o1 = read_owner(m.mnt, 'x')
     who = who_of(lk.pid)
@@ -230,10 +229,10 @@ def test_daemon_restart_rebinds_to_the_recorded_holder_then_its_death_releases(
     o2 = read_owner(m2.mnt, 'x')
     assert o2['bound'] == 'process'
     assert (o2['holder']['pid'], o2['fence']) == (lk.pid, o1['fence'])
-    other = spawn_agent()
+    other = procs.agent()
     assert other.mkdir(m2.path('x')) == errno.EEXIST
     assert other.rmdir(m2.path('x')) == errno.EPERM
-    _control_recovery(m2, spawn_agent)
+    _control_recovery(m2, procs)
     assert stays_held(m2, 'x', WINDOW)                  # the holder lives: kept
     lk.kill()
     wait_free(m2, 'x', timeout=2)
@@ -255,13 +254,13 @@ def test_daemon_restart_rebound_lock_is_released_by_its_holders_rmdir(lockfs_fac
     assert [l.event for l in log_for(m2.dir, 'x')] == ['acquired', 'rebound', 'released']
 
 
-def test_the_resolved_holder_may_write_operation_others_may_not(mnt, procs, spawn_agent):
+def test_the_resolved_holder_may_write_operation_others_may_not(mnt, procs):
     """"The holder" is whoever may rmdir: also for an fd lock."""
     sh = procs.shell()
     sh.ok(f'exec 9>{sh_quote(fpath(mnt, "x"))}; flock 9')
     sh.ok(f'echo "migrating" > {sh_quote(mnt.path("x", "operation"))}')
     assert read_owner(mnt.mnt, 'x')['operation'] == 'migrating'
-    assert spawn_agent().write(mnt.path('x', 'operation'), b'mine\n') == errno.EPERM
+    assert procs.agent().write(mnt.path('x', 'operation'), b'mine\n') == errno.EPERM
     assert read_owner(mnt.mnt, 'x')['operation'] == 'migrating'
 
 
@@ -307,7 +306,7 @@ def test_after_a_restart_a_share_recorded_on_another_boot_is_recovered_as_such(
     """A share whose boot id is not this boot's cannot be alive: it is dropped
     with evidence boot-changed (as a holder would be), and the live share stays."""
     m = lockfs_factory()
-    r1, r2 = procs.locker(), procs.locker()
+    r1, r2 = procs.agent(), procs.agent()
     r1.take(fpath(m, 'x'), SH)
     r2.take(fpath(m, 'x'), SH)
     assert [h['pid'] for h in read_owner(m.mnt, 'x')['holders']] == [r1.pid, r2.pid]
@@ -346,17 +345,17 @@ class _Immutable:
         subprocess.run(['chattr', '-i', self.d], check=True)
 
 
-def test_a_last_close_the_store_cannot_take_keeps_the_lock_then_ends_it(mnt, procs, spawn_agent):
+def test_a_last_close_the_store_cannot_take_keeps_the_lock_then_ends_it(mnt, procs):
     """Fail closed, then finish the job: the lock stays held while DIR refuses
     the release (said on stderr), and ends by itself once DIR takes it, with
     one `released` line in all."""
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     with _Immutable(mnt.dir):
         assert lk.close(fd) == 0
         _wait_refused(mnt)
         assert stays_held(mnt, 'x', WINDOW)
-        assert spawn_agent().mkdir(mnt.path('x')) == errno.EEXIST
+        assert procs.agent().mkdir(mnt.path('x')) == errno.EEXIST
         assert _is_held_by_other(mnt, procs)
     wait_free(mnt, 'x', timeout=5)
     assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'released']
@@ -365,12 +364,12 @@ def test_a_last_close_the_store_cannot_take_keeps_the_lock_then_ends_it(mnt, pro
 
 def test_a_lock_kept_after_a_failed_close_goes_to_the_next_waiter(mnt, procs):
     """The retry hands it over like any release: in place, which DIR allows."""
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     with _Immutable(mnt.dir):
         assert lk.close(fd) == 0
         _wait_refused(mnt)
-        w = procs.locker()
+        w = procs.agent()
         rid = w.flock_start(w.open(fpath(mnt, 'x')), EX)
         a = w.wait(rid, 5)                  # granted by a hand-off in place
         assert 'errno' not in a, a
@@ -381,7 +380,7 @@ def test_a_lock_kept_after_a_failed_close_goes_to_the_next_waiter(mnt, procs):
 def test_a_share_the_store_cannot_drop_is_dropped_once_it_can(mnt, procs):
     """The same for one holder of a shared lock: its record is rewritten in
     place, so the lock directory is what refuses here."""
-    r1, r2 = procs.locker(), procs.locker()
+    r1, r2 = procs.agent(), procs.agent()
     r1.take(fpath(mnt, 'x'), SH)
     fd2 = r2.take(fpath(mnt, 'x'), SH)
     with _Immutable(mnt.lockdir('x')):
@@ -410,9 +409,9 @@ def test_lockfs_slug_of_a_flock_caller_names_the_holder_in_owner_and_log(mnt):
 
 
 def test_each_share_keeps_its_own_slug(mnt, procs):
-    r1 = procs.locker(env={'LOCKFS_SLUG': 'reader-1'})
-    r2 = procs.locker(env={'LOCKFS_SLUG': 'reader-2'})
-    r3 = procs.locker()
+    r1 = procs.agent(env={'LOCKFS_SLUG': 'reader-1'})
+    r2 = procs.agent(env={'LOCKFS_SLUG': 'reader-2'})
+    r3 = procs.agent()
     f1 = r1.take(fpath(mnt, 'x'), SH)
     f2 = r2.take(fpath(mnt, 'x'), SH)
     r3.take(fpath(mnt, 'x'), SH)
@@ -464,7 +463,7 @@ def test_a_conversion_the_store_refuses_completes_once_it_can(mnt, procs):
     """LOCK_EX -> LOCK_SH lets go of the exclusive grant first: refused by
     DIR, the request waits for that release and is then granted, with one
     `released` for the old grant (not a second at the close)."""
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(mnt, 'x'))
     with _Immutable(mnt.dir):
         rid = lk.flock_start(fd, SH)

@@ -119,7 +119,7 @@ def _snap(path):
 
 
 @pytest.mark.parametrize('kind', KINDS)
-def test_bad_or_missing_record_reads_as_held_foreign_lock(mnt, spawn_agent, tmp_path, kind):
+def test_bad_or_missing_record_reads_as_held_foreign_lock(mnt, procs, tmp_path, kind):
     rec = _template(mnt, tmp_path)
     if kind == 'oversized':  # the premise: the same record, unpadded, is valid
         os.mkdir(mnt.lockdir('valid'))
@@ -130,7 +130,7 @@ def test_bad_or_missing_record_reads_as_held_foreign_lock(mnt, spawn_agent, tmp_
     outside = _make(kind, mnt, 'f', rec, tmp_path)
     outside_before = {p: open(p, 'rb').read() for p in outside}
     before = _snap(mnt.lockdir('f'))
-    a = spawn_agent()
+    a = procs.agent()
     a.TIMEOUT = 10.0  # a hang (e.g. opening a FIFO) must fail, not stall the suite
     step = 'ls'
     try:
@@ -153,7 +153,7 @@ def test_bad_or_missing_record_reads_as_held_foreign_lock(mnt, spawn_agent, tmp_
         raise
     # no automatic recovery (no -o stale), also not in a window in which
     # the daemon does recover a dead holder's lock
-    dying = spawn_agent()
+    dying = procs.agent()
     assert dying.mkdir(mnt.path('control')) == 0
     dying.kill()
     wait_free(mnt, 'control')
@@ -173,11 +173,11 @@ def test_foreign_lock_is_listed_with_null_holder(mnt):
 
 
 @pytest.mark.slow
-def test_old_foreign_lock_is_never_recovered_without_stale(mnt, spawn_agent):
+def test_old_foreign_lock_is_never_recovered_without_stale(mnt, procs):
     os.mkdir(mnt.lockdir('ancient'))
     old = time.time() - 30 * DAY
     os.utime(mnt.lockdir('ancient'), (old, old))
-    dying = spawn_agent()
+    dying = procs.agent()
     assert dying.mkdir(mnt.path('control')) == 0
     dying.kill()
     wait_free(mnt, 'control')  # the daemon's recovery machinery is running
@@ -256,10 +256,10 @@ def test_stale_recovery_never_follows_symlinks(lockfs_factory, tmp_path, kind):
     m.assert_alive()
 
 
-def test_stale_option_does_not_touch_live_lockfs_locks(lockfs_factory, spawn_agent):
+def test_stale_option_does_not_touch_live_lockfs_locks(lockfs_factory, procs):
     """-o stale is for foreign locks only: an old lock of a live holder stays."""
     m = lockfs_factory(options=['stale=1'])
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     old = time.time() - 3600
     os.utime(m.lockdir('x'), (old, old))
@@ -268,7 +268,7 @@ def test_stale_option_does_not_touch_live_lockfs_locks(lockfs_factory, spawn_age
     assert a.rmdir(m.path('x')) == 0
 
 
-def test_many_bad_records_do_not_crash_the_daemon(mnt, spawn_agent, tmp_path):
+def test_many_bad_records_do_not_crash_the_daemon(mnt, procs, tmp_path):
     """Every kind at once, listed and read repeatedly."""
     rec = _template(mnt, tmp_path)
     names = []
@@ -278,7 +278,7 @@ def test_many_bad_records_do_not_crash_the_daemon(mnt, spawn_agent, tmp_path):
         n = f'bad{i}'
         _make(kind, mnt, n, rec, tmp_path)
         names.append(n)
-    a = spawn_agent()
+    a = procs.agent()
     a.TIMEOUT = 10.0
     for _ in range(3):
         listed = set(os.listdir(mnt.mnt))

@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 
-def test_release_then_immediate_mkdir_by_other_process(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_release_then_immediate_mkdir_by_other_process(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     for i in range(100):
         first, second = (a, b) if i % 2 == 0 else (b, a)
         assert first.mkdir(mnt.path('x')) == 0, f'round {i}'
@@ -49,8 +49,8 @@ def test_direct_mkdir_is_visible_at_once(mnt):
         os.mkdir(mnt.path('d'))
 
 
-def test_release_is_visible_at_once_to_other_process(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_release_is_visible_at_once_to_other_process(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     b.stat(mnt.path('x'))  # b has looked it up
     assert a.rmdir(mnt.path('x')) == 0
@@ -59,9 +59,9 @@ def test_release_is_visible_at_once_to_other_process(mnt, spawn_agent):
     assert ei.value.errno == 2
 
 
-def test_reacquired_lock_shows_new_owner_at_once(mnt, spawn_agent):
+def test_reacquired_lock_shows_new_owner_at_once(mnt, procs):
     """A stale inode must not serve the previous holder's record."""
-    a, b = spawn_agent(), spawn_agent()
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     fd = os.open(mnt.path('x'), os.O_RDONLY | os.O_DIRECTORY)  # keep the old dir referenced
     try:

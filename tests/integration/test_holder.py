@@ -93,9 +93,9 @@ def test_thread_mkdir_holder_is_the_process_not_the_thread(mnt):
     os.rmdir(mnt.path('x'))
 
 
-def test_non_root_holder_uid_and_user(mnt_ao, users, spawn_agent):
+def test_non_root_holder_uid_and_user(mnt_ao, users, procs):
     u = users[0]
-    a = spawn_agent(user=u)
+    a = procs.agent(user=u)
     assert a.mkdir(mnt_ao.path('x')) == 0
     h = read_owner(mnt_ao.mnt, 'x')['holder']
     assert h['pid'] == a.pid

@@ -18,7 +18,7 @@ import subprocess
 import time
 
 from flock_helpers import (blocked_in_flock, children_of, fpath, held_names,  # noqa: F401
-                           proc_state, procs, read_waiters, wait_waiters)
+                           proc_state, read_waiters, wait_waiters)
 from lockfs_helpers import PYTHON, assert_alternating, errno_of, log_for, read_owner, wait_until
 
 EX, SH, NB, UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
@@ -31,7 +31,7 @@ def _granted(w, rid, timeout=5):
 
 
 def _waiter(m, procs, name='x', mode=EX, **kw):
-    w = procs.locker(**kw)
+    w = procs.agent(**kw)
     fd = w.open(fpath(m, name))
     return w, fd, w.flock_start(fd, mode)
 
@@ -40,7 +40,7 @@ def _held_with_two_waiters(m, procs, first=None):
     """x held by a locker, and two waiters queued behind it in that order,
     the first made by FIRST (default _waiter).
     Returns h, fh, (w1, f1, q1), (w2, f2, q2)."""
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(m, 'x'))
     w1 = (first or _waiter)(m, procs)
     wait_waiters(m, 'x', [w1[0].pid])
@@ -61,8 +61,8 @@ def _bash_waiter(m, procs, cmd):
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
-def test_ctrl_c_of_a_waiting_flock1_leaves_the_queue(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_ctrl_c_of_a_waiting_flock1_leaves_the_queue(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     b = _bash_waiter(mnt, procs, 'flock "$1" true')
     wait_waiters(mnt, 'x', [b.pid])               # flock(1) skipped: bash waits
@@ -80,8 +80,8 @@ def test_ctrl_c_of_a_waiting_flock1_leaves_the_queue(mnt, procs, spawn_agent):
     assert str(b.pid) not in acq
 
 
-def test_flock_w_times_out_with_exit_1_and_leaves_no_trace(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_flock_w_times_out_with_exit_1_and_leaves_no_trace(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     t0 = time.monotonic()
     b = _bash_waiter(mnt, procs, 'flock -w 1 "$1" true')
@@ -98,8 +98,8 @@ def test_flock_w_times_out_with_exit_1_and_leaves_no_trace(mnt, procs, spawn_age
     _no_trace(mnt, holder.pid)
 
 
-def test_timeout_1_flock_exits_124_and_leaves_no_trace(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_timeout_1_flock_exits_124_and_leaves_no_trace(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     b = _bash_waiter(mnt, procs, 'timeout 1 flock "$1" true')
     wait_waiters(mnt, 'x', [b.pid])
@@ -126,8 +126,8 @@ except TimeoutError:
 '''
 
 
-def test_an_interrupted_posix_wait_leaves_the_queue(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_an_interrupted_posix_wait_leaves_the_queue(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     p = procs.popen([PYTHON, '-c', POSIX_ALARM, fpath(mnt, 'x')], stdout=subprocess.PIPE)
     wait_waiters(mnt, 'x', [p.pid])
@@ -151,11 +151,11 @@ signal.set_wakeup_fd(_w)                        # the C handler writes here at o
 
 
 def test_sa_restart_handler_keeps_the_waiters_place(mnt, procs):
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
     r, w = os.pipe()
     try:
-        w1 = procs.locker(env={'WAKE_FD': str(w)}, setup=SA_RESTART_SETUP, pass_fds=(w,))
+        w1 = procs.agent(env={'WAKE_FD': str(w)}, setup=SA_RESTART_SETUP, pass_fds=(w,))
         os.close(w)
         f1 = w1.open(fpath(mnt, 'x'))
         q1 = w1.flock_start(f1, EX)
@@ -231,7 +231,7 @@ def test_a_waiter_killed_as_it_is_granted_never_leaks_the_lock(mnt, procs):
     """Release and SIGKILL of the head waiter at the same moment, 30 times:
     either the killed one got it (and its death releases it) or the next in
     line did -- the next in line always ends up holding it."""
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
     for rnd in range(30):
         w, fw, qw = _waiter(mnt, procs)
@@ -266,7 +266,7 @@ signal.siginterrupt(signal.SIGUSR1, True)       # no SA_RESTART: flock(2) says E
 
 
 def _eintr_waiter(m, procs, name='x'):
-    w = procs.locker(setup=EINTR_SETUP)
+    w = procs.agent(setup=EINTR_SETUP)
     fd = w.open(fpath(m, name))
     return w, fd, w.cflock_start(fd, EX)
 
@@ -309,7 +309,7 @@ def test_a_grant_racing_an_interrupt_never_leaks_the_lock(mnt, procs):
     """SIGUSR1 (no SA_RESTART) to the head waiter and the release at the same
     moment, 30 times: the waiter either gets the lock (flock returns 0) or
     EINTR -- and then the next in line gets it, not nobody."""
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
     outcomes = {'granted': 0, 'eintr': 0}
     for rnd in range(30):
@@ -348,9 +348,9 @@ def test_interrupts_at_any_moment_of_the_request_leave_no_trace(mnt, procs):
     is called -- before, while and after the daemon parks it -- until the
     caller gets EINTR: nothing stays queued and nobody but the holder ever
     held the lock."""
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
-    w = procs.locker(setup=EINTR_SETUP)
+    w = procs.agent(setup=EINTR_SETUP)
     fd = w.open(fpath(mnt, 'x'))
     for rnd in range(20):
         rid = w.cflock_start(fd, EX)

@@ -20,16 +20,16 @@ def _events(m, name, event):
     return [l for l in log_for(m.dir, name) if l.event == event]
 
 
-def test_lease_is_null_until_set(mnt, spawn_agent):
-    a = spawn_agent()
+def test_lease_is_null_until_set(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     assert read_owner(mnt.mnt, 'x')['lease'] is None
     assert _lease_file(mnt) == b'null\n'
     assert a.rmdir(mnt.path('x')) == 0
 
 
-def test_holder_sets_a_lease(mnt, spawn_agent):
-    a = spawn_agent()
+def test_holder_sets_a_lease(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     t0 = time.time()
     assert a.write(mnt.path('x', 'lease'), b'30\n') == 0
@@ -48,16 +48,16 @@ def test_holder_sets_a_lease(mnt, spawn_agent):
     assert a.rmdir(mnt.path('x')) == 0
 
 
-def test_lease_without_newline_is_accepted(mnt, spawn_agent):
-    a = spawn_agent()
+def test_lease_without_newline_is_accepted(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     assert a.write(mnt.path('x', 'lease'), b'45') == 0
     assert read_owner(mnt.mnt, 'x')['lease']['ttl_s'] == 45
     assert a.rmdir(mnt.path('x')) == 0
 
 
-def test_writing_lease_again_renews(mnt, spawn_agent):
-    a = spawn_agent()
+def test_writing_lease_again_renews(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     assert a.write(mnt.path('x', 'lease'), b'30\n') == 0
     e1 = read_owner(mnt.mnt, 'x')['lease']['expires_at_ms']
@@ -70,8 +70,8 @@ def test_writing_lease_again_renews(mnt, spawn_agent):
     assert a.rmdir(mnt.path('x')) == 0
 
 
-def test_zero_clears_the_lease(mnt, spawn_agent):
-    a = spawn_agent()
+def test_zero_clears_the_lease(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     assert a.write(mnt.path('x', 'lease'), b'30\n') == 0
     assert read_owner(mnt.mnt, 'x')['lease'] is not None  # control
@@ -82,11 +82,11 @@ def test_zero_clears_the_lease(mnt, spawn_agent):
 
 
 @pytest.mark.parametrize('who', ['stranger', 'parent'])
-def test_lease_write_by_non_holder_is_eperm(mnt, spawn_agent, who):
-    a = spawn_agent()
+def test_lease_write_by_non_holder_is_eperm(mnt, procs, who):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     if who == 'stranger':
-        e = spawn_agent().write(mnt.path('x', 'lease'), b'30\n')
+        e = procs.agent().write(mnt.path('x', 'lease'), b'30\n')
     else:  # the test process is the holder's parent
         try:
             fd = os.open(mnt.path('x', 'lease'), os.O_WRONLY | os.O_TRUNC)
@@ -104,8 +104,8 @@ def test_lease_write_by_non_holder_is_eperm(mnt, spawn_agent, who):
 
 @pytest.mark.parametrize('data', [b'abc\n', b'-1\n', b'\n', b'1e3\n', b'99999999999999999999\n'],
                          ids=['text', 'negative', 'empty', 'float-ish', 'overflow'])
-def test_bad_lease_values_are_einval(mnt, spawn_agent, data):
-    a = spawn_agent()
+def test_bad_lease_values_are_einval(mnt, procs, data):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     assert a.write(mnt.path('x', 'lease'), b'30\n') == 0
     before = read_owner(mnt.mnt, 'x')['lease']
@@ -124,8 +124,8 @@ def test_lease_file_of_not_held_is_enoent(mnt):
 
 
 @pytest.mark.slow
-def test_expired_lease_of_live_holder_is_logged_once_and_kept(mnt, spawn_agent):
-    a = spawn_agent()
+def test_expired_lease_of_live_holder_is_logged_once_and_kept(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     fence = read_owner(mnt.mnt, 'x')['fence']
     assert a.write(mnt.path('x', 'lease'), b'1\n') == 0
@@ -144,8 +144,8 @@ def test_expired_lease_of_live_holder_is_logged_once_and_kept(mnt, spawn_agent):
 
 
 @pytest.mark.slow
-def test_renewed_or_cleared_lease_does_not_expire(mnt, spawn_agent):
-    a = spawn_agent()
+def test_renewed_or_cleared_lease_does_not_expire(mnt, procs):
+    a = procs.agent()
     for n in ('renewed', 'cleared', 'control'):
         assert a.mkdir(mnt.path(n)) == 0
         assert a.write(mnt.path(n, 'lease'), b'1\n') == 0
@@ -161,8 +161,8 @@ def test_renewed_or_cleared_lease_does_not_expire(mnt, spawn_agent):
         assert a.rmdir(mnt.path(n)) == 0
 
 
-def test_a_lease_does_not_delay_recovery_after_death(mnt, spawn_agent):
-    a = spawn_agent()
+def test_a_lease_does_not_delay_recovery_after_death(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     assert a.write(mnt.path('x', 'lease'), b'600\n') == 0
     a.kill()

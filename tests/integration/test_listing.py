@@ -59,9 +59,9 @@ def test_listing_after_release_drops_the_entry(mnt):
 
 
 @pytest.mark.parametrize('who', ['root', 'lockfs-test'])
-def test_lock_dir_owned_by_holder(mnt_ao, users, spawn_agent, who):
+def test_lock_dir_owned_by_holder(mnt_ao, users, procs, who):
     u = users[0] if who != 'root' else None
-    holder = spawn_agent(user=u)
+    holder = procs.agent(user=u)
     assert holder.mkdir(mnt_ao.path('x')) == 0
     st = os.stat(mnt_ao.path('x'))
     want = (u.uid, u.gid) if u else (0, 0)

@@ -27,11 +27,11 @@ def _kill_and_wait(m, agent, name):
     wait_free(m, name, timeout=DEADLINE)
 
 
-def test_killed_holder_is_released_within_100ms(mnt, spawn_agent):
+def test_killed_holder_is_released_within_100ms(mnt, procs):
     """kill -9 of the holder -> stat through the mount says ENOENT; p50 <= 100 ms."""
     lat = []
     for i in range(12):
-        a = spawn_agent()
+        a = procs.agent()
         assert a.mkdir(mnt.path('x')) == 0, f'round {i}'
         assert not _gone_from_mount(mnt, 'x')  # control: held, visible
         t0 = time.monotonic()
@@ -48,8 +48,8 @@ def test_killed_holder_is_released_within_100ms(mnt, spawn_agent):
     assert len([l for l in log_for(mnt.dir, 'x') if l.event == 'recovered']) == 12
 
 
-def test_recovered_line_names_holder_and_evidence(mnt, spawn_agent):
-    a = spawn_agent()
+def test_recovered_line_names_holder_and_evidence(mnt, procs):
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     o = read_owner(mnt.mnt, 'x')
     who, start = who_of(a.pid), proc_start_time(a.pid)
@@ -65,8 +65,8 @@ def test_recovered_line_names_holder_and_evidence(mnt, spawn_agent):
     assert rec.timestamp >= lines[0].timestamp
 
 
-def test_recovered_lock_is_enoent_at_once_and_free_for_another_process(mnt, spawn_agent):
-    a, b, c = spawn_agent(), spawn_agent(), spawn_agent()
+def test_recovered_lock_is_enoent_at_once_and_free_for_another_process(mnt, procs):
+    a, b, c = procs.agent(), procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     b.stat(mnt.path('x'))           # b has it in the kernel's cache
     b.stat(mnt.path('x', 'owner'))
@@ -81,11 +81,11 @@ def test_recovered_lock_is_enoent_at_once_and_free_for_another_process(mnt, spaw
     assert c.rmdir(mnt.path('x')) == 0
 
 
-def test_recovery_while_a_file_inside_is_open(mnt, spawn_agent):
+def test_recovery_while_a_file_inside_is_open(mnt, procs):
     """With a file of the lock open, the kernel keeps the old entry's inode:
     the next lookup must still see the lock gone, so the next mkdir works
     and shows the new holder."""
-    a, b = spawn_agent(), spawn_agent()
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     fd = os.open(mnt.path('x', 'owner'), os.O_RDONLY)
     dfd = os.open(mnt.path('x'), os.O_RDONLY | os.O_DIRECTORY)
@@ -103,8 +103,8 @@ def test_recovery_while_a_file_inside_is_open(mnt, spawn_agent):
     mnt.assert_alive()
 
 
-def test_recovery_while_a_process_has_its_cwd_inside(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_recovery_while_a_process_has_its_cwd_inside(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     inside = subprocess.Popen(['sleep', '1000'], cwd=mnt.path('x'))
     try:
@@ -136,8 +136,8 @@ def test_exited_shell_holder_is_released(mnt):
 # holder's death: test_descendants.py.
 
 
-def test_live_holder_keeps_its_lock_while_another_is_recovered(mnt, spawn_agent):
-    live, dying = spawn_agent(), spawn_agent()
+def test_live_holder_keeps_its_lock_while_another_is_recovered(mnt, procs):
+    live, dying = procs.agent(), procs.agent()
     assert live.mkdir(mnt.path('keep')) == 0
     assert dying.mkdir(mnt.path('lose')) == 0
     fence = read_owner(mnt.mnt, 'keep')['fence']
@@ -149,11 +149,11 @@ def test_live_holder_keeps_its_lock_while_another_is_recovered(mnt, spawn_agent)
     assert live.rmdir(mnt.path('keep')) == 0
 
 
-def test_helper_exit_does_not_release_the_holders_lock(mnt, spawn_agent):
+def test_helper_exit_does_not_release_the_holders_lock(mnt, procs):
     """subprocess mkdir(1): mkdir exits at once, the python process holds."""
     r = subprocess.run(['mkdir', mnt.path('x')], capture_output=True)
     assert r.returncode == 0, r.stderr
-    dying = spawn_agent()
+    dying = procs.agent()
     assert dying.mkdir(mnt.path('control')) == 0
     _kill_and_wait(mnt, dying, 'control')       # positive control in the same window
     assert stays_held(mnt, 'x', WINDOW)
@@ -161,7 +161,7 @@ def test_helper_exit_does_not_release_the_holders_lock(mnt, spawn_agent):
     os.rmdir(mnt.path('x'))
 
 
-def test_thread_exit_does_not_release_the_process_lock(mnt, spawn_agent):
+def test_thread_exit_does_not_release_the_process_lock(mnt, procs):
     """The watch is on the thread group: the calling thread's exit is not death."""
     errs = []
 
@@ -175,15 +175,15 @@ def test_thread_exit_does_not_release_the_process_lock(mnt, spawn_agent):
     t.start()
     t.join()
     assert not errs, errs
-    dying = spawn_agent()
+    dying = procs.agent()
     assert dying.mkdir(mnt.path('control')) == 0
     _kill_and_wait(mnt, dying, 'control')
     assert stays_held(mnt, 'x', WINDOW)
     os.rmdir(mnt.path('x'))
 
 
-def test_one_holder_with_several_locks_loses_all(mnt, spawn_agent):
-    a, bystander = spawn_agent(), spawn_agent()
+def test_one_holder_with_several_locks_loses_all(mnt, procs):
+    a, bystander = procs.agent(), procs.agent()
     names = [f'n{i}' for i in range(8)]
     for n in names:
         assert a.mkdir(mnt.path(n)) == 0
@@ -201,8 +201,8 @@ def test_one_holder_with_several_locks_loses_all(mnt, spawn_agent):
     assert bystander.rmdir(mnt.path('other')) == 0
 
 
-def test_one_pidfd_per_holder_process_not_per_lock(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_one_pidfd_per_holder_process_not_per_lock(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     base = pidfds_of(mnt.pid)
     for i in range(20):
         assert a.mkdir(mnt.path(f'a{i}')) == 0
@@ -220,8 +220,8 @@ def test_one_pidfd_per_holder_process_not_per_lock(mnt, spawn_agent):
                what='the daemon to close the pidfds of dead holders')
 
 
-def test_death_of_a_former_holder_does_not_release_the_successor(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_death_of_a_former_holder_does_not_release_the_successor(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     assert a.rmdir(mnt.path('x')) == 0
     assert b.mkdir(mnt.path('x')) == 0
@@ -234,8 +234,8 @@ def test_death_of_a_former_holder_does_not_release_the_successor(mnt, spawn_agen
     assert b.rmdir(mnt.path('x')) == 0
 
 
-def test_recovery_is_logged_once(mnt, spawn_agent):
-    a, b = spawn_agent(), spawn_agent()
+def test_recovery_is_logged_once(mnt, procs):
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     _kill_and_wait(mnt, a, 'x')
     assert b.mkdir(mnt.path('control')) == 0
@@ -245,8 +245,8 @@ def test_recovery_is_logged_once(mnt, spawn_agent):
     assert [l.event for l in ends] == ['recovered'], ends
 
 
-def test_daemon_keeps_running_through_many_recoveries(mnt, spawn_agent):
-    agents = [spawn_agent() for _ in range(16)]
+def test_daemon_keeps_running_through_many_recoveries(mnt, procs):
+    agents = [procs.agent() for _ in range(16)]
     for i, a in enumerate(agents):
         assert a.mkdir(mnt.path(f'm{i}')) == 0
     for a in agents:
@@ -258,7 +258,7 @@ def test_daemon_keeps_running_through_many_recoveries(mnt, spawn_agent):
     mnt.assert_alive()
 
 
-def test_recoveries_during_concurrent_lookups_do_not_deadlock(mnt, spawn_agent):
+def test_recoveries_during_concurrent_lookups_do_not_deadlock(mnt, procs):
     """Recoveries while lookups hold the kernel's directory lock: nothing the
     daemon does on a recovery may wait for that lock (it sends the kernel no
     notification at all, see fs/ops.c)."""
@@ -286,7 +286,7 @@ def test_recoveries_during_concurrent_lookups_do_not_deadlock(mnt, spawn_agent):
         t.start()
     try:
         for round_ in range(5):
-            holders = [spawn_agent() for _ in range(6)]
+            holders = [procs.agent() for _ in range(6)]
             for i, h in enumerate(holders):
                 assert h.mkdir(mnt.path(f'r{i}')) == 0
             for h in holders:

@@ -96,10 +96,10 @@ def wait_free(m, name, timeout=5.0):
                timeout=timeout, what=f'{name!r} to be free')
 
 
-def assert_free_for_others(m, spawn_agent, name):
+def assert_free_for_others(m, procs, name):
     """Nobody holds NAME, no ghost waiter gets it: another process can take it."""
     wait_free(m, name)
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path(name)) == 0, f'{name} is not free for a newcomer'
     assert a.rmdir(m.path(name)) == 0
 
@@ -223,8 +223,8 @@ def go(d, tag='cmd'):
     open(os.path.join(d, tag + '.go'), 'w').close()
 
 
-def hold_with_mkdir(spawn_agent, m, name):
-    a = spawn_agent()
+def hold_with_mkdir(procs, m, name):
+    a = procs.agent()
     assert a.mkdir(m.path(name)) == 0
     return a
 
@@ -345,8 +345,8 @@ def test_a_mount_whose_daemon_died_exits_69_and_says_not_connected(lockfs_factor
     one_error_line(r, 'not connected')
 
 
-def test_mount_from_env_symlink_and_default(mnt, tmp_path, spawn_agent):
-    hold_with_mkdir(spawn_agent, mnt, 'envlock')
+def test_mount_from_env_symlink_and_default(mnt, tmp_path, procs):
+    hold_with_mkdir(procs, mnt, 'envlock')
     r = lc(None, 'status', 'envlock', env={'LOCKFS_MOUNT': mnt.mnt})
     assert r.returncode == 0, r.stderr
     assert table(r.stdout)[1][0][0] == 'envlock'
@@ -380,10 +380,10 @@ COLUMNS = ['NAME', 'MODE', 'HOLDER', 'PID', 'USER', 'HOST', 'AGE', 'LEASE', 'WAI
            'OPERATION']
 
 
-def test_status_table_of_mkdir_slug_and_foreign_locks(mnt, spawn_agent):
-    a = hold_with_mkdir(spawn_agent, mnt, 'deploy')
+def test_status_table_of_mkdir_slug_and_foreign_locks(mnt, procs):
+    a = hold_with_mkdir(procs, mnt, 'deploy')
     assert a.write(mnt.path('deploy', 'operation'), b'migrating the db\n') == 0
-    s = spawn_agent(env={'LOCKFS_SLUG': 'agent-7'})
+    s = procs.agent(env={'LOCKFS_SLUG': 'agent-7'})
     assert s.mkdir(mnt.path('build')) == 0
     os.mkdir(mnt.lockdir('ext'))  # the seed's own protocol: a foreign lock
     r = lc(mnt, 'status')
@@ -407,8 +407,8 @@ def test_status_table_of_mkdir_slug_and_foreign_locks(mnt, spawn_agent):
     assert [row[0] for row in table(r.stdout)[1]] == ['deploy']
 
 
-def test_status_json_is_the_owner_records_with_waiters(mnt, spawn_agent):
-    a = hold_with_mkdir(spawn_agent, mnt, 'deploy')
+def test_status_json_is_the_owner_records_with_waiters(mnt, procs):
+    a = hold_with_mkdir(procs, mnt, 'deploy')
     assert a.write(mnt.path('deploy', 'operation'), b'op') == 0
     os.mkdir(mnt.lockdir('ext'))
     r = lc(mnt, 'status', '--json')
@@ -437,8 +437,8 @@ def test_status_of_a_lock_not_held_exits_1(mnt):
     assert r.returncode == 0 and json.loads(r.stdout) == []
 
 
-def test_status_control_characters_stay_on_one_line(mnt, spawn_agent):
-    a = hold_with_mkdir(spawn_agent, mnt, 'ctl')
+def test_status_control_characters_stay_on_one_line(mnt, procs):
+    a = hold_with_mkdir(procs, mnt, 'ctl')
     assert a.write(mnt.path('ctl', 'operation'), b'line1\nline2\tend') == 0
     r = lc(mnt, 'status')
     assert r.returncode == 0
@@ -459,18 +459,18 @@ def test_release_by_the_holder_shell_then_not_held(mnt):
     assert not held(mnt, 'rel')
 
 
-def test_release_by_a_stranger_exits_77_and_keeps_the_lock(mnt, spawn_agent):
-    a = hold_with_mkdir(spawn_agent, mnt, 'mine')
+def test_release_by_a_stranger_exits_77_and_keeps_the_lock(mnt, procs):
+    a = hold_with_mkdir(procs, mnt, 'mine')
     r = lc(mnt, 'release', 'mine')
     assert r.returncode == EX_NOPERM
     one_error_line(r, 'mine')
     assert read_owner(mnt.mnt, 'mine')['holder']['pid'] == a.pid
 
 
-def test_release_of_a_slug_lock_needs_the_slug(mnt, spawn_agent):
-    s = spawn_agent(env={'LOCKFS_SLUG': 'agent-7'})
+def test_release_of_a_slug_lock_needs_the_slug(mnt, procs):
+    s = procs.agent(env={'LOCKFS_SLUG': 'agent-7'})
     assert s.mkdir(mnt.path('gadget')) == 0
-    s.stop()  # the slug lock outlives its taker
+    s.exit()  # the slug lock outlives its taker
     for args in ([], ['--slug', 'agent-8']):
         r = lc(mnt, 'release', 'gadget', *args)
         assert r.returncode == EX_NOPERM, (args, r.stderr)
@@ -482,8 +482,8 @@ def test_release_of_a_slug_lock_needs_the_slug(mnt, spawn_agent):
     assert not held(mnt, 'gadget')
 
 
-def test_break_by_root_with_reason(mnt, spawn_agent):
-    a = hold_with_mkdir(spawn_agent, mnt, 'hung')
+def test_break_by_root_with_reason(mnt, procs):
+    a = hold_with_mkdir(procs, mnt, 'hung')
     r = lc(mnt, 'break', 'hung', '--reason', 'holder hung, paging ops')
     assert r.returncode == 0, r.stderr
     assert r.stdout == b'' and r.stderr == b''
@@ -496,8 +496,8 @@ def test_break_by_root_with_reason(mnt, spawn_agent):
     one_error_line(r, 'hung', 'not held')
 
 
-def test_break_by_another_user_exits_77(mnt_ao, spawn_agent, users):
-    hold_with_mkdir(spawn_agent, mnt_ao, 'guarded')
+def test_break_by_another_user_exits_77(mnt_ao, procs, users):
+    hold_with_mkdir(procs, mnt_ao, 'guarded')
     r = lc(mnt_ao, 'break', 'guarded', '--reason', 'mine now', user=users[0])
     assert r.returncode == EX_NOPERM, r.stderr
     one_error_line(r, 'guarded')
@@ -514,14 +514,14 @@ def test_break_of_a_foreign_lock(mnt):
 # --------------------------------------------------------------------------
 # run (flock on M/.flock/NAME)
 
-def test_run_exits_with_cmd_status_and_releases(mnt, spawn_agent):
+def test_run_exits_with_cmd_status_and_releases(mnt, procs):
     for cmd, want in ((['true'], 0), (['sh', '-c', 'exit 3'], 3),
                       (['sh', '-c', 'kill -TERM $$'], 128 + signal.SIGTERM),
                       (['sh', '-c', 'kill -KILL $$'], 128 + signal.SIGKILL),
                       (['/nonexistent/cmd'], 127)):
         r = lc(mnt, 'run', 'job', '--', *cmd)
         assert r.returncode == want, (cmd, r.returncode, r.stderr)
-        assert_free_for_others(mnt, spawn_agent, 'job')
+        assert_free_for_others(mnt, procs, 'job')
         assert waiters(mnt, 'job') == []
     one_error_line(r, '/nonexistent/cmd')
 
@@ -544,7 +544,7 @@ def test_run_slug_names_the_holder_in_owner_and_in_every_log_line(mnt):
         ('agent-3', 'acquired'), ('agent-3', 'released')]
 
 
-def test_run_holds_the_lock_while_cmd_runs(mnt, tmp_path, spawn_agent, bg):
+def test_run_holds_the_lock_while_cmd_runs(mnt, tmp_path, procs, bg):
     b, info = start_blocked_run(bg, mnt, tmp_path, 'held')
     owner = info['owner']
     assert owner['bound'] == 'fd' and owner['mode'] == 'exclusive'
@@ -553,24 +553,24 @@ def test_run_holds_the_lock_while_cmd_runs(mnt, tmp_path, spawn_agent, bg):
     # CMD does not inherit the lock's descriptor
     flock_path = mnt.path('.flock', 'held')
     assert flock_path not in info['fds'].values(), info['fds']
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(mnt.path('held')) == errno.EEXIST
     r = lc(mnt, 'run', 'held', '--timeout', '0', '--', 'true')
     assert r.returncode == EX_TEMPFAIL
     go(tmp_path)
     assert b.wait() == 0, b.err
-    assert_free_for_others(mnt, spawn_agent, 'held')
+    assert_free_for_others(mnt, procs, 'held')
 
 
-def test_run_releases_when_cmd_is_killed(mnt, tmp_path, spawn_agent, bg):
+def test_run_releases_when_cmd_is_killed(mnt, tmp_path, procs, bg):
     b, info = start_blocked_run(bg, mnt, tmp_path, 'victim')
     os.kill(info['pid'], signal.SIGKILL)
     assert b.wait() == 128 + signal.SIGKILL
-    assert_free_for_others(mnt, spawn_agent, 'victim')
+    assert_free_for_others(mnt, procs, 'victim')
 
 
 @pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_run_forwards_signals_and_releases(mnt, tmp_path, spawn_agent, bg, sig):
+def test_run_forwards_signals_and_releases(mnt, tmp_path, procs, bg, sig):
     b, info = start_blocked_run(bg, mnt, tmp_path, 'fwd')
     cmd_pid = info['pid']
     os.kill(b.pid, sig)
@@ -578,10 +578,10 @@ def test_run_forwards_signals_and_releases(mnt, tmp_path, spawn_agent, bg, sig):
     # CMD (python) dies of each: an uncaught KeyboardInterrupt re-raises SIGINT
     assert rc == 128 + sig, (rc, b.err)
     assert not os.path.exists(f'/proc/{cmd_pid}'), 'CMD outlived lockctl'
-    assert_free_for_others(mnt, spawn_agent, 'fwd')
+    assert_free_for_others(mnt, procs, 'fwd')
 
 
-def test_run_released_when_lockctl_is_sigkilled(mnt, tmp_path, spawn_agent, bg):
+def test_run_released_when_lockctl_is_sigkilled(mnt, tmp_path, procs, bg):
     b, info = start_blocked_run(bg, mnt, tmp_path, 'crash')
     bg.track(info['pid'])  # CMD lives on, orphaned (and holds lockctl's pipes)
     os.kill(b.pid, signal.SIGKILL)
@@ -589,11 +589,11 @@ def test_run_released_when_lockctl_is_sigkilled(mnt, tmp_path, spawn_agent, bg):
     # the lock was lockctl's open file's alone: CMD, still running, has no
     # copy of it, so the lock is free
     assert os.path.exists(f'/proc/{info["pid"]}')
-    assert_free_for_others(mnt, spawn_agent, 'crash')
+    assert_free_for_others(mnt, procs, 'crash')
 
 
-def test_run_sigterm_while_waiting_leaves_no_trace(mnt, tmp_path, spawn_agent, bg):
-    a = hold_with_mkdir(spawn_agent, mnt, 'gone')
+def test_run_sigterm_while_waiting_leaves_no_trace(mnt, tmp_path, procs, bg):
+    a = hold_with_mkdir(procs, mnt, 'gone')
     marker = tmp_path / 'ran'
     b = bg([LOCKCTL, '--mount', mnt.mnt, 'run', 'gone', '--', 'touch', str(marker)])
     wait_until(lambda: len(waiters(mnt, 'gone')) == 1, timeout=10, what='the waiter')
@@ -601,12 +601,12 @@ def test_run_sigterm_while_waiting_leaves_no_trace(mnt, tmp_path, spawn_agent, b
     assert b.wait() == -signal.SIGTERM
     wait_until(lambda: waiters(mnt, 'gone') == [], timeout=5, what='the waiter to leave')
     assert a.rmdir(mnt.path('gone')) == 0
-    assert_free_for_others(mnt, spawn_agent, 'gone')
+    assert_free_for_others(mnt, procs, 'gone')
     assert not marker.exists()
 
 
-def test_run_waits_in_fifo_order(mnt, tmp_path, spawn_agent, bg):
-    a = hold_with_mkdir(spawn_agent, mnt, 'fifo')
+def test_run_waits_in_fifo_order(mnt, tmp_path, procs, bg):
+    a = hold_with_mkdir(procs, mnt, 'fifo')
     witness = tmp_path / 'order'
     runs = []
     for i in range(5):
@@ -621,11 +621,11 @@ def test_run_waits_in_fifo_order(mnt, tmp_path, spawn_agent, bg):
     for b in runs:
         assert b.wait() == 0, b.err
     assert witness.read_text().split() == [str(i) for i in range(5)]
-    assert_free_for_others(mnt, spawn_agent, 'fifo')
+    assert_free_for_others(mnt, procs, 'fifo')
 
 
-def test_run_timeout_exits_75_and_leaves_no_trace(mnt, tmp_path, spawn_agent):
-    a = hold_with_mkdir(spawn_agent, mnt, 'slow')
+def test_run_timeout_exits_75_and_leaves_no_trace(mnt, tmp_path, procs):
+    a = hold_with_mkdir(procs, mnt, 'slow')
     marker = tmp_path / 'ran'
     t0 = time.monotonic()
     r = lc(mnt, 'run', 'slow', '--timeout', '0.5', '--', 'touch', str(marker))
@@ -637,11 +637,11 @@ def test_run_timeout_exits_75_and_leaves_no_trace(mnt, tmp_path, spawn_agent):
     assert waiters(mnt, 'slow') == []
     # when the holder goes, nobody (no ghost of the timed-out waiter) gets it
     assert a.rmdir(mnt.path('slow')) == 0
-    assert_free_for_others(mnt, spawn_agent, 'slow')
+    assert_free_for_others(mnt, procs, 'slow')
 
 
-def test_timeout_behind_others_keeps_their_order(mnt, tmp_path, spawn_agent, bg):
-    a = hold_with_mkdir(spawn_agent, mnt, 'q')
+def test_timeout_behind_others_keeps_their_order(mnt, tmp_path, procs, bg):
+    a = hold_with_mkdir(procs, mnt, 'q')
     witness = tmp_path / 'order'
     first = bg([LOCKCTL, '--mount', mnt.mnt, 'run', 'q', '--', 'sh', '-c',
                 f'echo first >> {witness}'])
@@ -652,13 +652,13 @@ def test_timeout_behind_others_keeps_their_order(mnt, tmp_path, spawn_agent, bg)
     assert a.rmdir(mnt.path('q')) == 0
     assert first.wait() == 0, first.err
     assert witness.read_text().split() == ['first']
-    assert_free_for_others(mnt, spawn_agent, 'q')
+    assert_free_for_others(mnt, procs, 'q')
 
 
-def test_run_timeout_zero_tries_once(mnt, spawn_agent):
+def test_run_timeout_zero_tries_once(mnt, procs):
     r = lc(mnt, 'run', 'once', '--timeout', '0', '--', 'true')
     assert r.returncode == 0, r.stderr
-    a = hold_with_mkdir(spawn_agent, mnt, 'once')
+    a = hold_with_mkdir(procs, mnt, 'once')
     t0 = time.monotonic()
     r = lc(mnt, 'run', 'once', '--timeout', '0', '--', 'true')
     assert r.returncode == EX_TEMPFAIL
@@ -668,7 +668,7 @@ def test_run_timeout_zero_tries_once(mnt, spawn_agent):
     assert read_owner(mnt.mnt, 'once')['holder']['pid'] == a.pid
 
 
-def test_run_shared_holders_overlap_and_exclude_writers(mnt, tmp_path, spawn_agent, bg):
+def test_run_shared_holders_overlap_and_exclude_writers(mnt, tmp_path, procs, bg):
     b1, i1 = start_blocked_run(bg, mnt, tmp_path, 'sh', tag='r1', extra=['--shared'])
     b2, i2 = start_blocked_run(bg, mnt, tmp_path, 'sh', tag='r2', extra=['--shared'])
     owner = read_owner(mnt.mnt, 'sh')
@@ -682,11 +682,11 @@ def test_run_shared_holders_overlap_and_exclude_writers(mnt, tmp_path, spawn_age
     go(tmp_path, 'r1')
     go(tmp_path, 'r2')
     assert b1.wait() == 0 and b2.wait() == 0
-    assert_free_for_others(mnt, spawn_agent, 'sh')
+    assert_free_for_others(mnt, procs, 'sh')
 
 
-def test_run_waiting_line_on_a_terminal(mnt, spawn_agent, bg):
-    a = hold_with_mkdir(spawn_agent, mnt, 'tty')
+def test_run_waiting_line_on_a_terminal(mnt, procs, bg):
+    a = hold_with_mkdir(procs, mnt, 'tty')
     master, slave = os.openpty()
     try:
         b = bg([LOCKCTL, '--mount', mnt.mnt, 'run', 'tty', '--', 'true'],
@@ -723,8 +723,8 @@ def test_run_waiting_line_on_a_terminal(mnt, spawn_agent, bg):
             os.close(slave)
 
 
-def test_no_waiting_line_when_stderr_is_not_a_terminal(mnt, spawn_agent, bg):
-    a = hold_with_mkdir(spawn_agent, mnt, 'quiet')
+def test_no_waiting_line_when_stderr_is_not_a_terminal(mnt, procs, bg):
+    a = hold_with_mkdir(procs, mnt, 'quiet')
     b = bg([LOCKCTL, '--mount', mnt.mnt, 'run', 'quiet', '--', 'true'])
     wait_until(lambda: len(waiters(mnt, 'quiet')) == 1, timeout=10, what='the waiter')
     assert a.rmdir(mnt.path('quiet')) == 0
@@ -732,7 +732,7 @@ def test_no_waiting_line_when_stderr_is_not_a_terminal(mnt, spawn_agent, bg):
     assert b.err == ''
 
 
-def test_status_shows_fd_lock_and_waiters(mnt, tmp_path, spawn_agent, bg):
+def test_status_shows_fd_lock_and_waiters(mnt, tmp_path, procs, bg):
     b, info = start_blocked_run(bg, mnt, tmp_path, 'busy')
     others = [bg([LOCKCTL, '--mount', mnt.mnt, 'run', 'busy', '--', 'true']) for _ in range(2)]
     wait_until(lambda: len(waiters(mnt, 'busy')) == 2, timeout=10, what='two waiters')
@@ -753,7 +753,7 @@ def test_status_shows_fd_lock_and_waiters(mnt, tmp_path, spawn_agent, bg):
     assert b.wait() == 0
     for o in others:
         assert o.wait() == 0
-    assert_free_for_others(mnt, spawn_agent, 'busy')
+    assert_free_for_others(mnt, procs, 'busy')
 
 
 # --------------------------------------------------------------------------
@@ -779,7 +779,7 @@ def test_acquire_and_release_from_one_shell(mnt, tmp_path):
     assert not held(mnt, 'sess')
 
 
-def test_acquired_lock_lives_as_long_as_the_shell(mnt, tmp_path, spawn_agent, bg):
+def test_acquired_lock_lives_as_long_as_the_shell(mnt, tmp_path, procs, bg):
     L = f'{LOCKCTL} --mount {mnt.mnt}'
     flag = tmp_path / 'acquired'
     sh = bg(['sh', '-c', f'{L} acquire life || exit 10; touch {flag}; read x; exit 0'],
@@ -795,11 +795,11 @@ def test_acquired_lock_lives_as_long_as_the_shell(mnt, tmp_path, spawn_agent, bg
     r = lc(mnt, 'release', 'life')
     assert r.returncode == EX_NOPERM
     assert sh.wait(input=b'\n') == 0  # the shell exits without releasing
-    assert_free_for_others(mnt, spawn_agent, 'life')
+    assert_free_for_others(mnt, procs, 'life')
 
 
-def test_acquire_waits_in_line_then_binds(mnt, tmp_path, spawn_agent, bg):
-    a = hold_with_mkdir(spawn_agent, mnt, 'line')
+def test_acquire_waits_in_line_then_binds(mnt, tmp_path, procs, bg):
+    a = hold_with_mkdir(procs, mnt, 'line')
     L = f'{LOCKCTL} --mount {mnt.mnt}'
     flag = tmp_path / 'acquired'
     sh = bg(['sh', '-c', f'{L} acquire line || exit 10; touch {flag}; read x; '
@@ -814,8 +814,8 @@ def test_acquire_waits_in_line_then_binds(mnt, tmp_path, spawn_agent, bg):
     assert not held(mnt, 'line')
 
 
-def test_acquire_timeout_exits_75_without_trace(mnt, spawn_agent):
-    a = hold_with_mkdir(spawn_agent, mnt, 'tmo')
+def test_acquire_timeout_exits_75_without_trace(mnt, procs):
+    a = hold_with_mkdir(procs, mnt, 'tmo')
     for t in ('0', '0.3'):
         r = lc(mnt, 'acquire', 'tmo', '--timeout', t)
         assert r.returncode == EX_TEMPFAIL, (t, r.stderr)
@@ -823,10 +823,10 @@ def test_acquire_timeout_exits_75_without_trace(mnt, spawn_agent):
         assert waiters(mnt, 'tmo') == []
         assert read_owner(mnt.mnt, 'tmo')['holder']['pid'] == a.pid
     assert a.rmdir(mnt.path('tmo')) == 0
-    assert_free_for_others(mnt, spawn_agent, 'tmo')
+    assert_free_for_others(mnt, procs, 'tmo')
 
 
-def test_acquire_with_slug_then_release_from_another_process(mnt, spawn_agent):
+def test_acquire_with_slug_then_release_from_another_process(mnt, procs):
     r = subprocess.run(['sh', '-c', f'{LOCKCTL} --mount {mnt.mnt} acquire gadget '
                         f'--slug agent-7; echo "rc=$?"'],
                        capture_output=True, timeout=RUN_TIMEOUT, env=clean_env())
@@ -843,7 +843,7 @@ def test_acquire_with_slug_then_release_from_another_process(mnt, spawn_agent):
     assert table(r.stdout)[1][0][2] == 'slug:agent-7'
     r = lc(mnt, 'release', 'gadget', '--slug', 'agent-7')
     assert r.returncode == 0, r.stderr
-    assert_free_for_others(mnt, spawn_agent, 'gadget')
+    assert_free_for_others(mnt, procs, 'gadget')
 
 
 def test_acquire_and_release_with_a_slug_as_another_user_through_setpriv(mnt_ao, users):

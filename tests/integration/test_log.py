@@ -8,8 +8,8 @@ from lockfs_helpers import (LOG_EVENTS, LogLine, assert_alternating, log_escape,
                             parse_rfc3339_ms, proc_comm, read_log, read_owner)
 
 
-def test_log_line_format(mnt, spawn_agent):
-    a = spawn_agent()
+def test_log_line_format(mnt, procs):
+    a = procs.agent()
     t0 = time.time()
     assert a.mkdir(mnt.path('fmt')) == 0
     fence = a.owner(mnt.mnt, 'fmt')['fence']
@@ -30,9 +30,9 @@ def test_log_line_format(mnt, spawn_agent):
     assert lines[0].timestamp <= lines[1].timestamp
 
 
-def test_every_log_line_parses(lockfs_factory, spawn_agent):
+def test_every_log_line_parses(lockfs_factory, procs):
     mnt = lockfs_factory(options=('log_denied_interval=0',))  # every refusal a line
-    a, b = spawn_agent(), spawn_agent(env={'LOCKFS_SLUG': 'odd slug\\x'})
+    a, b = procs.agent(), procs.agent(env={'LOCKFS_SLUG': 'odd slug\\x'})
     for n in ('p', 'q r', 'caf\u00e9'):
         assert a.mkdir(mnt.path(n)) == 0
         assert b.rmdir(mnt.path(n)) != 0  # denied
@@ -58,8 +58,8 @@ def test_log_is_written_in_order_of_events(mnt):
     assert [l.event for l in log_for(mnt.dir, 'order')] == ['acquired', 'released']
 
 
-def test_slug_from_environment_is_who(mnt, spawn_agent):
-    a = spawn_agent(env={'LOCKFS_SLUG': 'agent-7'})
+def test_slug_from_environment_is_who(mnt, procs):
+    a = procs.agent(env={'LOCKFS_SLUG': 'agent-7'})
     assert a.mkdir(mnt.path('slugged')) == 0
     assert a.rmdir(mnt.path('slugged')) == 0
     lines = log_for(mnt.dir, 'slugged')
@@ -76,8 +76,8 @@ def test_slug_of_shell_mkdir_is_who(mnt):
     assert [l.who for l in log_for(mnt.dir, 's')] == ['agent-9', 'agent-9']
 
 
-def test_slug_with_space_is_escaped(mnt, spawn_agent):
-    a = spawn_agent(env={'LOCKFS_SLUG': 'agent 7'})
+def test_slug_with_space_is_escaped(mnt, procs):
+    a = procs.agent(env={'LOCKFS_SLUG': 'agent 7'})
     assert a.mkdir(mnt.path('x')) == 0
     assert a.rmdir(mnt.path('x')) == 0
     lines = log_for(mnt.dir, 'x')
@@ -110,9 +110,9 @@ def _check_escaping_round_trips():
         assert line.who == s and line.name == s.encode()
 
 
-def test_denied_line_names_the_caller(mnt, spawn_agent):
-    holder = spawn_agent()
-    caller = spawn_agent(env={'LOCKFS_SLUG': 'intruder'})
+def test_denied_line_names_the_caller(mnt, procs):
+    holder = procs.agent()
+    caller = procs.agent(env={'LOCKFS_SLUG': 'intruder'})
     assert holder.mkdir(mnt.path('d')) == 0
     assert caller.rmdir(mnt.path('d')) != 0
     assert holder.rmdir(mnt.path('d')) == 0

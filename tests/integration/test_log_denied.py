@@ -34,18 +34,18 @@ def refused_count(lines):
     return sum(int(l.details.get('count', '1')) for l in lines)
 
 
-def test_a_burst_of_refusals_is_not_a_line_each(mnt, spawn_agent):
+def test_a_burst_of_refusals_is_not_a_line_each(mnt, procs):
     """The issue's case, with the default interval: 2,000 refused rmdirs in
     a loop used to write 2,000 lines."""
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(mnt.path('x')) == 0
     refuse(mnt, 'x', 2000)
     assert len(denied(mnt)) == 1              # the first at once, the rest counted
 
 
-def test_the_first_refusal_of_a_burst_is_logged_at_once(lockfs_factory, spawn_agent):
+def test_the_first_refusal_of_a_burst_is_logged_at_once(lockfs_factory, procs):
     m = lockfs_factory(options=('log_denied_interval=1',))
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     assert denied(m) == []                     # control
     refuse(m, 'x', 1)
@@ -55,9 +55,9 @@ def test_the_first_refusal_of_a_burst_is_logged_at_once(lockfs_factory, spawn_ag
     assert d[0].details['uid'] == '0' and d[0].details['pid'] == str(os.getpid())
 
 
-def test_a_burst_is_one_count_line_per_interval(lockfs_factory, spawn_agent):
+def test_a_burst_is_one_count_line_per_interval(lockfs_factory, procs):
     m = lockfs_factory(options=('log_denied_interval=1',))
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     refuse(m, 'x', 500)
     lines = wait_until(lambda: (lambda d: d if len(d) >= 2 else None)(denied(m)),
@@ -80,11 +80,11 @@ def parse_ms(ts):
 
 @pytest.mark.slow
 def test_a_long_burst_writes_a_line_per_interval_not_per_refusal(lockfs_factory,
-                                                                 spawn_agent):
+                                                                 procs):
     """Refusals for 3.5 s with a 1 s interval: a handful of lines, each
     refusal counted exactly once."""
     m = lockfs_factory(options=('log_denied_interval=1',))
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     n, t_end = 0, time.monotonic() + 3.5
     while time.monotonic() < t_end:
@@ -96,13 +96,13 @@ def test_a_long_burst_writes_a_line_per_interval_not_per_refusal(lockfs_factory,
     assert n > 500 and 3 <= len(d) <= 6, (n, [l.raw for l in d])
 
 
-def test_refusals_are_limited_per_uid(lockfs_factory, spawn_agent, users):
+def test_refusals_are_limited_per_uid(lockfs_factory, procs, users):
     """One uid's burst does not swallow another uid's first refusal."""
     m = lockfs_factory(allow_other=True, options=('log_denied_interval=5',))
-    holder = spawn_agent()
+    holder = procs.agent()
     assert holder.mkdir(m.path('x')) == 0
-    flooder = spawn_agent(user=users[0])
-    other = spawn_agent(user=users[1])
+    flooder = procs.agent(user=users[0])
+    other = procs.agent(user=users[1])
     for _ in range(200):
         assert flooder.rmdir(m.path('x')) == errno.EPERM
     assert other.rmdir(m.path('x')) == errno.EPERM
@@ -112,9 +112,9 @@ def test_refusals_are_limited_per_uid(lockfs_factory, spawn_agent, users):
 
 
 @pytest.mark.slow
-def test_a_quiet_interval_ends_the_burst(lockfs_factory, spawn_agent):
+def test_a_quiet_interval_ends_the_burst(lockfs_factory, procs):
     m = lockfs_factory(options=('log_denied_interval=1',))
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     refuse(m, 'x', 10)
     wait_until(lambda: len(denied(m)) == 2, timeout=3.0, what='the count line')
@@ -128,21 +128,21 @@ def test_a_quiet_interval_ends_the_burst(lockfs_factory, spawn_agent):
     assert len(d) == 3 and 'count' not in d[2].details
 
 
-def test_counted_refusals_are_written_at_unmount(lockfs_factory, spawn_agent):
+def test_counted_refusals_are_written_at_unmount(lockfs_factory, procs):
     m = lockfs_factory()                       # default interval: 10 s
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     refuse(m, 'x', 30)
     assert len(denied(m)) == 1
-    a.stop()
+    a.exit()
     assert m.unmount() == 0
     d = denied(m)
     assert [l.details.get('count') for l in d] == [None, '29']
 
 
-def test_every_refusal_logged_with_interval_zero(lockfs_factory, spawn_agent):
+def test_every_refusal_logged_with_interval_zero(lockfs_factory, procs):
     m = lockfs_factory(options=('log_denied_interval=0',))
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     refuse(m, 'x', 20)
     assert len(denied(m)) == 20

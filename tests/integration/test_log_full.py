@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from flock_helpers import fpath, holder_pids, procs, wait_waiters  # noqa: F401  (fixture)
+from flock_helpers import fpath, holder_pids, wait_waiters
 from lockfs_helpers import (held_in_backing, log_for, read_log, wait_free, wait_log,
                             wait_until)
 
@@ -111,7 +111,7 @@ def not_held(m, name):
 # grants
 
 def test_no_acquisition_without_its_line_when_dir_is_full(lockfs_factory, small_tmpfs,
-                                                          spawn_agent):
+                                                          procs):
     """The issue's case: a DIR so full that no log line fits; today an
     acquisition reusing a pooled lock directory succeeds with no line.
     (Without a pooled directory the store itself could not take the lock,
@@ -121,7 +121,7 @@ def test_no_acquisition_without_its_line_when_dir_is_full(lockfs_factory, small_
     os.mkdir(m.path('warm2'))  # fill()'s own mkdir takes one
     os.rmdir(m.path('warm'))
     os.rmdir(m.path('warm2'))
-    fill(m, spawn_agent())
+    fill(m, procs.agent())
     assert errno_of_mkdir(m, 'x') == errno.ENOSPC
     assert not_held(m, 'x') and b'x' not in held_in_backing(m.dir)
     assert [l.event for l in log_for(m.dir, 'x')] == []
@@ -171,7 +171,7 @@ def errno_of_mkdir(m, name):
 @pytest.mark.parametrize('how', ['flock', 'fcntl'])
 def test_fd_lock_gets_the_errno_of_the_failed_log_write(mnt, procs, how):
     grow_log(mnt)
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.open(fpath(mnt, 'x'))
     limit_log(mnt)
     if how == 'flock':
@@ -188,7 +188,7 @@ def test_fd_lock_gets_the_errno_of_the_failed_log_write(mnt, procs, how):
 
 def test_a_refused_shared_join_leaves_the_other_readers(mnt, procs):
     grow_log(mnt)
-    a, b = procs.locker(), procs.locker()
+    a, b = procs.agent(), procs.agent()
     fa, fb = a.open(fpath(mnt, 'r')), b.open(fpath(mnt, 'r'))
     assert a.flock(fa, fcntl.LOCK_SH) == 0
     limit_log(mnt)
@@ -210,7 +210,7 @@ def test_a_handoff_whose_line_fails_releases_and_refuses_the_waiter(mnt, procs, 
     not show; the lock is free, granted to nobody, and both lines that do
     happen are written once the log takes writes again."""
     grow_log(mnt)
-    a, b = procs.locker(), procs.locker()
+    a, b = procs.agent(), procs.agent()
     if holder == 'mkdir':
         assert a.mkdir(mnt.path('h')) == 0
     else:
@@ -241,9 +241,9 @@ def test_a_handoff_whose_line_fails_releases_and_refuses_the_waiter(mnt, procs, 
 # releases
 
 def test_release_on_a_full_dir_happens_and_is_logged_when_space_returns(
-        lockfs_factory, small_tmpfs, spawn_agent):
+        lockfs_factory, small_tmpfs, procs):
     m = lockfs_factory(backing=small_tmpfs, options=FULL_OPTS)
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('z')) == 0
     fill(m, a)
     assert a.rmdir(m.path('z')) == 0           # never stopped by a full disk
@@ -257,11 +257,11 @@ def test_release_on_a_full_dir_happens_and_is_logged_when_space_returns(
 
 
 def test_recovery_on_a_full_dir_happens_and_is_logged_when_space_returns(
-        lockfs_factory, small_tmpfs, spawn_agent):
+        lockfs_factory, small_tmpfs, procs):
     m = lockfs_factory(backing=small_tmpfs, options=FULL_OPTS)
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('dead')) == 0
-    fill(m, spawn_agent())
+    fill(m, procs.agent())
     a.kill()
     wait_free(m, 'dead')                       # recovered while nothing can be logged
     assert [l.event for l in log_for(m.dir, 'dead')] == ['acquired']
@@ -270,11 +270,11 @@ def test_recovery_on_a_full_dir_happens_and_is_logged_when_space_returns(
     assert 'exited' in rec[0].details['evidence']
 
 
-def test_kept_lines_keep_their_order(lockfs_factory, small_tmpfs, spawn_agent):
+def test_kept_lines_keep_their_order(lockfs_factory, small_tmpfs, procs):
     """Several releases while the log is full come out in the order they
     happened, each once."""
     m = lockfs_factory(backing=small_tmpfs, options=FULL_OPTS)
-    a = spawn_agent()
+    a = procs.agent()
     names = [f'k{i}' for i in range(10)]
     for n in names:
         assert a.mkdir(m.path(n)) == 0
@@ -308,7 +308,7 @@ def shared_dir(tmp_path):
         subprocess.run(['umount', '-l', str(d)])
 
 
-def test_kept_lines_go_to_syslog_meanwhile(shared_dir, lockfs_factory, spawn_agent, tmp_path):
+def test_kept_lines_go_to_syslog_meanwhile(shared_dir, lockfs_factory, procs, tmp_path):
     """The daemon runs in a mount namespace of its own whose /dev/log is this
     test's datagram socket; a release whose line cannot be written reaches
     syslog at once, facility LOG_DAEMON."""
@@ -327,7 +327,7 @@ def test_kept_lines_go_to_syslog_meanwhile(shared_dir, lockfs_factory, spawn_age
     m = lockfs_factory(mountpoint=mnt,
                        wrapper=('unshare', '--mount', '--propagation', 'unchanged',
                                 'sh', '-c', setup, 'sh'))
-    a = spawn_agent()
+    a = procs.agent()
     grow_log(m)
     assert a.mkdir(m.path('s')) == 0
     limit_log(m)

@@ -16,21 +16,21 @@ from lockfs_helpers import (log_for, log_unescape, read_log, wait_free, wait_log
                             who_of)
 
 
-def test_a_slug_cannot_pose_as_another_process(mnt_ao, spawn_agent, users):
+def test_a_slug_cannot_pose_as_another_process(mnt_ao, procs, users):
     """Observed: LOCKFS_SLUG='bash[99999]' made a denial look like
     bash[99999]'s."""
-    holder = spawn_agent()
+    holder = procs.agent()
     assert holder.mkdir(mnt_ao.path('x')) == 0
-    liar = spawn_agent(user=users[0], env={'LOCKFS_SLUG': 'bash[99999]'})
+    liar = procs.agent(user=users[0], env={'LOCKFS_SLUG': 'bash[99999]'})
     assert liar.rmdir(mnt_ao.path('x')) != 0
     d = [l for l in log_for(mnt_ao.dir, 'x') if l.event == 'denied']
     assert len(d) == 1 and d[0].who == 'bash[99999]'
     assert (d[0].details['uid'], d[0].details['pid']) == (str(users[0].uid), str(liar.pid))
 
 
-def test_a_slug_named_root_logs_the_real_uid(mnt_ao, spawn_agent, users):
+def test_a_slug_named_root_logs_the_real_uid(mnt_ao, procs, users):
     """Observed: LOCKFS_SLUG=root logged uid 1002's lock as `root ... acquired`."""
-    a = spawn_agent(user=users[0], env={'LOCKFS_SLUG': 'root'})
+    a = procs.agent(user=users[0], env={'LOCKFS_SLUG': 'root'})
     assert a.mkdir(mnt_ao.path('s')) == 0
     assert a.rmdir(mnt_ao.path('s')) == 0
     lines = log_for(mnt_ao.dir, 's')
@@ -39,8 +39,8 @@ def test_a_slug_named_root_logs_the_real_uid(mnt_ao, spawn_agent, users):
         ('root', 'released', str(users[0].uid), str(a.pid))]
 
 
-def test_holder_lines_carry_the_holders_uid_and_pid(mnt_ao, spawn_agent, users):
-    a = spawn_agent(user=users[1])
+def test_holder_lines_carry_the_holders_uid_and_pid(mnt_ao, procs, users):
+    a = procs.agent(user=users[1])
     assert a.mkdir(mnt_ao.path('h')) == 0
     assert a.rmdir(mnt_ao.path('h')) == 0
     lines = log_for(mnt_ao.dir, 'h')
@@ -51,10 +51,10 @@ def test_holder_lines_carry_the_holders_uid_and_pid(mnt_ao, spawn_agent, users):
                l.fields[5].startswith('pid=') for l in lines), [l.raw for l in lines]
 
 
-def test_every_line_carries_uid_and_pid(lockfs_factory, spawn_agent, users):
+def test_every_line_carries_uid_and_pid(lockfs_factory, procs, users):
     m = lockfs_factory(allow_other=True)
-    a = spawn_agent(user=users[0])
-    b = spawn_agent(user=users[1])
+    a = procs.agent(user=users[0])
+    b = procs.agent(user=users[1])
     assert a.mkdir(m.path('x')) == 0
     assert b.rmdir(m.path('x')) != 0                          # denied
     assert a.write(m.path('x', 'lease'), b'1\n') == 0
@@ -85,11 +85,11 @@ def test_every_line_carries_uid_and_pid(lockfs_factory, spawn_agent, users):
     assert (br.details['by_uid'], br.details['by_pid']) == ('0', str(os.getpid()))
 
 
-def test_refused_and_holder_exited_lines_carry_uid_and_pid(lockfs_factory, spawn_agent, users):
+def test_refused_and_holder_exited_lines_carry_uid_and_pid(lockfs_factory, procs, users):
     """The lines of a cap's refusals (issue 8 §2) and of a holder whose
     descendants keep its lock (issue 9 §2) name their process too."""
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=1',))
-    a = spawn_agent(user=users[0])
+    a = procs.agent(user=users[0])
     assert a.mkdir(m.path('x')) == 0
     assert a.mkdir(m.path('y')) == errno.EDQUOT
     ref = wait_until(lambda: [l for l in log_for(m.dir, 'y') if l.event == 'refused'],
@@ -112,9 +112,9 @@ def test_refused_and_holder_exited_lines_carry_uid_and_pid(lockfs_factory, spawn
     assert (rec.details['uid'], rec.details['pid']) == (str(u.uid), str(p.pid)), rec.raw
 
 
-def test_uid_and_pid_survive_a_line_that_is_too_long(mnt, spawn_agent):
+def test_uid_and_pid_survive_a_line_that_is_too_long(mnt, procs):
     """A line past 4 KiB loses its details, but not uid= and pid=."""
-    a = spawn_agent(env={'LOCKFS_SLUG': 's' * 200})
+    a = procs.agent(env={'LOCKFS_SLUG': 's' * 200})
     assert a.mkdir(mnt.path('long')) == 0
     with open(mnt.path('long', 'break'), 'w') as f:
         f.write(' ' * 1024)                                   # 4 KiB once escaped
@@ -123,18 +123,18 @@ def test_uid_and_pid_survive_a_line_that_is_too_long(mnt, spawn_agent):
     assert (b[0].details['uid'], b[0].details['pid']) == ('0', str(a.pid))
 
 
-def test_the_log_carries_no_command_line(lockfs_factory, spawn_agent, users):
+def test_the_log_carries_no_command_line(lockfs_factory, procs, users):
     """What the log shows of a process is its comm, pid and uid (and the slug
     it chose): never its command line (docs/log.md, "What the log reveals,
     and to whom")."""
     m = lockfs_factory(allow_other=True)
     secret = 'hunter2-' + os.urandom(4).hex()
     # The agent's command line (python3 -c CODE) carries the secret.
-    a = spawn_agent(user=users[0], setup=f'# --password={secret}\n')
+    a = procs.agent(user=users[0], setup=f'# --password={secret}\n')
     with open(f'/proc/{a.pid}/cmdline', 'rb') as f:
         assert secret.encode() in f.read()                    # control: it is there
     assert a.mkdir(m.path('p')) == 0
-    assert spawn_agent(user=users[1]).rmdir(m.path('p')) != 0
+    assert procs.agent(user=users[1]).rmdir(m.path('p')) != 0
     assert a.write(m.path('p', 'operation'), f'deploy {secret}'.encode()) == 0
     assert a.write(m.path('p', 'lease'), b'1\n') == 0
     wait_log(m.dir, 'p', 'expired')

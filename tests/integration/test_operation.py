@@ -66,8 +66,8 @@ def test_shell_echo_into_operation(mnt):
     assert b'"migrating db"' in r.stdout
 
 
-def test_write_by_other_process_is_eperm_and_unchanged(mnt, spawn_agent):
-    holder, stranger = spawn_agent(), spawn_agent()
+def test_write_by_other_process_is_eperm_and_unchanged(mnt, procs):
+    holder, stranger = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert holder.write(_op(mnt), b'original') == 0
     assert errname(stranger.write(_op(mnt), b'hijacked')) == 'EPERM'
@@ -75,8 +75,8 @@ def test_write_by_other_process_is_eperm_and_unchanged(mnt, spawn_agent):
     assert holder.rmdir(mnt.path('x')) == 0
 
 
-def test_write_by_holders_parent_is_eperm(mnt, spawn_agent):
-    holder = spawn_agent()
+def test_write_by_holders_parent_is_eperm(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert errname(_write(_op(mnt), b'parent')) == 'EPERM'
     assert read_owner(mnt.mnt, 'x')['operation'] is None
@@ -92,17 +92,17 @@ def test_write_by_holders_child_is_allowed(mnt):
     os.rmdir(mnt.path('x'))
 
 
-def test_non_root_holder_may_write_operation(mnt_ao, users, spawn_agent):
-    holder = spawn_agent(user=users[0])
+def test_non_root_holder_may_write_operation(mnt_ao, users, procs):
+    holder = procs.agent(user=users[0])
     assert holder.mkdir(mnt_ao.path('x')) == 0
     assert holder.write(_op(mnt_ao), b'as lockfs-test') == 0
     assert read_owner(mnt_ao.mnt, 'x')['operation'] == 'as lockfs-test'
     assert holder.rmdir(mnt_ao.path('x')) == 0
 
 
-def test_write_by_other_uid_is_eperm(mnt_ao, users, spawn_agent):
-    holder = spawn_agent(user=users[0])
-    other = spawn_agent(user=users[1])
+def test_write_by_other_uid_is_eperm(mnt_ao, users, procs):
+    holder = procs.agent(user=users[0])
+    other = procs.agent(user=users[1])
     assert holder.mkdir(mnt_ao.path('x')) == 0
     assert holder.write(_op(mnt_ao), b'original') == 0
     e = other.write(_op(mnt_ao), b'hijacked')

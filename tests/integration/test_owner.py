@@ -143,17 +143,17 @@ def _stored_token(m, name):
 
 
 @pytest.mark.parametrize('reader', ['root', 'holder_uid', 'other_uid'])
-def test_token_shown_only_to_holder_uid_and_root(mnt_ao, users, spawn_agent, reader):
-    holder = spawn_agent(user=users[0])
+def test_token_shown_only_to_holder_uid_and_root(mnt_ao, users, procs, reader):
+    holder = procs.agent(user=users[0])
     assert holder.mkdir(mnt_ao.path('x')) == 0
     stored = _stored_token(mnt_ao, 'x')
     assert TOKEN_RE.match(stored), stored
     if reader == 'root':
-        o = spawn_agent().owner(mnt_ao.mnt, 'x')
+        o = procs.agent().owner(mnt_ao.mnt, 'x')
     elif reader == 'holder_uid':
-        o = spawn_agent(user=users[0]).owner(mnt_ao.mnt, 'x')  # another process, same uid
+        o = procs.agent(user=users[0]).owner(mnt_ao.mnt, 'x')  # another process, same uid
     else:
-        o = spawn_agent(user=users[1]).owner(mnt_ao.mnt, 'x')
+        o = procs.agent(user=users[1]).owner(mnt_ao.mnt, 'x')
     if reader == 'other_uid':
         assert 'token' not in o, o
         assert o['holder']['pid'] == holder.pid  # the rest is still there
@@ -172,9 +172,9 @@ def test_token_is_fresh_per_acquisition(mnt):
     assert all(TOKEN_RE.match(t) for t in tokens)
 
 
-def test_reading_owner_is_idempotent_and_changes_nothing(mnt, spawn_agent):
+def test_reading_owner_is_idempotent_and_changes_nothing(mnt, procs):
     os.mkdir(mnt.path('x'))
-    reader = spawn_agent()
+    reader = procs.agent()
     before = snapshot(mnt.dir)
     listing = sorted(os.listdir(mnt.mnt))
     p = mnt.path('x', 'owner')
@@ -243,10 +243,10 @@ def test_size_is_what_a_read_gives_so_sendfile_and_busybox_cat_read_it_all(mnt, 
     os.rmdir(mnt.path('x'))
 
 
-def test_size_of_owner_is_that_readers_record(mnt_ao, users, spawn_agent):
+def test_size_of_owner_is_that_readers_record(mnt_ao, users, procs):
     """The record depends on the reader (the token): so does its size, and a
     reader without the token reads all of its own record through sendfile."""
-    holder = spawn_agent(user=users[0])
+    holder = procs.agent(user=users[0])
     assert holder.mkdir(mnt_ao.path('x')) == 0
     p = mnt_ao.path('x', 'owner')
     with open(p, 'rb') as f:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from flock_helpers import fpath, procs, read_waiters, threads_of  # noqa: F401
+from flock_helpers import fpath, read_waiters, threads_of  # noqa: F401
 from lockfs_helpers import PYTHON, assert_alternating, log_for, read_owner, wait_until
 
 N_PROCS, PER_PROC = 4, 250
@@ -90,9 +90,8 @@ def _prompt_checks(m):
 
 
 @pytest.mark.slow
-def test_thousand_parked_waiters_cost_no_threads_and_are_all_granted(mnt, procs,
-                                                                     spawn_agent):
-    holder = spawn_agent()
+def test_thousand_parked_waiters_cost_no_threads_and_are_all_granted(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     base = threads_of(mnt.pid)
     ps, peak = _start_waiters(mnt, procs)
@@ -122,8 +121,8 @@ def test_thousand_parked_waiters_cost_no_threads_and_are_all_granted(mnt, procs,
 
 
 @pytest.mark.slow
-def test_thousand_parked_waiters_killed_leave_the_queue(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_thousand_parked_waiters_killed_leave_the_queue(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     fence = read_owner(mnt.mnt, 'x')['fence']
     ps, peak = _start_waiters(mnt, procs)

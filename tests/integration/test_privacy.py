@@ -46,10 +46,10 @@ def _read_as(u, path, pid, hidepid=False):
 
 
 def test_another_user_under_hidepid_does_not_see_the_holders_command_line(
-        mnt_ao, users, spawn_agent):
+        mnt_ao, users, procs):
     """Observed: under hidepid=2, uid 4343 read uid 4242's --password=hunter2
     from M/NAME/owner."""
-    holder = spawn_agent(user=users[0], setup=f'# {SECRET}')
+    holder = procs.agent(user=users[0], setup=f'# {SECRET}')
     assert holder.mkdir(mnt_ao.path('x')) == 0
     r = _read_as(users[1], mnt_ao.path('x', 'owner'), holder.pid, hidepid=True)
     assert not r['sees_pid'], 'premise: hidepid=2 hides the holder from uid 4343'
@@ -62,27 +62,27 @@ def test_another_user_under_hidepid_does_not_see_the_holders_command_line(
     assert holder.rmdir(mnt_ao.path('x')) == 0
 
 
-def test_the_holders_own_uid_sees_its_command_line(mnt_ao, users, spawn_agent):
-    holder = spawn_agent(user=users[0], setup=f'# {SECRET}')
+def test_the_holders_own_uid_sees_its_command_line(mnt_ao, users, procs):
+    holder = procs.agent(user=users[0], setup=f'# {SECRET}')
     assert holder.mkdir(mnt_ao.path('x')) == 0
-    other_of_same_uid = spawn_agent(user=users[0])
+    other_of_same_uid = procs.agent(user=users[0])
     o = other_of_same_uid.owner(mnt_ao.mnt, 'x')
     assert any(SECRET in a for a in o['holder']['cmdline']), o['holder']
     assert holder.rmdir(mnt_ao.path('x')) == 0
 
 
-def test_root_sees_every_command_line(mnt_ao, users, spawn_agent):
-    holder = spawn_agent(user=users[0], setup=f'# {SECRET}')
+def test_root_sees_every_command_line(mnt_ao, users, procs):
+    holder = procs.agent(user=users[0], setup=f'# {SECRET}')
     assert holder.mkdir(mnt_ao.path('x')) == 0
     o = read_owner(mnt_ao.mnt, 'x')
     assert any(SECRET in a for a in o['holder']['cmdline'])
     assert holder.rmdir(mnt_ao.path('x')) == 0
 
 
-def test_stat_size_is_what_each_reader_reads(mnt_ao, users, spawn_agent):
+def test_stat_size_is_what_each_reader_reads(mnt_ao, users, procs):
     """Root (token, cmdline), the holder's uid (token, cmdline) and another
     uid (neither) read three sizes; each one's stat says its own."""
-    holder = spawn_agent(user=users[0], setup=f'# {SECRET}')
+    holder = procs.agent(user=users[0], setup=f'# {SECRET}')
     assert holder.mkdir(mnt_ao.path('x')) == 0
     p = mnt_ao.path('x', 'owner')
     with open(p, 'rb') as f:
@@ -128,8 +128,8 @@ def test_shared_holders_each_show_their_command_line_to_their_own_uid(mnt_ao, us
             p.wait(10)
 
 
-def test_waiters_never_show_a_command_line(mnt_ao, users, spawn_agent):
-    holder = spawn_agent()
+def test_waiters_never_show_a_command_line(mnt_ao, users, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt_ao.path('w')) == 0
     p = subprocess.Popen(_as(users[0], [PYTHON, '-c', f'# {SECRET}\n' + HOLD_SHARED,
                                         fpath(mnt_ao, 'w')]),

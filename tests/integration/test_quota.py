@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from flock_helpers import fpath, procs, wait_waiters  # noqa: F401
+from flock_helpers import fpath, wait_waiters  # noqa: F401
 from lockfs_helpers import (PYTHON, errno_of, held_in_backing, read_log, wait_free, wait_log,
                             wait_until)
 from quota_helpers import refused_lines
@@ -33,7 +33,7 @@ def _mkdirs(locker, m, prefix, n):
 
 def test_a_uid_past_its_lock_cap_gets_edquot(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=5',))
-    a, b = procs.locker(users[0]), procs.locker(users[1])
+    a, b = procs.agent(users[0]), procs.agent(users[1])
     assert _mkdirs(a, m, 'a', 5) == [0] * 5
     assert a.mkdir(m.path('a-5')) == errno.EDQUOT
     assert not os.path.lexists(m.lockdir('a-5'))
@@ -47,7 +47,7 @@ def test_a_uid_past_its_lock_cap_gets_edquot(lockfs_factory, users, procs):
 
 def test_root_is_exempt_from_the_per_uid_caps(lockfs_factory, procs):
     m = lockfs_factory(options=('max_locks_per_uid=2', 'max_locks=3'))
-    r = procs.locker()
+    r = procs.agent()
     assert _mkdirs(r, m, 'r', 10) == [0] * 10
 
 
@@ -80,8 +80,8 @@ def test_the_default_lock_cap_stops_one_uid_long_before_dir_fills(lockfs_factory
 
 def test_process_slug_and_fd_locks_count_in_one_quota(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=3',))
-    a = procs.locker(users[0])
-    s = procs.locker(users[0], env={'LOCKFS_SLUG': 'agent-1'})
+    a = procs.agent(users[0])
+    s = procs.agent(users[0], env={'LOCKFS_SLUG': 'agent-1'})
     assert a.mkdir(m.path('p')) == 0                 # process-bound
     assert s.mkdir(m.path('s')) == 0                 # slug-bound
     fd = a.open(fpath(m, 'f'))
@@ -99,7 +99,7 @@ def test_process_slug_and_fd_locks_count_in_one_quota(lockfs_factory, users, pro
 
 def test_every_holder_of_a_shared_lock_counts(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=2',))
-    a, b = procs.locker(users[0]), procs.locker(users[1])
+    a, b = procs.agent(users[0]), procs.agent(users[1])
     fds = [a.open(fpath(m, 'sh')) for _ in range(3)]
     assert a.flock(fds[0], SH | NB) == 0
     assert a.flock(fds[1], SH | NB) == 0
@@ -115,7 +115,7 @@ def test_a_hand_off_to_a_waiter_at_its_cap_is_edquot_and_goes_on(lockfs_factory,
     """A waiter that has meanwhile reached its cap is answered EDQUOT when
     its turn comes; the next waiter gets the lock."""
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=2',))
-    r, a, b = procs.locker(), procs.locker(users[0]), procs.locker(users[1])
+    r, a, b = procs.agent(), procs.agent(users[0]), procs.agent(users[1])
     assert r.mkdir(m.path('x')) == 0
     fa, fb = a.open(fpath(m, 'x')), b.open(fpath(m, 'x'))
     ra = a.flock_start(fa, EX, bg=True)
@@ -132,18 +132,18 @@ def test_a_hand_off_to_a_waiter_at_its_cap_is_edquot_and_goes_on(lockfs_factory,
 
 def test_a_recovered_holder_no_longer_counts(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=3',))
-    a = procs.locker(users[0])
+    a = procs.agent(users[0])
     assert _mkdirs(a, m, 'a', 3) == [0, 0, 0]
     a.kill()
     for i in range(3):
         wait_free(m, f'a-{i}')
-    a2 = procs.locker(users[0])
+    a2 = procs.agent(users[0])
     assert _mkdirs(a2, m, 'b', 4) == [0, 0, 0, errno.EDQUOT]
 
 
 def test_locks_found_at_a_restart_count(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=3',))
-    a = procs.locker(users[0])
+    a = procs.agent(users[0])
     assert _mkdirs(a, m, 'a', 2) == [0, 0]
     m.kill9()
     m2 = lockfs_factory.restart(m)
@@ -159,19 +159,19 @@ def test_locks_found_at_a_restart_count(lockfs_factory, users, procs):
 def test_a_uid_past_its_waiter_cap_gets_edquot_for_a_request_that_would_wait(
         lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_waiters_per_uid=2',))
-    r = procs.locker()
+    r = procs.agent()
     assert r.mkdir(m.path('x')) == 0
     waiters = []
     for _ in range(2):
-        w = procs.locker(users[0])
+        w = procs.agent(users[0])
         waiters.append((w, w.flock_start(w.open(fpath(m, 'x')), EX)))
     wait_waiters(m, 'x', [w.pid for w, _ in waiters])
-    c = procs.locker(users[0])
+    c = procs.agent(users[0])
     fd = c.open(fpath(m, 'x'))
     assert c.flock(fd, EX, timeout=10) == errno.EDQUOT
     assert c.flock(fd, EX | NB) == errno.EWOULDBLOCK    # would not wait: as ever
     assert c.lockf(fd, EX) == errno.EDQUOT               # fcntl(F_SETLKW) too
-    b = procs.locker(users[1])                           # another uid still waits
+    b = procs.agent(users[1])                           # another uid still waits
     rb = b.flock_start(b.open(fpath(m, 'x')), EX)
     wait_waiters(m, 'x', [w.pid for w, _ in waiters] + [b.pid])
     # A waiter that is granted leaves room.
@@ -186,7 +186,7 @@ def test_a_uid_past_its_waiter_cap_gets_edquot_for_a_request_that_would_wait(
 
 def test_past_max_locks_everyone_but_root_gets_enospc(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks=6',))
-    a, b, r = procs.locker(users[0]), procs.locker(users[1]), procs.locker()
+    a, b, r = procs.agent(users[0]), procs.agent(users[1]), procs.agent()
     assert _mkdirs(a, m, 'a', 3) == [0] * 3
     assert _mkdirs(b, m, 'b', 3) == [0] * 3
     assert a.mkdir(m.path('a-3')) == errno.ENOSPC
@@ -200,7 +200,7 @@ def test_past_max_locks_everyone_but_root_gets_enospc(lockfs_factory, users, pro
 
 def test_zero_means_no_limit(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=0', 'max_locks=0'))
-    a = procs.locker(users[0])
+    a = procs.agent(users[0])
     code = ('import os, sys\n'
             'for i in range(1100): os.mkdir(os.path.join(sys.argv[1], "l-%d" % i))\n')
     subprocess.run([PYTHON, '-c', code, m.mnt], check=True, timeout=60, user=users[0].uid,
@@ -227,7 +227,7 @@ def test_bad_caps_refuse_to_start(scratch_dir, opt):
 
 def test_refusals_are_logged_once_per_burst(lockfs_factory, users, procs):
     m = lockfs_factory(allow_other=True, options=('max_locks_per_uid=1',))
-    a = procs.locker(users[0])
+    a = procs.agent(users[0])
     assert a.mkdir(m.path('a')) == 0
     for i in range(30):
         assert a.mkdir(m.path(f'x-{i}')) == errno.EDQUOT

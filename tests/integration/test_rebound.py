@@ -19,7 +19,7 @@ import fcntl
 import os
 import signal
 
-from flock_helpers import children_of, fpath, procs, sh_quote, wait_waiters  # noqa: F401
+from flock_helpers import children_of, fpath, sh_quote, wait_waiters  # noqa: F401
 from lockfs_helpers import (END_EVENTS, evidence, log_for, read_owner, stays_held, wait_free,
                             wait_log, wait_until, who_of)
 
@@ -32,9 +32,9 @@ def _clean_restart(factory, m):
     return factory.restart(m)
 
 
-def _control_recovery(m, spawn_agent, name='control'):
+def _control_recovery(m, procs, name='control'):
     """Positive control for a negative window: a holder that dies IS released."""
-    d = spawn_agent()
+    d = procs.agent()
     assert d.mkdir(m.path(name)) == 0
     d.kill()
     wait_free(m, name, timeout=2)
@@ -74,7 +74,7 @@ def test_after_a_clean_restart_flock1s_lock_ends_with_it_and_leaves_no_phantom_w
 def test_after_a_clean_restart_a_rebound_lock_ends_when_its_holder_closes_it(
         lockfs_factory, procs):
     m = lockfs_factory()
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(m, 'x'))
     m2 = _clean_restart(lockfs_factory, m)
     wait_log(m2.dir, 'x', 'rebound')
@@ -93,7 +93,7 @@ def test_a_holder_waiting_on_the_new_mount_is_granted_once_it_closes_the_old_des
         lockfs_factory, procs):
     """Its new descriptor (on the new mount) does not count as the old one."""
     m = lockfs_factory()
-    lk = procs.locker()
+    lk = procs.agent()
     old = lk.take(fpath(m, 'x'))
     m2 = _clean_restart(lockfs_factory, m)
     wait_log(m2.dir, 'x', 'rebound')
@@ -111,15 +111,14 @@ def test_a_holder_waiting_on_the_new_mount_is_granted_once_it_closes_the_old_des
     wait_free(m2, 'x', timeout=2)
 
 
-def test_a_rebound_lock_lasts_while_the_shell_keeps_its_descriptor(lockfs_factory, procs,
-                                                                    spawn_agent):
+def test_a_rebound_lock_lasts_while_the_shell_keeps_its_descriptor(lockfs_factory, procs):
     m = lockfs_factory()
     sh = procs.shell()
     sh.ok(f'exec 9>{sh_quote(fpath(m, "x"))}; flock 9')
     m2 = _clean_restart(lockfs_factory, m)
     wait_log(m2.dir, 'x', 'rebound')
     assert read_owner(m2.mnt, 'x')['holder']['pid'] == sh.pid
-    _control_recovery(m2, spawn_agent)
+    _control_recovery(m2, procs)
     assert stays_held(m2, 'x', 1.5)                   # longer than one check
     sh.run('exec 9>&-')
     wait_free(m2, 'x', timeout=3)
@@ -130,7 +129,7 @@ def test_a_rebound_lock_lasts_while_the_shell_keeps_its_descriptor(lockfs_factor
 def test_a_lock_whose_descriptor_was_closed_while_the_daemon_was_down_ends_at_start(
         lockfs_factory, procs):
     m = lockfs_factory()
-    lk = procs.locker()
+    lk = procs.agent()
     fd = lk.take(fpath(m, 'x'))
     m.kill9(lazy=True)
     assert lk.close(fd) == errno.ENOTCONN

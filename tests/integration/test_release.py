@@ -23,8 +23,8 @@ def test_rmdir_by_holder_releases(mnt):
     assert 'x' not in os.listdir(mnt.mnt)
 
 
-def test_rmdir_by_unrelated_process_is_eperm(mnt, spawn_agent):
-    holder, stranger = spawn_agent(), spawn_agent()
+def test_rmdir_by_unrelated_process_is_eperm(mnt, procs):
+    holder, stranger = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert stranger.rmdir(mnt.path('x')) == errno.EPERM
     assert _held(mnt, 'x')
@@ -32,9 +32,9 @@ def test_rmdir_by_unrelated_process_is_eperm(mnt, spawn_agent):
     assert holder.rmdir(mnt.path('x')) == 0  # control: the holder still can
 
 
-def test_rmdir_by_holders_parent_is_eperm(mnt, spawn_agent):
+def test_rmdir_by_holders_parent_is_eperm(mnt, procs):
     """The test process is the holder's parent: ancestors may not release."""
-    holder = spawn_agent()
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     with pytest.raises(OSError) as ei:
         os.rmdir(mnt.path('x'))
@@ -43,19 +43,19 @@ def test_rmdir_by_holders_parent_is_eperm(mnt, spawn_agent):
     assert holder.rmdir(mnt.path('x')) == 0
 
 
-def test_rmdir_by_another_uid_is_eperm(mnt_ao, users, spawn_agent):
-    holder = spawn_agent()
-    other = spawn_agent(user=users[0])
+def test_rmdir_by_another_uid_is_eperm(mnt_ao, users, procs):
+    holder = procs.agent()
+    other = procs.agent(user=users[0])
     assert holder.mkdir(mnt_ao.path('x')) == 0
     assert other.rmdir(mnt_ao.path('x')) == errno.EPERM
     assert _held(mnt_ao, 'x')
     assert holder.rmdir(mnt_ao.path('x')) == 0
 
 
-def test_rmdir_of_non_root_holders_lock_by_root_is_eperm(mnt_ao, users, spawn_agent):
+def test_rmdir_of_non_root_holders_lock_by_root_is_eperm(mnt_ao, users, procs):
     """Root is not special: it is not the holder."""
-    holder = spawn_agent(user=users[0])
-    root = spawn_agent()
+    holder = procs.agent(user=users[0])
+    root = procs.agent()
     assert holder.mkdir(mnt_ao.path('x')) == 0
     assert root.rmdir(mnt_ao.path('x')) == errno.EPERM
     assert _held(mnt_ao, 'x')
@@ -116,8 +116,8 @@ def test_rmdir_after_release_is_enoent(mnt):
         os.rmdir(mnt.path('x'))
 
 
-def test_denied_rmdir_is_logged(mnt, spawn_agent):
-    holder, stranger = spawn_agent(), spawn_agent()
+def test_denied_rmdir_is_logged(mnt, procs):
+    holder, stranger = procs.agent(), procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     assert not [l for l in log_for(mnt.dir, 'x') if l.event == 'denied']  # control
     assert stranger.rmdir(mnt.path('x')) == errno.EPERM

@@ -27,10 +27,10 @@ def _edit_record(m, name, fn):
         f.write((json.dumps(rec, separators=(',', ':')) + '\n').encode())
 
 
-def test_kill9_leaves_the_mount_dead_until_unmounted(lockfs_factory, spawn_agent):
+def test_kill9_leaves_the_mount_dead_until_unmounted(lockfs_factory, procs):
     """The premise of the other tests: SIGKILL really crashes it (ENOTCONN)."""
     m = lockfs_factory()
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     m.proc.send_signal(signal.SIGKILL)
     m.proc.wait()
@@ -39,9 +39,9 @@ def test_kill9_leaves_the_mount_dead_until_unmounted(lockfs_factory, spawn_agent
     assert a.rmdir(m2.path('x')) == 0
 
 
-def test_live_holders_lock_is_still_its_own_after_restart(lockfs_factory, spawn_agent):
+def test_live_holders_lock_is_still_its_own_after_restart(lockfs_factory, procs):
     m = lockfs_factory()
-    a, b = spawn_agent(), spawn_agent()
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(m.path('x')) == 0
     o1 = read_owner(m.mnt, 'x')
     m2 = _crash_and_restart(lockfs_factory, m)
@@ -55,10 +55,10 @@ def test_live_holders_lock_is_still_its_own_after_restart(lockfs_factory, spawn_
     assert [l.event for l in log_for(m2.dir, 'x')] == ['acquired', 'denied', 'released']
 
 
-def test_live_holders_death_is_noticed_after_restart(lockfs_factory, spawn_agent):
+def test_live_holders_death_is_noticed_after_restart(lockfs_factory, procs):
     """The pidfd watch is re-armed at startup."""
     m = lockfs_factory()
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     m2 = _crash_and_restart(lockfs_factory, m)
     assert stays_held(m2, 'x', 0.3)  # alive: kept after the restart
@@ -70,9 +70,9 @@ def test_live_holders_death_is_noticed_after_restart(lockfs_factory, spawn_agent
     assert 'exited' in evidence(rec)
 
 
-def test_holder_that_died_while_the_daemon_was_down_is_recovered(lockfs_factory, spawn_agent):
+def test_holder_that_died_while_the_daemon_was_down_is_recovered(lockfs_factory, procs):
     m = lockfs_factory()
-    a, b = spawn_agent(), spawn_agent()
+    a, b = procs.agent(), procs.agent()
     assert a.mkdir(m.path('x')) == 0
     fence = read_owner(m.mnt, 'x')['fence']
     who = who_of(a.pid)
@@ -91,9 +91,9 @@ def test_holder_that_died_while_the_daemon_was_down_is_recovered(lockfs_factory,
     assert b.rmdir(m2.path('x')) == 0
 
 
-def test_record_from_another_boot_is_recovered(lockfs_factory, spawn_agent):
+def test_record_from_another_boot_is_recovered(lockfs_factory, procs):
     m = lockfs_factory()
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     assert a.mkdir(m.path('control')) == 0
     assert m.kill9() == -signal.SIGKILL
@@ -109,10 +109,10 @@ def test_record_from_another_boot_is_recovered(lockfs_factory, spawn_agent):
     assert a.rmdir(m2.path('x')) == errno.ENOENT
 
 
-def test_record_with_reused_pid_is_recovered(lockfs_factory, spawn_agent):
+def test_record_with_reused_pid_is_recovered(lockfs_factory, procs):
     """Same pid, other start time: a different process, so the holder is dead."""
     m = lockfs_factory()
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     assert m.kill9() == -signal.SIGKILL
     _edit_record(m, 'x', lambda r: r['holder'].update(start_time=r['holder']['start_time'] - 1))
@@ -122,16 +122,16 @@ def test_record_with_reused_pid_is_recovered(lockfs_factory, spawn_agent):
     assert a.rmdir(m2.path('x')) == errno.ENOENT
 
 
-def test_slug_lock_survives_restart(lockfs_factory, spawn_agent):
+def test_slug_lock_survives_restart(lockfs_factory, procs):
     m = lockfs_factory()
-    a = spawn_agent(env={'LOCKFS_SLUG': 'S'})
+    a = procs.agent(env={'LOCKFS_SLUG': 'S'})
     assert a.mkdir(m.path('x')) == 0
     a.kill()
     m2 = _crash_and_restart(lockfs_factory, m)
     assert stays_held(m2, 'x', 0.5)
     o = read_owner(m2.mnt, 'x')
     assert (o['bound'], o['slug']) == ('slug', 'S')
-    assert spawn_agent(env={'LOCKFS_SLUG': 'S'}).rmdir(m2.path('x')) == 0
+    assert procs.agent(env={'LOCKFS_SLUG': 'S'}).rmdir(m2.path('x')) == 0
 
 
 def test_fences_keep_increasing_across_crashes(lockfs_factory):
@@ -149,9 +149,9 @@ def test_fences_keep_increasing_across_crashes(lockfs_factory):
     assert all(a < b for a, b in zip(fences, fences[1:])), fences
 
 
-def test_no_double_grant_across_a_crash_with_many_holders(lockfs_factory, spawn_agent):
+def test_no_double_grant_across_a_crash_with_many_holders(lockfs_factory, procs):
     m = lockfs_factory()
-    holders = [spawn_agent() for _ in range(6)]
+    holders = [procs.agent() for _ in range(6)]
     for i, h in enumerate(holders):
         assert h.mkdir(m.path(f'n{i}')) == 0
     for h in holders[:3]:
@@ -159,7 +159,7 @@ def test_no_double_grant_across_a_crash_with_many_holders(lockfs_factory, spawn_
     for i in range(3):
         wait_free(m, f'n{i}')
     m2 = _crash_and_restart(lockfs_factory, m)
-    others = [spawn_agent() for _ in range(6)]
+    others = [procs.agent() for _ in range(6)]
     for i, o in enumerate(others):
         want = 0 if i < 3 else errno.EEXIST
         assert o.mkdir(m2.path(f'n{i}')) == want, i
@@ -171,10 +171,10 @@ def test_no_double_grant_across_a_crash_with_many_holders(lockfs_factory, spawn_
 
 
 @pytest.mark.parametrize('how', ['sigkill', 'unmount'])
-def test_restart_recovers_and_keeps_the_right_ones(lockfs_factory, spawn_agent, how):
+def test_restart_recovers_and_keeps_the_right_ones(lockfs_factory, procs, how):
     """A mixed DIR at startup: live, dead, other-boot; clean and crashed stops."""
     m = lockfs_factory()
-    live, dead = spawn_agent(), spawn_agent()
+    live, dead = procs.agent(), procs.agent()
     assert live.mkdir(m.path('live')) == 0
     assert dead.mkdir(m.path('dead')) == 0
     assert live.mkdir(m.path('oldboot')) == 0
@@ -192,10 +192,10 @@ def test_restart_recovers_and_keeps_the_right_ones(lockfs_factory, spawn_agent, 
     assert live.rmdir(m2.path('live')) == 0
 
 
-def test_auto_unmount_detaches_a_killed_daemon(lockfs_factory, spawn_agent):
+def test_auto_unmount_detaches_a_killed_daemon(lockfs_factory, procs):
     """-o auto_unmount (documented for unattended use): no fusermount3 -u needed."""
     m = lockfs_factory(options=['auto_unmount'])
-    a = spawn_agent()
+    a = procs.agent()
     assert a.mkdir(m.path('x')) == 0
     m.proc.send_signal(signal.SIGKILL)
     m.proc.wait()

@@ -95,10 +95,10 @@ def test_slug_lock_survives_its_shells_exit(mnt):
     assert _bash('rmdir "$1"', mnt, slug='S').returncode == 0
 
 
-def test_slug_lock_survives_kill_9_of_the_holder(mnt, spawn_agent):
-    a = spawn_agent(env={'LOCKFS_SLUG': 'S'})
+def test_slug_lock_survives_kill_9_of_the_holder(mnt, procs):
+    a = procs.agent(env={'LOCKFS_SLUG': 'S'})
     assert a.mkdir(mnt.path('x')) == 0
-    ctl = spawn_agent()
+    ctl = procs.agent()
     assert ctl.mkdir(mnt.path('control')) == 0
     a.kill()
     ctl.kill()
@@ -118,16 +118,16 @@ def test_rmdir_by_another_shell_with_same_slug_releases(mnt):
 
 
 @pytest.mark.parametrize('caller', ['other-slug', 'no-slug-root', 'prefix-slug', 'empty-slug'])
-def test_rmdir_without_the_same_slug_is_eperm(mnt, spawn_agent, caller):
+def test_rmdir_without_the_same_slug_is_eperm(mnt, procs, caller):
     _take(mnt, 'agent-3')
     env = {'other-slug': {'LOCKFS_SLUG': 'agent-4'}, 'no-slug-root': None,
            'prefix-slug': {'LOCKFS_SLUG': 'agent-'}, 'empty-slug': {'LOCKFS_SLUG': ''}}[caller]
-    a = spawn_agent(env=env)
+    a = procs.agent(env=env)
     assert a.rmdir(mnt.path('x')) == errno.EPERM
     assert os.path.isdir(mnt.lockdir('x'))
     assert [l.event for l in log_for(mnt.dir, 'x')] == ['acquired', 'denied']
     # control: the same slug still can
-    assert spawn_agent(env={'LOCKFS_SLUG': 'agent-3'}).rmdir(mnt.path('x')) == 0
+    assert procs.agent(env={'LOCKFS_SLUG': 'agent-3'}).rmdir(mnt.path('x')) == 0
 
 
 def test_rmdir_with_same_slug_but_other_uid_is_eperm(mnt_ao, users):
@@ -154,9 +154,9 @@ def test_slug_given_to_the_mkdir_command_only(mnt):
     assert not os.path.lexists(mnt.lockdir('x'))
 
 
-def test_slug_set_after_exec_is_not_seen(mnt, spawn_agent):
+def test_slug_set_after_exec_is_not_seen(mnt, procs):
     """The environment is read as it was at exec: a later putenv is invisible."""
-    a = spawn_agent(setup="import os; os.environ['LOCKFS_SLUG'] = 'late'")
+    a = procs.agent(setup="import os; os.environ['LOCKFS_SLUG'] = 'late'")
     assert a.mkdir(mnt.path('x')) == 0
     o = read_owner(mnt.mnt, 'x')
     assert o['bound'] == 'process' and o['slug'] is None, o
@@ -186,14 +186,14 @@ def test_touch_renews_the_lease(mnt):
 
 
 @pytest.mark.parametrize('caller', ['other-slug', 'no-slug'])
-def test_touch_by_others_is_eperm_and_does_not_renew(mnt, spawn_agent, caller):
+def test_touch_by_others_is_eperm_and_does_not_renew(mnt, procs, caller):
     _take(mnt, 'S')
     e1 = _expires_ms(mnt)
     _clock_moves()
-    a = spawn_agent(env={'LOCKFS_SLUG': 'T'} if caller == 'other-slug' else None)
+    a = procs.agent(env={'LOCKFS_SLUG': 'T'} if caller == 'other-slug' else None)
     assert a.utime(mnt.path('x')) == errno.EPERM
     assert _expires_ms(mnt) == e1
-    assert spawn_agent(env={'LOCKFS_SLUG': 'S'}).utime(mnt.path('x')) == 0  # control
+    assert procs.agent(env={'LOCKFS_SLUG': 'S'}).utime(mnt.path('x')) == 0  # control
     assert _expires_ms(mnt) > e1
     assert _bash('rmdir "$1"', mnt, slug='S').returncode == 0
 
@@ -210,19 +210,19 @@ def test_writing_lease_file_sets_ttl_and_renews(mnt):
 
 
 @pytest.mark.parametrize('caller', ['other-slug', 'no-slug'])
-def test_lease_write_by_others_is_eperm(mnt, spawn_agent, caller):
+def test_lease_write_by_others_is_eperm(mnt, procs, caller):
     _take(mnt, 'S')
     before = read_owner(mnt.mnt, 'x')['lease']
-    a = spawn_agent(env={'LOCKFS_SLUG': 'T'} if caller == 'other-slug' else None)
+    a = procs.agent(env={'LOCKFS_SLUG': 'T'} if caller == 'other-slug' else None)
     assert a.write(mnt.path('x', 'lease'), b'5\n') == errno.EPERM
     assert read_owner(mnt.mnt, 'x')['lease'] == before
     assert _bash('rmdir "$1"', mnt, slug='S').returncode == 0
 
 
-def test_lease_zero_on_slug_lock_is_einval(mnt, spawn_agent):
+def test_lease_zero_on_slug_lock_is_einval(mnt, procs):
     _take(mnt, 'S')
     before = read_owner(mnt.mnt, 'x')['lease']
-    a = spawn_agent(env={'LOCKFS_SLUG': 'S'})
+    a = procs.agent(env={'LOCKFS_SLUG': 'S'})
     assert a.write(mnt.path('x', 'lease'), b'0\n') == errno.EINVAL
     assert read_owner(mnt.mnt, 'x')['lease'] == before
     assert a.rmdir(mnt.path('x')) == 0

@@ -14,7 +14,7 @@ import stat
 import subprocess
 import time
 
-from flock_helpers import (dir_state, fpath, proc_state, procs, read_waiters,  # noqa: F401
+from flock_helpers import (dir_state, fpath, proc_state, read_waiters,  # noqa: F401
                            wait_waiters)
 from lockfs_helpers import errno_of, parse_rfc3339_ms, proc_comm, read_owner, wait_until
 
@@ -29,7 +29,7 @@ def test_waiters_is_an_empty_0444_file_when_nobody_waits(mnt, procs):
     with open(mnt.path('x', 'waiters'), 'rb') as f:
         assert f.read() == b''
     os.rmdir(mnt.path('x'))
-    lk = procs.locker()
+    lk = procs.agent()
     lk.take(fpath(mnt, 'y'))
     with open(mnt.path('y', 'waiters'), 'rb') as f:
         assert f.read() == b''
@@ -39,13 +39,13 @@ def test_waiters_of_a_name_not_held_is_enoent(mnt):
     assert errno_of(open, mnt.path('x', 'waiters'), 'rb') == errno.ENOENT
 
 
-def test_one_compact_json_object_per_line_in_queue_order(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_one_compact_json_object_per_line_in_queue_order(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     plan = [('flock', EX), ('flock', SH), ('posix', EX), ('posix', SH), ('flock', EX)]
     ws, windows = [], []
     for kind, mode in plan:
-        w = procs.locker()
+        w = procs.agent()
         fd = w.open(fpath(mnt, 'x'))
         t0 = time.time()
         if kind == 'flock':
@@ -77,8 +77,8 @@ def test_one_compact_json_object_per_line_in_queue_order(mnt, procs, spawn_agent
         prev = since
 
 
-def test_pid_and_comm_are_the_holder_to_be_not_flock1(mnt, procs, spawn_agent):
-    holder = spawn_agent()
+def test_pid_and_comm_are_the_holder_to_be_not_flock1(mnt, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt.path('x')) == 0
     sh = procs.shell()
     tag = sh.start(f'flock -s "{fpath(mnt, "x")}" true')
@@ -90,10 +90,10 @@ def test_pid_and_comm_are_the_holder_to_be_not_flock1(mnt, procs, spawn_agent):
     assert sh.wait(tag, 10)[0] == 0
 
 
-def test_uid_of_a_non_root_waiter(mnt_ao, users, procs, spawn_agent):
-    holder = spawn_agent()
+def test_uid_of_a_non_root_waiter(mnt_ao, users, procs):
+    holder = procs.agent()
     assert holder.mkdir(mnt_ao.path('x')) == 0
-    w = procs.locker(user=users[0])
+    w = procs.agent(user=users[0])
     fd = w.open(fpath(mnt_ao, 'x'))
     rid = w.flock_start(fd, EX)
     wait_waiters(mnt_ao, 'x', [w.pid])
@@ -111,11 +111,11 @@ def test_uid_of_a_non_root_waiter(mnt_ao, users, procs, spawn_agent):
 
 
 def test_granted_and_departed_waiters_leave_the_list(mnt, procs):
-    h = procs.locker()
+    h = procs.agent()
     fh = h.take(fpath(mnt, 'x'))
     ws = []
     for _ in range(3):
-        w = procs.locker()
+        w = procs.agent()
         fd = w.open(fpath(mnt, 'x'))
         ws.append((w, fd, w.flock_start(fd, EX)))
         wait_waiters(mnt, 'x', [x.pid for x, _, _ in ws])
@@ -129,18 +129,18 @@ def test_granted_and_departed_waiters_leave_the_list(mnt, procs):
 
 
 def test_lock_nb_requests_are_never_listed(mnt, procs):
-    h = procs.locker()
+    h = procs.agent()
     h.take(fpath(mnt, 'x'))
-    other = procs.locker()
+    other = procs.agent()
     fd = other.open(fpath(mnt, 'x'))
     assert other.flock(fd, EX | NB) in (errno.EAGAIN, errno.EWOULDBLOCK)
     assert read_waiters(mnt, 'x') == []
 
 
 def test_waiters_cannot_be_written(mnt, procs):
-    h = procs.locker()
+    h = procs.agent()
     h.take(fpath(mnt, 'x'))
-    w = procs.locker()
+    w = procs.agent()
     w.flock_start(w.open(fpath(mnt, 'x')), EX)
     wait_waiters(mnt, 'x', [w.pid])
     before_dir = dir_state(mnt)
@@ -157,12 +157,12 @@ def test_a_waiter_whose_comm_is_not_utf8_does_not_break_the_list(mnt, procs):
     """comm is whatever a process sets (prctl PR_SET_NAME, or the name of the
     file it executed): the list must stay readable, one JSON object per line,
     as owner does for a holder with such a comm."""
-    h = procs.locker()
+    h = procs.agent()
     h.take(fpath(mnt, 'x'))
-    plain = procs.locker()
+    plain = procs.agent()
     plain.flock_start(plain.open(fpath(mnt, 'x')), EX)
     wait_waiters(mnt, 'x', [plain.pid])
-    odd = procs.locker(setup="import ctypes\nctypes.CDLL(None).prctl(15, b'\\xff\\xfeodd', 0, 0, 0)")
+    odd = procs.agent(setup="import ctypes\nctypes.CDLL(None).prctl(15, b'\\xff\\xfeodd', 0, 0, 0)")
     ofd = odd.open(fpath(mnt, 'x'))                   # answered after its setup ran
     with open(f'/proc/{odd.pid}/comm', 'rb') as f:
         assert f.read() == b'\xff\xfeodd\n'                     # premise

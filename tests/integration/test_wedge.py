@@ -111,13 +111,13 @@ def _stop_and_check(m, load, sig):
     assert set(load.results()) <= allowed, load.ends
 
 
-def _hard_stop_trials(scratch_dir, lockfs_factory, wedge, spawn_agent, users, sig):
+def _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, sig):
     # Where the load's user (uid 4242) can write.
     witness, stop = os.path.join(scratch_dir, 'witness'), os.path.join(scratch_dir, 'stop')
     open(witness, 'wb').close()
     os.chmod(witness, 0o666)
     m = lockfs_factory(allow_other=True)
-    survivor = spawn_agent(user=users[0])
+    survivor = procs.agent(user=users[0])
     assert survivor.mkdir(m.path('w2')) == 0
     with open(witness, 'ab') as w:
         w.write(b'+ w2:survivor\n')
@@ -151,12 +151,12 @@ def _hard_stop_trials(scratch_dir, lockfs_factory, wedge, spawn_agent, users, si
     m.assert_alive()
 
 
-def test_sigkill_under_load_never_wedges(scratch_dir, lockfs_factory, wedge, spawn_agent, users):
-    _hard_stop_trials(scratch_dir, lockfs_factory, wedge, spawn_agent, users, signal.SIGKILL)
+def test_sigkill_under_load_never_wedges(scratch_dir, lockfs_factory, wedge, procs, users):
+    _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, signal.SIGKILL)
 
 
-def test_sigterm_under_load_never_wedges(scratch_dir, lockfs_factory, wedge, spawn_agent, users):
-    _hard_stop_trials(scratch_dir, lockfs_factory, wedge, spawn_agent, users, signal.SIGTERM)
+def test_sigterm_under_load_never_wedges(scratch_dir, lockfs_factory, wedge, procs, users):
+    _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, signal.SIGTERM)
 
 
 def test_restart_after_sigkill_detaches_the_dead_mount(lockfs_factory):
