@@ -24,208 +24,10 @@
 
 #include "lockfs/holder.h"
 
-/* ---- the fake process table ------------------------------------------ */
+#include "fake_procs.h"
 
-/* What file a fake process runs (see fake_exe_stat). */
-enum fake_file {
-	GENUINE = 0,      /* the system's copy of its exe name */
-	GENUINE_SETUID,   /* the same, set-uid root (sudo) */
-	FAKE,             /* a copy elsewhere (a user's ~/bin/NAME) */
-	FAKE_SETUID,      /* a set-uid root file that is not the system's copy */
-	IN_ROOT,          /* a real file in fake_root_dir (a container's root) */
-};
-
-#define UID_ROOT (-1)
-
-struct fake_proc {
-	pid_t pid, ppid, sid;
-	unsigned long long start;
-	const char *exe;
-	enum fake_file file;
-	int uid;          /* 0: the default 1000; UID_ROOT: 0 */
-	const char *multicall; /* "busybox" for an applet of it */
-	const char *path; /* IN_ROOT: the file under fake_root_dir */
-};
-
-/*
- * A small world.  Interactive login: sshd(400) -> bash(500, session leader).
- * Each comment says which tests use a row.
- */
-#define ROW(p, pp, s, st, e, ...) \
-	{ .pid = (p), .ppid = (pp), .sid = (s), .start = (st), .exe = (e), __VA_ARGS__ }
-
-static const struct fake_proc fake_table[] = {
-	ROW(1, 0, 1, 1, "systemd"),
-	ROW(400, 1, 400, 500, "sshd"),
-	ROW(500, 400, 500, 1000, "bash"),       /* the usual holder */
-	ROW(600, 500, 500, 2000, "mkdir"),      /* mkdir run from bash */
-	ROW(610, 500, 500, 2100, "rmdir"),      /* another child of bash */
-	ROW(615, 500, 500, 2200, "sh"),
-	ROW(620, 615, 500, 2300, "rmdir"),      /* grandchild of bash */
-	ROW(710, 500, 500, 3000, "sudo"),       /* sudo -> env -> mkdir */
-	ROW(711, 710, 500, 3001, "env"),
-	ROW(712, 711, 500, 3002, "mkdir"),
-	ROW(720, 500, 720, 3100, "sudo"),       /* sudo with a pty: own session */
-	ROW(721, 720, 720, 3101, "mkdir"),
-	ROW(730, 500, 500, 3200, "mkdir"),      /* busybox applet (exe = applet) */
-	ROW(800, 500, 500, 4000, "python3"),    /* threads 801, 802 */
-	ROW(900, 1, 500, 4500, "mkdir"),        /* orphan adopted by init */
-	ROW(910, 500, 500, 5000, "bash"),       /* pid reused after 920 began */
-	ROW(920, 910, 500, 2000, "mkdir"),
-	ROW(930, 1, 930, 5100, "tini"),         /* subreaper */
-	ROW(940, 930, 935, 5200, "mkdir"),      /* orphan of session 935 */
-	ROW(950, 951, 500, 5300, "mkdir"),      /* parent 951 is gone */
-	ROW(960, 961, 500, 5400, "mkdir"),      /* a cycle (only a fake can) */
-	ROW(961, 960, 500, 5400, "mkdir"),
-	ROW(970, 500, 500, 5500, ""),           /* exe unreadable */
-	ROW(1500, 500, 500, 7000, "rmdir"),     /* bash -c 'mkdir X && rmdir X' */
-	/* issue 8 §3: fakes and uid boundaries */
-	ROW(1600, 500, 500, 8000, "mkdir", .file = FAKE),  /* ~/bin/mkdir, a python */
-	ROW(1610, 500, 500, 8100, "mkdir", .file = FAKE, .multicall = "busybox"), /* ~/bin/busybox mkdir */
-	ROW(1620, 500, 500, 8200, "mkdir", .multicall = "busybox"), /* /bin/busybox mkdir */
-	ROW(1630, 500, 500, 8300, "mkdir", .multicall = "coreutils"), /* coreutils-single */
-	ROW(1700, 400, 1700, 9000, "bash", .uid = UID_ROOT),  /* a root shell */
-	ROW(1701, 1700, 1700, 9001, "mkdir", .uid = 4242),    /* setpriv --reuid=4242 mkdir */
-	ROW(1702, 1700, 1700, 9002, "env", .file = FAKE, .uid = 4242),         /* ... ~/bin/env */
-	ROW(1703, 1700, 1700, 9003, "sh", .uid = 4242),       /* ... sh -c 'mkdir; ...' */
-	ROW(1704, 1703, 1700, 9004, "mkdir", .uid = 4242),
-	ROW(1705, 1700, 1700, 9005, "timeout", .uid = 4242),  /* ... timeout 5 mkdir */
-	ROW(1706, 1705, 1700, 9006, "mkdir", .uid = 4242),
-	ROW(1800, 400, 1800, 9500, "bash"),                     /* a user's shell */
-	ROW(1801, 1800, 1800, 9501, "sudo", .file = GENUINE_SETUID, .uid = UID_ROOT),
-	ROW(1802, 1801, 1800, 9502, "mkdir", .uid = UID_ROOT), /* sudo mkdir */
-	ROW(1811, 1800, 1800, 9511, "sudo", .file = FAKE_SETUID, .uid = UID_ROOT),
-	ROW(1812, 1811, 1800, 9512, "mkdir", .uid = UID_ROOT), /* a fake sudo's mkdir */
-	ROW(1821, 1800, 1800, 9521, "sudo", .uid = UID_ROOT),  /* sudo, set-uid bit gone */
-	ROW(1822, 1821, 1800, 9522, "mkdir", .uid = UID_ROOT),
-	ROW(1831, 1801, 1800, 9531, "mkdir", .uid = 4242),     /* sudo -u 4242 mkdir */
-	/* a container: processes in another root (fake_root_dir) */
-	ROW(1900, 400, 1900, 9600, "sh", .file = IN_ROOT, .path = "bin/sh"),
-	ROW(1901, 1900, 1900, 9601, "mkdir", .file = IN_ROOT, .path = "usr/bin/mkdir"),
-	ROW(1902, 1900, 1900, 9602, "mkdir", .file = IN_ROOT, .path = "home/u/mkdir"),
-	ROW(1903, 1900, 1900, 9603, "env", .file = IN_ROOT, .path = "usr/local/bin/env"),
-};
-
-static const struct { pid_t tid, tgid; } fake_threads[] = {
-	{ 801, 800 },
-	{ 802, 800 },
-};
-
-/* How many times read_tid ran, to check the walk stays short. */
-static int fake_reads;
-
-static const struct fake_proc *fake_find(pid_t tid)
-{
-	for (size_t i = 0; i < sizeof(fake_threads) / sizeof(fake_threads[0]); i++)
-		if (fake_threads[i].tid == tid)
-			tid = fake_threads[i].tgid;
-	for (size_t i = 0; i < sizeof(fake_table) / sizeof(fake_table[0]); i++)
-		if (fake_table[i].pid == tid)
-			return &fake_table[i];
-	return NULL;
-}
-
-static uid_t fake_uid(const struct fake_proc *f)
-{
-	return f->uid == UID_ROOT ? 0 : f->uid == 0 ? 1000 : (uid_t)f->uid;
-}
-
-static int fake_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out)
-{
-	const struct fake_proc *f = fake_find(tid);
-
-	(void)ctx;
-	(void)want; /* the fake always knows everything */
-	fake_reads++;
-	if (!f)
-		return -ENOENT;
-	memset(out, 0, sizeof(*out));
-	out->pid = f->pid;
-	out->ppid = f->ppid;
-	out->sid = f->sid;
-	out->uid = fake_uid(f);
-	out->gid = out->uid;
-	out->have_ids = true;
-	out->start_time = f->start;
-	snprintf(out->comm, sizeof(out->comm), "%s", f->exe);
-	snprintf(out->exe, sizeof(out->exe), "%s", f->exe);
-	snprintf(out->multicall, sizeof(out->multicall), "%s", f->multicall ? f->multicall : "");
-	return 0;
-}
-
-/* Made-up files: a device no real file system has, and an inode per
- * name (genuine) or per process (fake).  setup_helpers() trusts the
- * genuine ones as the system's copies. */
-#define FAKE_DEV ((dev_t)0xfff00fffULL)
-
-static ino_t name_ino(const char *name)
-{
-	ino_t h = 5381;
-
-	while (*name)
-		h = h * 33 + (unsigned char)*name++;
-	return h;
-}
-
-/* The root directory of the fake container (a real temporary tree), or "". */
-static char fake_root_dir[PATH_MAX];
-
-static int fake_exe_stat(void *ctx, pid_t pid, struct stat *st)
-{
-	const struct fake_proc *f = fake_find(pid);
-	char path[PATH_MAX * 2];
-
-	(void)ctx;
-	if (!f)
-		return -ENOENT;
-	if (f->file == IN_ROOT) {
-		snprintf(path, sizeof(path), "%s/%s", fake_root_dir, f->path);
-		return stat(path, st) == 0 ? 0 : -errno;
-	}
-	memset(st, 0, sizeof(*st));
-	st->st_dev = FAKE_DEV;
-	st->st_ino = f->file == GENUINE || f->file == GENUINE_SETUID
-		     ? name_ino(f->multicall ? f->multicall : f->exe) : (ino_t)f->pid;
-	st->st_mode = S_IFREG | 0755 |
-		      (f->file == GENUINE_SETUID || f->file == FAKE_SETUID ? S_ISUID : 0);
-	st->st_uid = f->file == FAKE ? fake_uid(f) : 0;
-	return 0;
-}
-
-/* Processes that run a file of the fake container live in its root; the
- * others in a root no lookup finds anything in. */
-static int fake_open_root(void *ctx, pid_t pid)
-{
-	const struct fake_proc *f = fake_find(pid);
-	int fd;
-
-	(void)ctx;
-	if (!f)
-		return -ENOENT;
-	if (f->file != IN_ROOT || !fake_root_dir[0])
-		return -ENOENT;
-	fd = open(fake_root_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	return fd >= 0 ? fd : -errno;
-}
-
-static int fake_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
-{
-	(void)ctx;
-	if (pid == 1901 || pid == 1900) {
-		p->ns_pid = pid - 1899;
-		snprintf(p->container, sizeof(p->container), "%s", "c0ffee");
-	} else {
-		p->ns_pid = pid;
-	}
-	return 0;
-}
-
-static const struct lockfs_proc_source fake = {
-	.read_tid = fake_read_tid,
-	.exe_stat = fake_exe_stat,
-	.open_root = fake_open_root,
-	.read_ns = fake_read_ns,
-};
+/* The fake process table (fake_procs.h) stands in for /proc. */
+static const struct lockfs_proc_source *const fake = &fake_procs_source;
 
 /* The default helper list, parsed for each test. */
 static int setup_helpers(void **state)
@@ -234,12 +36,12 @@ static int setup_helpers(void **state)
 	assert_non_null(h);
 	assert_int_equal(lockfs_helpers_parse(h, LOCKFS_DEFAULT_HELPERS), 0);
 	for (char **n = h->names; *n; n++)
-		assert_int_equal(lockfs_helpers_trust_file(h, *n, FAKE_DEV, name_ino(*n)), 0);
-	assert_int_equal(lockfs_helpers_trust_file(h, "busybox", FAKE_DEV, name_ino("busybox")), 0);
-	assert_int_equal(lockfs_helpers_trust_file(h, "coreutils", FAKE_DEV, name_ino("coreutils")),
+		assert_int_equal(lockfs_helpers_trust_file(h, *n, FAKE_PROCS_DEV, fake_procs_name_ino(*n)), 0);
+	assert_int_equal(lockfs_helpers_trust_file(h, "busybox", FAKE_PROCS_DEV, fake_procs_name_ino("busybox")), 0);
+	assert_int_equal(lockfs_helpers_trust_file(h, "coreutils", FAKE_PROCS_DEV, fake_procs_name_ino("coreutils")),
 			 0);
 	*state = h;
-	fake_reads = 0;
+	fake_procs_reset();
 	return 0;
 }
 
@@ -255,7 +57,7 @@ static int resolve(void **state, pid_t tid)
 {
 	struct lockfs_proc p;
 	memset(&p, 0xa5, sizeof(p));
-	int rc = lockfs_holder_resolve(&fake, tid, LOCKFS_UID_UNKNOWN, *state, 0, &p);
+	int rc = lockfs_holder_resolve(fake, tid, LOCKFS_UID_UNKNOWN, *state, 0, &p);
 	return rc < 0 ? rc : p.pid;
 }
 
@@ -264,20 +66,20 @@ static int resolve(void **state, pid_t tid)
 static void test_caller_not_a_helper_is_the_holder(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 500, 1000, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 500, 1000, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 500);
 	assert_int_equal(p.start_time, 1000);
 	assert_string_equal(p.exe, "bash");
-	assert_int_equal(fake_reads, 1);
+	assert_int_equal(fake_procs_reads, 1);
 }
 
 static void test_mkdir_helper_is_skipped_to_the_shell(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 600, 1000, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 600, 1000, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 500);
 	assert_int_equal(p.start_time, 1000);
-	assert_int_equal(fake_reads, 2);
+	assert_int_equal(fake_procs_reads, 2);
 }
 
 static void test_sudo_env_mkdir_chain_is_skipped_to_the_shell(void **state)
@@ -295,7 +97,7 @@ static void test_empty_helper_list_skips_nothing(void **state)
 	struct lockfs_helpers none;
 	struct lockfs_proc p;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&fake, 712, 1000, &none, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 712, 1000, &none, 0, &p), 0);
 	assert_int_equal(p.pid, 712);
 	lockfs_helpers_free(&none);
 }
@@ -303,7 +105,7 @@ static void test_empty_helper_list_skips_nothing(void **state)
 static void test_thread_id_maps_to_its_thread_group(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&fake, 802, 1000, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 802, 1000, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 800);
 	assert_int_equal(p.start_time, 4000);
 }
@@ -311,7 +113,7 @@ static void test_thread_id_maps_to_its_thread_group(void **state)
 static void test_tid_zero_is_eacces(void **state)
 {
 	assert_int_equal(resolve(state, 0), -EACCES);
-	assert_int_equal(fake_reads, 0);
+	assert_int_equal(fake_procs_reads, 0);
 }
 
 static void test_helper_whose_parent_is_init_is_eacces(void **state)
@@ -364,37 +166,37 @@ static void test_unreadable_exe_is_not_a_helper(void **state)
 
 static int may(pid_t tid, pid_t holder, unsigned long long start)
 {
-	return lockfs_holder_may_release(&fake, tid, holder, start, false);
+	return lockfs_holder_may_release(fake, tid, holder, start, false);
 }
 
 /* With the holder known alive (a pidfd says so), its pid alone names it. */
 static void test_live_holder_itself_needs_no_read(void **state)
 {
-	fake_reads = 0;
-	assert_int_equal(lockfs_holder_may_release(&fake, 500, 500, 1000, true), 0);
-	assert_int_equal(fake_reads, 0);
+	fake_procs_reads = 0;
+	assert_int_equal(lockfs_holder_may_release(fake, 500, 500, 1000, true), 0);
+	assert_int_equal(fake_procs_reads, 0);
 }
 
 static void test_child_of_live_holder_reads_only_itself(void **state)
 {
-	fake_reads = 0;
-	assert_int_equal(lockfs_holder_may_release(&fake, 610, 500, 1000, true), 0);
-	assert_int_equal(fake_reads, 1);
+	fake_procs_reads = 0;
+	assert_int_equal(lockfs_holder_may_release(fake, 610, 500, 1000, true), 0);
+	assert_int_equal(fake_procs_reads, 1);
 }
 
 static void test_live_holder_rule_still_refuses_strangers(void **state)
 {
-	assert_int_equal(lockfs_holder_may_release(&fake, 400, 500, 1000, true), -EPERM);
-	assert_int_equal(lockfs_holder_may_release(&fake, 930, 500, 1000, true), -EPERM);
+	assert_int_equal(lockfs_holder_may_release(fake, 400, 500, 1000, true), -EPERM);
+	assert_int_equal(lockfs_holder_may_release(fake, 930, 500, 1000, true), -EPERM);
 	/* a thread of the live holder's process */
-	assert_int_equal(lockfs_holder_may_release(&fake, 801, 800, 4000, true), 0);
+	assert_int_equal(lockfs_holder_may_release(fake, 801, 800, 4000, true), 0);
 }
 
 static void test_dead_holder_pid_match_needs_start_time(void **state)
 {
 	/* Not known alive: pid 500 might be someone new; the start time
 	 * decides. */
-	assert_int_equal(lockfs_holder_may_release(&fake, 500, 500, 999, false), -EPERM);
+	assert_int_equal(lockfs_holder_may_release(fake, 500, 500, 999, false), -EPERM);
 }
 
 static void test_release_by_the_holder_itself(void **state)
@@ -868,7 +670,7 @@ static void test_real_boot_id(void **state)
 static int resolve_b(void **state, pid_t tid, bool *boundary)
 {
 	struct lockfs_proc p;
-	int rc = lockfs_holder_resolve(&fake, tid, LOCKFS_UID_UNKNOWN, *state, 0, &p);
+	int rc = lockfs_holder_resolve(fake, tid, LOCKFS_UID_UNKNOWN, *state, 0, &p);
 
 	*boundary = rc == 0 && p.at_uid_boundary;
 	return rc < 0 ? rc : p.pid;
@@ -901,7 +703,7 @@ static void test_a_helper_under_a_parent_of_another_uid_stops_the_walk(void **st
 	assert_int_equal(resolve_b(state, 1701, &b), 1701);
 	assert_true(b);
 	/* the same with the uid FUSE reports for the request */
-	assert_int_equal(lockfs_holder_resolve(&fake, 1701, 4242, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 1701, 4242, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 1701);
 	assert_true(p.at_uid_boundary);
 }
@@ -935,7 +737,7 @@ static void test_genuine_setuid_sudo_crosses_to_the_user_who_ran_it(void **state
 {
 	struct lockfs_proc p;
 
-	assert_int_equal(lockfs_holder_resolve(&fake, 1802, 0, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 1802, 0, *state, 0, &p), 0);
 	assert_int_equal(p.pid, 1800);
 	assert_int_equal(p.uid, 1000);
 	assert_false(p.at_uid_boundary);
@@ -968,7 +770,7 @@ static void test_sudo_u_another_user_mkdir_stops_at_mkdir(void **state)
 
 static void test_a_helper_nobody_can_stat_is_no_helper(void **state)
 {
-	struct lockfs_proc_source blind = { .read_tid = fake_read_tid };
+	struct lockfs_proc_source blind = { .read_tid = fake_procs_read_tid };
 	struct lockfs_proc p;
 
 	assert_int_equal(lockfs_holder_resolve(&blind, 600, 1000, *state, 0, &p), 0);
@@ -982,7 +784,7 @@ static void put_file(const char *rel, mode_t mode)
 	char path[PATH_MAX * 2];
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s", fake_root_dir, rel);
+	snprintf(path, sizeof(path), "%s/%s", fake_procs_root_dir, rel);
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, rel, strlen(rel)), (ssize_t)strlen(rel));
@@ -994,7 +796,7 @@ static void put_dir(const char *rel, mode_t mode)
 {
 	char path[PATH_MAX * 2];
 
-	snprintf(path, sizeof(path), "%s/%s", fake_root_dir, rel);
+	snprintf(path, sizeof(path), "%s/%s", fake_procs_root_dir, rel);
 	assert_int_equal(mkdir(path, mode), 0);
 	assert_int_equal(chmod(path, mode), 0);
 }
@@ -1005,8 +807,8 @@ static int setup_root(void **state)
 {
 	char path[PATH_MAX * 2];
 
-	snprintf(fake_root_dir, sizeof(fake_root_dir), "/tmp/lockfs-test-root-XXXXXX");
-	if (!mkdtemp(fake_root_dir) || chmod(fake_root_dir, 0755) < 0)
+	snprintf(fake_procs_root_dir, sizeof(fake_procs_root_dir), "/tmp/lockfs-test-root-XXXXXX");
+	if (!mkdtemp(fake_procs_root_dir) || chmod(fake_procs_root_dir, 0755) < 0)
 		return -1;
 	put_dir("usr", 0755);
 	put_dir("usr/bin", 0755);
@@ -1018,7 +820,7 @@ static int setup_root(void **state)
 	put_file("usr/bin/sh", 0755);
 	put_file("home/u/mkdir", 0755);
 	put_file("usr/local/bin/env", 0755);
-	snprintf(path, sizeof(path), "%s/bin", fake_root_dir);
+	snprintf(path, sizeof(path), "%s/bin", fake_procs_root_dir);
 	return symlink("usr/bin", path) == 0 ? setup_helpers(state) : -1;
 }
 
@@ -1026,8 +828,8 @@ static int teardown_root(void **state)
 {
 	char cmd[PATH_MAX + 16];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fake_root_dir);
-	fake_root_dir[0] = '\0';
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fake_procs_root_dir);
+	fake_procs_root_dir[0] = '\0';
 	return teardown_helpers(state) | system(cmd);
 }
 
@@ -1035,7 +837,7 @@ static void test_a_containers_own_mkdir_is_genuine_in_its_root(void **state)
 {
 	struct lockfs_proc p;
 
-	assert_int_equal(lockfs_holder_resolve(&fake, 1901, 1000, *state, LOCKFS_PROC_NS, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 1901, 1000, *state, LOCKFS_PROC_NS, &p), 0);
 	assert_int_equal(p.pid, 1900);
 	assert_int_equal(p.ns_pid, 1);
 	assert_string_equal(p.container, "c0ffee");
@@ -1055,10 +857,10 @@ static void test_ns_info_only_when_asked(void **state)
 {
 	struct lockfs_proc p;
 
-	assert_int_equal(lockfs_holder_resolve(&fake, 500, 1000, *state, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 500, 1000, *state, 0, &p), 0);
 	assert_int_equal(p.ns_pid, 0);
 	assert_string_equal(p.container, "");
-	assert_int_equal(lockfs_holder_resolve(&fake, 600, 1000, *state, LOCKFS_PROC_NS, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(fake, 600, 1000, *state, LOCKFS_PROC_NS, &p), 0);
 	assert_int_equal(p.ns_pid, 500);
 	assert_string_equal(p.container, "");
 }
@@ -1185,13 +987,13 @@ static void test_real_a_copy_of_a_system_binary_is_not_genuine(void **state)
 
 /* A source's optional functions answer in place of /proc; one it leaves
  * NULL falls back to the real /proc. */
-static int fake_start_time(void *ctx, pid_t pid, unsigned long long *start)
+static int canned_start_time(void *ctx, pid_t pid, unsigned long long *start)
 {
 	*start = 4242;
 	return 0;
 }
 
-static int fake_env_exists(void *ctx, uid_t uid, const char *var, const char *value,
+static int canned_env_exists(void *ctx, uid_t uid, const char *var, const char *value,
 			   pid_t *pid)
 {
 	*pid = 77;
@@ -1201,9 +1003,9 @@ static int fake_env_exists(void *ctx, uid_t uid, const char *var, const char *va
 static void test_procs_ask_the_source_then_proc(void **state)
 {
 	struct lockfs_proc_source src = {
-		.read_tid = fake_read_tid,
-		.start_time = fake_start_time,
-		.env_exists = fake_env_exists,
+		.read_tid = fake_procs_read_tid,
+		.start_time = canned_start_time,
+		.env_exists = canned_env_exists,
 	};
 	unsigned long long start = 0, real = 0;
 	pid_t pid = 0;
@@ -1226,6 +1028,88 @@ static void test_procs_ask_the_source_then_proc(void **state)
 	if (fd >= 0)
 		close(fd);
 	assert_true(lockfs_procs_pidfd_open(&src, INT_MAX) < 0);
+}
+
+/* ---- the fake process table itself (fake_procs.h) --------------------- */
+
+static bool readable(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN);
+}
+
+static void test_fake_pidfd_becomes_readable_when_its_process_exits(void **state)
+{
+	int a = lockfs_procs_pidfd_open(fake, 500);
+	int b = lockfs_procs_pidfd_open(fake, 500);
+	int other = lockfs_procs_pidfd_open(fake, 400);
+	unsigned long long start = 0;
+	struct lockfs_proc p;
+
+	(void)state;
+	assert_true(a >= 0 && b >= 0 && other >= 0);
+	assert_false(readable(a));
+	assert_int_equal(fake_procs_exit(500), 0);
+	assert_true(readable(a));
+	assert_true(readable(b));               /* every pidfd on it */
+	assert_false(readable(other));          /* and no other */
+	/* gone from then on */
+	assert_int_equal(fake_procs_read_tid(NULL, 500, 0, &p), -ENOENT);
+	assert_int_equal(lockfs_procs_start_time(fake, 500, &start), -ENOENT);
+	assert_int_equal(lockfs_procs_pidfd_open(fake, 500), -ESRCH);
+	assert_int_equal(fake_procs_exit(500), -ESRCH);
+	/* a child whose parent exited no longer resolves to it */
+	assert_int_equal(resolve(state, 600), -EACCES);
+	close(a);
+	close(b);
+	close(other);
+	fake_procs_reset();
+	assert_int_equal(resolve(state, 600), 500);
+}
+
+static void test_fake_pidfd_of_a_thread_or_a_stranger_is_refused(void **state)
+{
+	(void)state;
+	assert_int_equal(lockfs_procs_pidfd_open(fake, 801), -EINVAL);
+	assert_int_equal(fake_procs_exit(801), -ESRCH);
+	assert_int_equal(lockfs_procs_pidfd_open(fake, 999), -ESRCH);
+	assert_int_equal(fake_procs_exit(999), -ESRCH);
+}
+
+static void test_fake_added_rows_answer_until_reset(void **state)
+{
+	const struct fake_proc row = { .pid = 3000, .ppid = 500, .sid = 500, .start = 12345,
+				       .exe = "python3", .uid = 4242, .slug = "deploy" };
+	unsigned long long start = 0;
+	char slug[8], tiny[3];
+	char **argv = NULL;
+	pid_t who = 0;
+
+	assert_int_equal(fake_procs_add(&row), 0);
+	assert_int_equal(fake_procs_add(&row), -EEXIST);
+	assert_int_equal(resolve(state, 3000), 3000);
+	assert_int_equal(lockfs_procs_start_time(fake, 3000, &start), 0);
+	assert_true(start == 12345);
+	assert_int_equal(lockfs_procs_cmdline(fake, 3000, 4096, &argv), 0);
+	assert_string_equal(argv[0], "python3");
+	assert_null(argv[1]);
+	lockfs_argv_free(argv);
+	assert_int_equal(lockfs_procs_getenv(fake, 3000, "LOCKFS_SLUG", slug, sizeof(slug)), 6);
+	assert_string_equal(slug, "deploy");
+	assert_int_equal(lockfs_procs_getenv(fake, 3000, "LOCKFS_SLUG", tiny, sizeof(tiny)),
+			 -ENAMETOOLONG);
+	assert_int_equal(lockfs_procs_getenv(fake, 500, "LOCKFS_SLUG", slug, sizeof(slug)),
+			 -ENOENT);
+	assert_int_equal(lockfs_procs_env_exists(fake, 4242, "LOCKFS_SLUG", "deploy", &who), 1);
+	assert_int_equal(who, 3000);
+	assert_int_equal(lockfs_procs_env_exists(fake, 1000, "LOCKFS_SLUG", "deploy", &who), 0);
+	assert_int_equal(fake_procs_exit(3000), 0);
+	assert_int_equal(lockfs_procs_env_exists(fake, 4242, "LOCKFS_SLUG", "deploy", &who), 0);
+	fake_procs_reset();
+	assert_int_equal(resolve(state, 3000), -ESRCH);
+	assert_int_equal(fake_procs_add(&row), 0);  /* forgotten, so new again */
+	fake_procs_reset();
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_helpers, teardown_helpers)
@@ -1307,6 +1191,9 @@ int main(void)
 		cmocka_unit_test(test_real_ns_of_a_process_in_our_pid_namespace),
 		cmocka_unit_test(test_real_a_copy_of_a_system_binary_is_not_genuine),
 		cmocka_unit_test(test_procs_ask_the_source_then_proc),
+		T(test_fake_pidfd_becomes_readable_when_its_process_exits),
+		T(test_fake_pidfd_of_a_thread_or_a_stranger_is_refused),
+		T(test_fake_added_rows_answer_until_reset),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
