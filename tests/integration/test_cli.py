@@ -120,19 +120,13 @@ def test_mount_source_is_backing_dir(mnt):
     assert mount_entry(mnt.mnt)[1] == mnt.dir
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT], ids=['SIGTERM', 'SIGINT'])
-def test_signal_unmounts_and_exits_0(lockfs_factory, sig):
+@pytest.mark.parametrize('stop', [signal.SIGTERM, signal.SIGINT, 'fusermount3 -u'],
+                         ids=['SIGTERM', 'SIGINT', 'fusermount3'])
+def test_stopping_unmounts_and_exits_0(lockfs_factory, stop):
     m = lockfs_factory()
     os.mkdir(m.path('held'))
-    assert m.signal(sig) == 0
+    assert (m.unmount() if stop == 'fusermount3 -u' else m.signal(stop)) == 0
     assert mount_entry(m.mnt) is None, 'still mounted after the daemon exited'
-
-
-def test_fusermount_u_exits_0(lockfs_factory):
-    m = lockfs_factory()
-    os.mkdir(m.path('held'))
-    assert m.unmount() == 0
-    assert mount_entry(m.mnt) is None
 
 
 def _find_daemon(argv):

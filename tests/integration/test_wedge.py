@@ -151,12 +151,9 @@ def _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, sig):
     m.assert_alive()
 
 
-def test_sigkill_under_load_never_wedges(scratch_dir, lockfs_factory, wedge, procs, users):
-    _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, signal.SIGKILL)
-
-
-def test_sigterm_under_load_never_wedges(scratch_dir, lockfs_factory, wedge, procs, users):
-    _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, signal.SIGTERM)
+@pytest.mark.parametrize('sig', [signal.SIGKILL, signal.SIGTERM], ids=['SIGKILL', 'SIGTERM'])
+def test_a_stop_under_load_never_wedges(scratch_dir, lockfs_factory, wedge, procs, users, sig):
+    _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, sig)
 
 
 def test_restart_after_sigkill_detaches_the_dead_mount(lockfs_factory):
