@@ -56,6 +56,9 @@ def main():
         sys.exit('bench_compare: must run as root (it mounts tmpfs and FUSE filesystems)')
     builds = {'base': a.base, 'new': a.new}
     client = os.path.join(a.base, 'tools', 'bench', 'bench_pairs')
+    if not os.access(client, os.X_OK):
+        # a base built before the benchmarks moved to tools/bench/
+        client = os.path.join(a.base, 'tools', 'bench_pairs')
     root = tempfile.mkdtemp(prefix='lockfs-compare.', dir='/var/tmp')
     daemons, tmpfs = {}, []
     try:
