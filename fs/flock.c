@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/file.h>
 
+#include "attr.h"
 #include "fs.h"
 #include "lockfs/name.h"
 #include "lockfs/record.h"
@@ -40,39 +41,16 @@ struct parked {
 	char name[NAME_MAX + 1];
 };
 
-int flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
+int lockfs_flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
 {
 	uint64_t generation;
 
 	if (!ino_is_flock(ino))
 		return -ENOENT;
-	return inodes_name(fs->inodes, ino_id(ino), name, &generation);
+	return lockfs_inodes_name(fs->inodes, ino_id(ino), name, &generation);
 }
 
-void flock_dir_attr(struct lockfs_fs *fs, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = INO_FLOCK_DIR;
-	st->st_mode = S_IFDIR | 0555;
-	st->st_nlink = 2;
-	st->st_uid = fs->mount_uid;
-	st->st_gid = fs->mount_gid;
-	st->st_atim = st->st_mtim = st->st_ctim = fs->mounted_at;
-}
-
-void flock_file_attr(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = ino;
-	/* Anyone may open it to wait; it holds nothing to protect. */
-	st->st_mode = S_IFREG | 0666;
-	st->st_nlink = 1;
-	st->st_uid = fs->mount_uid;
-	st->st_gid = fs->mount_gid;
-	st->st_atim = st->st_mtim = st->st_ctim = fs->mounted_at;
-}
-
-void flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name)
+void lockfs_flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name)
 {
 	struct fuse_entry_param e;
 	uint64_t id;
@@ -80,18 +58,18 @@ void flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name)
 
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
-	id = inodes_ref(fs->inodes, name, FLOCK_GEN);
+	id = lockfs_inodes_ref(fs->inodes, name, FLOCK_GEN);
 	if (!id)
 		return (void)fuse_reply_err(req, ENOMEM);
 	memset(&e, 0, sizeof(e));
 	e.ino = ino_make(id, LF_FLOCK);
-	flock_file_attr(fs, e.ino, &e.attr);
+	lockfs_attr_flock_file(fs, e.ino, &e.attr);
 	/* The node stands for the name whatever happens to the lock: the
 	 * kernel may keep it. */
 	e.attr_timeout = 1;
 	e.entry_timeout = 1;
 	if (fuse_reply_entry(req, &e) == -ENOENT)
-		inodes_forget(fs->inodes, id, 1);
+		lockfs_inodes_forget(fs->inodes, id, 1);
 }
 
 static void owner_key(char out[LOCKFS_FD_OWNER_MAX], const char *kind, uint64_t owner)
@@ -99,11 +77,11 @@ static void owner_key(char out[LOCKFS_FD_OWNER_MAX], const char *kind, uint64_t 
 	snprintf(out, LOCKFS_FD_OWNER_MAX, "%s:%016" PRIx64, kind, owner);
 }
 
-void flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner)
+void lockfs_flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner)
 {
 	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
 
-	if (flock_name_of(fs, ino, name) < 0)
+	if (lockfs_flock_name_of(fs, ino, name) < 0)
 		return;
 	owner_key(key, kind, owner);
 	lockfs_core_fd_unlock(fs->core, name, key);
@@ -130,8 +108,10 @@ static void parked_unlist(struct lockfs_fs *fs, struct parked *p)
 }
 
 /* The engine granted or failed P (lockfs_wait.done), holding NAME's
- * stripe mutex: answer, take nothing but parked_mu (always taken after a
- * stripe mutex, never before one). */
+ * stripe mutex: answer under parked_mu and take no other mutex.  The
+ * order is a stripe mutex, then parked_mu, never the other way round:
+ * nothing in this file calls into the engine with parked_mu held.  (The
+ * fs's other mutex, handles_mu, is handle.c's and is never taken here.) */
 static void parked_done(struct lockfs_wait *w, int result)
 {
 	struct parked *p = (struct parked *)w;
@@ -182,19 +162,12 @@ static void parked_interrupt(fuse_req_t req, void *data)
 	pthread_mutex_unlock(&fs->parked_mu);
 }
 
-/* Take lock NAME for OWNER (a key from owner_key) and answer REQ, now or
- * when granted.  POSIX: an fcntl lock, taken through that open file (the
- * engine remembers it: its last close ends the lock). */
-static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, const char *owner,
-		    bool shared, bool block, const struct fuse_file_info *posix)
+/* Take lock RQ->name for RQ->owner (a key from owner_key) and answer REQ,
+ * now or when granted; RQ->wait parks the request until then.  An fcntl
+ * lock names the open file it was taken through (RQ->via_file): the engine
+ * ends it at that file's last close. */
+static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const struct lockfs_fd_request *rq)
 {
-	struct lockfs_fd_request rq = {
-		.name = name,
-		.owner = owner,
-		.via_file = posix ? posix->fh : 0,
-		.mode = shared ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE,
-		.wait = block,
-	};
 	struct lockfs_caller caller;
 	struct parked *p = calloc(1, sizeof(*p));
 	bool interrupted;
@@ -202,13 +175,13 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, cons
 
 	if (!p)
 		return (void)fuse_reply_err(req, ENOMEM);
-	caller_of(req, &caller);
+	lockfs_fs_caller(req, &caller);
 	p->w.done = parked_done;
 	p->req = req;
 	p->fs = fs;
 	p->refs = 2; /* the handler's, the answer's */
-	snprintf(p->name, sizeof(p->name), "%s", name);
-	if (block) {
+	snprintf(p->name, sizeof(p->name), "%s", rq->name);
+	if (rq->wait) {
 		pthread_mutex_lock(&fs->parked_mu);
 		p->next = fs->parked;
 		if (p->next)
@@ -220,7 +193,7 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, cons
 		 * freed) by another thread at any moment. */
 		fuse_req_interrupt_func(req, parked_interrupt, fs);
 	}
-	rc = lockfs_core_fd_lock(fs->core, &caller, &rq, &p->w);
+	rc = lockfs_core_fd_lock(fs->core, &caller, rq, &p->w);
 	pthread_mutex_lock(&fs->parked_mu);
 	if (rc != -EINPROGRESS) {
 		parked_unlist(fs, p);
@@ -236,21 +209,26 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const char *name, cons
 	pthread_mutex_unlock(&fs->parked_mu);
 }
 
-void lfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
+void lockfs_flock_op(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 {
 	struct lockfs_fs *fs = fuse_req_userdata(req);
 	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
 
 	/* ENOLCK, not ENOSYS: ENOSYS would make the kernel lock every
 	 * file of the mount locally from then on. */
-	if (flock_name_of(fs, ino, name) < 0)
+	if (lockfs_flock_name_of(fs, ino, name) < 0)
 		return (void)fuse_reply_err(req, ENOLCK);
 	/* A flock lock belongs to the open file description, named by our
 	 * own handle (see lfs_release for why not by fi->lock_owner). */
 	owner_key(key, "flock", fi->fh);
 	if (op & LOCK_UN)
 		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
-	fd_lock(req, fs, name, key, (op & LOCK_SH) != 0, !(op & LOCK_NB), NULL);
+	fd_lock(req, fs, &(struct lockfs_fd_request){
+		.name = name,
+		.owner = key,
+		.mode = (op & LOCK_SH) ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE,
+		.wait = !(op & LOCK_NB),
+	});
 }
 
 /* libfuse gives whole-file locks as l_start 0, l_len 0. */
@@ -259,7 +237,7 @@ static bool whole_file(const struct flock *lock)
 	return lock->l_start == 0 && lock->l_len == 0;
 }
 
-void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock)
+void lockfs_flock_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock)
 {
 	struct lockfs_fs *fs = fuse_req_userdata(req);
 	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX];
@@ -271,7 +249,7 @@ void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct
 	struct lockfs_fd_conflict conflict = { 0 };
 	int rc;
 
-	if (flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
+	if (lockfs_flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
 		return (void)fuse_reply_err(req, ENOLCK);
 	owner_key(key, "posix", fi->lock_owner);
 	rc = lockfs_core_fd_test(fs->core, &rq, &conflict);
@@ -289,7 +267,7 @@ void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct
 	fuse_reply_lock(req, lock);
 }
 
-void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,
+void lockfs_flock_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,
 	       int sleep)
 {
 	struct lockfs_fs *fs = fuse_req_userdata(req);
@@ -297,17 +275,23 @@ void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct
 
 	/* Byte ranges are not locks of a name: refuse rather than keep a
 	 * lock the other holders of NAME cannot see. */
-	if (flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
+	if (lockfs_flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
 		return (void)fuse_reply_err(req, ENOLCK);
 	owner_key(key, "posix", fi->lock_owner);
 	if (lock->l_type == F_UNLCK)
 		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
 	if (lock->l_type != F_RDLCK && lock->l_type != F_WRLCK)
 		return (void)fuse_reply_err(req, EINVAL);
-	fd_lock(req, fs, name, key, lock->l_type == F_RDLCK, sleep != 0, fi);
+	fd_lock(req, fs, &(struct lockfs_fd_request){
+		.name = name,
+		.owner = key,
+		.via_file = fi->fh,
+		.mode = lock->l_type == F_RDLCK ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE,
+		.wait = sleep != 0,
+	});
 }
 
-void flock_shutdown(struct lockfs_fs *fs)
+void lockfs_flock_shutdown(struct lockfs_fs *fs)
 {
 	pthread_mutex_lock(&fs->parked_mu);
 	while (fs->parked) {

@@ -63,24 +63,24 @@ static inline int ino_is_flock(fuse_ino_t ino)
 /* The kernel's view: which lock names it holds inode numbers for. */
 struct inodes;
 
-struct inodes *inodes_new(void);
-void inodes_free(struct inodes *t);
+struct inodes *lockfs_inodes_new(void);
+void lockfs_inodes_free(struct inodes *t);
 /* The node id for acquisition GENERATION of NAME, made if needed, with its
  * lookup count raised by one.  Returns 0 when out of memory. */
-uint64_t inodes_ref(struct inodes *t, const char *name, uint64_t generation);
+uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generation);
 /* Copy the name of node ID into BUF (NAME_MAX + 1 bytes) and its
  * generation into *GENERATION.
  * Returns 0, or -ENOENT when the kernel has forgotten it. */
-int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation);
+int lockfs_inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation);
 /* The kernel forgets N lookups of node ID. */
-void inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
+void lockfs_inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
 
 struct lockfs_fs;
 
 /* Parked flock/fcntl requests (flock.c). */
 struct parked;
 
-/* Every open file and directory (ops.c): the kernel sends no release for
+/* Every open file and directory (handle.c): the kernel sends no release for
  * them once the connection is gone, so they are freed at exit. */
 struct handle {
 	struct handle *next, *prev;
@@ -88,10 +88,14 @@ struct handle {
 	uid_t uid;      /* who opened it: counted against -o max_open_per_uid */
 	bool keeps_fd;  /* a descriptor in the daemon while open (M/.log) */
 };
-void handles_free_all(struct lockfs_fs *fs);
+/* Free every handle still open (the loop has stopped: no request uses them). */
+void lockfs_handles_free_all(struct lockfs_fs *fs);
 
 struct lockfs_fs {
 	struct lockfs_core *core;
+	/* Lock order: an engine stripe mutex, then parked_mu (flock.c).
+	 * handles_mu guards only the handle list (handle.c): it is taken
+	 * with no other mutex held, and none is taken under it. */
 	pthread_mutex_t parked_mu;
 	struct parked *parked;     /* protected by parked_mu */
 	pthread_mutex_t handles_mu;
@@ -107,34 +111,47 @@ struct lockfs_fs {
 /* The audit log at start-up (log_setup.c). */
 /* -o log_max=, log_keep=, log_denied_interval= (NULL: not given) into
  * *LIM, the defaults for the others.  0, or -1 after one line on stderr. */
-int log_limits_parse(const char *max, const char *keep, const char *interval,
-		     struct lockfs_log_limits *lim);
+int lockfs_log_limits_parse(const char *max, const char *keep, const char *interval,
+			    struct lockfs_log_limits *lim);
 /* Open DIR/lock.log (DIRFD) into *OUT.  0, or -errno after one line on
  * stderr (a symlink, other hard links, not a regular file, ...). */
-int log_open_audit(int dirfd, const char *dir, const struct lockfs_log_limits *lim,
-		   struct lockfs_log **out);
+int lockfs_log_open_audit(int dirfd, const char *dir, const struct lockfs_log_limits *lim,
+			  struct lockfs_log **out);
 /* SIGHUP reopens CORE's log, and no longer stops the daemon; SIGXFSZ is
  * ignored.  Call before fuse_set_signal_handlers (which then leaves SIGHUP
  * alone), and with NULL before the core is closed (SIGHUP ignored). */
-void log_signals_set(struct lockfs_core *core);
+void lockfs_log_signals_set(struct lockfs_core *core);
 
+/* ops.c: the request handlers. */
 extern const struct fuse_lowlevel_ops lockfs_ops;
-/* Who sent REQ (tid 0 when the daemon cannot tell). */
-void caller_of(fuse_req_t req, struct lockfs_caller *c);
+
+/* Who sent REQ into *C (tid 0 when /proc is another pid namespace's, so
+ * the daemon cannot tell). */
+static inline void lockfs_fs_caller(fuse_req_t req, struct lockfs_caller *c)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	const struct lockfs_fs *fs = fuse_req_userdata(req);
+
+	c->tid = fs->proc_foreign ? 0 : ctx->pid;
+	c->uid = ctx->uid;
+	c->gid = ctx->gid;
+}
 
 /* flock.c: M/.flock/NAME and the locks taken through it. */
-int flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1]);
-void flock_dir_attr(struct lockfs_fs *fs, struct stat *st);
-void flock_file_attr(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st);
-void flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name);
+/* The lock name of .flock node INO into NAME.  0, or -ENOENT. */
+int lockfs_flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1]);
+/* Answer REQ's lookup of .flock/NAME (any valid lock name exists there). */
+void lockfs_flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name);
 /* A close of an open .flock/NAME file (flush: POSIX owner; release). */
-void flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner);
+void lockfs_flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner);
 /* The loop and the engine's thread have stopped: answer every parked
  * request with ENOTCONN and free it. */
-void flock_shutdown(struct lockfs_fs *fs);
-void lfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op);
-void lfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock);
-void lfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,
-	       int sleep);
+void lockfs_flock_shutdown(struct lockfs_fs *fs);
+/* The flock, getlk and setlk handlers of lockfs_ops. */
+void lockfs_flock_op(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op);
+void lockfs_flock_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+			struct flock *lock);
+void lockfs_flock_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+			struct flock *lock, int sleep);
 
 #endif

@@ -41,7 +41,7 @@ static unsigned name_hash(const char *s)
 	return h % BUCKETS;
 }
 
-struct inodes *inodes_new(void)
+struct inodes *lockfs_inodes_new(void)
 {
 	struct inodes *t = calloc(1, sizeof(*t));
 
@@ -52,7 +52,7 @@ struct inodes *inodes_new(void)
 	return t;
 }
 
-void inodes_free(struct inodes *t)
+void lockfs_inodes_free(struct inodes *t)
 {
 	if (!t)
 		return;
@@ -70,7 +70,7 @@ void inodes_free(struct inodes *t)
 	free(t);
 }
 
-uint64_t inodes_ref(struct inodes *t, const char *name, uint64_t generation)
+uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generation)
 {
 	unsigned h = name_hash(name);
 	struct node *n;
@@ -110,7 +110,7 @@ static struct node *find_id(struct inodes *t, uint64_t id)
 	return NULL;
 }
 
-int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation)
+int lockfs_inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation)
 {
 	struct node *n;
 	int rc = -ENOENT;
@@ -127,7 +127,7 @@ int inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation)
 	return rc;
 }
 
-void inodes_forget(struct inodes *t, uint64_t id, uint64_t count)
+void lockfs_inodes_forget(struct inodes *t, uint64_t id, uint64_t count)
 {
 	struct node *n, **pp;
 

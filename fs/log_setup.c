@@ -12,8 +12,8 @@
 
 #include "fs.h"
 
-int log_limits_parse(const char *max, const char *keep, const char *interval,
-		     struct lockfs_log_limits *lim)
+int lockfs_log_limits_parse(const char *max, const char *keep, const char *interval,
+			    struct lockfs_log_limits *lim)
 {
 	char *end;
 	unsigned long v;
@@ -50,8 +50,8 @@ int log_limits_parse(const char *max, const char *keep, const char *interval,
 	return 0;
 }
 
-int log_open_audit(int dirfd, const char *dir, const struct lockfs_log_limits *lim,
-		   struct lockfs_log **out)
+int lockfs_log_open_audit(int dirfd, const char *dir, const struct lockfs_log_limits *lim,
+			  struct lockfs_log **out)
 {
 	int rc = lockfs_log_open(out, dirfd, "lock.log", lim);
 
@@ -78,7 +78,7 @@ static void on_sighup(int sig)
 		lockfs_core_log_reopen(hup_core); /* async-signal-safe */
 }
 
-void log_signals_set(struct lockfs_core *core)
+void lockfs_log_signals_set(struct lockfs_core *core)
 {
 	struct sigaction sa = { .sa_handler = core ? on_sighup : SIG_IGN, .sa_flags = SA_RESTART };
 

@@ -487,7 +487,7 @@ int main(int argc, char *argv[])
 	    (o.max_waiters_per_uid &&
 	     parse_cap("max_waiters_per_uid", o.max_waiters_per_uid, &cfg.max_waiters_per_uid) < 0) ||
 	    (o.max_locks && parse_cap("max_locks", o.max_locks, &cfg.max_locks) < 0) ||
-	    log_limits_parse(o.log_max, o.log_keep, o.log_denied_interval, &log_limits) < 0)
+	    lockfs_log_limits_parse(o.log_max, o.log_keep, o.log_denied_interval, &log_limits) < 0)
 		goto out_args;
 	if (o.descendants && strcmp(o.descendants, "connector") != 0 &&
 	    strcmp(o.descendants, "scan") != 0) {
@@ -514,7 +514,7 @@ int main(int argc, char *argv[])
 			"so acquisition could not be atomic" : strerror(-rc));
 		goto out_lock;
 	}
-	if (log_open_audit(dirfd, backing, &log_limits, &cfg.log) < 0) {
+	if (lockfs_log_open_audit(dirfd, backing, &log_limits, &cfg.log) < 0) {
 		be->ops->destroy(be);
 		goto out_lock;
 	}
@@ -532,7 +532,7 @@ int main(int argc, char *argv[])
 			"with -o fence_file=" : strerror(-rc));
 		goto out_lock;
 	}
-	fs.inodes = inodes_new();
+	fs.inodes = lockfs_inodes_new();
 	if (!fs.inodes) {
 		fprintf(stderr, "lockfs: out of memory\n");
 		goto out_inodes;
@@ -560,7 +560,7 @@ int main(int argc, char *argv[])
 	fs.se = fuse_session_new(&args, &lockfs_ops, sizeof(lockfs_ops), &fs);
 	if (!fs.se)
 		goto out_inodes;
-	log_signals_set(fs.core);
+	lockfs_log_signals_set(fs.core);
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
 	if (lockfs_stop_install(fs.se) < 0) {
@@ -627,17 +627,17 @@ out_unmount:
 	 * unmount or our exit ends every request still waiting. */
 	lockfs_core_stop(fs.core);
 	/* Nothing grants any more: tell the waiters the service is gone. */
-	flock_shutdown(&fs);
+	lockfs_flock_shutdown(&fs);
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_session:
 	fuse_session_destroy(fs.se);
-	handles_free_all(&fs);
+	lockfs_handles_free_all(&fs);
 out_inodes:
-	log_signals_set(NULL);
+	lockfs_log_signals_set(NULL);
 	free(fsname);
-	inodes_free(fs.inodes);
+	lockfs_inodes_free(fs.inodes);
 	lockfs_core_close(fs.core);
 out_lock:
 	close(lockfd);

@@ -1,5 +1,7 @@
 /*
- * FUSE requests -> one core call -> exactly one reply.
+ * The FUSE request handlers and the ops table: each request -> core
+ * call(s) -> exactly one reply.  Attributes and file contents are attr.c's,
+ * open handles handle.c's, M/.flock and its locks flock.c's.
  *
  * Every handler ends in a single fuse_reply_*; errors travel up as
  * negative errno and leave through `return (void)fuse_reply_err(req, -rc)`.
@@ -44,7 +46,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attr.h"
 #include "fs.h"
+#include "handle.h"
 #include "lockfs/name.h"
 #include "lockfs/record.h"
 #include "lockfs/utf8.h"
@@ -54,201 +58,12 @@ static struct lockfs_fs *fs_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-void caller_of(fuse_req_t req, struct lockfs_caller *c)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-
-	c->tid = fs_of(req)->proc_foreign ? 0 : ctx->pid;
-	c->uid = ctx->uid;
-	c->gid = ctx->gid;
-}
-
-static const char *const lock_file_names[LF_COUNT] = {
-	[LF_OWNER] = "owner",
-	[LF_OPERATION] = "operation",
-	[LF_FENCE] = "fence",
-	[LF_LEASE] = "lease",
-	[LF_BREAK] = "break",
-	[LF_WAITERS] = "waiters",
-	[LF_BIND] = "bind",
-};
-
 /* Root and the user who mounted may break any lock. */
 static bool may_break(struct lockfs_fs *fs, fuse_req_t req)
 {
 	uid_t uid = fuse_req_ctx(req)->uid;
 
 	return uid == 0 || uid == fs->mount_uid;
-}
-
-static void ms_to_timespec(int64_t ms, struct timespec *ts)
-{
-	ts->tv_sec = ms / 1000;
-	ts->tv_nsec = (ms % 1000) * 1000000;
-}
-
-static void root_attr(struct lockfs_fs *fs, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = FUSE_ROOT_ID;
-	/* Sticky and open to all, like /tmp: anyone may take a lock, only
-	 * its holder may release it (the daemon decides, not mode bits). */
-	st->st_mode = S_IFDIR | 01777;
-	st->st_nlink = 2;
-	st->st_uid = fs->mount_uid;
-	st->st_gid = fs->mount_gid;
-	st->st_atim = st->st_mtim = st->st_ctim = fs->mounted_at;
-}
-
-static int log_attr(struct lockfs_fs *fs, struct stat *st)
-{
-	struct stat lst;
-	int fd = lockfs_core_log_open_ro(fs->core);
-
-	memset(st, 0, sizeof(*st));
-	if (fd >= 0) {
-		if (fstat(fd, &lst) == 0) {
-			st->st_size = lst.st_size;
-			st->st_atim = lst.st_atim;
-			st->st_mtim = lst.st_mtim;
-			st->st_ctim = lst.st_ctim;
-		}
-		close(fd);
-	}
-	st->st_ino = INO_LOG;
-	st->st_mode = S_IFREG | 0444;
-	st->st_nlink = 1;
-	st->st_uid = fs->mount_uid;
-	st->st_gid = fs->mount_gid;
-	return 0;
-}
-
-/* Attributes of lock directory node ID, or of FILE inside it. */
-static void lock_attr(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
-		      const struct lockfs_lock_stat *ls, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = ino_make(id, file);
-	st->st_uid = ls->uid;
-	st->st_gid = ls->gid;
-	st->st_nlink = 1;
-	ms_to_timespec(ls->mtime_ms, &st->st_mtim);
-	st->st_atim = st->st_ctim = st->st_mtim;
-	switch (file) {
-	case LF_DIR:
-		st->st_mode = S_IFDIR | 0755;
-		st->st_nlink = 2;
-		break;
-	case LF_OWNER:
-	case LF_FENCE:
-	case LF_WAITERS:
-		st->st_mode = S_IFREG | 0444;
-		break;
-	case LF_BIND:
-		/* The holder decides by the rmdir rule, not by mode bits. */
-		st->st_mode = S_IFREG | 0666;
-		break;
-	case LF_BREAK:
-		/* Breaking is for root and the user who mounted. */
-		st->st_mode = S_IFREG | 0200;
-		st->st_uid = fs->mount_uid;
-		st->st_gid = fs->mount_gid;
-		break;
-	default:
-		st->st_mode = S_IFREG | 0644;
-		break;
-	}
-}
-
-/*
- * The lock name of inode INO into NAME, and the lock's current state into
- * *LS (may be NULL), provided INO still shows the acquisition that holds
- * NAME now.  An inode of a released lock answers ENOENT for good, even
- * after someone takes the name again.  0, -ENOENT.
- */
-static int lock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
-			struct lockfs_lock_stat *ls)
-{
-	struct lockfs_lock_stat cur;
-	uint64_t generation;
-	int rc;
-
-	if (!ino_is_lock(ino))
-		return -ENOENT;
-	rc = inodes_name(fs->inodes, ino_id(ino), name, &generation);
-	if (rc == 0)
-		rc = lockfs_core_stat(fs->core, name, &cur);
-	if (rc == 0 && cur.generation != generation)
-		rc = -ENOENT;
-	if (rc == 0 && ls)
-		*ls = cur;
-	return rc;
-}
-
-/*
- * What REQ's caller reads in FILE of LOCK now: the text an open for reading
- * takes, and so the size stat shows.  sendfile(2), splice(2) and
- * copy_file_range(2) stop at the size (busybox cat uses sendfile): a size
- * of 0 would read as empty.  *DATA is malloc'd (NULL for nothing).
- */
-static int render(struct lockfs_fs *fs, fuse_req_t req, const char *lock, enum lock_file file,
-		  const struct lockfs_lock_stat *ls, char **data, size_t *len)
-{
-	*data = NULL;
-	*len = 0;
-	switch (file) {
-	case LF_FENCE:
-		*data = malloc(24);
-		if (!*data)
-			return -ENOMEM;
-		*len = ls->fence ? (size_t)snprintf(*data, 24, "%" PRIu64 "\n", ls->fence)
-				 : (size_t)snprintf(*data, 24, "null\n");
-		return 0;
-	case LF_LEASE:
-		return lockfs_core_lease(fs->core, lock, data, len);
-	case LF_WAITERS:
-		return lockfs_core_waiters(fs->core, lock, data, len);
-	case LF_BIND:
-		return lockfs_core_binding(fs->core, lock, data, len);
-	case LF_OWNER:
-		/* For this reader: the token only for the holder's uid and root. */
-		return lockfs_core_owner(fs->core, lock, fuse_req_ctx(req)->uid, data, len);
-	case LF_OPERATION:
-		return lockfs_core_operation(fs->core, lock, data, len);
-	default:
-		return 0; /* the lock directory, break: nothing to read */
-	}
-}
-
-/* ST's size: what REQ's caller would read now (see render). */
-static void content_size(struct lockfs_fs *fs, fuse_req_t req, const char *lock,
-			 enum lock_file file, const struct lockfs_lock_stat *ls, struct stat *st)
-{
-	char *data = NULL;
-	size_t len;
-
-	if (file != LF_DIR && render(fs, req, lock, file, ls, &data, &len) == 0)
-		st->st_size = (off_t)len;
-	free(data);
-}
-
-/* Reply to a lookup of FILE in lock NAME, taking a kernel reference. */
-static void reply_lock_entry(fuse_req_t req, struct lockfs_fs *fs, const char *name,
-			     enum lock_file file, const struct lockfs_lock_stat *ls)
-{
-	struct fuse_entry_param e;
-	uint64_t id = inodes_ref(fs->inodes, name, ls->generation);
-
-	if (!id)
-		return (void)fuse_reply_err(req, ENOMEM);
-	memset(&e, 0, sizeof(e));
-	e.ino = ino_make(id, file);
-	lock_attr(fs, id, file, ls, &e.attr);
-	content_size(fs, req, name, file, ls, &e.attr);
-	e.attr_timeout = 0;
-	e.entry_timeout = 0;
-	if (fuse_reply_entry(req, &e) == -ENOENT)
-		inodes_forget(fs->inodes, id, 1); /* interrupted: the kernel took no reference */
 }
 
 static void lfs_init(void *userdata, struct fuse_conn_info *conn)
@@ -272,37 +87,37 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		if (strcmp(name, ".log") == 0) {
 			struct fuse_entry_param e = { .ino = INO_LOG };
 
-			log_attr(fs, &e.attr);
+			lockfs_attr_log(fs, &e.attr);
 			return (void)fuse_reply_entry(req, &e);
 		}
 		if (strcmp(name, ".flock") == 0) {
 			struct fuse_entry_param e = { .ino = INO_FLOCK_DIR };
 
-			flock_dir_attr(fs, &e.attr);
+			lockfs_attr_flock_dir(fs, &e.attr);
 			return (void)fuse_reply_entry(req, &e);
 		}
 		rc = lockfs_core_stat(fs->core, name, &ls);
 		if (rc < 0)
 			return (void)fuse_reply_err(req, -rc);
-		return reply_lock_entry(req, fs, name, LF_DIR, &ls);
+		return lockfs_attr_reply_entry(req, fs, name, LF_DIR, &ls);
 	}
 	if (parent == INO_FLOCK_DIR)
-		return flock_lookup(req, fs, name);
+		return lockfs_flock_lookup(req, fs, name);
 	if (!ino_is_lock(parent) || ino_file(parent) != LF_DIR)
 		return (void)fuse_reply_err(req, ENOTDIR);
-	rc = lock_name_of(fs, parent, lock, &ls);
+	rc = lockfs_attr_lock_name(fs, parent, lock, &ls);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	for (int f = LF_DIR + 1; f < LF_COUNT; f++)
-		if (strcmp(name, lock_file_names[f]) == 0)
-			return reply_lock_entry(req, fs, lock, (enum lock_file)f, &ls);
+		if (strcmp(name, lockfs_lock_file_names[f]) == 0)
+			return lockfs_attr_reply_entry(req, fs, lock, (enum lock_file)f, &ls);
 	fuse_reply_err(req, ENOENT);
 }
 
 static void lfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	if (ino_is_lock(ino) || ino_is_flock(ino))
-		inodes_forget(fs_of(req)->inodes, ino_id(ino), nlookup);
+		lockfs_inodes_forget(fs_of(req)->inodes, ino_id(ino), nlookup);
 	fuse_reply_none(req);
 }
 
@@ -310,7 +125,7 @@ static void lfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_da
 {
 	for (size_t i = 0; i < count; i++)
 		if (ino_is_lock(forgets[i].ino) || ino_is_flock(forgets[i].ino))
-			inodes_forget(fs_of(req)->inodes, ino_id(forgets[i].ino), forgets[i].nlookup);
+			lockfs_inodes_forget(fs_of(req)->inodes, ino_id(forgets[i].ino), forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -323,25 +138,25 @@ static int attr_of(fuse_req_t req, fuse_ino_t ino, struct stat *st)
 	int rc;
 
 	if (ino == FUSE_ROOT_ID) {
-		root_attr(fs, st);
+		lockfs_attr_root(fs, st);
 		return 0;
 	}
 	if (ino == INO_LOG)
-		return log_attr(fs, st);
+		return lockfs_attr_log(fs, st);
 	if (ino == INO_FLOCK_DIR) {
-		flock_dir_attr(fs, st);
+		lockfs_attr_flock_dir(fs, st);
 		return 0;
 	}
 	if (ino_is_flock(ino)) {
-		rc = flock_name_of(fs, ino, lock);
+		rc = lockfs_flock_name_of(fs, ino, lock);
 		if (rc == 0)
-			flock_file_attr(fs, ino, st);
+			lockfs_attr_flock_file(fs, ino, st);
 		return rc;
 	}
-	rc = lock_name_of(fs, ino, lock, &ls);
+	rc = lockfs_attr_lock_name(fs, ino, lock, &ls);
 	if (rc == 0) {
-		lock_attr(fs, ino_id(ino), ino_file(ino), &ls, st);
-		content_size(fs, req, lock, ino_file(ino), &ls, st);
+		lockfs_attr_lock(fs, ino_id(ino), ino_file(ino), &ls, st);
+		lockfs_attr_content_size(fs, req, lock, ino_file(ino), &ls, st);
 	}
 	return rc;
 }
@@ -384,8 +199,8 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	}
 	if (!ino_is_lock(ino))
 		return (void)fuse_reply_err(req, EPERM);
-	caller_of(req, &caller);
-	rc = lock_name_of(fs, ino, lock, NULL);
+	lockfs_fs_caller(req, &caller);
+	rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	if (file == LF_DIR && to_set && !(to_set & ~TIME_BITS) &&
@@ -423,11 +238,11 @@ static void lfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 	if (parent != FUSE_ROOT_ID)
 		return (void)fuse_reply_err(req, EPERM);
-	caller_of(req, &caller);
+	lockfs_fs_caller(req, &caller);
 	rc = lockfs_core_acquire(fs->core, name, &caller, &ls);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
-	reply_lock_entry(req, fs, name, LF_DIR, &ls);
+	lockfs_attr_reply_entry(req, fs, name, LF_DIR, &ls);
 }
 
 static void lfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -439,7 +254,7 @@ static void lfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return (void)fuse_reply_err(req, EPERM);
 	if (strcmp(name, ".log") == 0 || strcmp(name, ".flock") == 0)
 		return (void)fuse_reply_err(req, EPERM);
-	caller_of(req, &caller);
+	lockfs_fs_caller(req, &caller);
 	fuse_reply_err(req, -lockfs_core_release(fs->core, name, &caller));
 }
 
@@ -476,106 +291,6 @@ static void lfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	fuse_reply_err(req, EPERM);
 }
 
-/* An open file: a snapshot to read, or the holder's text being written. */
-struct open_file {
-	struct handle h; /* first */
-	char *data;
-	size_t len;
-	int fd; /* the audit log, for INO_LOG; else -1 */
-	/* `operation` opened for writing: DATA not yet applied (a write that
-	 * ended inside a UTF-8 character); applied at the next write or at
-	 * close (flush). */
-	bool pending;
-	/* `operation` opened with O_TRUNC: the text before, put back if the
-	 * first write is refused (a refused write changes nothing). */
-	char *before;
-	size_t before_len;
-};
-
-static void handle_add(struct lockfs_fs *fs, struct handle *h)
-{
-	pthread_mutex_lock(&fs->handles_mu);
-	h->prev = NULL;
-	h->next = fs->handles;
-	if (h->next)
-		h->next->prev = h;
-	fs->handles = h;
-	pthread_mutex_unlock(&fs->handles_mu);
-}
-
-/* H is closed: out of the list, and no longer counted against its uid. */
-static void handle_del(struct lockfs_fs *fs, struct handle *h)
-{
-	pthread_mutex_lock(&fs->handles_mu);
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		fs->handles = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
-	pthread_mutex_unlock(&fs->handles_mu);
-	lockfs_core_handle_close(fs->core, h->uid, h->keeps_fd);
-}
-
-/* What INO names, for a `refused` line: the lock or .flock name, `.log`,
- * or "" (M itself, M/.flock). */
-static void handle_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
-{
-	uint64_t generation;
-
-	name[0] = '\0';
-	if (ino == INO_LOG)
-		strcpy(name, ".log");
-	else if ((ino_is_lock(ino) || ino_is_flock(ino)) &&
-		 inodes_name(fs->inodes, ino_id(ino), name, &generation) < 0)
-		name[0] = '\0';
-}
-
-/* Count a handle of INO for REQ's caller (see lockfs_core_handle_open)
- * into H.  0 or -EMFILE. */
-static int handle_count(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct handle *h)
-{
-	struct lockfs_caller caller;
-	char name[NAME_MAX + 1];
-	int rc;
-
-	caller_of(req, &caller);
-	handle_name(fs, ino, name);
-	h->keeps_fd = ino == INO_LOG;
-	rc = lockfs_core_handle_open(fs->core, &caller, h->keeps_fd, name);
-	if (rc == 0)
-		h->uid = caller.uid;
-	return rc;
-}
-
-void handles_free_all(struct lockfs_fs *fs)
-{
-	pthread_mutex_lock(&fs->handles_mu);
-	while (fs->handles) {
-		struct handle *h = fs->handles;
-
-		fs->handles = h->next;
-		h->free(h);
-	}
-	pthread_mutex_unlock(&fs->handles_mu);
-}
-
-static void open_file_free(struct open_file *of)
-{
-	if (!of)
-		return;
-	if (of->fd >= 0)
-		close(of->fd);
-	free(of->data);
-	free(of->before);
-	free(of);
-}
-
-static void open_file_free_handle(struct handle *h)
-{
-	open_file_free((struct open_file *)h);
-}
-
 static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct lockfs_fs *fs = fs_of(req);
@@ -588,18 +303,17 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if (ino == FUSE_ROOT_ID || ino == INO_FLOCK_DIR)
 		return (void)fuse_reply_err(req, EISDIR);
-	of = calloc(1, sizeof(*of));
+	of = lockfs_open_file_new();
 	if (!of)
 		return (void)fuse_reply_err(req, ENOMEM);
-	rc = handle_count(fs, req, ino, &of->h);
+	rc = lockfs_handle_count(fs, req, ino, &of->h);
 	if (rc < 0) {
-		free(of);
+		lockfs_open_file_free(of);
 		return (void)fuse_reply_err(req, -rc);
 	}
-	of->fd = -1;
 	if (ino_is_flock(ino)) {
 		/* Opening takes nothing: flock/fcntl on it does. */
-		rc = flock_name_of(fs, ino, lock);
+		rc = lockfs_flock_name_of(fs, ino, lock);
 		goto out;
 	}
 	if (ino == INO_LOG) {
@@ -610,7 +324,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		goto out;
 	}
-	rc = lock_name_of(fs, ino, lock, &ls);
+	rc = lockfs_attr_lock_name(fs, ino, lock, &ls);
 	if (rc < 0)
 		goto out;
 	switch (ino_file(ino)) {
@@ -619,22 +333,22 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	case LF_OWNER:
 		/* Rendered once per open, for this reader: reads of one open
 		 * file see one consistent text. */
-		rc = writing ? -EACCES : render(fs, req, lock, ino_file(ino), &ls, &of->data, &of->len);
+		rc = writing ? -EACCES : lockfs_attr_render(fs, req, lock, ino_file(ino), &ls, &of->data, &of->len);
 		break;
 	case LF_LEASE:
-		caller_of(req, &caller);
+		lockfs_fs_caller(req, &caller);
 		rc = writing ? lockfs_core_check_holder(fs->core, lock, &caller)
-			     : render(fs, req, lock, LF_LEASE, &ls, &of->data, &of->len);
+			     : lockfs_attr_render(fs, req, lock, LF_LEASE, &ls, &of->data, &of->len);
 		break;
 	case LF_BREAK:
 		rc = !writing || !may_break(fs, req) ? -EACCES : 0;
 		break;
 	case LF_BIND:
 		/* Who may bind is decided at the write; reading shows it. */
-		rc = writing ? 0 : render(fs, req, lock, LF_BIND, &ls, &of->data, &of->len);
+		rc = writing ? 0 : lockfs_attr_render(fs, req, lock, LF_BIND, &ls, &of->data, &of->len);
 		break;
 	case LF_OPERATION:
-		caller_of(req, &caller);
+		lockfs_fs_caller(req, &caller);
 		if (writing) {
 			/* O_TRUNC clears at once (`: > operation`), keeping
 			 * the old text to put back should the first write be
@@ -649,7 +363,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			if (rc == 0 && !(fi->flags & O_TRUNC))
 				rc = lockfs_core_operation(fs->core, lock, &of->data, &of->len);
 		} else {
-			rc = render(fs, req, lock, LF_OPERATION, &ls, &of->data, &of->len);
+			rc = lockfs_attr_render(fs, req, lock, LF_OPERATION, &ls, &of->data, &of->len);
 		}
 		break;
 	default:
@@ -658,18 +372,17 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 out:
 	if (rc < 0) {
 		lockfs_core_handle_close(fs->core, of->h.uid, of->h.keeps_fd);
-		open_file_free(of);
+		lockfs_open_file_free(of);
 		return (void)fuse_reply_err(req, -rc);
 	}
 	fi->fh = (uint64_t)(uintptr_t)of;
-	of->h.free = open_file_free_handle;
-	handle_add(fs, &of->h);
+	lockfs_handle_add(fs, &of->h);
 	fi->direct_io = 1; /* content depends on the reader and the moment */
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
-		handle_del(fs, &of->h);
-		open_file_free(of);
+		lockfs_handle_del(fs, &of->h);
+		lockfs_open_file_free(of);
 	}
 }
 
@@ -721,8 +434,8 @@ static void restore_before(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
 	of->pending = false;
 	if (!of->before)
 		return;
-	caller_of(req, &caller);
-	if (lock_name_of(fs, ino, lock, NULL) == 0)
+	lockfs_fs_caller(req, &caller);
+	if (lockfs_attr_lock_name(fs, ino, lock, NULL) == 0)
 		lockfs_core_set_operation(fs->core, lock, &caller, of->before, of->before_len);
 	free(of->before);
 	of->before = NULL;
@@ -770,8 +483,8 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 
 	/* Each write carries the whole text so far: the engine applies it,
 	 * so a refused write changes nothing. */
-	caller_of(req, &caller);
-	rc = lock_name_of(fs, ino, lock, NULL);
+	lockfs_fs_caller(req, &caller);
+	rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
 	if (rc == 0 && file == LF_OPERATION) {
 		rc = lockfs_core_set_operation(fs->core, lock, &caller, data, end);
 		/* A write may end inside a UTF-8 character that the next one
@@ -817,10 +530,10 @@ static void lfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	/* POSIX: any close by the owning process ends its locks. */
 	if (ino_is_flock(ino))
-		flock_closed(fs, ino, "posix", fi->lock_owner);
+		lockfs_flock_closed(fs, ino, "posix", fi->lock_owner);
 	if (of && of->pending && ino_is_lock(ino) && ino_file(ino) == LF_OPERATION) {
-		caller_of(req, &caller);
-		rc = lock_name_of(fs, ino, lock, NULL);
+		lockfs_fs_caller(req, &caller);
+		rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
 		if (rc == 0)
 			rc = lockfs_core_set_operation(fs->core, lock, &caller,
 						       of->data ? of->data : "", of->len);
@@ -843,7 +556,7 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	 * background, and a new open file may already have the old one's
 	 * address -- and so its lock owner -- and be locking. */
 	if (ino_is_flock(ino))
-		flock_closed(fs_of(req), ino, "flock", fi->fh);
+		lockfs_flock_closed(fs_of(req), ino, "flock", fi->fh);
 	/* An open file description lock (F_OFD_SETLK) ends with its last
 	 * close, and no flush tells of it: end the fcntl locks granted
 	 * through this open file and not through another one since (the
@@ -853,40 +566,24 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (ino_is_flock(ino) && fi->fh) {
 		char name[NAME_MAX + 1];
 
-		if (flock_name_of(fs_of(req), ino, name) == 0)
+		if (lockfs_flock_name_of(fs_of(req), ino, name) == 0)
 			lockfs_core_fd_file_closed(fs_of(req)->core, name, fi->fh);
 	}
-	handle_del(fs_of(req), (struct handle *)(uintptr_t)fi->fh);
-	open_file_free((struct open_file *)(uintptr_t)fi->fh);
+	lockfs_handle_del(fs_of(req), (struct handle *)(uintptr_t)fi->fh);
+	lockfs_open_file_free((struct open_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
-}
-
-/* A directory listing, taken at opendir so offsets stay meaningful. */
-struct dir_snapshot {
-	struct handle h; /* first */
-	char **names; /* NULL-terminated; entries 0.. are after "." and ".." */
-	size_t count;
-	fuse_ino_t self;
-};
-
-static void dir_snapshot_free(struct handle *h)
-{
-	struct dir_snapshot *d = (struct dir_snapshot *)h;
-
-	lockfs_names_free(d->names);
-	free(d);
 }
 
 static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct lockfs_fs *fs = fs_of(req);
-	struct dir_snapshot *d = calloc(1, sizeof(*d));
+	struct dir_snapshot *d = lockfs_dir_snapshot_new();
 	char lock[NAME_MAX + 1];
 	int rc = 0;
 
 	if (!d)
 		return (void)fuse_reply_err(req, ENOMEM);
-	rc = handle_count(fs, req, ino, &d->h);
+	rc = lockfs_handle_count(fs, req, ino, &d->h);
 	if (rc < 0) {
 		free(d);
 		return (void)fuse_reply_err(req, -rc);
@@ -897,7 +594,7 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	} else if (ino == INO_FLOCK_DIR) {
 		rc = lockfs_core_list_flock(fs->core, &d->names, &d->count);
 	} else if (ino_is_lock(ino) && ino_file(ino) == LF_DIR) {
-		rc = lock_name_of(fs, ino, lock, NULL);
+		rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
 	} else {
 		rc = -ENOTDIR;
 	}
@@ -908,11 +605,10 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return (void)fuse_reply_err(req, -rc);
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
-	d->h.free = dir_snapshot_free;
-	handle_add(fs, &d->h);
+	lockfs_handle_add(fs, &d->h);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
-		handle_del(fs, &d->h);
-		dir_snapshot_free(&d->h);
+		lockfs_handle_del(fs, &d->h);
+		lockfs_dir_snapshot_free(&d->h);
 	}
 }
 
@@ -950,7 +646,7 @@ static const char *dir_entry(struct dir_snapshot *d, size_t i, fuse_ino_t *ino, 
 	if (i + 1 < LF_COUNT) {
 		*ino = d->self + 1 + i;
 		*mode = S_IFREG;
-		return lock_file_names[i + 1];
+		return lockfs_lock_file_names[i + 1];
 	}
 	return NULL;
 }
@@ -983,8 +679,8 @@ static void lfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 {
 	struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
 
-	handle_del(fs_of(req), &d->h);
-	dir_snapshot_free(&d->h);
+	lockfs_handle_del(fs_of(req), &d->h);
+	lockfs_dir_snapshot_free(&d->h);
 	fuse_reply_err(req, 0);
 }
 
@@ -1019,7 +715,7 @@ const struct fuse_lowlevel_ops lockfs_ops = {
 	.readdir = lfs_readdir,
 	.releasedir = lfs_releasedir,
 	.statfs = lfs_statfs,
-	.flock = lfs_flock,
-	.getlk = lfs_getlk,
-	.setlk = lfs_setlk,
+	.flock = lockfs_flock_op,
+	.getlk = lockfs_flock_getlk,
+	.setlk = lockfs_flock_setlk,
 };

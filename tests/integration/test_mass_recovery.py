@@ -5,7 +5,7 @@ holder was released 16.7 s after it died (the design bound is 100 ms).  A
 mass death is recovered in bounded slices, one uid's todo after another's,
 so every other recovery goes on meanwhile.  Here with 5,000 locks, and only
 a generous bound: the other user's lock is free long before the mass
-recovery is over.  The timing goal is measured by tools/bench_mass_recovery.py.
+recovery is over.  The timing goal is measured by tools/bench/bench_mass_recovery.py.
 """
 
 import os

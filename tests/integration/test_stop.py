@@ -1,6 +1,6 @@
 """Issue 9 point 3, "Fast stop": how the daemon ends.
 
-The stop times themselves are measured by tools/bench_stop.py (figures in
+The stop times themselves are measured by tools/bench/bench_stop.py (figures in
 docs/performance.md); these tests hold generous bounds and the rules:
 
 - SIGTERM or SIGINT ends the daemon, with status 0, within 2 s: also when

@@ -1,6 +1,6 @@
 """The load under which a hard stop of the daemon used to wedge the mount
 (issue 8 point 1), as plain helpers (no fixtures): test_wedge.py and
-tools/bench_stop.py use them.
+tools/bench/bench_stop.py use them.
 
 - `Load(mnt, witness, stopfile, user, mkdirs=8, flocks=8)`: MKDIRS clients
   that loop `mkdir M/wN` / `rmdir M/wN`, and FLOCKS clients that loop

@@ -26,7 +26,7 @@
  *
  * --smoke: one round of 20 pairs (for CI: does it still run?).
  * URL defaults to $LOCKFS_ETCD_URL.  Run against a fresh etcd:
- *   tests/integration/etcd_fixtures.py exec -- build/tools/etcd_raw
+ *   tests/integration/etcd_fixtures.py exec -- build/tools/bench/etcd_raw
  */
 #include <errno.h>
 #include <inttypes.h>

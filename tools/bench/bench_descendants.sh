@@ -1,14 +1,14 @@
 #!/bin/bash
-# tools/bench_descendants.sh: what tracking a holder's descendants costs (issue 9 §2), as root.
+# tools/bench/bench_descendants.sh: what tracking a holder's descendants costs (issue 9 §2), as root.
 #
-#   sudo tools/bench_descendants.sh --base BASE_BUILD [--rounds N] [--pairs N]
+#   sudo tools/bench/bench_descendants.sh --base BASE_BUILD [--rounds N] [--pairs N]
 #                                   [--load-seconds S] [--smoke] [BUILD_DIR]
 #
 # Three lockfs daemons, each with its backing dir on one private tmpfs:
 #   base       BASE_BUILD/lockfs: a build without descendant tracking
 #   connector  BUILD_DIR/lockfs (default): the kernel's process events
 #   scan       BUILD_DIR/lockfs -o descendants=scan: no process events
-# 1. µs per uncontended mkdir+rmdir pair (tools/bench_pairs), interleaved in
+# 1. µs per uncontended mkdir+rmdir pair (tools/bench/bench_pairs), interleaved in
 #    rounds (round 1: base connector scan, round 2 the other way, ...), once
 #    on a quiet machine and once while a background shell forks and execs
 #    /bin/true as fast as it can (every one of those is an event the
@@ -18,7 +18,7 @@
 #    threads), which a loaded machine disturbs far less than wall time.
 # 2. The daemons' CPU (utime+stime from /proc) over --load-seconds of that
 #    fork load with no lock held: the connector's cost when nobody locks.
-# 3. tools/bench_desc_ops, in CPU time: what watch+unwatch of a holder
+# 3. tools/bench/bench_desc_ops, in CPU time: what watch+unwatch of a holder
 #    adds to one pair, and what reading one event costs (5 and 3 runs,
 #    medians).
 # --smoke: one round of 200 pairs, a 1 s load and short micro-runs, to
@@ -67,8 +67,8 @@ die() { echo "bench_descendants.sh: $*" >&2; exit 1; }
 [[ $PAIRS =~ ^[0-9]+$ ]] && [ "$PAIRS" -ge 1 ] || die "--pairs must be a positive integer"
 [[ $LOAD_SECONDS =~ ^[0-9]+$ ]] && [ "$LOAD_SECONDS" -ge 1 ] || die "--load-seconds must be a positive integer"
 
-CLIENT=$BUILD/tools/bench_pairs
-MICRO=$BUILD/tools/bench_desc_ops
+CLIENT=$BUILD/tools/bench/bench_pairs
+MICRO=$BUILD/tools/bench/bench_desc_ops
 for b in "$BASE/lockfs" "$BUILD/lockfs" "$CLIENT" "$MICRO"; do
 	[ -x "$b" ] || die "$b not found: build first"
 done
@@ -249,7 +249,7 @@ print(f"\nfork load alone, {secs} s, {forks} processes forked ({forks / secs:.0f
 for cfg in ('base', 'connector', 'scan'):
     print(f"  {cfg:10} daemon CPU {cpu[cfg] * 1000 / hz:7.0f} ms = {cpu[cfg] * 100 / hz / secs:5.2f} % of one CPU"
           f" ({cpu[cfg] * 1e6 / hz / max(forks, 1):.2f} µs per fork)")
-print(f"\nin CPU time (tools/bench_desc_ops), medians:")
+print(f"\nin CPU time (tools/bench/bench_desc_ops), medians:")
 print(f"  watch + unwatch of a holder, added to each pair: {med(micro['pair']):.0f} ns"
       f"  (runs: {' '.join(f'{x:.0f}' for x in micro['pair'])})")
 print(f"  one process event read and dropped:              {med(micro['event']):.0f} ns"

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Two lockfs builds side by side: the uncontended acquire+release pair.
 
-    tools/bench_compare.py [--rounds N] [--pairs N] [--smoke] BASE_BUILD NEW_BUILD
+    tools/bench/bench_compare.py [--rounds N] [--pairs N] [--smoke] BASE_BUILD NEW_BUILD
 
 Mounts BASE_BUILD/lockfs and NEW_BUILD/lockfs at once, each on its own
-private tmpfs backing dir, and runs BASE_BUILD/tools/bench_pairs (mkdir +
+private tmpfs backing dir, and runs BASE_BUILD/tools/bench/bench_pairs (mkdir +
 rmdir of one name, mean microseconds per pair) on each in turn, round by
 round, alternating which goes first.  Prints the median and minimum per
 build and the median of the per-round ratios NEW/BASE: the figure for "the
@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
                                 '..', 'tests', 'integration'))
 from lockfs_helpers import rmtree_unguarded  # noqa: E402
 
@@ -55,7 +55,10 @@ def main():
     if os.geteuid() != 0:
         sys.exit('bench_compare: must run as root (it mounts tmpfs and FUSE filesystems)')
     builds = {'base': a.base, 'new': a.new}
-    client = os.path.join(a.base, 'tools', 'bench_pairs')
+    client = os.path.join(a.base, 'tools', 'bench', 'bench_pairs')
+    if not os.access(client, os.X_OK):
+        # a base built before the benchmarks moved to tools/bench/
+        client = os.path.join(a.base, 'tools', 'bench_pairs')
     root = tempfile.mkdtemp(prefix='lockfs-compare.', dir='/var/tmp')
     daemons, tmpfs = {}, []
     try:

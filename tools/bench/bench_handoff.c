@@ -1,5 +1,5 @@
 /*
- * bench_handoff: the C client of the issue-4 benchmark (tools/bench_handoff.sh).
+ * bench_handoff: the C client of the issue-4 benchmark (tools/bench/bench_handoff.sh).
  *
  *   bench_handoff handoff N SETTLE_US FILE PARKED [FILE2 PARKED2]...
  *       Hand-off latency through flock(2) on FILE, N timed samples.  Two

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Recovery latency of one lock while another user's mass death is recovered.
 
-    tools/bench_mass_recovery.py [--locks N] [--samples N] [--compare OLD_BUILD] [--smoke] BUILD
+    tools/bench/bench_mass_recovery.py [--locks N] [--samples N] [--compare OLD_BUILD] [--smoke] BUILD
 
 Mounts lockfs on a private tmpfs backing dir.  One process of uid 4242
 takes N locks (default 50,000) and is killed with SIGKILL.  While the
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
                                 '..', 'tests', 'integration'))
 from lockfs_helpers import unguard  # noqa: E402
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Stop time: from SIGTERM or `fusermount3 -u` to the daemon's exit.
 
-    tools/bench_stop.py [--rounds N] [--smoke] [BUILD_DIR]
+    tools/bench/bench_stop.py [--rounds N] [--smoke] [BUILD_DIR]
 
 For each case, starts BUILD_DIR/lockfs (default build/) on a fresh backing
 dir and mount point, in the foreground (-f, a child of this script) or
@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
                                 '..', 'tests', 'integration'))
 from lockfs_helpers import (is_lockfs_mounted, mount_entry, rmtree_unguarded,  # noqa: E402
                             unguard)

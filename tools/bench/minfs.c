@@ -13,7 +13,7 @@
  * (fuse_session_loop_mt with a fuse_loop_cfg_create() config,
  * max_idle_threads 10).
  *
- * Built only for tools/bench.sh; not installed.
+ * Built only for tools/bench/bench.sh; not installed.
  *
  * Usage: minfs [-f] [-d] [FUSE options] MOUNTPOINT
  */

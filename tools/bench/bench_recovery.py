@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Recovery latency: how long after `kill -9` of a holder is its lock free?
 
-    tools/bench_recovery.py [--rounds N] [--seed-rounds K] BUILD_DIR
+    tools/bench/bench_recovery.py [--rounds N] [--seed-rounds K] [--smoke] BUILD_DIR
 
 Mounts lockfs on a private tmpfs backing dir, and for each round starts a
 holder process that takes M/x with mkdir(2) and waits; kills it with
@@ -10,7 +10,9 @@ latency p50/p99/max.  Side by side, it runs the seed tool's rule -- a lock
 directory is broken once its mtime is older than --stale, checked every
 --poll seconds -- with the seed's fast-herd settings (stale 12 s, poll 2 s)
 for K rounds (default 1; each takes ~12-14 s), and states its default
-(stale 600 s).  Run as root.
+(stale 600 s).  --smoke: 5 lockfs rounds and no seed round (seconds; CI
+runs it to show that the benchmark still runs, no goal asserted).  Run as
+root.
 """
 import argparse
 import os
@@ -124,7 +126,10 @@ def main():
     ap.add_argument('build', nargs='?', default='build')
     ap.add_argument('--rounds', type=int, default=200)
     ap.add_argument('--seed-rounds', type=int, default=1)
+    ap.add_argument('--smoke', action='store_true')
     a = ap.parse_args()
+    if a.smoke:
+        a.rounds, a.seed_rounds = 5, 0
     if os.geteuid() != 0:
         sys.exit('bench_recovery: run as root (it mounts)')
     lat = lockfs_rounds(a.build, a.rounds)

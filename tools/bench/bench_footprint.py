@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """What one held lock costs: the measurement behind the quota defaults.
 
-    tools/bench_footprint.py [--locks N] [--smoke] BUILD_DIR
+    tools/bench/bench_footprint.py [--locks N] [--smoke] BUILD_DIR
 
 Mounts lockfs on a private tmpfs backing dir (the default DIR, /run/lockfs,
 is a tmpfs on systemd hosts) with the per-uid caps off, lets one process
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
                                 '..', 'tests', 'integration'))
 from lockfs_helpers import unguard  # noqa: E402
 

@@ -1,13 +1,13 @@
 #!/bin/bash
-# tools/bench_helpers.sh: two lockfs daemons side by side, as root (issue 8 §3).
+# tools/bench/bench_helpers.sh: two lockfs daemons side by side, as root (issue 8 §3).
 #
-#   sudo tools/bench_helpers.sh [--rounds N] [--pairs N] [--names N] [--smoke] OLD_LOCKFS NEW_LOCKFS [BUILD_DIR]
+#   sudo tools/bench/bench_helpers.sh [--rounds N] [--pairs N] [--names N] [--smoke] OLD_LOCKFS NEW_LOCKFS [BUILD_DIR]
 #
 # What the holder checks cost: OLD_LOCKFS and NEW_LOCKFS (two builds of the
 # daemon, e.g. before and after a change) each mount a backing dir on one
 # private tmpfs, and every round (order alternating) measures on each:
 #   pair     mkdir+rmdir by a C caller that holds the lock itself
-#            (BUILD_DIR/tools/bench_pairs pairs M N): the uncontended pair;
+#            (BUILD_DIR/tools/bench/bench_pairs pairs M N): the uncontended pair;
 #   helper   one /usr/bin/mkdir with --names arguments, then one /usr/bin/rmdir:
 #            every acquisition resolves mkdir(1) as a genuine helper and skips
 #            it to its parent; µs per name (fork+exec spread over the names).
@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
 done
 [ $# -ge 2 ] || usage
 OLD=$1 NEW=$2 BUILD=${3:-./build}
-CLIENT=$BUILD/tools/bench_pairs
+CLIENT=$BUILD/tools/bench/bench_pairs
 
 die() { echo "bench_helpers.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root"

@@ -1,6 +1,6 @@
 /*
  * bench_desc_ops: the work descendant tracking adds, without FUSE, in CPU
- * time (tools/bench_descendants.sh; a loaded machine disturbs CPU time
+ * time (tools/bench/bench_descendants.sh; a loaded machine disturbs CPU time
  * far less than wall time).
  *
  *   bench_desc_ops pair N

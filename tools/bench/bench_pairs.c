@@ -1,5 +1,5 @@
 /*
- * bench_pairs: the C client of the lockfs benchmark (tools/bench.sh).
+ * bench_pairs: the C client of the lockfs benchmark (tools/bench/bench.sh).
  *
  *   bench_pairs pairs DIRPATH N
  *       N times mkdir(DIRPATH/bench-<pid>-x) + rmdir(same); prints the mean

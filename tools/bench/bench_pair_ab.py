@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """The uncontended acquire+release pair, two builds side by side.
 
-    tools/bench_pair_ab.py [--rounds N] [--pairs N] [--smoke] BUILD_A BUILD_B
+    tools/bench/bench_pair_ab.py [--rounds N] [--pairs N] [--smoke] BUILD_A BUILD_B
 
 Mounts BUILD_A/lockfs and BUILD_B/lockfs, each on its own private tmpfs
-backing dir, and runs BUILD_B/tools/bench_pairs (mkdir+rmdir of one name,
+backing dir, and runs BUILD_B/tools/bench/bench_pairs (mkdir+rmdir of one name,
 the mean µs per pair over --pairs pairs) against them in alternating
 order (A B, B A, ...) for --rounds rounds.  Prints the median µs of each
 and the median of the per-round ratios B/A: what a change costs the pair.
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
                                 '..', 'tests', 'integration'))
 from lockfs_helpers import unguard  # noqa: E402
 
@@ -62,7 +62,7 @@ def main():
         sys.exit('bench_pair_ab: run as root (it mounts)')
     if a.smoke:
         a.rounds, a.pairs = 2, 200
-    client = os.path.join(a.b, 'tools', 'bench_pairs')
+    client = os.path.join(a.b, 'tools', 'bench', 'bench_pairs')
     top = tempfile.mkdtemp(prefix='lockfs-ab-')
     mounts = {}
     res = {'a': [], 'b': []}

@@ -1,0 +1,50 @@
+/* Attributes and contents of the mount's nodes (attr.c). */
+#ifndef LOCKFS_FS_ATTR_H
+#define LOCKFS_FS_ATTR_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include "fs.h"
+
+/* The names of the files in a lock directory, by enum lock_file (LF_DIR
+ * has none). */
+extern const char *const lockfs_lock_file_names[LF_COUNT];
+
+/* Attributes of the root. */
+void lockfs_attr_root(struct lockfs_fs *fs, struct stat *st);
+/* Attributes of M/.log.  Returns 0. */
+int lockfs_attr_log(struct lockfs_fs *fs, struct stat *st);
+/* Attributes of lock directory node ID, or of FILE inside it, for state LS. */
+void lockfs_attr_lock(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
+		      const struct lockfs_lock_stat *ls, struct stat *st);
+/*
+ * The lock name of inode INO into NAME, and the lock's current state into
+ * *LS (may be NULL), provided INO still shows the acquisition that holds
+ * NAME now.  An inode of a released lock answers ENOENT for good, even
+ * after someone takes the name again.  0, -ENOENT.
+ */
+int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
+			  struct lockfs_lock_stat *ls);
+/*
+ * What REQ's caller reads in FILE of LOCK now: the text an open for reading
+ * takes, and so the size stat shows.  *DATA is malloc'd (NULL for nothing).
+ * 0 or -errno.
+ */
+int lockfs_attr_render(struct lockfs_fs *fs, fuse_req_t req, const char *lock,
+		       enum lock_file file, const struct lockfs_lock_stat *ls, char **data,
+		       size_t *len);
+/* ST's size: what REQ's caller would read now (see lockfs_attr_render). */
+void lockfs_attr_content_size(struct lockfs_fs *fs, fuse_req_t req, const char *lock,
+			      enum lock_file file, const struct lockfs_lock_stat *ls,
+			      struct stat *st);
+/* Reply to a lookup of FILE in lock NAME, taking a kernel reference: the
+ * request's one reply. */
+void lockfs_attr_reply_entry(fuse_req_t req, struct lockfs_fs *fs, const char *name,
+			     enum lock_file file, const struct lockfs_lock_stat *ls);
+/* Attributes of M/.flock, and of the .flock file node INO. */
+void lockfs_attr_flock_dir(struct lockfs_fs *fs, struct stat *st);
+void lockfs_attr_flock_file(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st);
+
+#endif

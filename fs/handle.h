@@ -1,0 +1,49 @@
+/* Open files and directory listings: the handles of the mount (handle.c). */
+#ifndef LOCKFS_FS_HANDLE_H
+#define LOCKFS_FS_HANDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "fs.h"
+
+/* An open file: a snapshot to read, or the holder's text being written. */
+struct open_file {
+	struct handle h; /* first */
+	char *data;
+	size_t len;
+	int fd; /* the audit log, for INO_LOG; else -1 */
+	/* `operation` opened for writing: DATA not yet applied (a write that
+	 * ended inside a UTF-8 character); applied at the next write or at
+	 * close (flush). */
+	bool pending;
+	/* `operation` opened with O_TRUNC: the text before, put back if the
+	 * first write is refused (a refused write changes nothing). */
+	char *before;
+	size_t before_len;
+};
+
+/* A directory listing, taken at opendir so offsets stay meaningful. */
+struct dir_snapshot {
+	struct handle h; /* first */
+	char **names; /* NULL-terminated; entries 0.. are after "." and ".." */
+	size_t count;
+	fuse_ino_t self;
+};
+
+/* A new open file (no data, no fd), or NULL when out of memory. */
+struct open_file *lockfs_open_file_new(void);
+void lockfs_open_file_free(struct open_file *of);
+/* A new, empty directory listing, or NULL when out of memory. */
+struct dir_snapshot *lockfs_dir_snapshot_new(void);
+void lockfs_dir_snapshot_free(struct handle *h);
+
+/* Count a handle of INO for REQ's caller (see lockfs_core_handle_open)
+ * into H.  0 or -EMFILE. */
+int lockfs_handle_count(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct handle *h);
+/* H is open: into the list that lockfs_handles_free_all empties. */
+void lockfs_handle_add(struct lockfs_fs *fs, struct handle *h);
+/* H is closed: out of the list, and no longer counted against its uid. */
+void lockfs_handle_del(struct lockfs_fs *fs, struct handle *h);
+
+#endif

@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""tools/check_floors.py (issue 10 §1): it refuses an include that points up
+or sideways, a cycle among core/lock/ headers, and accepts the arrows the
+plan allows.  Each case builds a small source tree in a temporary folder
+and runs the checker on it (includes only: no build, no mount)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            '..', '..'))
+CHECK = os.path.join(SOURCE_ROOT, 'tools', 'check_floors.py')
+PUBLIC = ['core.h', 'backend.h', 'etcd.h', 'name.h', 'utf8.h', 'limits.h', 'record.h',
+          'holder.h', 'log.h']
+
+
+def tree(root, files):
+    """Make ROOT/include/lockfs/*.h and FILES {path: [included names]}."""
+    for h in PUBLIC:
+        files.setdefault(os.path.join('include', 'lockfs', h), [])
+    for path, includes in files.items():
+        full = os.path.join(root, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, 'w') as f:
+            f.writelines(f'#include "{i}"\n' for i in includes)
+
+
+def check(root, floors):
+    return subprocess.run([sys.executable, CHECK, '--source', str(root), '--floors', floors],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize('floors,files', [
+    ('fs', {'fs/ops.c': ['fs.h', 'lockfs/core.h'], 'fs/fs.h': [],
+            'fs/main.c': ['lockfs/backend.h', '../core/lock/backend_v1.h'],
+            'core/lock/backend_v1.h': []}),
+    ('tools', {'tools/lockctl/args.c': ['lockctl.h', 'lockfs/name.h', 'lockfs/limits.h'],
+               'tools/lockctl/lockctl.h': []}),
+    ('core', {'core/engine.c': ['lock/table.h', 'proc/liveness.h', 'lockfs/core.h'],
+              'core/lock/table.h': ['queue.h', 'proc/liveness.h', 'lockfs/backend.h'],
+              'core/lock/queue.h': ['lockfs/record.h'], 'core/proc/liveness.h': ['fds.h'],
+              'core/proc/fds.h': [], 'core/base/name.c': ['lockfs/name.h', 'lockfs/utf8.h'],
+              'core/backend/dir.c': ['statedir.h', 'lockfs/backend.h', 'lockfs/record.h'],
+              'core/backend/statedir.h': []}),
+], ids=['fs', 'tools', 'core'])
+def test_arrows_down_pass(tmp_path, floors, files):
+    tree(tmp_path, files)
+    r = check(tmp_path, floors)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == ''
+
+
+@pytest.mark.parametrize('floors,files,culprit', [
+    ('fs', {'fs/ops.c': ['../core/lock/table.h'], 'core/lock/table.h': []}, 'fs/ops.c'),
+    ('fs', {'fs/ops.c': ['lockfs/backend.h']}, 'backend.h outside fs/main.c'),
+    ('fs', {'fs/ops.c': ['lockfs/etcd.h']}, 'fs/ops.c'),
+    ('tools', {'tools/lockctl/main.c': ['lockfs/record.h']}, 'tools/lockctl/main.c'),
+    ('core', {'core/proc/fds.c': ['lock/table.h'], 'core/lock/table.h': []}, 'core/proc/fds.c'),
+    ('core', {'core/base/name.c': ['lockfs/record.h']}, 'core/base/name.c'),
+    ('core', {'core/lock/queue.c': ['../engine.h'], 'core/engine.h': []}, 'core/lock/queue.c'),
+    ('core', {'core/lock/a.h': ['b.h'], 'core/lock/b.h': ['a.h']}, 'header cycle'),
+    ('fs', {'fs/ops.c': ['nowhere.h']}, 'not found'),
+], ids=['fs-core', 'fs-backend', 'fs-etcd', 'lockctl-record', 'proc-lock', 'base-record',
+        'lock-engine', 'lock-cycle', 'missing'])
+def test_arrows_up_fail(tmp_path, floors, files, culprit):
+    tree(tmp_path, files)
+    r = check(tmp_path, floors)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert culprit in r.stdout, r.stdout
+
+
+def test_v1_files_are_exempt(tmp_path):
+    tree(tmp_path, {'core/backend/dir_v1.c': ['../lock/backend_v1.h', '../engine.h'],
+                    'core/lock/backend_v1.h': [], 'core/engine.h': []})
+    r = check(tmp_path, 'core')
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_tree_passes_for_fs_and_tools():
+    r = check(SOURCE_ROOT, 'fs,tools')
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_unknown_floor_is_refused(tmp_path):
+    r = check(tmp_path, 'fs,nope')
+    assert r.returncode != 0 and 'unknown floor nope' in r.stderr

@@ -1,0 +1,275 @@
+/*
+ * lockctl's command line: parsing it into struct opts, and checking that
+ * the options fit the verb and that NAME, the slug and the reason are what
+ * the mount accepts (the daemon's own name rule and limits).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include <jansson.h>
+
+#include "lockfs/limits.h"
+#include "lockfs/name.h"
+
+#include "lockctl.h"
+
+/* ------------------------------------------------------------------ */
+/* the command line */
+
+const char lockfs_ctl_usage[] =
+	"Usage:\n"
+	"  lockctl run NAME [--slug S] [--timeout SECS] [--shared] -- CMD [ARG...]\n"
+	"  lockctl acquire NAME [--slug S] [--timeout SECS]\n"
+	"  lockctl release NAME [--slug S]\n"
+	"  lockctl status [NAME] [--json]\n"
+	"  lockctl break NAME --reason TEXT\n"
+	"  lockctl --help | --version\n"
+	"\n"
+	"Wait for, hold, inspect and release lockfs locks. Waiting is a blocking\n"
+	"flock(2) on M/.flock/NAME, which the daemon serves in arrival order.\n"
+	"\n"
+	"Verbs:\n"
+	"  run      wait for NAME, run CMD, release NAME however CMD ends, and exit\n"
+	"           with CMD's status (128+N if it died of signal N). SIGINT, SIGTERM\n"
+	"           and SIGHUP are passed on to CMD. CMD does not inherit the lock.\n"
+	"  acquire  wait for NAME and bind it to the calling shell (the parent of\n"
+	"           lockctl), or to the slug, so that it stays held after lockctl exits.\n"
+	"  release  release NAME (rmdir M/NAME): the holder's tree, or the slug.\n"
+	"  status   list held locks: NAME MODE HOLDER PID USER HOST AGE LEASE\n"
+	"           WAITERS OPERATION; --json prints the owner records, each with a\n"
+	"           \"waiters\" array. With NAME, exits 1 when NAME is not held.\n"
+	"  break    take NAME away from whoever holds it (root or the mounting user);\n"
+	"           the reason is logged.\n"
+	"\n"
+	"Options:\n"
+	"  --mount PATH    the lockfs mount (default: $LOCKFS_MOUNT, else /locks)\n"
+	"  --slug S        bind to slug S (LOCKFS_SLUG=S): a lock taken by acquire\n"
+	"                  belongs to (uid, S) under a lease, and any process of that\n"
+	"                  uid with the slug may release it. Without --slug, a\n"
+	"                  non-empty LOCKFS_SLUG in the environment counts, as for mkdir.\n"
+	"  --timeout SECS  give up waiting after SECS (decimals allowed); 0 tries once\n"
+	"  --shared        run: take the lock shared (many readers, no writer)\n"
+	"  --json          status: JSON output\n"
+	"  --reason TEXT   break: why (1 to 1024 bytes, required)\n"
+	"  --poll N        accepted for the seed tool; no effect (waiting is queued)\n"
+	"  --stale N       accepted for the seed tool; no effect (see lockfs -o stale)\n"
+	"\n"
+	"While waiting with stderr on a terminal, one line shows who holds the lock,\n"
+	"for how long, and your place in line.\n"
+	"\n"
+	"Exit status:\n"
+	"  0    success (run: CMD's own status instead)\n"
+	"  1    other failure, e.g. release or status of a lock that is not held\n"
+	"  64   usage error (bad option, missing NAME or CMD, invalid lock name)\n"
+	"  69   the mount is missing or is not a fuse.lockfs mount\n"
+	"  75   timed out waiting (also --timeout 0 when the lock is busy)\n"
+	"  77   permission refused (EPERM, EACCES): not the holder, not allowed to break\n"
+	"  126  run: CMD could not be executed; 127: CMD not found\n"
+	"\n"
+	"See lockctl(1).\n";
+
+int lockfs_ctl_usage_error(const char *what)
+{
+	return fail(EX_USAGE, "%s (see lockctl --help)", what);
+}
+
+/*
+ * Seconds: a decimal number, 0 to LOCKFS_LEASE_MAX_S (ten years, the
+ * daemon's lease limit).  Returns true and sets *OUT
+ * when TEXT is one.
+ */
+static bool parse_seconds(const char *text, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(text, &end);
+	if (errno || end == text || *end || !isfinite(v) || v < 0 || v > (double)LOCKFS_LEASE_MAX_S)
+		return false;
+	/* strtod takes "inf", "nan" and hex; isfinite rules out the first two,
+	 * and hex seconds are harmless. */
+	*out = v;
+	return true;
+}
+
+/* Does option ARG (starting with "--") name KEY, as "--KEY" or "--KEY=..."? */
+static bool opt_is(const char *arg, const char *key, const char **inline_val)
+{
+	size_t n = strlen(key);
+	if (strncmp(arg + 2, key, n) != 0)
+		return false;
+	if (arg[2 + n] == '\0') {
+		*inline_val = NULL;
+		return true;
+	}
+	if (arg[2 + n] == '=') {
+		*inline_val = arg + 3 + n;
+		return true;
+	}
+	return false;
+}
+
+static const struct {
+	const char *word;
+	enum verb verb;
+} VERBS[] = {
+	{ "run", V_RUN }, { "acquire", V_ACQUIRE }, { "release", V_RELEASE },
+	{ "status", V_STATUS }, { "break", V_BREAK },
+};
+
+/*
+ * Parse ARGV into O.  Options may come anywhere before "--"; the first
+ * word is the verb, the second NAME.  Returns 0, or EX_USAGE after
+ * printing why.
+ */
+int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	int npos = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *val = NULL;
+		if (strcmp(a, "--") == 0) {
+			o->seen_double_dash = true;
+			o->cmd = argv + i + 1;
+			o->ncmd = argc - i - 1;
+			break;
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			o->help = true;
+			continue;
+		}
+		if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+			o->version = true;
+			continue;
+		}
+		if (strncmp(a, "--", 2) == 0) {
+			static const char *const WITH_VALUE[] = {
+				"slug", "timeout", "poll", "stale", "mount", "reason",
+			};
+			const char *key = NULL;
+			for (size_t k = 0; k < sizeof(WITH_VALUE) / sizeof(WITH_VALUE[0]); k++) {
+				if (opt_is(a, WITH_VALUE[k], &val)) {
+					key = WITH_VALUE[k];
+					break;
+				}
+			}
+			if (key) {
+				if (!val) {
+					if (i + 1 >= argc) {
+						char *m = xasprintf("option --%s needs a value", key);
+						int rc = lockfs_ctl_usage_error(m);
+						free(m);
+						return rc;
+					}
+					val = argv[++i];
+				}
+				double secs;
+				if (strcmp(key, "slug") == 0) {
+					o->slug = val;
+				} else if (strcmp(key, "mount") == 0) {
+					o->mount = val;
+				} else if (strcmp(key, "reason") == 0) {
+					o->reason = val;
+				} else if (!parse_seconds(val, &secs)) {
+					return fail(EX_USAGE, "--%s %s: want a number of seconds, 0 to %.0f"
+						    " (see lockctl --help)", key, val, (double)LOCKFS_LEASE_MAX_S);
+				} else if (strcmp(key, "timeout") == 0) {
+					o->timeout = secs;
+					o->has_timeout = true;
+				} else if (strcmp(key, "poll") == 0) {
+					o->seen_poll = true;
+				} else {
+					o->seen_stale = true;
+				}
+				continue;
+			}
+			if (strcmp(a, "--shared") == 0) {
+				o->shared = true;
+				continue;
+			}
+			if (strcmp(a, "--json") == 0) {
+				o->json = true;
+				continue;
+			}
+			return fail(EX_USAGE, "unknown option %s (see lockctl --help)", a);
+		}
+		if (a[0] == '-' && a[1] != '\0')
+			return fail(EX_USAGE, "unknown option %s (see lockctl --help)", a);
+		if (npos == 0) {
+			o->verb_word = a;
+			for (size_t k = 0; k < sizeof(VERBS) / sizeof(VERBS[0]); k++)
+				if (strcmp(a, VERBS[k].word) == 0)
+					o->verb = VERBS[k].verb;
+			if (o->verb == V_NONE && !o->help)
+				return fail(EX_USAGE, "unknown command '%s' (see lockctl --help)", a);
+		} else if (npos == 1) {
+			o->name = a;
+		} else {
+			if (o->verb == V_RUN)
+				return fail(EX_USAGE, "unexpected '%s': put the command after -- "
+					    "(lockctl run NAME -- CMD...)", a);
+			return fail(EX_USAGE, "unexpected argument '%s' (see lockctl --help)", a);
+		}
+		npos++;
+	}
+	return 0;
+}
+
+/* Check that O's options fit its verb.  Returns 0 or EX_USAGE. */
+int lockfs_ctl_check_args(const struct opts *o)
+{
+	enum verb v = o->verb;
+	if (v == V_NONE)
+		return lockfs_ctl_usage_error("no command given");
+	const char *w = o->verb_word;
+	if (v != V_STATUS && !o->name)
+		return fail(EX_USAGE, "%s: NAME is missing (see lockctl --help)", w);
+	if (o->name) {
+		/* The daemon's own rule (include/lockfs/name.h), so that a name
+		 * the mount would refuse is refused here, before the mount is
+		 * touched, with the same reasons. */
+		int e = lockfs_name_check(o->name);
+		if (e == -ENOMEM)
+			oom();
+		if (e == -ENAMETOOLONG)
+			return fail(EX_USAGE, "'%s' is not a valid lock name: longer than %d bytes",
+				    o->name, LOCKFS_NAME_MAX);
+		if (e)
+			return fail(EX_USAGE, "'%s' is not a valid lock name (1 to %d bytes of UTF-8"
+				    " in Unicode NFC, no '/', no control or format character, not"
+				    " starting with '.', not only whitespace; see lockctl --help)",
+				    o->name, LOCKFS_NAME_MAX);
+	}
+	if (o->seen_double_dash && v != V_RUN)
+		return fail(EX_USAGE, "%s takes no command after -- (see lockctl --help)", w);
+	if (v == V_RUN && (!o->seen_double_dash || o->ncmd == 0))
+		return lockfs_ctl_usage_error("run: CMD is missing (lockctl run NAME -- CMD...)");
+	if (o->slug && !(v == V_RUN || v == V_ACQUIRE || v == V_RELEASE))
+		return fail(EX_USAGE, "%s does not take --slug", w);
+	/* LOCKFS_SLUG_MAX counts the NUL. */
+	if (o->slug && (o->slug[0] == '\0' || strlen(o->slug) > LOCKFS_SLUG_MAX - 1))
+		return fail(EX_USAGE, "--slug: want 1 to %d bytes", LOCKFS_SLUG_MAX - 1);
+	if (o->has_timeout && !(v == V_RUN || v == V_ACQUIRE))
+		return fail(EX_USAGE, "%s does not take --timeout", w);
+	if ((o->seen_poll || o->seen_stale) && !(v == V_RUN || v == V_ACQUIRE || v == V_RELEASE))
+		return fail(EX_USAGE, "%s does not take --poll or --stale", w);
+	if (o->shared && v != V_RUN)
+		return fail(EX_USAGE, "%s does not take --shared (only run does)", w);
+	if (o->json && v != V_STATUS)
+		return fail(EX_USAGE, "%s does not take --json (only status does)", w);
+	if (o->reason && v != V_BREAK)
+		return fail(EX_USAGE, "%s does not take --reason (only break does)", w);
+	if (v == V_BREAK) {
+		if (!o->reason)
+			return lockfs_ctl_usage_error("break: --reason TEXT is required");
+		size_t n = strlen(o->reason);
+		if (n == 0 || n > LOCKFS_REASON_MAX)
+			return fail(EX_USAGE, "--reason: want 1 to %d bytes", LOCKFS_REASON_MAX);
+	}
+	return 0;
+}

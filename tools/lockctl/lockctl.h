@@ -1,0 +1,219 @@
+/*
+ * lockctl: wait for, hold, inspect, release and break lockfs locks.
+ *
+ * It talks to the mount with plain syscalls, like any user; of the
+ * project it links only the name rule and its limits (lockfs/name.h,
+ * lockfs/limits.h), so that it refuses exactly the names the mount would:
+ *
+ *   run      flock(M/.flock/NAME), fork+exec CMD, wait, unlock.  The lock
+ *            belongs to lockctl's open file description, so however lockctl
+ *            ends (even SIGKILL) the last close releases it.
+ *   acquire  flock(LOCK_EX), then write "process" or "slug" to M/NAME/bind:
+ *            the daemon resolves the writer past lockctl (a helper) to its
+ *            parent, so the calling shell (or the slug) keeps the lock.
+ *   release  rmdir M/NAME.
+ *   status   M (readdir), M/NAME/owner, M/NAME/waiters.
+ *   break    write the reason to M/NAME/break.
+ *
+ * Waiting is always a blocking flock(2), which the daemon queues FIFO.
+ * --timeout interrupts it with SIGALRM from a handler installed without
+ * SA_RESTART, so flock returns EINTR and the daemon drops the waiter; the
+ * timer keeps firing every 50 ms after the deadline, so a signal that lands
+ * just before flock(2) is entered cannot leave us blocked.
+ *
+ * Exit statuses (sysexits.h): 0, CMD's status for run, 64 usage, 69 no lockfs
+ * mount, 75 timed out / busy, 77 permission refused, 1 anything else.
+ * Every error is one line on stderr starting with "lockctl: ".
+ *
+ * The files: main.c (the verbs), args.c (the command line), mount.c (finding
+ * and reading the mount), wait.c (taking the lock: waiting, the waiting
+ * line, signals), status.c (status).
+ */
+#ifndef LOCKCTL_H
+#define LOCKCTL_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <sysexits.h>
+
+#include <jansson.h>
+
+#ifndef LOCKFS_VERSION
+#define LOCKFS_VERSION "unknown"
+#endif
+
+#define PROG "lockctl"
+#define EXIT_FAIL 1
+#define DEFAULT_MOUNT "/locks"
+#define DISPLAY_PERIOD_MS 500
+#define TIMER_KICK_MS 50
+#define FILE_MAX (1024 * 1024) /* owner and waiters files we read */
+
+/* ------------------------------------------------------------------ */
+/* messages: every file's, so static inline here */
+
+/* Print "lockctl: TEXT" as one line, whatever the text carried in (names,
+ * reasons). */
+__attribute__((format(printf, 1, 2)))
+static inline void warnmsg(const char *fmt, ...)
+{
+	va_list ap;
+	char buf[2048];
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	for (char *p = buf; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	fprintf(stderr, "%s: %s\n", PROG, buf);
+}
+
+/* Print one error line; return STATUS, for `return fail(...)`. */
+__attribute__((format(printf, 2, 3)))
+static inline int fail(int status, const char *fmt, ...)
+{
+	va_list ap;
+	char buf[2048];
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	warnmsg("%s", buf);
+	return status;
+}
+
+__attribute__((noreturn))
+static inline void oom(void)
+{
+	fputs(PROG ": out of memory\n", stderr);
+	exit(EXIT_FAIL);
+}
+
+/* A malloc'd string; exits on out of memory. */
+__attribute__((format(printf, 1, 2)))
+static inline char *xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	va_start(ap, fmt);
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		oom();
+	return s;
+}
+
+/* The exit status for errno E from the mount. */
+static inline int errno_status(int e)
+{
+	if (e == EPERM || e == EACCES)
+		return EX_NOPERM;
+	if (e == ENOTCONN)
+		return EX_UNAVAILABLE;
+	return EXIT_FAIL;
+}
+
+/* ------------------------------------------------------------------ */
+/* the command line (args.c) */
+
+enum verb { V_NONE, V_RUN, V_ACQUIRE, V_RELEASE, V_STATUS, V_BREAK };
+
+struct opts {
+	enum verb verb;
+	const char *verb_word;
+	const char *name;      /* NAME, or NULL */
+	const char *slug;      /* --slug */
+	const char *mount;     /* --mount */
+	const char *reason;    /* --reason */
+	double timeout;        /* --timeout, when has_timeout */
+	bool has_timeout;
+	bool shared, json, help, version;
+	bool seen_poll, seen_stale, seen_double_dash;
+	char **cmd;            /* after "--" */
+	int ncmd;
+};
+
+/* The --help text. */
+extern const char lockfs_ctl_usage[];
+
+/* Print WHAT as a usage error; returns EX_USAGE. */
+int lockfs_ctl_usage_error(const char *what);
+
+/*
+ * Parse ARGV into O.  Options may come anywhere before "--"; the first
+ * word is the verb, the second NAME.  Returns 0, or EX_USAGE after
+ * printing why.
+ */
+int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o);
+
+/* Check that O's options fit its verb, and NAME, the slug and the reason
+ * what the mount accepts.  Returns 0 or EX_USAGE after printing why. */
+int lockfs_ctl_check_args(const struct opts *o);
+
+/* ------------------------------------------------------------------ */
+/* the mount and reading it (mount.c) */
+
+/*
+ * Find the lockfs mount: OPT_MOUNT, else $LOCKFS_MOUNT, else /locks; it
+ * must be a fuse.lockfs mount.  Returns 0 with *OUT malloc'd, or an exit
+ * status after saying why.
+ */
+int lockfs_ctl_find_mount(const char *opt_mount, char **out);
+
+/* M/NAME/owner as a JSON object; NULL with *ERR = errno (EBADMSG: not JSON). */
+json_t *lockfs_ctl_read_owner(const char *mnt, const char *name, int *err);
+/* M/NAME/waiters as a JSON array, one object per line in queue order
+ * (empty when the file is missing; lines not JSON objects skipped). */
+json_t *lockfs_ctl_read_waiters(const char *mnt, const char *name);
+/* O's string member KEY, or NULL. */
+const char *lockfs_ctl_jstr(const json_t *o, const char *key);
+/* O's integer member KEY into *V: true when it is one. */
+bool lockfs_ctl_jint(const json_t *o, const char *key, long long *v);
+/* Wall-clock milliseconds since the epoch. */
+long long lockfs_ctl_now_ms(void);
+/* When HOLDER (or else OWNER) acquired: true with *MS set. */
+bool lockfs_ctl_acquired_ms(const json_t *holder, const json_t *owner, long long *ms);
+/* MS as a duration for people into BUF: 42s, 3m05s, 2h07m, 3d04h. */
+void lockfs_ctl_fmt_duration(long long ms, char *buf, size_t size);
+/* How many holders OWNER has ("holders" if present, else [holder]);
+ * *FIRST the first. */
+size_t lockfs_ctl_holders_of(const json_t *owner, const json_t **first);
+/* A one-line description of OWNER's holder: malloc'd. */
+char *lockfs_ctl_describe_holder(const json_t *owner);
+
+/* ------------------------------------------------------------------ */
+/* taking the lock (wait.c) */
+
+/* Remember the signal dispositions lockctl inherited (for run's CMD). */
+void lockfs_ctl_save_signals(void);
+/* Open M/.flock/NAME.  Returns the fd, or -(exit status) after saying why. */
+int lockfs_ctl_open_flock(const char *mnt, const char *name);
+/* A one-line description of who holds NAME now (for errors): malloc'd. */
+char *lockfs_ctl_holder_now(const char *mnt, const char *name);
+/*
+ * Take the lock on FD with flock(2) OP (LOCK_EX or LOCK_SH), waiting in the
+ * daemon's queue; O's timeout decides for how long (0: try once).
+ * Returns 0 with the lock held, or an exit status after saying why, with
+ * no lock and no place in line.
+ */
+int lockfs_ctl_wait_for_lock(const struct opts *o, const char *mnt, int fd, int op);
+/* Give up FD's lock, if any, and close it. */
+void lockfs_ctl_unlock_close(int fd);
+/*
+ * Fork and exec CMD with the signal dispositions and mask lockctl
+ * inherited, and pass SIGINT, SIGTERM and SIGHUP on to it from then on.
+ * Returns its pid, or -errno when fork failed.  The child does not
+ * return: 127 when CMD is not found, 126 when it cannot run.
+ */
+pid_t lockfs_ctl_spawn(char **cmd);
+
+/* ------------------------------------------------------------------ */
+/* status (status.c) */
+
+/* lockctl status [NAME] [--json].  Returns the exit status. */
+int lockfs_ctl_status(const struct opts *o, const char *mnt);
+
+#endif

@@ -1,0 +1,216 @@
+/*
+ * lockctl (see lockctl.h): the verbs run, acquire, release and break, and
+ * main, which parses the command line, finds the mount and runs the verb.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "lockfs/limits.h"
+
+#include "lockctl.h"
+
+/* ------------------------------------------------------------------ */
+/* verbs */
+
+static int cmd_run(const struct opts *o, const char *mnt)
+{
+	int fd = lockfs_ctl_open_flock(mnt, o->name);
+	if (fd < 0)
+		return -fd;
+	int rc = lockfs_ctl_wait_for_lock(o, mnt, fd, o->shared ? LOCK_SH : LOCK_EX);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+
+	pid_t pid = lockfs_ctl_spawn(o->cmd);
+	if (pid < 0) {
+		lockfs_ctl_unlock_close(fd);
+		return fail(EXIT_FAIL, "fork: %s", strerror((int)-pid));
+	}
+
+	int st;
+	while (waitpid(pid, &st, 0) < 0) {
+		if (errno != EINTR) {
+			int e = errno;
+			lockfs_ctl_unlock_close(fd);
+			return fail(EXIT_FAIL, "waitpid: %s", strerror(e));
+		}
+	}
+	lockfs_ctl_unlock_close(fd);
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return EXIT_FAIL;
+}
+
+/* Write TEXT to PATH (no O_TRUNC, one write).  Returns 0 or errno. */
+static int write_text(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	size_t len = strlen(text);
+	ssize_t n;
+	do
+		n = write(fd, text, len);
+	while (n < 0 && errno == EINTR);
+	int e = n < 0 ? errno : (size_t)n != len ? EIO : 0;
+	if (close(fd) < 0 && !e && errno != EINTR)
+		e = errno;
+	return e;
+}
+
+static int cmd_acquire(const struct opts *o, const char *mnt, const char *slug)
+{
+	int fd = lockfs_ctl_open_flock(mnt, o->name);
+	if (fd < 0)
+		return -fd;
+	int rc = lockfs_ctl_wait_for_lock(o, mnt, fd, LOCK_EX);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	char *path = xasprintf("%s/%s/bind", mnt, o->name);
+	int e = write_text(path, slug ? "slug\n" : "process\n");
+	free(path);
+	if (e) {
+		/* Not bound: give the lock back rather than leave it to this
+		 * process's exit. */
+		lockfs_ctl_unlock_close(fd);
+		if (e == ENOENT)
+			return fail(EX_UNAVAILABLE, "%s: %s/%s/bind is missing: this lockfs daemon is"
+				    " too old for lockctl acquire", o->name, mnt, o->name);
+		if (e == EPERM || e == EACCES)
+			return fail(EX_NOPERM, "%s: cannot bind the lock to %s: %s", o->name,
+				    slug ? "the slug" : "the calling process", strerror(e));
+		return fail(EXIT_FAIL, "%s: cannot bind the lock to %s: %s", o->name,
+			    slug ? "the slug" : "the calling process", strerror(e));
+	}
+	close(fd); /* bound: this close releases nothing */
+	return 0;
+}
+
+static int cmd_release(const struct opts *o, const char *mnt)
+{
+	char *path = xasprintf("%s/%s", mnt, o->name);
+	int rc = rmdir(path);
+	int e = errno;
+	free(path);
+	if (rc == 0)
+		return 0;
+	if (e == ENOENT)
+		return fail(EXIT_FAIL, "%s is not held", o->name);
+	if (e == EPERM) {
+		char *who = lockfs_ctl_holder_now(mnt, o->name);
+		int st = fail(EX_NOPERM, "%s: not yours to release (%s)", o->name, who);
+		free(who);
+		return st;
+	}
+	if (e == EACCES)
+		return fail(EX_NOPERM, "%s: release refused: %s", o->name, strerror(e));
+	if (e == EINVAL || e == ENAMETOOLONG)
+		return fail(EX_USAGE, "'%s' is not a valid lock name: %s", o->name, strerror(e));
+	return fail(errno_status(e), "%s: rmdir: %s", o->name, strerror(e));
+}
+
+static int cmd_break(const struct opts *o, const char *mnt)
+{
+	char *path = xasprintf("%s/%s/break", mnt, o->name);
+	int e = write_text(path, o->reason);
+	free(path);
+	if (!e)
+		return 0;
+	if (e == ENOENT)
+		return fail(EXIT_FAIL, "%s is not held", o->name);
+	if (e == EPERM || e == EACCES)
+		return fail(EX_NOPERM, "%s: only root or the user who mounted %s may break a lock"
+			    " (%s)", o->name, mnt, strerror(e));
+	if (e == EINVAL || e == EFBIG)
+		return fail(EX_USAGE, "%s: reason refused: %s (1 to %d bytes of UTF-8, no NUL)",
+			    o->name, strerror(e), LOCKFS_REASON_MAX);
+	return fail(errno_status(e), "%s: break: %s", o->name, strerror(e));
+}
+
+/* ------------------------------------------------------------------ */
+
+/*
+ * The daemon reads LOCKFS_SLUG from /proc/PID/environ, the environment at
+ * exec time, so a slug given on the command line only counts once lockctl
+ * runs with it: set it and exec ourselves again (same pid, same parent).
+ * Returns only on failure, with an exit status.
+ */
+static int reexec_with_slug(char **argv, const char *slug)
+{
+	if (setenv("LOCKFS_SLUG", slug, 1) < 0)
+		return fail(EXIT_FAIL, "setenv LOCKFS_SLUG: %s", strerror(errno));
+	execv("/proc/self/exe", argv);
+	return fail(EXIT_FAIL, "cannot re-execute /proc/self/exe with LOCKFS_SLUG set: %s",
+		    strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	int rc = lockfs_ctl_parse_args(argc, argv, &o);
+	if (rc)
+		return rc;
+	if (o.help) {
+		fputs(lockfs_ctl_usage, stdout);
+		return fflush(stdout) == 0 ? 0 : EXIT_FAIL;
+	}
+	if (o.version) {
+		printf("lockctl %s\n", LOCKFS_VERSION);
+		return 0;
+	}
+	rc = lockfs_ctl_check_args(&o);
+	if (rc)
+		return rc;
+
+	const char *env_slug = getenv("LOCKFS_SLUG");
+	if (o.slug && (!env_slug || strcmp(env_slug, o.slug) != 0))
+		return reexec_with_slug(argv, o.slug);
+	/* As for mkdir: a slug in the environment binds acquire to it. */
+	const char *slug = o.slug ? o.slug : env_slug && *env_slug ? env_slug : NULL;
+
+	char *mnt = NULL;
+	rc = lockfs_ctl_find_mount(o.mount, &mnt);
+	if (rc)
+		return rc;
+	lockfs_ctl_save_signals();
+
+	switch (o.verb) {
+	case V_RUN:
+		rc = cmd_run(&o, mnt);
+		break;
+	case V_ACQUIRE:
+		rc = cmd_acquire(&o, mnt, slug);
+		break;
+	case V_RELEASE:
+		rc = cmd_release(&o, mnt);
+		break;
+	case V_STATUS:
+		rc = lockfs_ctl_status(&o, mnt);
+		break;
+	case V_BREAK:
+		rc = cmd_break(&o, mnt);
+		break;
+	default:
+		rc = lockfs_ctl_usage_error("no command given");
+		break;
+	}
+	free(mnt);
+	return rc;
+}

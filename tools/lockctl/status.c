@@ -1,0 +1,281 @@
+/* lockctl status: the held locks as a table or as JSON. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "lockctl.h"
+
+/* ------------------------------------------------------------------ */
+/* status */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Display width of UTF-8 text (one column per code point). */
+static size_t text_width(const char *s)
+{
+	size_t w = 0;
+	for (; *s; s++)
+		if (((unsigned char)*s & 0xc0) != 0x80)
+			w++;
+	return w;
+}
+
+#define NCOLS 10
+static const char *const COLS[NCOLS] = {
+	"NAME", "MODE", "HOLDER", "PID", "USER", "HOST", "AGE", "LEASE", "WAITERS", "OPERATION",
+};
+
+struct row {
+	char *cell[NCOLS];
+};
+
+struct table {
+	struct row *rows;
+	size_t n, cap;
+};
+
+/* A cell: a copy of TEXT with control characters shown as '?', or "-". */
+static char *cell(const char *text)
+{
+	char *s = strdup(text && *text ? text : "-");
+	if (!s)
+		oom();
+	for (char *p = s; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return s;
+}
+
+static void table_add(struct table *t, const json_t *owner, const json_t *holder,
+		      size_t nwaiters, long long now)
+{
+	if (t->n == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : 16;
+		t->rows = realloc(t->rows, t->cap * sizeof(*t->rows));
+		if (!t->rows)
+			oom();
+	}
+	struct row *r = &t->rows[t->n++];
+	bool foreign = json_is_true(json_object_get(owner, "foreign")) || !holder;
+	char buf[64];
+	long long v;
+
+	r->cell[0] = cell(lockfs_ctl_jstr(owner, "resource"));
+	const char *mode = lockfs_ctl_jstr(owner, "mode");
+	/* Before issue 4 every lock was exclusive. */
+	r->cell[1] = cell(foreign ? NULL : mode && strcmp(mode, "shared") == 0 ? "SH" : "EX");
+	const char *bound = lockfs_ctl_jstr(owner, "bound");
+	const char *slug = lockfs_ctl_jstr(owner, "slug");
+	if (foreign) {
+		r->cell[2] = cell(NULL);
+	} else if (bound && strcmp(bound, "slug") == 0 && slug) {
+		char *s = xasprintf("slug:%s", slug);
+		r->cell[2] = cell(s);
+		free(s);
+	} else {
+		r->cell[2] = cell(lockfs_ctl_jstr(holder, "comm"));
+	}
+	if (!foreign && lockfs_ctl_jint(holder, "pid", &v)) {
+		snprintf(buf, sizeof(buf), "%lld", v);
+		r->cell[3] = cell(buf);
+	} else {
+		r->cell[3] = cell(NULL);
+	}
+	if (foreign) {
+		r->cell[4] = cell(NULL);
+	} else if (lockfs_ctl_jstr(holder, "user")) {
+		r->cell[4] = cell(lockfs_ctl_jstr(holder, "user"));
+	} else if (lockfs_ctl_jint(holder, "uid", &v)) {
+		snprintf(buf, sizeof(buf), "%lld", v);
+		r->cell[4] = cell(buf);
+	} else {
+		r->cell[4] = cell(NULL);
+	}
+	r->cell[5] = cell(foreign ? NULL : lockfs_ctl_jstr(holder, "host"));
+	if (lockfs_ctl_acquired_ms(foreign ? NULL : holder, owner, &v)) {
+		lockfs_ctl_fmt_duration(now - v, buf, sizeof(buf));
+		r->cell[6] = cell(buf);
+	} else {
+		r->cell[6] = cell(NULL);
+	}
+	json_t *lease = json_object_get(owner, "lease");
+	if (json_is_object(lease) && lockfs_ctl_jint(lease, "expires_at_ms", &v)) {
+		if (v <= now)
+			snprintf(buf, sizeof(buf), "expired");
+		else
+			lockfs_ctl_fmt_duration(v - now, buf, sizeof(buf));
+		r->cell[7] = cell(buf);
+	} else {
+		r->cell[7] = cell(NULL);
+	}
+	snprintf(buf, sizeof(buf), "%zu", nwaiters);
+	r->cell[8] = cell(buf);
+	r->cell[9] = cell(lockfs_ctl_jstr(owner, "operation"));
+}
+
+static void table_print(const struct table *t)
+{
+	size_t width[NCOLS];
+	for (int c = 0; c < NCOLS; c++) {
+		width[c] = strlen(COLS[c]);
+		for (size_t i = 0; i < t->n; i++) {
+			size_t w = text_width(t->rows[i].cell[c]);
+			if (w > width[c])
+				width[c] = w;
+		}
+	}
+	for (size_t i = 0; i <= t->n; i++) {
+		for (int c = 0; c < NCOLS; c++) {
+			const char *s = i == 0 ? COLS[c] : t->rows[i - 1].cell[c];
+			if (c == NCOLS - 1) {
+				fputs(s, stdout);
+			} else {
+				/* numbers right-aligned, like lslocks */
+				bool right = c == 3 || c == 8;
+				size_t pad = width[c] - text_width(s);
+				if (right)
+					printf("%*s%s ", (int)pad, "", s);
+				else
+					printf("%s%*s ", s, (int)pad, "");
+			}
+		}
+		putchar('\n');
+	}
+}
+
+static void table_free(struct table *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		for (int c = 0; c < NCOLS; c++)
+			free(t->rows[i].cell[c]);
+	free(t->rows);
+}
+
+/* The held lock names in M (sorted), or -errno. */
+static int list_names(const char *mnt, char ***names, size_t *count)
+{
+	DIR *dir = opendir(mnt);
+	if (!dir)
+		return -errno;
+	size_t n = 0, cap = 16;
+	char **v = malloc(cap * sizeof(*v));
+	if (!v)
+		oom();
+	struct dirent *de;
+	errno = 0;
+	while ((de = readdir(dir))) {
+		if (de->d_name[0] == '.')
+			continue; /* ., .., .log, .flock: never lock names */
+		if (n == cap) {
+			cap *= 2;
+			v = realloc(v, cap * sizeof(*v));
+			if (!v)
+				oom();
+		}
+		v[n] = strdup(de->d_name);
+		if (!v[n])
+			oom();
+		n++;
+	}
+	int e = errno;
+	closedir(dir);
+	if (e) {
+		for (size_t i = 0; i < n; i++)
+			free(v[i]);
+		free(v);
+		return -e;
+	}
+	qsort(v, n, sizeof(*v), cmp_str);
+	*names = v;
+	*count = n;
+	return 0;
+}
+
+int lockfs_ctl_status(const struct opts *o, const char *mnt)
+{
+	char **names = NULL;
+	size_t count = 0;
+	char *one[1];
+	if (o->name) {
+		one[0] = (char *)o->name;
+		names = one;
+		count = 1;
+	} else {
+		int rc = list_names(mnt, &names, &count);
+		if (rc < 0)
+			return fail(errno_status(-rc), "cannot list %s: %s", mnt, strerror(-rc));
+	}
+	json_t *all = json_array();
+	struct table t = { 0 };
+	long long now = lockfs_ctl_now_ms();
+	int status = 0;
+	size_t shown = 0;
+	for (size_t i = 0; i < count; i++) {
+		int err;
+		json_t *owner = lockfs_ctl_read_owner(mnt, names[i], &err);
+		if (!owner) {
+			if (err == ENOENT) {
+				/* released since the listing; or NAME not held */
+				if (o->name)
+					status = fail(EXIT_FAIL, "%s is not held", names[i]);
+				continue;
+			}
+			if (err == EINVAL || err == ENAMETOOLONG)
+				status = fail(EX_USAGE, "'%s' is not a valid lock name: %s",
+					      names[i], strerror(err));
+			else
+				status = fail(errno_status(err), "%s: cannot read owner: %s",
+					      names[i], err == EBADMSG ? "not JSON" : strerror(err));
+			continue;
+		}
+		json_t *waiters = lockfs_ctl_read_waiters(mnt, names[i]);
+		size_t nwaiters = json_array_size(waiters);
+		if (o->json) {
+			json_object_set(owner, "waiters", waiters);
+			json_array_append(all, owner);
+		} else {
+			json_t *hs = json_object_get(owner, "holders");
+			if (json_is_array(hs) && json_array_size(hs) > 1) {
+				for (size_t h = 0; h < json_array_size(hs); h++)
+					table_add(&t, owner, json_array_get(hs, h), nwaiters, now);
+			} else {
+				const json_t *h = NULL;
+				lockfs_ctl_holders_of(owner, &h);
+				table_add(&t, owner, h, nwaiters, now);
+			}
+		}
+		shown++;
+		json_decref(waiters);
+		json_decref(owner);
+	}
+	if (o->json) {
+		char *text = json_dumps(all, JSON_INDENT(2));
+		if (!text)
+			oom();
+		puts(text);
+		free(text);
+	} else if (shown || !o->name) {
+		table_print(&t);
+	}
+	json_decref(all);
+	table_free(&t);
+	if (names != one) {
+		for (size_t i = 0; i < count; i++)
+			free(names[i]);
+		free(names);
+	}
+	if (fflush(stdout) != 0 || ferror(stdout))
+		return fail(EXIT_FAIL, "writing the status: %s", strerror(errno));
+	return status;
+}
