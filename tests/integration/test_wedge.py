@@ -143,7 +143,10 @@ def _hard_stop_trials(scratch_dir, lockfs_factory, wedge, procs, users, sig):
         assert again.wait_all(10) == 0, f'clients did not stop: {again.ends}'
         os.unlink(stop)
         assert set(again.results()) == {'STOP'}, again.ends
-        assert held_in_backing(m.dir) == [b'w2']
+        # A flock taker's last close is released by the kernel's FUSE_RELEASE,
+        # which it sends after the process has exited: await it.
+        wait_until(lambda: held_in_backing(m.dir) == [b'w2'], timeout=5,
+                   what='only w2 held in DIR once the clients stopped')
     with open(witness, 'ab') as w:
         w.write(b'- w2:survivor\n')
     assert survivor.rmdir(m.path('w2')) == 0
