@@ -92,6 +92,9 @@ def test_another_users_recovery_is_not_held_up_by_a_mass_death(lockfs_factory, u
         _kill_group(other)
     # Every one of them is recovered in the end, each with its line ...
     wait_until(lambda: not held_in_backing(m.dir), timeout=60, what='the mass recovery')
+    # (a `recovered` line follows its lock's removal from DIR: let the last land)
+    wait_until(lambda: len([l for l in read_log(m.dir) if l.event == 'recovered']) >= MASS + 1,
+               timeout=10, what='a recovered line for every lock')
     rec = [l.name for l in read_log(m.dir) if l.event == 'recovered']
     assert len(rec) == MASS + 1 and len(set(rec)) == MASS + 1
     # ... and the other one's came while most of the mass was still to go.
