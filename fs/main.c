@@ -225,7 +225,9 @@ static int open_backing(const char *dir, int is_default)
 	struct stat st;
 	int fd;
 
-	if (is_default && mkdir(dir, 0755) < 0 && errno != EEXIST) {
+	/* Created here: only the daemon reads it (owner.json names holders);
+	 * one that exists keeps its mode and is checked as any other. */
+	if (is_default && mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		fprintf(stderr, "lockfs: cannot create backing dir %s: %s\n", dir, strerror(errno));
 		return -1;
 	}
