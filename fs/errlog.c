@@ -2,8 +2,8 @@
  * Where the daemon's own warnings and errors go.
  *
  * Every message of the daemon (and of libfuse) is an fprintf(stderr, ...)
- * line.  That is right in the foreground, and wrong once fuse_daemonize()
- * has pointed fd 2 at /dev/null.  Rather than touch each message, stderr
+ * line.  That is right in the foreground, and wrong once the detached
+ * daemon (daemonize.c) has pointed fd 2 at /dev/null.  Rather than touch each message, stderr
  * itself is replaced by a stdio stream that cuts what is written into lines
  * and hands each complete line, with a priority read from its text, to a
  * sink:

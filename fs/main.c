@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemonize.h"
 #include "fs.h"
 #include "guard.h"
 #include "stop.h"
@@ -224,7 +225,9 @@ static int open_backing(const char *dir, int is_default)
 	struct stat st;
 	int fd;
 
-	if (is_default && mkdir(dir, 0755) < 0 && errno != EEXIST) {
+	/* Created here: only the daemon reads it (owner.json names holders);
+	 * one that exists keeps its mode and is checked as any other. */
+	if (is_default && mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		fprintf(stderr, "lockfs: cannot create backing dir %s: %s\n", dir, strerror(errno));
 		return -1;
 	}
@@ -276,7 +279,7 @@ static const char *not_own_plain_file(const struct stat *st)
 
 /*
  * One daemon per backing dir: hold flock(2) on DIR/.lockfs for our whole
- * life (it survives fuse_daemonize's fork: the lock belongs to the open
+ * life (it survives daemonize.c's fork: the lock belongs to the open
  * file description).  The file is truncated and gets our pid, so nothing
  * planted there (a hard link to a file elsewhere, a FIFO) is used: it is
  * looked at before it is opened, and again once open.  A predecessor that
@@ -585,19 +588,30 @@ int main(int argc, char *argv[])
 		if (mnt_abs && lockfs_mount_dev(mnt_abs, &dev) == 0)
 			lockfs_core_set_mount_dev(fs.core, dev);
 	}
-	/* Detach only now: when `lockfs` returns, the mount is ready. */
-	fuse_daemonize(opts.foreground);
-	if (!opts.foreground && lockfs_errlog_detach() == 0)
-		fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
-			opts.mountpoint, backing);
+	/* Detach only now, and `lockfs` returns only once the child has
+	 * recorded its pid and serves (daemonize.c). */
+	if (!opts.foreground) {
+		rc = lockfs_daemonize();
+		if (rc < 0) {
+			fprintf(stderr, "lockfs: cannot detach: %s\n", strerror(-rc));
+			goto out_unmount;
+		}
+		if (lockfs_errlog_detach() == 0)
+			fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
+				opts.mountpoint, backing);
+	}
 	record_pid(lockfd);
 	/* Threads start after the fork that detaching makes. */
 	if (lockfs_core_start(fs.core) < 0 || lockfs_stop_start() < 0) {
-		fprintf(stderr, "lockfs: cannot start threads: %s\n", strerror(errno));
+		int err = errno ? errno : EIO;
+
+		fprintf(stderr, "lockfs: cannot start threads: %s\n", strerror(err));
+		lockfs_daemonize_done(err);
 		goto out_unmount;
 	}
 
 	lockfs_notify_ready(opts.mountpoint, backing);
+	lockfs_daemonize_done(0);
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
 	} else {

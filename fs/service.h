@@ -27,7 +27,8 @@ FILE *lockfs_errlog_stream(lockfs_errlog_sink sink, void *arg);
  * by a stream that prefixes each line with its "<N>" priority.
  * Returns 0 (also when there is nothing to do) or -ENOMEM. */
 int lockfs_errlog_start(void);
-/* Right after detaching (fd 2 is /dev/null), before any thread starts:
+/* Right after detaching (lockfs_daemonize; fd 2 is the caller's until
+ * lockfs_daemonize_done points it at /dev/null), before any thread starts:
  * replace stderr by a stream to syslog ("lockfs[PID]", LOG_DAEMON).
  * Returns 0 or -ENOMEM (stderr then stays /dev/null). */
 int lockfs_errlog_detach(void);

@@ -101,11 +101,32 @@ fi
 [ -d "$build" ] || meson setup "$build" >/dev/null
 meson compile -C "$build" >"$build/setup-compile.log" 2>&1 ||
 	{ cat "$build/setup-compile.log" >&2; die "the build failed (above)"; }
+# Each file meson installs, a tab, and a checksum of what is there now
+# ("-" when nothing): run before and after installing, to say only what
+# changed.
+installed_files() {
+	meson introspect "$build" --installed |
+		python3 -c 'import json, sys; print("\n".join(sorted(json.load(sys.stdin).values())))' |
+		while IFS= read -r f; do
+			if [ -f "$f" ]; then
+				printf '%s\t%s\n' "$f" "$(sha256sum <"$f" | cut -d' ' -f1)"
+			else
+				printf '%s\t-\n' "$f"
+			fi
+		done
+}
 if [ $install = 1 ]; then
+	before=$(installed_files)
 	meson install -C "$build" --no-rebuild >"$build/setup-install.log" 2>&1 ||
 		{ cat "$build/setup-install.log" >&2; die "meson install failed (above)"; }
-	sed -n 's/^Installing \(.*\) to \(.*\)$/\2\t\1/p' "$build/setup-install.log" |
-		while IFS=$'\t' read -r dest src; do say "installed $dest/$(basename -- "$src")"; done
+	after=$(installed_files)
+	new=$(paste <(printf '%s\n' "$before") <(printf '%s\n' "$after") |
+		awk -F'\t' '$1 != $3 || $2 != $4 { print $3 }')
+	if [ -n "$new" ]; then
+		while IFS= read -r dest; do say "installed $dest"; done <<<"$new"
+	else
+		say "the installed files are up to date"
+	fi
 	prefix=$(meson introspect "$build" --buildoptions |
 		python3 -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
 	lockfs=$prefix/bin/lockfs
@@ -158,10 +179,17 @@ if [ $install = 1 ] && [ -d /run/systemd/system ]; then
 	else
 		systemctl enable --now --quiet "$unit"
 		say "enabled and started $unit"
+		say "the unit guards $target before each start (lockfs-mountpoint prepare):" \
+		    "while lockfs is not mounted on it, mkdir there fails"
 	fi
 else
 	# No systemd: build the unit's layout and start the daemon directly.
-	"$mountpoint_tool" prepare "$target" $link | sed 's/^lockfs-mountpoint/setup/'
+	prepared=$("$mountpoint_tool" prepare "$target" $link)
+	[ -z "$prepared" ] || printf '%s\n' "$prepared" | sed 's/^lockfs-mountpoint/setup/'
+	if ! grep -q 'not guarding' <<<"$prepared"; then
+		say "guarded $target (immutable underneath: while lockfs is not mounted on it," \
+		    "mkdir there fails instead of making a plain directory)"
+	fi
 	if grep -q "^[^ ]* $target fuse\.lockfs " /proc/mounts; then
 		say "lockfs is serving $target already"
 	else
@@ -170,8 +198,8 @@ else
 			say "created the backing dir $backing (mode 0700)"
 		fi
 		"$lockfs" -o "backing=$backing,$options" "$target"
-		# lockfs returns once the mount serves, a moment before the
-		# detached daemon writes its pid.
+		# lockfs returns once the detached daemon serves and has
+		# written its pid (an older lockfs a moment before: wait).
 		pid=
 		for _ in $(seq 100); do
 			pid=$(cat "$backing/.lockfs" 2>/dev/null || true)

@@ -451,6 +451,61 @@ static void on_exit_event(struct lockfs_descendants *d, const struct lockfs_proc
 	entry_drop(d, e);
 }
 
+/*
+ * E is now in session SID: it no longer counts for the roots of another
+ * known session (SID 0: it started a session of its own, so for none).
+ * A descendant that leaves the holder's session is how a daemon is started
+ * that does not keep its starter's lock (docs/holder.md).  Out of memory:
+ * it keeps counting (a lock kept too long, never one lost).
+ */
+static void entry_leave_session(struct lockfs_descendants *d, struct entry *e, pid_t sid)
+{
+	struct rootset *old = e->set, *s = NULL;
+	struct member v[SET_MAX];
+	unsigned n = 0;
+
+	if (!old)
+		return;
+	for (unsigned i = 0; i < old->n && n < SET_MAX; i++) {
+		const struct root *r = old->v[i].root;
+
+		if (sid > 0 && (r->sid <= 0 || r->sid == sid))
+			v[n++] = old->v[i];
+	}
+	if (n == old->n)
+		return;
+	if (n == 0 && !e->root) {
+		entry_drop(d, e); /* nothing else made it interesting */
+		return;
+	}
+	if (n > 0 && !(s = set_new(v, n)))
+		return;
+	e->set = s;
+	entry_set_changed(e);
+	for (unsigned i = 0; i < old->n; i++) {
+		struct root *r = old->v[i].root;
+
+		if (set_find(s, r))
+			continue;
+		if (r->live > 0)
+			r->live--;
+		r->version++;
+		root_maybe_unlist(d, r); /* cannot free it: OLD still holds it */
+	}
+	set_put(old);
+}
+
+static void on_sid_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
+{
+	struct entry *e;
+
+	if (ev->pid != ev->tgid)
+		return; /* setsid(2) from a thread is refused unless it leads */
+	e = entry_find(d, ev->tgid);
+	if (e)
+		entry_leave_session(d, e, 0);
+}
+
 void lockfs_descendants_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
 {
 	pthread_mutex_lock(&d->mu);
@@ -458,6 +513,8 @@ void lockfs_descendants_event(struct lockfs_descendants *d, const struct lockfs_
 		on_fork_event(d, ev);
 	else if (ev->kind == LOCKFS_PROC_EXIT)
 		on_exit_event(d, ev);
+	else if (ev->kind == LOCKFS_PROC_SID)
+		on_sid_event(d, ev);
 	pthread_mutex_unlock(&d->mu);
 }
 
@@ -524,6 +581,14 @@ static long parent_of(const struct proc_list *l, const struct lockfs_desc_proc *
 	return q >= 0 && l->v[q].start <= p->start ? q : -1;
 }
 
+/* Has a process now in session SID left R's holder's session?  Only
+ * when both are known (/proc shows 0 for a session led from outside our
+ * pid namespace): an unknown session keeps counting. */
+static bool left_session(const struct root *r, pid_t sid)
+{
+	return r->sid > 0 && sid > 0 && sid != r->sid;
+}
+
 /* What P is to R whatever its parent: Q_NO, Q_PROVEN, Q_CANDIDATE, or
  * Q_UNKNOWN (its parent decides). */
 static int own_answer(struct lockfs_descendants *d, const struct root *r,
@@ -533,7 +598,7 @@ static int own_answer(struct lockfs_descendants *d, const struct root *r,
 	struct entry *e;
 
 	if ((p->pid == r->pid && p->start == r->start) || p->pid == d->self ||
-	    p->start < r->start || !proc_alive(p))
+	    p->start < r->start || !proc_alive(p) || left_session(r, p->sid))
 		return Q_NO;
 	e = entry_find(d, p->pid);
 	m = e && e->start == p->start ? set_find(e->set, r) : NULL;
@@ -552,7 +617,8 @@ static int own_answer(struct lockfs_descendants *d, const struct root *r,
  * another session, as reapers are -- since a descendant of the holder
  * whose parent died looks just like that.  A process its session-mates
  * started themselves (its parent is an older process of the session, such
- * as the login shell) is not counted.  MEMO holds the answers found so
+ * as the login shell) is not counted, nor is one that left the holder's
+ * session (setsid), nor what it started since.  MEMO holds the answers found so
  * far; CHAIN is scratch of L->n.
  */
 static int qualifies(struct lockfs_descendants *d, const struct root *r,
@@ -606,7 +672,7 @@ static int qualifies(struct lockfs_descendants *d, const struct root *r,
 
 /*
  * Look at /proc: forget tracked processes that are gone (an exit we never
- * heard of), learn missing start times, and count for each listed root
+ * heard of) or left their holder's session (a SID event we never heard of), learn missing start times, and count for each listed root
  * that ONLY names (NULL: those with scan_pending, or every dead one when
  * DEAD) what qualifies().  Returns 0, or -errno when /proc cannot be
  * listed (nothing is forgotten then).
@@ -617,7 +683,8 @@ static int scan(struct lockfs_descendants *d, struct root *only, bool dead)
 	unsigned char *memo = NULL;
 	size_t *chain = NULL;
 	pid_t *gone = NULL;
-	size_t ngone = 0;
+	struct lockfs_desc_proc *moved = NULL; /* pid and its session now */
+	size_t ngone = 0, nmoved = 0;
 	int rc = d->procs.each(d->procs.ctx, proc_list_add, &l);
 
 	d->self = getpid(); /* the daemon detaches after it made us */
@@ -628,9 +695,10 @@ static int scan(struct lockfs_descendants *d, struct root *only, bool dead)
 	qsort(l.v, l.n, sizeof(*l.v), cmp_proc);
 	/* Forget first (by pid, afterwards: dropping may free others). */
 	gone = malloc((d->nentries + 1) * sizeof(*gone));
+	moved = malloc((d->nentries + 1) * sizeof(*moved));
 	memo = malloc(l.n + 1);
 	chain = malloc((l.n + 1) * sizeof(*chain));
-	if (!gone || !memo || !chain) {
+	if (!gone || !moved || !memo || !chain) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -638,10 +706,19 @@ static int scan(struct lockfs_descendants *d, struct root *only, bool dead)
 		for (struct entry *e = d->entries[b]; e; e = e->next) {
 			long i = proc_index(&l, e->pid);
 
-			if (i < 0 || (e->start && l.v[i].start != e->start) || !proc_alive(&l.v[i]))
+			if (i < 0 || (e->start && l.v[i].start != e->start) || !proc_alive(&l.v[i])) {
 				gone[ngone++] = e->pid;
-			else if (!e->start)
+				continue;
+			}
+			if (!e->start)
 				e->start = l.v[i].start;
+			for (unsigned k = 0; e->set && k < e->set->n; k++) {
+				if (left_session(e->set->v[k].root, l.v[i].sid)) {
+					moved[nmoved++] = (struct lockfs_desc_proc){
+						.pid = e->pid, .sid = l.v[i].sid };
+					break;
+				}
+			}
 		}
 	}
 	for (size_t k = 0; k < ngone; k++) {
@@ -649,6 +726,13 @@ static int scan(struct lockfs_descendants *d, struct root *only, bool dead)
 
 		if (e)
 			entry_drop(d, e);
+	}
+	/* A SID event lost, or no events: it left the holder's session. */
+	for (size_t k = 0; k < nmoved; k++) {
+		struct entry *e = entry_find(d, moved[k].pid);
+
+		if (e)
+			entry_leave_session(d, e, moved[k].sid);
 	}
 	for (size_t b = 0; b < ROOT_BUCKETS; b++) {
 		for (struct root *r = d->roots[b], *next; r; r = next) {
@@ -682,6 +766,7 @@ out:
 	free(memo);
 	free(chain);
 	free(gone);
+	free(moved);
 	return rc;
 }
 
@@ -734,6 +819,8 @@ static void drain(struct lockfs_descendants *d)
 				on_fork_event(d, &evs[i]);
 			else if (evs[i].kind == LOCKFS_PROC_EXIT)
 				on_exit_event(d, &evs[i]);
+			else if (evs[i].kind == LOCKFS_PROC_SID)
+				on_sid_event(d, &evs[i]);
 		}
 	}
 	if (d->lost) {
@@ -925,7 +1012,8 @@ int lockfs_descendants_holder_exited(struct lockfs_descendants *d, pid_t pid,
 			struct lockfs_desc_proc p;
 
 			if (d->procs.stat(d->procs.ctx, known[i].pid, &p) < 0 ||
-			    p.start != known[i].start_time || !proc_alive(&p))
+			    p.start != known[i].start_time || !proc_alive(&p) ||
+			    left_session(r, p.sid))
 				continue;
 			e = entry_find(d, p.pid);
 			if (e && e->start != p.start) {

@@ -7,10 +7,14 @@
  * processes forked from it, or from a process already in the set, since
  * it was watched.  The facts come from an event source: the kernel's
  * process-event connector (procevents.c), one FORK and one EXIT event per
- * process.  Where events are missing -- no connector, events lost to a
+ * process, and a SID event when a process starts a session of its own.
+ * A descendant that does so (setsid(1), most daemons) leaves the set, and
+ * so do the processes it starts from then on: the way to start a daemon
+ * that does not keep its starter's lock.  Where events are missing -- no connector, events lost to a
  * full socket, a daemon restart -- a scan of /proc stands in: it counts
  * every live process of the holder's session, and every process under one
- * already counted, that started no earlier than the holder.  Counting too
+ * already counted, that started no earlier than the holder and is still
+ * in the holder's session (its session at acquisition).  Counting too
  * many keeps a lock longer; counting too few is what must never happen.
  *
  * No thread of its own: pending events are taken in (drained) before each
@@ -55,6 +59,8 @@ extern const struct lockfs_desc_procs lockfs_desc_procs_real;
 enum lockfs_proc_event_kind {
 	LOCKFS_PROC_FORK = 1, /* a new task: a process when pid == tgid */
 	LOCKFS_PROC_EXIT,     /* a task exits: a thread-group leader when pid == tgid */
+	LOCKFS_PROC_SID,      /* a process starts a session of its own (setsid(2)):
+			       * the new session's id is its tgid */
 };
 
 struct lockfs_proc_event {

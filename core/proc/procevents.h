@@ -1,9 +1,10 @@
 /*
  * The kernel's process-event connector (netlink NETLINK_CONNECTOR,
  * CN_IDX_PROC): a FORK and an EXIT event for every task on the machine,
+ * and a SID event for every process that starts a session of its own,
  * as a struct lockfs_event_source for descendants.c.
  *
- * Only fork and exit events are asked for (kernels from 6.6 filter the
+ * Only fork, exit and sid events are asked for (kernels from 6.6 filter the
  * rest out before they are sent).  The socket's buffer is made large, and
  * a full one loses events: the next read says -ENOBUFS once.
  */

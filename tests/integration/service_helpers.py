@@ -298,8 +298,9 @@ def parse_syslog(datagram):
 
 def daemon_pid(backing, timeout=5.0):
     """The pid a daemon wrote to BACKING/.lockfs.  A detached start returns
-    as soon as the mount is ready, a moment before the detached daemon
-    writes its pid: wait for the pid of a live lockfs process."""
+    after the pid is written (test_daemonize.py); a start by mount(8) or
+    one still under way may not have written it yet: wait for the pid of a
+    live lockfs process."""
     def read():
         try:
             with open(os.path.join(backing, '.lockfs')) as f:

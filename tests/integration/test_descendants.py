@@ -288,8 +288,8 @@ def test_kill9_of_the_holder_keeps_lock_for_a_grandchild_adopted_by_a_subreaper(
 # background daemons, and how to avoid that they keep the lock
 
 @pytest.mark.parametrize('start', ['nohup sleep 1000 >/dev/null 2>&1 &',
-                                   'setsid sleep 1000 >/dev/null 2>&1 &'],
-                         ids=['nohup', 'setsid'])
+                                   'sleep 1000 >/dev/null 2>&1 &'],
+                         ids=['nohup', 'plain'])
 def test_background_daemon_started_while_holding_keeps_the_lock(mnt, scripts, start):
     p = scripts.start(f'mkdir "$1/x" || exit 9\n{start}\necho $! > "$2"\n',
                       mnt.mnt, scripts.path('daemon.pid'))
@@ -300,6 +300,69 @@ def test_background_daemon_started_while_holding_keeps_the_lock(mnt, scripts, st
     assert stays_held(mnt, 'x', WINDOW)
     _kill(daemon)
     wait_free(mnt, 'x', timeout=DEADLINE)
+
+
+# The holder waits until its background child leads a session of its own.
+SETSID_CHILD = ('setsid sleep 1000 >/dev/null 2>&1 &\necho $! > "$2"\n'
+                'while [ "$(cut -d" " -f6 /proc/$!/stat)" != "$!" ]; do :; done\n')
+
+
+@pytest.mark.parametrize('mode', ['connector', 'scan'])
+def test_daemon_started_with_setsid_while_holding_does_not_keep_the_lock(lockfs_factory,
+                                                                         scripts, mode):
+    m = lockfs_factory(options=(f'descendants={mode}',))
+    p = scripts.start('mkdir "$1/x" || exit 9\n' + SETSID_CHILD, m.mnt,
+                      scripts.path('daemon.pid'))
+    assert p.wait(10) == 0
+    daemon = scripts.pid_from('daemon.pid')
+    wait_free(m, 'x', timeout=DEADLINE)
+    assert _alive(daemon)
+    assert _events(m, 'x') == ['acquired', 'recovered']
+    assert evidence(log_for(m.dir, 'x')[1]) == {'exited'}
+
+
+@pytest.mark.parametrize('mode', ['connector', 'scan'])
+def test_descendant_that_starts_its_own_session_after_the_holder_exited_releases_it(
+        lockfs_factory, scripts, mode):
+    m = lockfs_factory(options=(f'descendants={mode}',))
+    go = scripts.path('go')
+    os.mkfifo(go)
+    p = scripts.start('mkdir "$1/x" || exit 9\n'
+                      '(read line < "$3"; exec setsid sleep 1000 >/dev/null 2>&1) &\n'
+                      'echo $! > "$2"\n', m.mnt, scripts.path('daemon.pid'), go)
+    assert p.wait(10) == 0
+    daemon = scripts.pid_from('daemon.pid')
+    assert wait_log(m.dir, 'x', 'holder-exited')[0].details['descendants'] == '1'
+    assert stays_held(m, 'x', WINDOW)
+    with open(go, 'w') as f:
+        f.write('go\n')
+    wait_free(m, 'x', timeout=DEADLINE)
+    assert _alive(daemon)
+    assert evidence(wait_log(m.dir, 'x', 'recovered')[0]) == {'exited', 'descendants-exited'}
+
+
+@pytest.mark.parametrize('mode', ['connector', 'scan'])
+def test_children_a_descendant_started_before_its_setsid_keep_the_lock(lockfs_factory,
+                                                                       scripts, mode):
+    """Leaving the session takes only the process that left (and what it
+    starts later) out: a child it started before, still in the holder's
+    session, keeps the lock."""
+    m = lockfs_factory(options=(f'descendants={mode}',))
+    p = scripts.start('mkdir "$1/x" || exit 9\n'
+                      '(sleep 1000 >/dev/null 2>&1 & echo $! > "$3"; '
+                      'exec setsid sleep 1000 >/dev/null 2>&1) &\n'
+                      'echo $! > "$2"\n'
+                      'while [ "$(cut -d" " -f6 /proc/$!/stat)" != "$!" ]; do :; done\n',
+                      m.mnt, scripts.path('daemon.pid'), scripts.path('child.pid'))
+    assert p.wait(10) == 0
+    daemon = scripts.pid_from('daemon.pid')
+    child = scripts.pid_from('child.pid')
+    assert wait_log(m.dir, 'x', 'holder-exited')[0].details['descendants'] == '1'
+    assert stays_held(m, 'x', WINDOW)
+    assert [d['pid'] for d in read_owner(m.mnt, 'x')['descendants']] == [child]
+    _kill(child)
+    wait_free(m, 'x', timeout=DEADLINE)
+    assert _alive(daemon)
 
 
 def test_daemon_started_before_taking_the_lock_does_not_keep_it(mnt, scripts):

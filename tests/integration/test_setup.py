@@ -87,6 +87,7 @@ def test_setup_starts_lockfs_with_the_container_layout_and_says_what_it_changed(
     assert f'made {w}/share a shared mount' in out
     assert f'created the symlink {w}/locks -> {w}/share/locks' in out
     assert f'started lockfs on {w}/share/locks (backing dir {w}/dir)' in out
+    assert f'setup: guarded {w}/share/locks (immutable underneath' in out
     host = setup_env.host
     assert mount_line(host, f'{w}/share/locks')[:2] == ('fuse.lockfs', f'{w}/dir')
     assert host.errno_of('mkdir', f'{w}/locks/x') == 0
@@ -107,7 +108,7 @@ def test_setup_again_changes_nothing(setup_env):
     r = setup_env('--backing', f'{w}/dir', f'{w}/locks')
     assert r['rc'] == 0, r['err']
     assert f'lockfs is serving {w}/share/locks already' in r['out']
-    assert not re.search(r'setup: (bound|made|created|started)', r['out']), r['out']
+    assert not re.search(r'setup: (bound|made|created|started|guarded)', r['out']), r['out']
     assert daemon_pid(f'{w}/dir') == pid
 
 
@@ -193,3 +194,10 @@ def test_setup_installs_under_usr_local_and_serves_from_there(setup_env):
     assert exe == '/usr/local/bin/lockfs'
     assert host.errno_of('mkdir', f'{w}/locks/x') == 0
     assert host.errno_of('rmdir', f'{w}/locks/x') == 0
+    # again: the same files are there, so nothing is said to be installed
+    r = host.run(['/bin/bash', SETUP, '--build', BUILD, '--share', f'{w}/share',
+                  '--backing', f'{w}/dir', f'{w}/locks'], env=setup_env.env, timeout=300)
+    assert r['rc'] == 0, r['err']
+    assert 'setup: installed' not in r['out'], r['out']
+    assert 'setup: the installed files are up to date\n' in r['out']
+    assert daemon_pid(f'{w}/dir') == pid

@@ -129,6 +129,13 @@ static void ev_fork(pid_t parent, pid_t child, pid_t sid, unsigned long long sta
 						     now_ns() };
 }
 
+/* PID starts a session of its own (setsid). */
+static void ev_sid(pid_t pid)
+{
+	find(pid)->sid = pid;
+	queue[qtail++] = (struct lockfs_proc_event){ LOCKFS_PROC_SID, pid, pid, 0, now_ns() };
+}
+
 /* PID exits (and is reaped at once). */
 static void ev_exit(pid_t pid)
 {
@@ -228,14 +235,39 @@ static void test_grandchild_counts_after_its_parent_exits(void **state)
 	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 0);
 }
 
-static void test_a_descendant_that_left_the_session_still_counts(void **state)
+static void test_a_descendant_that_starts_its_own_session_leaves_the_set(void **state)
 {
 	assert_int_equal(lockfs_descendants_watch(d, 100, 1000, 100, false), 0);
 	ev_fork(100, 101, 100, 1100);
-	find(101)->sid = 101; /* setsid */
-	ev_fork(101, 102, 101, 1200);
-	ev_exit(101);
+	ev_fork(101, 102, 100, 1150); /* before the setsid: stays in the session */
+	ev_sid(101);
+	ev_fork(101, 103, 101, 1200); /* after it: not the holder's any more */
 	assert_int_equal(exited(100, 1000), 1);
+	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 1);
+	ev_exit(102);
+	lockfs_descendants_tick(d);
+	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 0);
+}
+
+static void test_a_setsid_after_the_holder_exited_lets_go(void **state)
+{
+	assert_int_equal(lockfs_descendants_watch(d, 100, 1000, 100, false), 0);
+	ev_fork(100, 101, 100, 1100);
+	assert_int_equal(exited(100, 1000), 1);
+	ev_sid(101);
+	lockfs_descendants_tick(d);
+	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 0);
+}
+
+static void test_a_lost_setsid_is_found_by_the_check(void **state)
+{
+	assert_int_equal(lockfs_descendants_watch(d, 100, 1000, 100, false), 0);
+	ev_fork(100, 101, 100, 1100);
+	assert_int_equal(exited(100, 1000), 1);
+	find(101)->sid = 101; /* no event: the once-a-second check sees it */
+	lose_next = true;
+	lockfs_descendants_tick(d);
+	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 0);
 }
 
 static void test_threads_are_not_descendants(void **state)
@@ -323,12 +355,12 @@ static void test_lost_events_are_made_up_by_a_scan(void **state)
 	assert_int_equal(lockfs_descendants_watch(d, 100, 1000, 100, false), 0);
 	ev_fork(100, 101, 100, 1100);
 	lockfs_descendants_tick(d);
-	/* Lost: 101 exits, 100 forks 102 (setsid) which forks 103, 104 is
-	 * started in the session by someone else later. */
+	/* Lost: 101 exits, 100 forks 102 which forks 103, 104 is started
+	 * in the session by someone else later. */
 	qtail = qhead;
 	reap(101);
-	spawn(102, 100, 102, 1200);
-	spawn(103, 102, 102, 1300);
+	spawn(102, 100, 100, 1200);
+	spawn(103, 102, 100, 1300);
 	spawn(104, 1, 100, 1400);
 	spawn(105, 1, 105, 1500); /* unrelated */
 	lose_next = true;
@@ -366,12 +398,12 @@ static void test_session_mates_started_by_older_ones_are_not_counted(void **stat
 static void test_no_event_source_scans_the_session(void **state)
 {
 	spawn(101, 100, 100, 1100);   /* a child in the session */
-	spawn(102, 101, 102, 1200);   /* its child, in a session of its own */
+	spawn(102, 101, 102, 1200);   /* its child, in a session of its own: not counted */
 	spawn(103, 1, 100, 900);      /* in the session, but older than the holder */
 	spawn(104, 1, 104, 1300);     /* unrelated */
 	assert_int_equal(lockfs_descendants_watch(d, 100, 1000, 100, false), 0);
 	assert_string_equal(lockfs_descendants_mechanism(d), "scan");
-	assert_int_equal(exited(100, 1000), 2);
+	assert_int_equal(exited(100, 1000), 1);
 	/* Nothing tells of new ones: the tick looks again (once a second). */
 	reap(101);
 	reap(102);
@@ -385,11 +417,11 @@ static void test_restart_counts_the_records_list_and_the_session(void **state)
 					      { .pid = 102, .start_time = 1111 } };
 
 	reap(100);
-	spawn(101, 1, 101, 1100);   /* listed, left the session: still counts */
+	spawn(101, 1, 101, 1100);   /* listed, but left the session since: does not */
 	spawn(102, 1, 102, 1200);   /* listed, but pid reused: does not */
 	spawn(103, 1, 100, 1300);   /* not listed, in the session */
 	assert_int_equal(lockfs_descendants_holder_exited(d, 100, 1000, 100, known, 2, true,
-							  true), 2);
+							  true), 1);
 }
 
 static void test_scan_that_cannot_look_proves_nothing(void **state)
@@ -423,12 +455,12 @@ static void test_untracked_processes_cost_no_proc_read(void **state)
 
 /* ---- the kernel's connector ------------------------------------------------ */
 
-static void test_connector_reports_our_fork_and_exit(void **state)
+static void test_connector_reports_our_fork_setsid_and_exit(void **state)
 {
 	struct lockfs_procevents *pe;
 	struct lockfs_event_source src;
 	struct lockfs_proc_event evs[64];
-	bool forked = false, gone = false;
+	bool forked = false, left = false, gone = false;
 	char why[160];
 	pid_t child;
 
@@ -440,11 +472,11 @@ static void test_connector_reports_our_fork_and_exit(void **state)
 	child = fork();
 	assert_true(child >= 0);
 	if (child == 0)
-		_exit(0);
+		_exit(setsid() < 0);
 	assert_int_equal(waitpid(child, NULL, 0), child);
 	/* Both events were queued before waitpid returned; other processes'
 	 * may come first. */
-	for (int round = 0; round < 1000 && !(forked && gone); round++) {
+	for (int round = 0; round < 1000 && !(forked && left && gone); round++) {
 		int n = src.read(src.ctx, evs, 64);
 
 		assert_true(n >= 0 || n == -ENOBUFS);
@@ -453,10 +485,12 @@ static void test_connector_reports_our_fork_and_exit(void **state)
 		for (int i = 0; i < n; i++) {
 			forked |= evs[i].kind == LOCKFS_PROC_FORK && evs[i].pid == child &&
 				  evs[i].tgid == child && evs[i].parent_tgid == getpid();
+			left |= evs[i].kind == LOCKFS_PROC_SID && evs[i].tgid == child;
 			gone |= evs[i].kind == LOCKFS_PROC_EXIT && evs[i].tgid == child;
 		}
 	}
 	assert_true(forked);
+	assert_true(left);
 	assert_true(gone);
 	lockfs_procevents_close(pe);
 }
@@ -504,7 +538,9 @@ int main(void)
 		T(test_holder_without_children_has_none),
 		T(test_fork_before_the_watch_does_not_count),
 		T(test_grandchild_counts_after_its_parent_exits),
-		T(test_a_descendant_that_left_the_session_still_counts),
+		T(test_a_descendant_that_starts_its_own_session_leaves_the_set),
+		T(test_a_setsid_after_the_holder_exited_lets_go),
+		T(test_a_lost_setsid_is_found_by_the_check),
 		T(test_threads_are_not_descendants),
 		T(test_leader_exit_with_threads_left_is_not_the_end),
 		T(test_holder_that_let_go_stops_counting),
@@ -518,7 +554,7 @@ int main(void)
 		T(test_scan_that_cannot_look_proves_nothing),
 		T(test_unwatched_holder_is_looked_for),
 		T(test_untracked_processes_cost_no_proc_read),
-		cmocka_unit_test(test_connector_reports_our_fork_and_exit),
+		cmocka_unit_test(test_connector_reports_our_fork_setsid_and_exit),
 		cmocka_unit_test(test_connector_refused_in_a_child_pid_namespace),
 #undef T
 	};
