@@ -853,6 +853,65 @@ static void test_own_session_is_live_and_other_hosts_unknown(void **state)
 		assert_int_equal(s->be->ops->check(s->be), 0);
 }
 
+/* ---- Opening (dir only: the state directory's checks) ---- */
+
+#define DIR_ONLY(s) do { if (!(s)->be || strcmp(kind->name, "dir") != 0) skip(); } while (0)
+
+/* Open the dir kind on PATH; its one line in WHY. */
+static int open_dir_at(const char *path, const char *fence, char *why, size_t size)
+{
+	struct lockfs_backend_option opts[] = { { "backing", path }, { "fence_file", fence } };
+	struct lockfs_backend_config cfg = {
+		.options = opts, .n_options = 2, .boot_id = "test-boot",
+		.why = why, .why_size = size,
+	};
+	struct lockfs_backend *be = NULL;
+	int rc = lockfs_backend_kind("dir")->open(&cfg, &be);
+
+	if (rc == 0)
+		be->ops->close(be);
+	return rc;
+}
+
+static void test_kinds_are_found_by_name_and_unknown_is_null(void **state)
+{
+	assert_non_null(lockfs_backend_kind("dir"));
+	assert_string_equal(lockfs_backend_kind("dir")->name, "dir");
+	assert_ptr_equal(lockfs_backend_kinds[0], lockfs_backend_kind("dir"));
+	assert_null(lockfs_backend_kind("nope"));
+	assert_null(lockfs_backend_kind(NULL));
+}
+
+static void test_second_daemon_on_the_same_dir_is_refused(void **state)
+{
+	struct store *s = store_of(state);
+	char why[512] = "";
+
+	DIR_ONLY(s);
+	assert_int_equal(lockfs_backend_record_pid(s->be), 0);
+	assert_int_equal(open_dir_at(s->dir, s->fence, why, sizeof(why)), -EBUSY);
+	assert_non_null(strstr(why, "is already served by another lockfs daemon (pid "));
+	assert_non_null(strstr(why, "; mount it once and bind-mount that"));
+}
+
+static void test_group_writable_or_missing_dir_is_refused_with_one_line(void **state)
+{
+	struct store *s = store_of(state);
+	char why[512] = "", path[160];
+
+	DIR_ONLY(s);
+	snprintf(path, sizeof(path), "%s/open", s->root);
+	assert_int_equal(mkdir(path, 0775), 0);
+	assert_int_equal(chmod(path, 0775), 0);
+	assert_int_equal(open_dir_at(path, s->fence, why, sizeof(why)), -EPERM);
+	assert_non_null(strstr(why, "is writable by its group (mode 0775); anyone could forge "
+			       "or remove locks: chmod go-w it"));
+	assert_null(strchr(why, '\n'));
+	snprintf(path, sizeof(path), "%s/missing", s->root);
+	assert_int_equal(open_dir_at(path, s->fence, why, sizeof(why)), -ENOENT);
+	assert_non_null(strstr(why, "missing: No such file or directory"));
+}
+
 int main(int argc, char *argv[])
 {
 	const struct CMUnitTest tests[] = {
@@ -877,6 +936,11 @@ int main(int argc, char *argv[])
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_own_session_is_live_and_other_hosts_unknown, setup, teardown),
+		cmocka_unit_test(test_kinds_are_found_by_name_and_unknown_is_null),
+		cmocka_unit_test_setup_teardown(test_second_daemon_on_the_same_dir_is_refused,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_group_writable_or_missing_dir_is_refused_with_one_line, setup, teardown),
 	};
 
 	if (argc < 2) {
