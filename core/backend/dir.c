@@ -1415,8 +1415,9 @@ static int dir_open(const struct lockfs_backend_config *cfg, struct lockfs_backe
 	d->base.caps = 0;
 	gethost(d->base.host);
 	d->base.state_dirfd = d->dirfd;
-	d->base.state_path = d->path;
-	d->base.source = d->path;
+	/* As given, as today's messages and fsname= show it. */
+	d->base.state_path = d->sd.path;
+	d->base.source = d->sd.path;
 	d->base.statedir = &d->sd;
 	*out = &d->base;
 	return 0;
