@@ -421,10 +421,12 @@ static int fake_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	l = guarded(f, name, identity, &rc);
 	if (!l)
 		LEAVE(f, rc);
+	if (!may_grant(f))
+		LEAVE(f, -EIO); /* no grant while the session is in doubt */
 	pp = find_place(f->fs, name, place);
 	if (!pp)
 		LEAVE(f, -ENOENT);
-	if (head_of(f->fs, name) != *pp || !may_grant(f)) {
+	if (head_of(f->fs, name) != *pp) {
 		/* Someone ahead of PLACE is next: the old grant ends. */
 		remove_lock(f->fs, l);
 		pthread_mutex_unlock(&f->fs->mu);

@@ -934,6 +934,67 @@ static void test_removed_dir_answers_eio_never_not_held(void **state)
 	assert_int_equal(rmdir(s->dir), 0); /* nothing was made in the new one */
 }
 
+/* ---- The fake's knobs (fake only: what engine tests will lean on) ---- */
+
+#define FAKE_ONLY(s) do { if (!(s)->be || strcmp(kind->name, "fake") != 0) skip(); } while (0)
+
+static void test_fake_fail_knob_fails_count_calls_then_works(void **state)
+{
+	struct store *s = store_of(state);
+	struct lockfs_entry_stat st;
+
+	FAKE_ONLY(s);
+	fake_backend_fail(s->be, FAKE_OP_ACQUIRE, ENOMEM, 2);
+	assert_int_equal(acquire(s, "k", "t", &st), -ENOMEM);
+	assert_int_equal(acquire(s, "k", "t", &st), -ENOMEM);
+	assert_int_equal(held_count(s), 0);
+	assert_int_equal(acquire(s, "k", "t", &st), 0);
+	fake_backend_fail(s->be, FAKE_OP_RELEASE, EIO, -1);
+	assert_int_equal(s->be->ops->release(s->be, "k", st.identity), -EIO);
+	assert_int_equal(s->be->ops->release(s->be, "k", st.identity), -EIO);
+	fake_backend_fail(s->be, FAKE_OP_RELEASE, 0, 0);
+	assert_int_equal(s->be->ops->release(s->be, "k", st.identity), 0);
+}
+
+static void test_fake_other_host_lock_is_held_and_its_session_live(void **state)
+{
+	struct store *s = store_of(state);
+	struct lockfs_session ses;
+	struct lockfs_entry_stat st;
+	char tag[64];
+
+	FAKE_ONLY(s);
+	assert_int_equal(s->be->ops->session(s->be, "far", &ses), -ENOENT);
+	assert_int_equal(fake_backend_other_host(s->be, "o", "far",
+						 "{\"fence\": 7, \"tag\": \"theirs\"}"), 0);
+	assert_int_equal(s->be->ops->session(s->be, "far", &ses), 0);
+	assert_int_equal(ses.state, LOCKFS_SESSION_LIVE);
+	assert_int_equal(read_tag(s, "o", tag, &st), 0);
+	assert_string_equal(tag, "theirs");
+	assert_int_equal(acquire(s, "o", "mine", &st), -EEXIST);
+}
+
+static void test_fake_lost_session_is_reported_and_makes_own_locks_stale(void **state)
+{
+	struct store *s = store_of(state);
+	struct changes c = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct lockfs_entry_stat st;
+	struct lockfs_session ses;
+
+	FAKE_ONLY(s);
+	assert_int_equal(acquire(s, "mine", "t", &st), 0);
+	assert_int_equal(s->be->ops->start(s->be, on_change, &c), 0);
+	fake_backend_session(s->be, LOCKFS_SESSION_UNCERTAIN);
+	assert_true(await_change(&c, "*"));
+	assert_int_equal(acquire(s, "other", "t", NULL), -EIO);
+	fake_backend_session(s->be, LOCKFS_SESSION_LOST);
+	assert_int_equal(s->be->ops->session(s->be, NULL, &ses), 0);
+	assert_int_equal(ses.state, LOCKFS_SESSION_LOST);
+	assert_int_equal(s->be->ops->release(s->be, "mine", st.identity), -ESTALE);
+	fake_backend_change(s->be, LOCKFS_CHANGE_NAME, "poke");
+	assert_true(await_change(&c, "poke"));
+}
+
 int main(int argc, char *argv[])
 {
 	const struct CMUnitTest tests[] = {
@@ -959,6 +1020,12 @@ int main(int argc, char *argv[])
 		cmocka_unit_test_setup_teardown(
 			test_own_session_is_live_and_other_hosts_unknown, setup, teardown),
 		cmocka_unit_test(test_kinds_are_found_by_name_and_unknown_is_null),
+		cmocka_unit_test_setup_teardown(test_fake_fail_knob_fails_count_calls_then_works,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_fake_other_host_lock_is_held_and_its_session_live, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_fake_lost_session_is_reported_and_makes_own_locks_stale, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_removed_dir_answers_eio_never_not_held,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_daemon_on_the_same_dir_is_refused,
