@@ -273,6 +273,8 @@ struct lockfs_backend {
 					  audit log lives here */
 	const char *state_path;        /* its path, for messages */
 	const char *source;            /* the mount's source in /proc/mounts */
+	struct lockfs_statedir *statedir; /* the one-daemon lock on state_dirfd
+					     (see lockfs_backend_record_pid) */
 };
 
 /* ---- Opening a store by name ---- */
@@ -306,5 +308,10 @@ struct lockfs_backend_kind {
 /* The kinds built in (NULL-terminated), and one by name (NULL: unknown). */
 extern const struct lockfs_backend_kind *const lockfs_backend_kinds[];
 const struct lockfs_backend_kind *lockfs_backend_kind(const char *name);
+
+/* Write the daemon's pid into the state directory's one-daemon lock file
+ * (DIR/.lockfs): call it after fuse_daemonize (the lock survives the
+ * fork, the pid does not).  0, or -errno after a warning on stderr. */
+int lockfs_backend_record_pid(struct lockfs_backend *be);
 
 #endif
