@@ -215,6 +215,44 @@ int64_t lockfs_holder_acquired_at(const struct lockfs_record *r)
 	return r->holder_fence ? r->holder_acquired_at_ms : r->acquired_at_ms;
 }
 
+size_t lockfs_record_holders(const struct lockfs_record *r)
+{
+	return r->has_holder ? 1 + r->nshares : 0;
+}
+
+struct lockfs_holder *lockfs_record_holder(const struct lockfs_record *r, size_t i)
+{
+	return (struct lockfs_holder *)(i == 0 ? &r->holder : &r->shares[i - 1].holder);
+}
+
+enum lockfs_bound lockfs_record_bound_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? r->bound : r->shares[i - 1].bound;
+}
+
+void lockfs_record_set_bound_at(struct lockfs_record *r, size_t i, enum lockfs_bound b)
+{
+	if (i == 0)
+		r->bound = b;
+	else
+		r->shares[i - 1].bound = b;
+}
+
+uint64_t lockfs_record_fence_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? lockfs_holder_fence(r) : r->shares[i - 1].fence;
+}
+
+const char *lockfs_record_fd_owner_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? r->fd_owner : r->shares[i - 1].fd_owner;
+}
+
+const char *lockfs_record_slug_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? r->slug : r->shares[i - 1].slug;
+}
+
 const char *lockfs_bound_name(enum lockfs_bound b)
 {
 	return b == LOCKFS_BOUND_SLUG ? "slug" : b == LOCKFS_BOUND_FD ? "fd" : "process";
