@@ -88,7 +88,8 @@ static void fill_lock_stat(struct lockfs_lock_stat *out, const struct lockfs_rec
 static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, const char *name,
 				uint64_t identity, int err)
 {
-	int rc = core->table.be->ops->release(core->table.be, name, identity);
+	struct lockfs_table *t = &core->table;
+	int rc = t->be->ops->release(t->be, name, identity);
 
 	if (rc < 0 && rc != -ENOENT) {
 		struct cached *c = lockfs_table_find(s, name);
@@ -100,14 +101,15 @@ static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, cons
 			name, strerror(-err), strerror(-rc));
 		return;
 	}
-	lockfs_table_drop(&core->table, s, name);
+	lockfs_table_drop(t, s, name);
 	/* A waiter that came meanwhile is tried now (and told the same). */
-	lockfs_queue_grant_locked(&core->table, s, name);
+	lockfs_queue_grant_locked(t, s, name);
 }
 
 int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
 {
+	struct lockfs_table *t = &core->table;
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
 	struct lockfs_proc holder;
@@ -126,26 +128,26 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	 * queued waiters is theirs first (no barging): it can only be free
 	 * here if a lock we cannot watch (the seed's) just went, so grant
 	 * the queue now and say EEXIST. */
-	s = lockfs_table_stripe(&core->table, name);
+	s = lockfs_table_stripe(t, name);
 	pthread_mutex_lock(&s->mu);
 	if (lockfs_queue_has_waiters(s, name)) {
-		lockfs_queue_grant_locked(&core->table, s, name);
+		lockfs_queue_grant_locked(t, s, name);
 		lockfs_table_unlock(s);
 		return -EEXIST;
 	}
 	lockfs_table_unlock(s);
-	if (lockfs_caller_slug(core->table.procs, caller->tid, slug, sizeof(slug)) < 0) {
+	if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) < 0) {
 		lockfs_audit_who(who, sizeof(who), NULL, "?", caller->tid);
-		lockfs_audit_refusal(&core->table, caller->uid, caller->tid, who, name, "bad-slug");
+		lockfs_audit_refusal(t, caller->uid, caller->tid, who, name, "bad-slug");
 		return -EINVAL;
 	}
 	/* With a pidfd opened before the holder's facts were read, watching
 	 * it needs no second look at /proc -- unless the caller is watched
 	 * already (a process that takes locks again and again), when the
 	 * watch is simply shared. */
-	rc = lockfs_holder_resolve(core->table.procs, caller->tid, caller->uid, &core->table.helpers,
+	rc = lockfs_holder_resolve(t->procs, caller->tid, caller->uid, &t->helpers,
 				   LOCKFS_PROC_NS |
-				   (lockfs_liveness_watches_pid(core->table.liveness, caller->tid)
+				   (lockfs_liveness_watches_pid(t->liveness, caller->tid)
 				    ? 0 : LOCKFS_PROC_PIDFD), &holder);
 	/* A helper that stops the walk at a uid boundary (`setpriv --reuid=U
 	 * mkdir`) would hold the lock only until it exits, at once: nobody
@@ -157,7 +159,8 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	if (rc < 0) {
 		if (rc == -EACCES) {
 			lockfs_audit_who(who, sizeof(who), slug, "?", caller->tid);
-			lockfs_audit_refusal(&core->table, caller->uid, caller->tid, who, name, "holder-unknown");
+			lockfs_audit_refusal(t, caller->uid, caller->tid, who, name,
+					     "holder-unknown");
 		}
 		/* A caller gone before we could read it gets no answer anyway. */
 		return rc == -ESRCH ? -EACCES : rc;
@@ -174,15 +177,15 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	{
 		enum quota_reason why;
 
-		rc = lockfs_quota_lock_reserve(core->table.quota, holder.uid, true, &why);
+		rc = lockfs_quota_lock_reserve(t->quota, holder.uid, true, &why);
 		if (rc < 0) {
 			lockfs_audit_who(who, sizeof(who), slug, holder.comm, holder.pid);
-			lockfs_caller_refuse(&core->table, holder.uid, why, name, who, holder.pid);
+			lockfs_caller_refuse(t, holder.uid, why, name, who, holder.pid);
 			lockfs_proc_put(&holder);
 			return rc;
 		}
 	}
-	rc = lockfs_caller_record(&core->table, name, &holder, slug, &rec, NULL);
+	rc = lockfs_caller_record(t, name, &holder, slug, &rec, NULL);
 	if (rc < 0)
 		goto unreserve;
 	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
@@ -191,7 +194,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		rc = -ENOMEM;
 		goto unreserve;
 	}
-	rc = core->table.be->ops->acquire(core->table.be, name, json, len, &st);
+	rc = t->be->ops->acquire(t->be, name, json, len, &st);
 	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
@@ -206,23 +209,23 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	 * acquisition before its `acquired` is written, or see it if that
 	 * write fails and it is taken back.  And only after taking it: a
 	 * release of NAME that made room for this acquisition writes its
-	 * line before it lets the mutex go (release_locked), so the log
+	 * line before it lets the mutex go (lockfs_queue_let_go_locked), so the log
 	 * never shows two holders at once. */
 	pthread_mutex_lock(&s->mu);
-	lockfs_table_put_new(&core->table, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1);
+	lockfs_table_put_new(t, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1);
 	{
 		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, NULL };
 
-		rc = lockfs_audit_acquired(&core->table, who, name, kv);
+		rc = lockfs_audit_acquired(t, who, name, kv);
 	}
 	if (rc < 0)
 		undo_acquire_locked(core, s, name, st.identity, rc);
 	lockfs_table_unlock(s);
-	lockfs_quota_lock_unreserve(core->table.quota, holder.uid, true);
+	lockfs_quota_lock_unreserve(t->quota, holder.uid, true);
 	lockfs_record_clear(&rec);
 	return rc;
 unreserve:
-	lockfs_quota_lock_unreserve(core->table.quota, holder.uid, true);
+	lockfs_quota_lock_unreserve(t->quota, holder.uid, true);
 	lockfs_proc_put(&holder);
 	return rc;
 }
@@ -230,7 +233,8 @@ unreserve:
 int lockfs_core_release(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller)
 {
-	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	bool foreign;
@@ -242,14 +246,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	/* Release only what the record in the store says: the cached copy
 	 * counts only while the record file's identity (inode, times, size)
 	 * is unchanged, else it is read and parsed again. */
-	rc = lockfs_table_load(&core->table, s, name, &st, &foreign, &c);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc < 0)
 		goto out;
 	if (c && !lockfs_table_issued_here(c)) {
 		/* The record is not the one we issued: someone rewrote the
 		 * store behind our back.  Fail closed: keep it, say so. */
 		lockfs_table_unlock(s);
-		lockfs_caller_denied(&core->table, name, caller, "token-mismatch");
+		lockfs_caller_denied(t, name, caller, "token-mismatch");
 		return -EPERM;
 	}
 	/* A shared lock: the caller lets go of the first share it holds. */
@@ -260,11 +264,11 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		rc = -EPERM;
 		do {
 			lockfs_caller_ref_at(&h, c ? &c->rec : NULL, i);
-			rc = lockfs_caller_check(&core->table, &h, caller);
+			rc = lockfs_caller_check(t, &h, caller);
 		} while (rc == -EPERM && ++i < n);
 		if (rc < 0) {
 			lockfs_table_unlock(s);
-			lockfs_caller_denied(&core->table, name, caller, foreign ? "foreign-lock" :
+			lockfs_caller_denied(t, name, caller, foreign ? "foreign-lock" :
 				   rc == -EPERM ? "not-holder" : "caller-unknown");
 			return rc;
 		}
@@ -272,7 +276,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		 * refused (struct unlock_retry): nothing was logged for it
 		 * then, so this is its `released` -- unless it is a grant the
 		 * log refused, which never showed in the log at all. */
-		rc = lockfs_queue_let_go_locked(&core->table, s, c, &(struct lockfs_let_go){
+		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 			.identity = st.identity, .index = i,
 			.event = lockfs_fdlock_release_event(s, name, &c->rec, i) });
 	}
@@ -363,14 +367,15 @@ static int view_owner(const char *name, struct cached *c, const struct lockfs_en
 		*o->text = foreign_json(name, st, o->len);
 	else {
 		if (c->rec.holder_exited)
-			lockfs_recovery_descendants_refresh(&o->core->table, c, NULL); /* the ones alive now */
+			/* the ones alive now */
+			lockfs_recovery_descendants_refresh(&o->core->table, c, NULL);
 		*o->text = lockfs_record_view(&c->rec, o->reader, o->len);
 	}
 	return *o->text ? 0 : -ENOMEM;
 }
 
-int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader,
-		      char **json, size_t *len)
+int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader, char **json,
+		      size_t *len)
 {
 	struct text_out o = { json, len, reader, core };
 
@@ -417,7 +422,8 @@ int lockfs_core_lease(struct lockfs_core *core, const char *name, char **text, s
 int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 			     const struct lockfs_caller *caller)
 {
-	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct lockfs_holder_ref h;
 	struct cached *c;
@@ -427,11 +433,11 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
-	rc = lockfs_table_load(&core->table, s, name, &st, &foreign, &c);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc == 0)
 		lockfs_caller_ref_at(&h, c ? &c->rec : NULL, 0);
 	lockfs_table_unlock(s);
-	return rc == 0 ? lockfs_caller_check(&core->table, &h, caller) : rc;
+	return rc == 0 ? lockfs_caller_check(t, &h, caller) : rc;
 }
 
 /*
@@ -443,7 +449,8 @@ static int edit_as_holder(struct lockfs_core *core, const char *name,
 			  const struct lockfs_caller *caller,
 			  int (*edit)(struct lockfs_core *, struct cached *, void *), void *arg)
 {
-	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	bool foreign;
@@ -452,13 +459,13 @@ static int edit_as_holder(struct lockfs_core *core, const char *name,
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
-	rc = lockfs_table_load(&core->table, s, name, &st, &foreign, &c);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc == 0)
-		rc = lockfs_caller_may_act(&core->table, c, caller);
+		rc = lockfs_caller_may_act(t, c, caller);
 	if (rc == 0)
 		rc = edit(core, c, arg);
 	if (rc == 0)
-		rc = lockfs_table_persist(&core->table, s, c, &st);
+		rc = lockfs_table_persist(t, s, c, &st);
 	lockfs_table_unlock(s);
 	return rc == 1 ? 0 : rc;
 }
@@ -481,8 +488,7 @@ static int edit_operation(struct lockfs_core *core, struct cached *c, void *arg)
 }
 
 int lockfs_core_set_operation(struct lockfs_core *core, const char *name,
-			      const struct lockfs_caller *caller,
-			      const char *text, size_t len)
+			      const struct lockfs_caller *caller, const char *text, size_t len)
 {
 	struct text_arg t = { text, len };
 
@@ -619,20 +625,22 @@ static int list_done(struct name_list *l, int rc, char ***names, size_t *count)
 
 int lockfs_core_list(struct lockfs_core *core, char ***names, size_t *count)
 {
+	struct lockfs_table *t = &core->table;
 	struct name_list l = { 0 };
 
-	return list_done(&l, core->table.be->ops->list(core->table.be, collect_name, &l), names, count);
+	return list_done(&l, t->be->ops->list(t->be, collect_name, &l), names, count);
 }
 
 int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count)
 {
+	struct lockfs_table *t = &core->table;
 	struct name_list l = { 0 };
-	int rc = core->table.be->ops->list(core->table.be, collect_name, &l);
+	int rc = t->be->ops->list(t->be, collect_name, &l);
 
 	/* Held names, and names that only have waiters (behind nothing we
 	 * could read yet, or in between). */
 	for (int i = 0; rc == 0 && !l.err && i < STRIPES; i++) {
-		struct stripe *s = &core->table.stripes[i];
+		struct stripe *s = &t->stripes[i];
 
 		pthread_mutex_lock(&s->mu);
 		for (struct lockq *q = s->queues; q && !l.err; q = q->next)
@@ -669,7 +677,8 @@ static int descendants_open(struct lockfs_core *core, bool scan_only)
 				"descendants are found by scanning /proc for its session, which "
 				"misses those that left it (docs/holder.md)\n", why);
 	}
-	return lockfs_descendants_new(&core->table.descendants, core->procevents ? &events : NULL, NULL);
+	return lockfs_descendants_new(&core->table.descendants,
+				      core->procevents ? &events : NULL, NULL);
 }
 
 /* A cap from the configuration: 0 is DEFAULT, LOCKFS_NO_LIMIT none. */
@@ -719,14 +728,15 @@ static int quota_open_limits(struct lockfs_core *core, const struct lockfs_core_
 int lockfs_core_handle_open(struct lockfs_core *core, const struct lockfs_caller *caller,
 			    bool keeps_fd, const char *name)
 {
-	if (lockfs_quota_open_add(core->table.quota, caller->uid) < 0) {
-		lockfs_caller_refuse(&core->table, caller->uid, QUOTA_OPEN_PER_UID, name, NULL, caller->tid);
+	struct lockfs_table *t = &core->table;
+	if (lockfs_quota_open_add(t->quota, caller->uid) < 0) {
+		lockfs_caller_refuse(t, caller->uid, QUOTA_OPEN_PER_UID, name, NULL, caller->tid);
 		return -EMFILE;
 	}
 	if (keeps_fd && !lockfs_fds_take(&core->fds, caller->uid == 0 ? LOCKFS_FD_PRIVILEGED
 								    : LOCKFS_FD_CALLER)) {
-		lockfs_quota_open_sub(core->table.quota, caller->uid);
-		lockfs_caller_refuse(&core->table, caller->uid, QUOTA_FD_RESERVE, name, NULL, caller->tid);
+		lockfs_quota_open_sub(t->quota, caller->uid);
+		lockfs_caller_refuse(t, caller->uid, QUOTA_FD_RESERVE, name, NULL, caller->tid);
 		return -EMFILE;
 	}
 	return 0;
@@ -747,59 +757,64 @@ void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev)
 int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *cfg)
 {
 	struct lockfs_core *core = calloc(1, sizeof(*core));
+	struct lockfs_table *t;
 	int rc;
 
 	if (!core) {
 		lockfs_log_close(cfg->log);
 		return -ENOMEM;
 	}
+	t = &core->table;
 	for (int i = 0; i < STRIPES; i++)
-		pthread_mutex_init(&core->table.stripes[i].mu, NULL);
-	pthread_mutex_init(&core->table.users_mu, NULL);
-	pthread_mutex_init(&core->table.holders.mu, NULL);
+		pthread_mutex_init(&t->stripes[i].mu, NULL);
+	pthread_mutex_init(&t->users_mu, NULL);
+	pthread_mutex_init(&t->holders.mu, NULL);
 	for (int i = 0; i < STRIPES; i++)
-		core->table.stripes[i].due_boot_ms = INT64_MAX;
+		t->stripes[i].due_boot_ms = INT64_MAX;
 	lockfs_fds_init(&core->fds);
 	core->dirfd = cfg->dirfd;
-	core->table.procs = cfg->procs ? cfg->procs : &lockfs_proc_real;
-	core->table.default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
-	core->table.stale_s = cfg->stale_s;
-	core->table.break_signal = cfg->break_signal;
-	core->table.log = cfg->log;
-	if (!core->table.log) {
+	t->procs = cfg->procs ? cfg->procs : &lockfs_proc_real;
+	t->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
+	t->stale_s = cfg->stale_s;
+	t->break_signal = cfg->break_signal;
+	t->log = cfg->log;
+	if (!t->log) {
 		rc = -EINVAL;
 		goto fail;
 	}
-	rc = lockfs_helpers_parse(&core->table.helpers, cfg->helpers ? cfg->helpers : LOCKFS_DEFAULT_HELPERS);
+	rc = lockfs_helpers_parse(&t->helpers,
+				  cfg->helpers ? cfg->helpers : LOCKFS_DEFAULT_HELPERS);
 	if (rc < 0)
 		goto fail;
-	if (gethostname(core->table.host, sizeof(core->table.host) - 1) < 0)
-		strcpy(core->table.host, "localhost");
-	rc = lockfs_boot_id(core->table.boot_id);
+	if (gethostname(t->host, sizeof(t->host) - 1) < 0)
+		strcpy(t->host, "localhost");
+	rc = lockfs_boot_id(t->boot_id);
 	if (rc < 0)
 		goto fail;
-	rc = lockfs_fence_open(&core->table.fence, cfg->dirfd, cfg->fence_path ? cfg->fence_path : ".fence");
+	rc = lockfs_fence_open(&t->fence, cfg->dirfd,
+			       cfg->fence_path ? cfg->fence_path : ".fence");
 	if (rc < 0)
 		goto fail;
 	rc = quota_open_limits(core, cfg);
 	if (rc < 0)
 		goto fail;
-	rc = lockfs_recovery_init(&core->table);
+	rc = lockfs_recovery_init(t);
 	if (rc < 0)
 		goto fail;
-	rc = lockfs_liveness_new(&core->table.liveness, lockfs_recovery_holder_exited, lockfs_recovery_tick,
-				 core, TICK_MS);
+	/* The thread calls up into recovery.c through these, with the table. */
+	rc = lockfs_liveness_new(&t->liveness, lockfs_recovery_holder_exited, lockfs_recovery_tick,
+				 t, TICK_MS);
 	if (rc < 0)
 		goto fail;
 	rc = descendants_open(core, cfg->descendants_scan);
 	if (rc < 0)
 		goto fail;
-	lockfs_liveness_set_fds(core->table.liveness, &core->fds);
-	lockfs_liveness_set_work(core->table.liveness, lockfs_recovery_work);
-	core->table.be = cfg->backend;
-	rc = lockfs_startup_scan(&core->table);
+	lockfs_liveness_set_fds(t->liveness, &core->fds);
+	lockfs_liveness_set_work(t->liveness, lockfs_recovery_work);
+	t->be = cfg->backend;
+	rc = lockfs_startup_scan(t);
 	if (rc < 0) {
-		core->table.be = NULL; /* the caller still owns it on failure */
+		t->be = NULL; /* the caller still owns it on failure */
 		goto fail;
 	}
 	*out = core;
@@ -811,64 +826,67 @@ fail:
 
 int lockfs_core_start(struct lockfs_core *core)
 {
+	struct lockfs_table *t = &core->table;
 	/* The mount is made: what is open now is the daemon's own. */
 	lockfs_fds_start(&core->fds);
 	if (!core->open_cap_given) {
 		long room = lockfs_fds_callers_max(&core->fds) / 4;
 
-		lockfs_quota_set_open_limit(core->table.quota, room < DEFAULT_OPEN_PER_UID ?
+		lockfs_quota_set_open_limit(t->quota, room < DEFAULT_OPEN_PER_UID ?
 				     (uint32_t)(room > 0 ? room : 1) : DEFAULT_OPEN_PER_UID);
 	}
-	return lockfs_liveness_run(core->table.liveness);
+	return lockfs_liveness_run(t->liveness);
 }
 
 void lockfs_core_stop(struct lockfs_core *core)
 {
+	struct lockfs_table *t = &core->table;
 	if (!core)
 		return;
-	lockfs_liveness_stop(core->table.liveness);
+	lockfs_liveness_stop(t->liveness);
 	/* Releases the store refused get one last try before the daemon
 	 * goes; what is left stays in DIR (see lockfs_queue_free_all). */
-	lockfs_recovery_retry_all(&core->table);
-	lockfs_quota_flush(core->table.quota, true, lockfs_audit_refused, &core->table);
+	lockfs_recovery_retry_all(t);
+	lockfs_quota_flush(t->quota, true, lockfs_audit_refused, t);
 }
 
 void lockfs_core_close(struct lockfs_core *core)
 {
+	struct lockfs_table *t = &core->table;
 	if (!core)
 		return;
 	/* The thread first: it calls into everything below. */
-	lockfs_liveness_stop(core->table.liveness);
+	lockfs_liveness_stop(t->liveness);
 	for (int i = 0; i < STRIPES; i++) {
-		while (core->table.stripes[i].head) {
-			struct cached *c = core->table.stripes[i].head;
+		while (t->stripes[i].head) {
+			struct cached *c = t->stripes[i].head;
 
-			lockfs_table_drop(&core->table, &core->table.stripes[i], c->name);
+			lockfs_table_drop(t, &t->stripes[i], c->name);
 		}
-		lockfs_queue_free_all(&core->table.stripes[i]);
-		pthread_mutex_destroy(&core->table.stripes[i].mu);
+		lockfs_queue_free_all(&t->stripes[i]);
+		pthread_mutex_destroy(&t->stripes[i].mu);
 	}
-	lockfs_liveness_free(core->table.liveness);
-	lockfs_descendants_free(core->table.descendants);
+	lockfs_liveness_free(t->liveness);
+	lockfs_descendants_free(t->descendants);
 	lockfs_procevents_close(core->procevents);
-	lockfs_recovery_fini(&core->table);
-	lockfs_quota_free(core->table.quota);
-	pthread_mutex_destroy(&core->table.holders.mu);
-	for (size_t i = 0; i < core->table.nusers; i++)
-		free(core->table.users[i].name);
-	free(core->table.users);
-	pthread_mutex_destroy(&core->table.users_mu);
-	if (core->table.be)
-		core->table.be->ops->destroy(core->table.be);
+	lockfs_recovery_fini(t);
+	lockfs_quota_free(t->quota);
+	pthread_mutex_destroy(&t->holders.mu);
+	for (size_t i = 0; i < t->nusers; i++)
+		free(t->users[i].name);
+	free(t->users);
+	pthread_mutex_destroy(&t->users_mu);
+	if (t->be)
+		t->be->ops->destroy(t->be);
 	{
-		size_t left = lockfs_log_close(core->table.log);
+		size_t left = lockfs_log_close(t->log);
 
 		if (left)
 			fprintf(stderr, "lockfs: warning: %zu audit log line(s) could not be written "
 				"to the log before exit; they went to syslog\n", left);
 	}
-	lockfs_fence_close(core->table.fence);
-	lockfs_helpers_free(&core->table.helpers);
+	lockfs_fence_close(t->fence);
+	lockfs_helpers_free(&t->helpers);
 	free(core);
 }
 
@@ -925,7 +943,8 @@ int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct loc
 
 int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char *owner)
 {
-	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	bool foreign;
@@ -937,7 +956,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	pthread_mutex_lock(&s->mu);
 	/* The owner lets go: a place kept for it is no longer wanted. */
 	lockfs_queue_forget_kept(s, name, owner);
-	rc = lockfs_table_load(&core->table, s, name, &st, &foreign, &c);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	held = rc == 0 && c ? lockfs_fdlock_holder_of(s, name, &c->rec, owner) : -1;
 	rc = 0;
 	if (held >= 0) {
@@ -946,13 +965,14 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 			 * is, the record cannot be trusted to tell). */
 			const char *kv[] = { "uid", "", "pid", "", "reason", "token-mismatch", NULL };
 
-			lockfs_audit_event(&core->table, "?", name, kv, "denied");
+			lockfs_audit_event(t, "?", name, kv, "denied");
 			rc = -EPERM;
 		} else {
 			uint64_t fence = lockfs_record_fence_at(&c->rec, (size_t)held);
 
-			rc = lockfs_queue_let_go_locked(&core->table, s, c, &(struct lockfs_let_go){
-				.identity = st.identity, .index = (size_t)held, .event = "released" });
+			rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
+				.identity = st.identity, .index = (size_t)held,
+				.event = "released" });
 			if (rc < 0 && rc != -ENOENT)
 				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true);
 		}
@@ -980,9 +1000,10 @@ void lockfs_core_fd_file_closed(struct lockfs_core *core, const char *name, uint
 int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request *rq,
 			struct lockfs_fd_conflict *out)
 {
+	struct lockfs_table *t = &core->table;
 	const char *name = rq->name, *owner = rq->owner;
 	bool shared = rq->mode == LOCKFS_SHARED;
-	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	bool foreign;
@@ -991,7 +1012,7 @@ int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request
 	if (lockfs_name_check(name) < 0)
 		return -EINVAL;
 	pthread_mutex_lock(&s->mu);
-	rc = lockfs_table_load(&core->table, s, name, &st, &foreign, &c);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc == -ENOENT) {
 		rc = 0;
 	} else if (rc == 0 && !c) {
@@ -1082,8 +1103,8 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 	return 0;
 }
 
-static int view_waiters_of(const char *name, struct cached *c,
-			   const struct lockfs_entry_stat *st, void *arg)
+static int view_waiters_of(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+			   void *arg)
 {
 	struct queue_text *o = arg;
 
@@ -1092,9 +1113,10 @@ static int view_waiters_of(const char *name, struct cached *c,
 
 int lockfs_core_waiters(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct queue_text o = { text, len, lockfs_table_stripe(&core->table, name) };
+	struct lockfs_table *t = &core->table;
+	struct queue_text o = { text, len, lockfs_table_stripe(t, name) };
 
-	return lockfs_table_view(&core->table, name, view_waiters_of, &o);
+	return lockfs_table_view(t, name, view_waiters_of, &o);
 }
 
 static int view_binding(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
@@ -1118,10 +1140,11 @@ int lockfs_core_binding(struct lockfs_core *core, const char *name, char **text,
 	return lockfs_table_view(&core->table, name, view_binding, &o);
 }
 
-int lockfs_core_bind(struct lockfs_core *core, const char *name,
-		     const struct lockfs_caller *caller, const char *text, size_t len)
+int lockfs_core_bind(struct lockfs_core *core, const char *name, const struct lockfs_caller *caller,
+		     const char *text, size_t len)
 {
-	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct lockfs_proc writer;
@@ -1135,17 +1158,17 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
 	slug[0] = '\0';
-	if (to_slug && lockfs_caller_slug(core->table.procs, caller->tid, slug, sizeof(slug)) < 0)
+	if (to_slug && lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) < 0)
 		slug[0] = '\0';
 	/* The writer as a holder (genuine helpers of its own uid skipped),
 	 * resolved outside the mutex: `lockctl acquire` writes for the shell
 	 * that ran it. */
-	if (lockfs_holder_resolve(core->table.procs, caller->tid, caller->uid, &core->table.helpers, 0,
+	if (lockfs_holder_resolve(t->procs, caller->tid, caller->uid, &t->helpers, 0,
 				  &writer) < 0)
 		writer.pid = 0;
 
 	pthread_mutex_lock(&s->mu);
-	rc = lockfs_table_load(&core->table, s, name, &st, &foreign, &c);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc < 0)
 		goto out;
 	if (!c || !lockfs_table_issued_here(c)) {
@@ -1159,8 +1182,8 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	 * else: EPERM, whatever they wrote. */
 	if (!(writer.pid > 0 && writer.pid == c->rec.holder.pid &&
 	      writer.start_time == c->rec.holder.start_time &&
-	      strcmp(c->rec.holder.boot_id, core->table.boot_id) == 0))
-		rc = lockfs_caller_may_act(&core->table, c, caller);
+	      strcmp(c->rec.holder.boot_id, t->boot_id) == 0))
+		rc = lockfs_caller_may_act(t, c, caller);
 	/* A grant its descriptor let go (the store is yet to take it) is
 	 * nobody's to keep. */
 	if (rc == 0 && lockfs_fdlock_retry_pending(s, name, &c->rec, 0))
@@ -1180,7 +1203,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 	 * process-bound lock: EACCES, as mkdir gets, rather than no lock.
 	 * A slug lock is the writer's uid's to keep. */
 	if (!to_slug && writer.pid == c->rec.holder.pid &&
-	    lockfs_helpers_contains(&core->table.helpers, writer.exe)) {
+	    lockfs_helpers_contains(&t->helpers, writer.exe)) {
 		rc = -EACCES;
 		goto out;
 	}
@@ -1197,24 +1220,24 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		c->rec.bound = LOCKFS_BOUND_SLUG;
 		/* A slug lock belongs to the uid that asked for it, and counts
 		 * against it from now on. */
-		lockfs_table_account(&core->table, c, -1);
+		lockfs_table_account(t, c, -1);
 		c->rec.holder.uid = caller->uid;
 		c->rec.holder.gid = caller->gid;
-		lockfs_table_account(&core->table, c, 1);
-		lockfs_lease_start(&c->rec.lease, core->table.default_lease_s);
+		lockfs_table_account(t, c, 1);
+		lockfs_lease_start(&c->rec.lease, t->default_lease_s);
 	} else {
 		c->rec.bound = LOCKFS_BOUND_PROCESS;
 	}
 	lockfs_audit_who(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	lockfs_audit_ids(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
-	rc = lockfs_table_persist(&core->table, s, c, &st);
+	rc = lockfs_table_persist(t, s, c, &st);
 	if (rc == 0) {
 		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid,
 				     "bound", to_slug ? "slug" : "process", NULL };
 
-		lockfs_audit_event(&core->table, who, name, kv, "bound");
-		lockfs_table_watch(&core->table, c, -1);
+		lockfs_audit_event(t, who, name, kv, "bound");
+		lockfs_table_watch(t, c, -1);
 	}
 out:
 	lockfs_table_unlock(s);
@@ -1224,7 +1247,8 @@ out:
 int lockfs_core_break(struct lockfs_core *core, const char *name,
 		      const struct lockfs_caller *caller, const char *reason, size_t len)
 {
-	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	char by[WHO_MAX], by_uid[16], by_pid[16], uid[16], none[16], *why;
@@ -1245,17 +1269,18 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	if (!why)
 		return -ENOMEM;
 	/* The breaker, as the kernel tells it, beside the name it goes by. */
-	lockfs_audit_ids(by_uid, by_pid, caller->uid, lockfs_caller_who(&core->table, caller->tid, by, sizeof(by)));
+	lockfs_audit_ids(by_uid, by_pid, caller->uid,
+			 lockfs_caller_who(t, caller->tid, by, sizeof(by)));
 
 	pthread_mutex_lock(&s->mu);
-	rc = lockfs_table_reload(&core->table, s, name, &st, &foreign, &c);
+	rc = lockfs_table_reload(t, s, name, &st, &foreign, &c);
 	if (rc == 0 && c) {
 		const char *extra[] = { "by", by, "by_uid", by_uid, "by_pid", by_pid,
 					"reason", why, NULL };
 
 		pid = c->rec.holder.pid;
 		start = c->rec.holder.start_time;
-		rc = lockfs_queue_let_go_locked(&core->table, s, c, &(struct lockfs_let_go){
+		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 			.identity = st.identity, .all = true, .event = "broken", .extra = extra });
 	} else if (rc == 0) {
 		/* A foreign lock: uid= owns DIR/NAME.lock, no process known. */
@@ -1263,16 +1288,16 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 				     "by_pid", by_pid, "reason", why, NULL };
 
 		lockfs_audit_ids(uid, none, st.uid, 0);
-		/* Logged once it happened, under the mutex (release_locked). */
-		rc = core->table.be->ops->release(core->table.be, name, st.identity);
+		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
+		rc = t->be->ops->release(t->be, name, st.identity);
 		if (rc == 0)
-			lockfs_audit_event(&core->table, "?", name, kv, "broken");
+			lockfs_audit_event(t, "?", name, kv, "broken");
 	}
 	lockfs_table_unlock(s);
 	free(why);
 	if (rc < 0)
 		return rc;
-	if (core->table.break_signal && pid > 0)
-		lockfs_liveness_signal(core->table.liveness, pid, start, core->table.break_signal);
+	if (t->break_signal && pid > 0)
+		lockfs_liveness_signal(t->liveness, pid, start, t->break_signal);
 	return 0;
 }

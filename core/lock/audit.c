@@ -26,7 +26,7 @@ void lockfs_audit_ids(char uid[16], char pid[16], uid_t u, pid_t p)
 }
 
 void lockfs_audit_event(struct lockfs_table *t, const char *who, const char *name,
-	       const char *const *kv, const char *event)
+			const char *const *kv, const char *event)
 {
 	/* A line that cannot be written now is kept and goes out later
 	 * (core/base/log.c says so on stderr once): the event happens anyway. */
@@ -34,7 +34,7 @@ void lockfs_audit_event(struct lockfs_table *t, const char *who, const char *nam
 }
 
 int lockfs_audit_acquired(struct lockfs_table *t, const char *who, const char *name,
-		 const char *const *kv)
+			  const char *const *kv)
 {
 	int rc = lockfs_log_event(t->log, who, name, kv, "acquired");
 

@@ -21,7 +21,7 @@
 #define CMDLINE_MAX 4096
 
 void lockfs_caller_refuse(struct lockfs_table *t, uid_t uid, enum quota_reason reason,
-		  const char *name, const char *who, pid_t pid)
+			  const char *name, const char *who, pid_t pid)
 {
 	char buf[WHO_MAX];
 
@@ -160,8 +160,8 @@ void lockfs_lease_start(struct lockfs_lease *lease, uint32_t ttl_s)
 	lease->expires_at_ms = ttl_s ? lockfs_wall_ms() + (int64_t)ttl_s * 1000 : 0;
 }
 
-int lockfs_caller_fill_holder(struct lockfs_table *t, struct lockfs_holder *h, const struct lockfs_proc *p,
-		char ***cmdline)
+int lockfs_caller_fill_holder(struct lockfs_table *t, struct lockfs_holder *h,
+			      const struct lockfs_proc *p, char ***cmdline)
 {
 	h->pid = p->pid;
 	h->ns_pid = p->ns_pid;
@@ -189,9 +189,8 @@ int lockfs_caller_fill_holder(struct lockfs_table *t, struct lockfs_holder *h, c
 }
 
 /* Build the record for a new holder.  Returns 0 or -errno. */
-int lockfs_caller_record(struct lockfs_table *t, const char *name,
-		 const struct lockfs_proc *p, const char *slug, struct lockfs_record *rec,
-		 char ***cmdline)
+int lockfs_caller_record(struct lockfs_table *t, const char *name, const struct lockfs_proc *p,
+			 const char *slug, struct lockfs_record *rec, char ***cmdline)
 {
 	int rc;
 
@@ -297,7 +296,7 @@ int lockfs_caller_check(struct lockfs_table *t, const struct lockfs_holder_ref *
 
 /* lockfs_caller_check() on the cached entry C (NULL: foreign). */
 int lockfs_caller_may_act(struct lockfs_table *t, const struct cached *c,
-		       const struct lockfs_caller *caller)
+			  const struct lockfs_caller *caller)
 {
 	struct lockfs_holder_ref h;
 

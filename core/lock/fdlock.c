@@ -10,8 +10,7 @@
 
 #include "fdlock.h"
 
-void lockfs_fdlock_granted_via(struct stripe *s, const char *name, const char *owner,
-			       uint64_t file)
+void lockfs_fdlock_granted_via(struct stripe *s, const char *name, const char *owner, uint64_t file)
 {
 	struct fdlock_via *v;
 
@@ -109,8 +108,8 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 
 /* What is wrong with the store was said by the backend, once: nothing is
  * said per release.  Out of memory, the lock stays until a restart. */
-void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
-			     uint64_t fence, int err, bool logged)
+void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
+			     int err, bool logged)
 {
 	struct unlock_retry *r = calloc(1, sizeof(*r));
 

@@ -64,8 +64,8 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 /* OWNER let go of its grant FENCE of NAME but the store could not be
  * written (ERR): remember it for the tick; its `released` line is written
  * then if LOGGED (not for a grant the log refused). */
-void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
-			     uint64_t fence, int err, bool logged);
+void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
+			     int err, bool logged);
 /* Is holder I of NAME's record REC a grant whose descriptor let go while
  * the store refused the release (struct unlock_retry)? */
 bool lockfs_fdlock_retry_pending(struct stripe *s, const char *name,

@@ -141,8 +141,7 @@ static void active_end(struct lockfs_table *t, struct lockq *q, struct qentry *e
 /* The lock E would be granted counts against E's holder-to-be: room for
  * it, or -EDQUOT / -ENOSPC (logged as a refusal).  GROWS as for
  * lockfs_quota_lock_reserve; undone by lockfs_quota_lock_unreserve(.., e->who.uid, ..). */
-static int grant_reserve(struct lockfs_table *t, const char *name, struct qentry *e,
-			 bool grows)
+static int grant_reserve(struct lockfs_table *t, const char *name, struct qentry *e, bool grows)
 {
 	enum quota_reason why;
 	int rc = lockfs_quota_lock_reserve(t->quota, e->who.uid, grows, &why);
@@ -196,9 +195,8 @@ static int build_fd_record(struct lockfs_table *t, const char *name, struct qent
 
 /* The `acquired` line of NAME's grant to H, now or not at all: 0, or the
  * -errno of the failed write (the caller takes the grant back). */
-static int log_granted(struct lockfs_table *t, const char *name,
-		       const struct lockfs_holder *h, const char *slug, uint64_t fence,
-		       enum lockfs_mode mode)
+static int log_granted(struct lockfs_table *t, const char *name, const struct lockfs_holder *h,
+		       const char *slug, uint64_t fence, enum lockfs_mode mode)
 {
 	char who[WHO_MAX], f[24], uid[16], pid[16];
 	const char *kv[] = { "fence", f, "uid", uid, "pid", pid, "bound", "fd",
@@ -218,8 +216,8 @@ static int log_granted(struct lockfs_table *t, const char *name,
  * owner, who is told it failed.  With s->mu held; clears REC.
  */
 static void undo_grant_locked(struct lockfs_table *t, struct stripe *s, const char *name,
-			      uint64_t identity, struct lockfs_record *rec,
-			      const char *owner, uint64_t fence)
+			      uint64_t identity, struct lockfs_record *rec, const char *owner,
+			      uint64_t fence)
 {
 	int rc = t->be->ops->release(t->be, name, identity);
 
@@ -298,8 +296,7 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct cached *
  * one.  0: granted (E's parked request, if any, answered, and E->w
  * cleared); -EAGAIN: not now; -errno: E cannot be granted at all.
  */
-static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
-		     struct qentry *e)
+static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name, struct qentry *e)
 {
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
@@ -494,8 +491,8 @@ unreserve:
 	return false;
 }
 
-int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e,
-		       const struct lockfs_fd_request *rq, struct lockfs_wait *w)
+int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lockfs_fd_request *rq,
+		       struct lockfs_wait *w)
 {
 	const char *name = rq->name, *owner = rq->owner;
 	struct stripe *s = lockfs_table_stripe(t, name);

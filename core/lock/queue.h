@@ -86,8 +86,8 @@ void lockfs_queue_forget_kept(struct stripe *s, const char *name, const char *ow
  * in that mode); -EINPROGRESS: parked, W->done answers later;
  * -EWOULDBLOCK (RQ->wait false), -EDQUOT, -ENOLCK, -errno.
  */
-int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e,
-		       const struct lockfs_fd_request *rq, struct lockfs_wait *w);
+int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lockfs_fd_request *rq,
+		       struct lockfs_wait *w);
 /* W's parked request for NAME is taken back; its place is kept a while
  * for the same owner.  Takes s->mu itself.  0 or -EALREADY (answered). */
 int lockfs_queue_cancel(struct lockfs_table *t, const char *name, struct lockfs_wait *w);

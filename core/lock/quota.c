@@ -342,7 +342,7 @@ bool lockfs_quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, 
 }
 
 void lockfs_quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
-		     pid_t pid)
+			    pid_t pid)
 {
 	struct quota_burst *b;
 

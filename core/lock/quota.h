@@ -94,7 +94,7 @@ void lockfs_quota_open_sub(struct quota *q, uid_t uid);
  */
 bool lockfs_quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const char *name);
 void lockfs_quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
-		     pid_t pid);
+			    pid_t pid);
 
 /*
  * Hand every burst that has ended to EMIT and forget it: ended means 1 s

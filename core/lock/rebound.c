@@ -48,8 +48,8 @@
  * tree (SCM_RIGHTS, a double fork whose parent then exits) is therefore
  * not seen (docs/waiting.md).
  */
-static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live_dev,
-		     pid_t *pid, unsigned long long *start)
+static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live_dev, pid_t *pid,
+		     unsigned long long *start)
 {
 	return lockfs_proc_tree_holds_old_flock(h->pid, h->start_time, name, live_dev, pid,
 						start);
@@ -103,7 +103,7 @@ static int end_closed(struct lockfs_table *t, struct stripe *s, struct cached *c
 }
 
 void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
-		      struct lockfs_entry_stat *st)
+				struct lockfs_entry_stat *st)
 {
 	struct lockfs_record *r = &c->rec;
 	size_t n = lockfs_record_holders(r);
@@ -174,7 +174,7 @@ void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct
 	lockfs_audit_ids(uid, pid, r->holder.uid, r->holder.pid);
 	snprintf(holders, sizeof(holders), "%zu", lockfs_record_holders(r));
 	if (r->nshares)
-		s->process_shares = true; /* queue_tick() watches them */
+		s->process_shares = true; /* the tick watches them (recovery.c) */
 	st->identity = c->identity;
 	if (lockfs_table_persist(t, s, c, st) < 0)
 		return; /* read back as it was; the lock stays */

@@ -277,8 +277,7 @@ int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c
 
 /* Write C's list of descendants to the store, if it changed since it was
  * last written.  With s->mu held; C may be replaced (store refused: read back). */
-static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s,
-				       struct cached *c)
+static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c)
 {
 	struct lockfs_entry_stat st = { .identity = c->identity };
 	uint64_t version = c->desc_version;
@@ -298,8 +297,8 @@ static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s,
  * held, C may be replaced here (the store refused the record: C is read
  * back as the store has it, and the next tick decides again).
  */
-static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s,
-					struct cached *c, const char *name)
+static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+					const char *name)
 {
 	struct lockfs_record *r = &c->rec;
 	struct lockfs_entry_stat st = { .identity = c->identity };
@@ -310,10 +309,10 @@ static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s
 
 	/* At daemon start nothing told of the forks made meanwhile: the
 	 * record's list and a scan count too. */
-	n = lockfs_descendants_holder_exited(t->descendants, r->holder.pid,
-					     r->holder.start_time, r->holder_session,
-					     r->descendants, r->ndescendants, t->starting,
-					     !c->desc_watched);
+	n = lockfs_descendants_holder_exited(t->descendants, &(struct lockfs_exited_holder){
+		.pid = r->holder.pid, .start = r->holder.start_time, .sid = r->holder_session,
+		.known = r->descendants, .nknown = r->ndescendants, .scan = t->starting,
+		.take_ref = !c->desc_watched });
 	if (n == 0)
 		return false;
 	if (n > 0)
@@ -332,7 +331,7 @@ static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s
 		snprintf(count, sizeof(count), "unknown");
 	c->next_persist_boot_ms = lockfs_boot_ms() + 1000;
 	/* The line once the store shows it (as for a release: see
-	 * release_locked).  A store that refuses the record leaves C read
+	 * lockfs_queue_let_go_locked).  A store that refuses the record leaves C read
 	 * back as it was, its holder gone: the next tick decides (and says)
 	 * it again, and until then the lock is kept, with nothing said but
 	 * the backend's word on what is wrong with the store. */
@@ -573,8 +572,8 @@ static void persist_todo(struct lockfs_table *t, const struct todo *todo)
  * every lock.  Returns true when some may be left (MAX were taken, or
  * memory ran out: then try again).
  */
-static bool mark_dead(struct lockfs_table *t, pid_t pid, unsigned long long start,
-		      size_t max, bool queue)
+static bool mark_dead(struct lockfs_table *t, pid_t pid, unsigned long long start, size_t max,
+		      bool queue)
 {
 	char **names;
 	size_t n;
@@ -723,7 +722,7 @@ static void recover_stale_foreign(struct lockfs_table *t)
 			lockfs_audit_ids(uid, pid, st.uid, 0);
 			snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
 			snprintf(stale, sizeof(stale), "%u", t->stale_s);
-			/* Logged once it happened, under the mutex (release_locked). */
+			/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
 			released = t->be->ops->release(t->be, names[i], st.identity) == 0;
 			if (released)
 				lockfs_audit_event(t, "?", names[i], kv, "recovered");
@@ -798,60 +797,60 @@ static bool share_gone(const struct lockfs_proc_source *src, const struct lockfs
 
 
 
-/* Shares of S whose process-bound holder died are ended (`recovered`).
- * With s->mu held. */
+/* Share K of C's record is ended if its process-bound holder died,
+ * logged `recovered` as recover_gone() logs a holder (docs/log.md).  true
+ * when it had died: then C may have changed or gone. */
+static bool end_if_share_gone(struct lockfs_table *t, struct stripe *s, struct cached *c,
+			      size_t k)
+{
+	const struct lockfs_holder *h = &c->rec.shares[k].holder;
+	char holder[WHO_MAX], start[24];
+	const char *kv[] = { "holder", holder, "start", start, "evidence", "exited", NULL };
+	struct lockfs_entry_stat st;
+	struct cached *fresh;
+	bool foreign;
+	char *name;
+
+	if (!share_gone(t->procs, &c->rec.shares[k], t->boot_id))
+		return false;
+	lockfs_audit_who(holder, sizeof(holder), NULL, h->comm, h->pid);
+	snprintf(start, sizeof(start), "%llu", h->start_time);
+	if (strcmp(h->boot_id, t->boot_id) != 0)
+		kv[5] = "boot-changed";
+	/* Only what the store still holds. */
+	name = strdup(c->name);
+	if (name && lockfs_table_load(t, s, name, &st, &foreign, &fresh) == 0 && fresh &&
+	    k < fresh->rec.nshares && lockfs_table_issued_here(fresh))
+		lockfs_queue_let_go_locked(t, s, fresh, &(struct lockfs_let_go){
+			.identity = st.identity, .index = k + 1, .event = "recovered", .extra = kv });
+	free(name);
+	return true;
+}
+
+/* Shares of S whose process-bound holder died are ended.  With s->mu held. */
 static void dead_shares_locked(struct lockfs_table *t, struct stripe *s)
 {
-	{
-		bool again;
+	/* Only where some share may be process-bound (only shared locks
+	 * rebound at a restart have such shares): a tick must not walk
+	 * every lock. */
+	bool again = s->process_shares;
 
-		/* Dropping a holder rewrites (or, failing, drops) the cache
-		 * entry and may grant others: after each attempt start over
-		 * from the head, a bounded number of times.  Only where some
-		 * share may be process-bound: a tick must not walk every lock. */
-		again = s->process_shares;
-		s->process_shares = false;
-		for (int tries = 0; again && tries < 64; tries++) {
-			again = false;
-			for (struct cached *c = s->head; c && !again; c = c->next) {
-				for (size_t k = 0; k < c->rec.nshares; k++) {
-					const struct lockfs_holder *h = &c->rec.shares[k].holder;
-					char holder[WHO_MAX], start[24];
-					const char *kv[] = { "holder", holder, "start", start,
-							     "evidence", "exited", NULL };
-					struct lockfs_entry_stat st;
-					struct cached *fresh;
-					bool foreign;
-					char *name;
-
-					if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
-						s->process_shares = true; /* look again next tick */
-					if (!share_gone(t->procs, &c->rec.shares[k], t->boot_id))
-						continue;
-					/* As recover_gone() logs a holder (docs/log.md). */
-					lockfs_audit_who(holder, sizeof(holder), NULL, h->comm, h->pid);
-					snprintf(start, sizeof(start), "%llu", h->start_time);
-					if (strcmp(h->boot_id, t->boot_id) != 0)
-						kv[5] = "boot-changed";
-					/* Only what the store still holds. */
-					name = strdup(c->name);
-					if (name && lockfs_table_load(t, s, name, &st, &foreign, &fresh) == 0 && fresh &&
-					    k < fresh->rec.nshares &&
-					    lockfs_table_issued_here(fresh))
-						lockfs_queue_let_go_locked(t, s, fresh,
-							&(struct lockfs_let_go){ .identity = st.identity,
-										 .index = k + 1,
-										 .event = "recovered",
-										 .extra = kv });
-					free(name);
-					again = true;
-					break;
-				}
+	s->process_shares = false;
+	/* Ending a share rewrites (or, failing, drops) the cache entry and
+	 * may grant others: after each one start over from the head, a
+	 * bounded number of times.  C is not touched after it acted. */
+	for (int tries = 0; again && tries < 64; tries++) {
+		again = false;
+		for (struct cached *c = s->head; c && !again; c = again ? NULL : c->next) {
+			for (size_t k = 0; !again && k < c->rec.nshares; k++) {
+				if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
+					s->process_shares = true; /* look again next tick */
+				again = end_if_share_gone(t, s, c, k);
 			}
 		}
-		if (again)
-			s->process_shares = true; /* not done: next tick */
 	}
+	if (again)
+		s->process_shares = true; /* not done: next tick */
 }
 
 /* Each stripe in turn: refused releases tried again, queues behind locks

@@ -104,7 +104,8 @@ static void holder_index_del(struct lockfs_table *t, struct cached *c)
 	pthread_mutex_unlock(&t->holders.mu);
 }
 
-bool lockfs_table_holder_uid(struct lockfs_table *t, pid_t pid, unsigned long long start, uid_t *uid)
+bool lockfs_table_holder_uid(struct lockfs_table *t, pid_t pid, unsigned long long start,
+			     uid_t *uid)
 {
 	bool found = false;
 
@@ -121,7 +122,7 @@ bool lockfs_table_holder_uid(struct lockfs_table *t, pid_t pid, unsigned long lo
 }
 
 int lockfs_table_take_dead(struct lockfs_table *t, pid_t pid, unsigned long long start, size_t max,
-		char ***names, size_t *count)
+			   char ***names, size_t *count)
 {
 	char **v = malloc(max * sizeof(*v));
 	size_t n = 0;
@@ -286,8 +287,8 @@ void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *nam
 }
 
 /* lockfs_table_put_new (OURS) and lockfs_table_put_read. */
-static void put(struct lockfs_table *t, struct stripe *s, const char *name,
-		uint64_t identity, struct lockfs_record *rec, int pidfd, bool ours)
+static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint64_t identity,
+		struct lockfs_record *rec, int pidfd, bool ours)
 {
 	struct cached *c = lockfs_table_find(s, name);
 
@@ -454,7 +455,7 @@ static void restore_locked(struct lockfs_table *t, struct stripe *s, struct cach
  * with the stripe mutex held.  0 or -errno (then C is gone: the entry is
  * read back from the store as it was, see restore_locked). */
 int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
-		   struct lockfs_entry_stat *st)
+			 struct lockfs_entry_stat *st)
 {
 	size_t len;
 	char *json = lockfs_record_encode(&c->rec, LOCKFS_RECORD_WITH_TOKEN, &len);

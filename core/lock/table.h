@@ -57,9 +57,9 @@ struct cached {
 	bool unlogged;       /* an acquisition the log refused that the store
 				would not take back: its end is not logged
 				either (the log never showed this holder) */
-	bool queued;         /* a todo for it waits in core->work (recovery.c) */
-	/* In core->holders while watched, until its holder's death is seen
-	 * (protected by core->holders.mu, not by the stripe mutex): */
+	bool queued;         /* a todo for it waits in t->work (recovery.c) */
+	/* In t->holders while watched, until its holder's death is seen
+	 * (protected by t->holders.mu, not by the stripe mutex): */
 	bool indexed;
 	struct cached *hnext, *hprev;
 	pid_t hpid;                  /* the holder indexed, as indexed */
@@ -82,7 +82,7 @@ struct stripe {
 	 * not watched); INT64_MAX: nothing to do.  Protected by mu. */
 	int64_t due_boot_ms;
 	/* Some entry may have a process-bound share (a shared lock rebound
-	 * at a restart), which queue_tick() polls.  Protected by mu. */
+	 * at a restart), which the tick polls (recovery.c).  Protected by mu. */
 	bool process_shares;
 	struct lockq *queues;    /* protected by mu */
 	struct unlock_retry *retries; /* protected by mu */
@@ -231,8 +231,8 @@ bool lockfs_table_holder_uid(struct lockfs_table *t, pid_t pid, unsigned long lo
 /* Take up to MAX locks of dead holder (PID, START) out of the index: their
  * names, malloc'd (free each and the array; *NAMES may be NULL when none).
  * 0 (fewer than MAX: none is left) or -ENOMEM (some may be left). */
-int lockfs_table_take_dead(struct lockfs_table *t, pid_t pid, unsigned long long start,
-			   size_t max, char ***names, size_t *count)
+int lockfs_table_take_dead(struct lockfs_table *t, pid_t pid, unsigned long long start, size_t max,
+			   char ***names, size_t *count)
 	__attribute__((warn_unused_result));
 
 #endif
