@@ -729,6 +729,7 @@ int lockfs_core_handle_open(struct lockfs_core *core, const struct lockfs_caller
 			    bool keeps_fd, const char *name)
 {
 	struct lockfs_table *t = &core->table;
+
 	if (lockfs_quota_open_add(t->quota, caller->uid) < 0) {
 		lockfs_caller_refuse(t, caller->uid, QUOTA_OPEN_PER_UID, name, NULL, caller->tid);
 		return -EMFILE;
@@ -827,6 +828,7 @@ fail:
 int lockfs_core_start(struct lockfs_core *core)
 {
 	struct lockfs_table *t = &core->table;
+
 	/* The mount is made: what is open now is the daemon's own. */
 	lockfs_fds_start(&core->fds);
 	if (!core->open_cap_given) {
@@ -840,9 +842,11 @@ int lockfs_core_start(struct lockfs_core *core)
 
 void lockfs_core_stop(struct lockfs_core *core)
 {
-	struct lockfs_table *t = &core->table;
+	struct lockfs_table *t;
+
 	if (!core)
 		return;
+	t = &core->table;
 	lockfs_liveness_stop(t->liveness);
 	/* Releases the store refused get one last try before the daemon
 	 * goes; what is left stays in DIR (see lockfs_queue_free_all). */
@@ -852,9 +856,11 @@ void lockfs_core_stop(struct lockfs_core *core)
 
 void lockfs_core_close(struct lockfs_core *core)
 {
-	struct lockfs_table *t = &core->table;
+	struct lockfs_table *t;
+
 	if (!core)
 		return;
+	t = &core->table;
 	/* The thread first: it calls into everything below. */
 	lockfs_liveness_stop(t->liveness);
 	for (int i = 0; i < STRIPES; i++) {
