@@ -1072,6 +1072,27 @@ int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 	return rc;
 }
 
+int lockfs_record_peek_fence(const char *buf, size_t len, uint64_t *fence)
+{
+	json_error_t jerr;
+	json_int_t v;
+	json_t *root;
+	int rc;
+
+	if (len > LOCKFS_RECORD_MAX)
+		return -EFBIG;
+	if (!buf)
+		return -EINVAL;
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return json_error_code(&jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
+	rc = json_is_object(root) ? get_int(root, "fence", 1, INT64_MAX, &v) : -EINVAL;
+	json_decref(root);
+	if (rc == 0)
+		*fence = (uint64_t)v;
+	return rc;
+}
+
 char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len)
 {
 	json_t *o = lease->ttl_s ? lease_json(lease) : json_null();

@@ -139,6 +139,16 @@ char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *le
 int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 	__attribute__((warn_unused_result));
 
+/*
+ * Only the top-level "fence" of a record (a backend's read, which needs
+ * the fence and not the rest): 0 and *FENCE, or -EFBIG (LEN >
+ * LOCKFS_RECORD_MAX), -EINVAL (not a JSON object, or no fence >= 1),
+ * -ENOMEM.  It checks nothing else: a record it accepts may still fail
+ * lockfs_record_parse.
+ */
+int lockfs_record_peek_fence(const char *buf, size_t len, uint64_t *fence)
+	__attribute__((warn_unused_result));
+
 /* LEASE as one line of JSON, exactly as it appears in the record ("null"
  * when none), malloc'd, with *LEN.  NULL when out of memory. */
 char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len);

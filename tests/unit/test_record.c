@@ -1028,6 +1028,24 @@ static void test_holder_accessors_index_the_shares(void **state)
 	assert_int_equal(lockfs_record_holders(&r), 0);
 }
 
+/* A backend's read needs only the fence: peeked, nothing else checked. */
+static void test_peek_fence_reads_only_the_fence(void **state)
+{
+	const char *ok = "{\"resource\": \"x\", \"fence\": 42}";
+	const char *none = "{\"resource\": \"x\"}";
+	const char *zero = "{\"fence\": 0}";
+	uint64_t f = 0;
+
+	(void)state;
+	assert_int_equal(lockfs_record_peek_fence(ok, strlen(ok), &f), 0);
+	assert_int_equal(f, 42);
+	assert_int_equal(lockfs_record_peek_fence(none, strlen(none), &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence(zero, strlen(zero), &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence("[1]", 3, &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence("{", 1, &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence(ok, LOCKFS_RECORD_MAX + 1, &f), -EFBIG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1068,6 +1086,7 @@ int main(void)
 		cmocka_unit_test(test_every_prefix_fails),
 		cmocka_unit_test(test_format_time),
 		cmocka_unit_test(test_holder_accessors_index_the_shares),
+		cmocka_unit_test(test_peek_fence_reads_only_the_fence),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
