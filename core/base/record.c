@@ -215,6 +215,44 @@ int64_t lockfs_holder_acquired_at(const struct lockfs_record *r)
 	return r->holder_fence ? r->holder_acquired_at_ms : r->acquired_at_ms;
 }
 
+size_t lockfs_record_holders(const struct lockfs_record *r)
+{
+	return r->has_holder ? 1 + r->nshares : 0;
+}
+
+struct lockfs_holder *lockfs_record_holder(const struct lockfs_record *r, size_t i)
+{
+	return (struct lockfs_holder *)(i == 0 ? &r->holder : &r->shares[i - 1].holder);
+}
+
+enum lockfs_bound lockfs_record_bound_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? r->bound : r->shares[i - 1].bound;
+}
+
+void lockfs_record_set_bound_at(struct lockfs_record *r, size_t i, enum lockfs_bound b)
+{
+	if (i == 0)
+		r->bound = b;
+	else
+		r->shares[i - 1].bound = b;
+}
+
+uint64_t lockfs_record_fence_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? lockfs_holder_fence(r) : r->shares[i - 1].fence;
+}
+
+const char *lockfs_record_fd_owner_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? r->fd_owner : r->shares[i - 1].fd_owner;
+}
+
+const char *lockfs_record_slug_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? r->slug : r->shares[i - 1].slug;
+}
+
 const char *lockfs_bound_name(enum lockfs_bound b)
 {
 	return b == LOCKFS_BOUND_SLUG ? "slug" : b == LOCKFS_BOUND_FD ? "fd" : "process";
@@ -1031,6 +1069,27 @@ int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 	json_decref(root);
 	if (rc < 0)
 		lockfs_record_clear(out);
+	return rc;
+}
+
+int lockfs_record_peek_fence(const char *buf, size_t len, uint64_t *fence)
+{
+	json_error_t jerr;
+	json_int_t v;
+	json_t *root;
+	int rc;
+
+	if (len > LOCKFS_RECORD_MAX)
+		return -EFBIG;
+	if (!buf)
+		return -EINVAL;
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return json_error_code(&jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
+	rc = json_is_object(root) ? get_int(root, "fence", 1, INT64_MAX, &v) : -EINVAL;
+	json_decref(root);
+	if (rc == 0)
+		*fence = (uint64_t)v;
 	return rc;
 }
 

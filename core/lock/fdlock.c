@@ -3,15 +3,14 @@
  * through (fdlock.h).  Owners are the engine's keys ("posix:HEX"), files
  * the mount's handles: no FUSE here.  All with the stripe mutex held.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fdlock.h"
-#include "table.h"
 
-void lockfs_fdlock_granted_via(struct stripe *s, const char *name, const char *owner,
-			       uint64_t file)
+void lockfs_fdlock_granted_via(struct stripe *s, const char *name, const char *owner, uint64_t file)
 {
 	struct fdlock_via *v;
 
@@ -65,4 +64,91 @@ void lockfs_fdlock_free_all(struct stripe *s)
 {
 	lockfs_fdlock_free(s->via_files);
 	s->via_files = NULL;
+}
+
+bool lockfs_fdlock_holder_is(const struct lockfs_record *rec, size_t i, const char *owner,
+			     uint64_t fence)
+{
+	return lockfs_record_bound_at(rec, i) == LOCKFS_BOUND_FD &&
+	       strcmp(lockfs_record_fd_owner_at(rec, i), owner) == 0 &&
+	       (fence == 0 || lockfs_record_fence_at(rec, i) == fence);
+}
+
+static struct unlock_retry *retry_find(struct stripe *s, const char *name, const char *owner,
+				       uint64_t fence)
+{
+	for (struct unlock_retry *r = s->retries; r; r = r->next)
+		if (strcmp(r->name, name) == 0 && strcmp(r->owner, owner) == 0 &&
+		    r->fence == fence)
+			return r;
+	return NULL;
+}
+
+/* The retry pending for holder I of NAME's record REC, or NULL. */
+static struct unlock_retry *retry_of(struct stripe *s, const char *name,
+				     const struct lockfs_record *rec, size_t i)
+{
+	if (!s->retries || i >= lockfs_record_holders(rec) ||
+	    lockfs_record_bound_at(rec, i) != LOCKFS_BOUND_FD)
+		return NULL;
+	return retry_find(s, name, lockfs_record_fd_owner_at(rec, i), lockfs_record_fence_at(rec, i));
+}
+
+long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lockfs_record *rec,
+			     const char *owner)
+{
+	for (size_t i = 0; i < lockfs_record_holders(rec); i++) {
+		if (!lockfs_fdlock_holder_is(rec, i, owner, 0))
+			continue;
+		if (!retry_of(s, name, rec, i))
+			return (long)i;
+	}
+	return -1;
+}
+
+/* What is wrong with the store was said by the backend, once: nothing is
+ * said per release.  Out of memory, the lock stays until a restart. */
+void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
+			     int err, bool logged)
+{
+	struct unlock_retry *r = calloc(1, sizeof(*r));
+
+	if (!r || !(r->name = strdup(name))) {
+		free(r);
+		fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept until the daemon "
+			"restarts (out of memory)\n", name, owner, strerror(-err));
+		return;
+	}
+	snprintf(r->owner, sizeof(r->owner), "%s", owner);
+	r->fence = fence;
+	r->logged = logged;
+	r->next = s->retries;
+	s->retries = r;
+}
+
+bool lockfs_fdlock_retry_pending(struct stripe *s, const char *name,
+				 const struct lockfs_record *rec, size_t i)
+{
+	return retry_of(s, name, rec, i) != NULL;
+}
+
+const char *lockfs_fdlock_release_event(struct stripe *s, const char *name,
+					const struct lockfs_record *rec, size_t i)
+{
+	struct unlock_retry *r = retry_of(s, name, rec, i);
+
+	return r && !r->logged ? NULL : "released";
+}
+
+void lockfs_fdlock_free_retries(struct stripe *s)
+{
+	/* Retries not done by now are lost: the lock stays in DIR and the
+	 * next start rebinds it to its holder process (fail closed). */
+	while (s->retries) {
+		struct unlock_retry *r = s->retries;
+
+		s->retries = r->next;
+		free(r->name);
+		free(r);
+	}
 }

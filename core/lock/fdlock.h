@@ -2,7 +2,9 @@
  * fd-lock bookkeeping (fdlock.c): which open file of the mount each POSIX
  * lock owner's grant came through, so that the last close of that file
  * ends it (an open file description lock has no unlock of its own).
- * The map lives in each stripe, next to the cache and the queues, and
+ * Also: which holder of a record is an owner's grant, and the releases
+ * the store refused, retried by the tick (recovery.c).
+ * All of it lives in each stripe, next to the cache and the queues, and
  * every function here is called with that stripe's mutex held.
  */
 #ifndef LOCKFS_LOCK_FDLOCK_H
@@ -10,9 +12,10 @@
 
 #include <stdint.h>
 
-#include "lockfs/record.h" /* LOCKFS_FD_OWNER_MAX */
+#include <stdbool.h>
 
-struct stripe;
+#include "lockfs/record.h" /* LOCKFS_FD_OWNER_MAX */
+#include "table.h"
 
 /* One grant remembered with its open file (owned by the stripe). */
 struct fdlock_via {
@@ -36,5 +39,44 @@ struct fdlock_via *lockfs_fdlock_take_file(struct stripe *s, const char *name, u
 /* Free a chain (from lockfs_fdlock_take_file, or all of S's at close). */
 void lockfs_fdlock_free(struct fdlock_via *v);
 void lockfs_fdlock_free_all(struct stripe *s);
+
+/* An fd lock whose owner let go (last close, LOCK_UN) while the store
+ * could not be written, or a grant the log refused that the store would
+ * not take back: still held in DIR, by nobody.  The tick retries, and the
+ * `released` line is written when the store takes it (none for a grant
+ * whose `acquired` the log never had). */
+struct unlock_retry {
+	struct unlock_retry *next;
+	char *name;
+	char owner[LOCKFS_FD_OWNER_MAX];
+	uint64_t fence;          /* of that holder: only that grant is ended */
+	bool logged;             /* its `acquired` is in the log */
+};
+
+/* Is holder I of REC OWNER's fd grant?  FENCE 0: any of OWNER's grants. */
+bool lockfs_fdlock_holder_is(const struct lockfs_record *rec, size_t i, const char *owner,
+			     uint64_t fence);
+/* Which holder of NAME's record REC is OWNER's?  Its index or -1.  A grant
+ * that OWNER let go but the store still holds (struct unlock_retry) is not
+ * OWNER's any more: the key may already name a new open file or process. */
+long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lockfs_record *rec,
+			     const char *owner);
+/* OWNER let go of its grant FENCE of NAME but the store could not be
+ * written (ERR): remember it for the tick; its `released` line is written
+ * then if LOGGED (not for a grant the log refused). */
+void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
+			     int err, bool logged);
+/* Is holder I of NAME's record REC a grant whose descriptor let go while
+ * the store refused the release (struct unlock_retry)? */
+bool lockfs_fdlock_retry_pending(struct stripe *s, const char *name,
+				 const struct lockfs_record *rec, size_t i);
+/* The event that ends holder I of NAME's record REC: "released", or NULL
+ * for a grant the log refused and the store would not take back, whose
+ * `acquired` the log never had. */
+const char *lockfs_fdlock_release_event(struct stripe *s, const char *name,
+					const struct lockfs_record *rec, size_t i);
+/* Free S's retries (at close: the locks stay in the store, and the next
+ * start rebinds them). */
+void lockfs_fdlock_free_retries(struct stripe *s);
 
 #endif

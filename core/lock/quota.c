@@ -19,7 +19,7 @@ struct user {
 	struct user *next;
 	uid_t uid;
 	uint64_t locks;    /* holders of locks in the engine's cache */
-	uint64_t reserved; /* locks being made (quota_lock_reserve) */
+	uint64_t reserved; /* locks being made (lockfs_quota_lock_reserve) */
 	uint64_t waiters;
 	uint64_t open;
 };
@@ -40,7 +40,7 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int quota_new(struct quota **out, const struct quota_limits *lim)
+int lockfs_quota_new(struct quota **out, const struct quota_limits *lim)
 {
 	struct quota *q = calloc(1, sizeof(*q));
 
@@ -52,7 +52,7 @@ int quota_new(struct quota **out, const struct quota_limits *lim)
 	return 0;
 }
 
-void quota_free(struct quota *q)
+void lockfs_quota_free(struct quota *q)
 {
 	if (!q)
 		return;
@@ -74,14 +74,14 @@ void quota_free(struct quota *q)
 	free(q);
 }
 
-void quota_set_open_limit(struct quota *q, uint32_t open_per_uid)
+void lockfs_quota_set_open_limit(struct quota *q, uint32_t open_per_uid)
 {
 	pthread_mutex_lock(&q->mu);
 	q->lim.open_per_uid = open_per_uid;
 	pthread_mutex_unlock(&q->mu);
 }
 
-const char *quota_reason_name(enum quota_reason r)
+const char *lockfs_quota_reason_name(enum quota_reason r)
 {
 	switch (r) {
 	case QUOTA_OPEN_PER_UID:
@@ -135,7 +135,7 @@ static uint64_t dec(uint64_t v)
 	return v ? v - 1 : 0;
 }
 
-int quota_lock_reserve(struct quota *q, uid_t uid, bool grows, enum quota_reason *why)
+int lockfs_quota_lock_reserve(struct quota *q, uid_t uid, bool grows, enum quota_reason *why)
 {
 	struct user *u;
 	int rc = 0;
@@ -160,7 +160,7 @@ int quota_lock_reserve(struct quota *q, uid_t uid, bool grows, enum quota_reason
 	return rc;
 }
 
-void quota_lock_unreserve(struct quota *q, uid_t uid, bool grows)
+void lockfs_quota_lock_unreserve(struct quota *q, uid_t uid, bool grows)
 {
 	struct user *u;
 
@@ -175,7 +175,7 @@ void quota_lock_unreserve(struct quota *q, uid_t uid, bool grows)
 	pthread_mutex_unlock(&q->mu);
 }
 
-void quota_locks_add(struct quota *q, uid_t uid, int delta)
+void lockfs_quota_locks_add(struct quota *q, uid_t uid, int delta)
 {
 	struct user *u;
 
@@ -199,7 +199,7 @@ void quota_locks_add(struct quota *q, uid_t uid, int delta)
 	pthread_mutex_unlock(&q->mu);
 }
 
-uint64_t quota_locks_of(struct quota *q, uid_t uid)
+uint64_t lockfs_quota_locks_of(struct quota *q, uid_t uid)
 {
 	struct user *u;
 	uint64_t n;
@@ -211,7 +211,7 @@ uint64_t quota_locks_of(struct quota *q, uid_t uid)
 	return n;
 }
 
-uint64_t quota_locks_total(struct quota *q)
+uint64_t lockfs_quota_locks_total(struct quota *q)
 {
 	uint64_t n;
 
@@ -264,22 +264,22 @@ static void count_sub(struct quota *q, uid_t uid, enum counter c)
 	pthread_mutex_unlock(&q->mu);
 }
 
-int quota_waiter_add(struct quota *q, uid_t uid)
+int lockfs_quota_waiter_add(struct quota *q, uid_t uid)
 {
 	return count_add(q, uid, COUNT_WAITERS) < 0 ? -EDQUOT : 0;
 }
 
-void quota_waiter_sub(struct quota *q, uid_t uid)
+void lockfs_quota_waiter_sub(struct quota *q, uid_t uid)
 {
 	count_sub(q, uid, COUNT_WAITERS);
 }
 
-int quota_open_add(struct quota *q, uid_t uid)
+int lockfs_quota_open_add(struct quota *q, uid_t uid)
 {
 	return count_add(q, uid, COUNT_OPEN) < 0 ? -EMFILE : 0;
 }
 
-void quota_open_sub(struct quota *q, uid_t uid)
+void lockfs_quota_open_sub(struct quota *q, uid_t uid)
 {
 	count_sub(q, uid, COUNT_OPEN);
 }
@@ -310,7 +310,7 @@ static struct quota_burst *burst_find(struct quota *q, uid_t uid, enum quota_rea
 	return NULL;
 }
 
-bool quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const char *name)
+bool lockfs_quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const char *name)
 {
 	int64_t now = mono_ms();
 	struct quota_burst *b;
@@ -341,8 +341,8 @@ bool quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const c
 	return fresh;
 }
 
-void quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
-		     pid_t pid)
+void lockfs_quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
+			    pid_t pid)
 {
 	struct quota_burst *b;
 
@@ -355,7 +355,7 @@ void quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const
 	pthread_mutex_unlock(&q->mu);
 }
 
-void quota_flush(struct quota *q, bool all,
+void lockfs_quota_flush(struct quota *q, bool all,
 		 void (*emit)(void *arg, const struct quota_burst *b), void *arg)
 {
 	int64_t now = mono_ms();

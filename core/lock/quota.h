@@ -51,57 +51,57 @@ struct quota_burst {
 struct quota;
 
 /* A quota with caps LIM.  0 and -ENOMEM. */
-int quota_new(struct quota **out, const struct quota_limits *lim)
+int lockfs_quota_new(struct quota **out, const struct quota_limits *lim)
 	__attribute__((warn_unused_result));
-void quota_free(struct quota *q);
+void lockfs_quota_free(struct quota *q);
 
 /* Change the open-file cap (its default is known only once the daemon's
  * descriptor limit is). */
-void quota_set_open_limit(struct quota *q, uint32_t open_per_uid);
+void lockfs_quota_set_open_limit(struct quota *q, uint32_t open_per_uid);
 
 /* "open-per-uid", "fd-reserve", "locks-per-uid", "waiters-per-uid", "locks". */
-const char *quota_reason_name(enum quota_reason r);
+const char *lockfs_quota_reason_name(enum quota_reason r);
 
 /*
  * Room for one more lock of UID before it is made; GROWS: it adds to the
  * locks in all (not a hand-off, which replaces one).  Counts the
- * reservation until quota_lock_unreserve(), which comes after the lock is
- * counted (quota_locks_add) or failed: so concurrent acquisitions never
+ * reservation until lockfs_quota_lock_unreserve(), which comes after the lock is
+ * counted (lockfs_quota_locks_add) or failed: so concurrent acquisitions never
  * overshoot a cap.  0, -EDQUOT (*WHY = LOCKS_PER_UID) or -ENOSPC (LOCKS).
  */
-int quota_lock_reserve(struct quota *q, uid_t uid, bool grows, enum quota_reason *why)
+int lockfs_quota_lock_reserve(struct quota *q, uid_t uid, bool grows, enum quota_reason *why)
 	__attribute__((warn_unused_result));
-void quota_lock_unreserve(struct quota *q, uid_t uid, bool grows);
+void lockfs_quota_lock_unreserve(struct quota *q, uid_t uid, bool grows);
 /* Locks of UID come (DELTA > 0) or go.  Never refuses. */
-void quota_locks_add(struct quota *q, uid_t uid, int delta);
+void lockfs_quota_locks_add(struct quota *q, uid_t uid, int delta);
 /* Locks counted for UID now, and in all. */
-uint64_t quota_locks_of(struct quota *q, uid_t uid);
-uint64_t quota_locks_total(struct quota *q);
+uint64_t lockfs_quota_locks_of(struct quota *q, uid_t uid);
+uint64_t lockfs_quota_locks_total(struct quota *q);
 
 /* One more parked waiter of UID.  0 or -EDQUOT (WAITERS_PER_UID). */
-int quota_waiter_add(struct quota *q, uid_t uid) __attribute__((warn_unused_result));
-void quota_waiter_sub(struct quota *q, uid_t uid);
+int lockfs_quota_waiter_add(struct quota *q, uid_t uid) __attribute__((warn_unused_result));
+void lockfs_quota_waiter_sub(struct quota *q, uid_t uid);
 
 /* One more open file or directory of UID.  0 or -EMFILE (OPEN_PER_UID). */
-int quota_open_add(struct quota *q, uid_t uid) __attribute__((warn_unused_result));
-void quota_open_sub(struct quota *q, uid_t uid);
+int lockfs_quota_open_add(struct quota *q, uid_t uid) __attribute__((warn_unused_result));
+void lockfs_quota_open_sub(struct quota *q, uid_t uid);
 
 /*
  * Count a refusal of UID for REASON (NAME: what was asked for, may be
  * NULL).  Returns true when it starts a burst: the caller then says who
- * asked, with quota_burst_who() (outside any mutex: it may read /proc):
+ * asked, with lockfs_quota_burst_who() (outside any mutex: it may read /proc):
  * WHO as the log names it, PID the process it stands for (0 = not known).
  */
-bool quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const char *name);
-void quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
-		     pid_t pid);
+bool lockfs_quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const char *name);
+void lockfs_quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason, const char *who,
+			    pid_t pid);
 
 /*
  * Hand every burst that has ended to EMIT and forget it: ended means 1 s
  * without a refusal, or 10 s since it began (ALL: every burst, at exit).
  * EMIT is called with no mutex held.
  */
-void quota_flush(struct quota *q, bool all,
+void lockfs_quota_flush(struct quota *q, bool all,
 		 void (*emit)(void *arg, const struct quota_burst *b), void *arg);
 
 #endif

@@ -30,17 +30,11 @@
 #include <string.h>
 
 #include "base/descriptors.h"
+#include "audit.h"
+#include "caller.h"
+#include "queue.h"
+#include "rebound.h"
 #include "table.h"
-
-static struct lockfs_holder *holder_at(struct lockfs_record *r, size_t i)
-{
-	return i == 0 ? &r->holder : &r->shares[i - 1].holder;
-}
-
-static enum lockfs_bound *bound_at(struct lockfs_record *r, size_t i)
-{
-	return i == 0 ? &r->bound : &r->shares[i - 1].bound;
-}
 
 /*
  * Which process holds holder H's old descriptor of NAME: H itself or one
@@ -54,8 +48,8 @@ static enum lockfs_bound *bound_at(struct lockfs_record *r, size_t i)
  * tree (SCM_RIGHTS, a double fork whose parent then exits) is therefore
  * not seen (docs/waiting.md).
  */
-static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live_dev,
-		     pid_t *pid, unsigned long long *start)
+static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live_dev, pid_t *pid,
+		     unsigned long long *start)
 {
 	return lockfs_proc_tree_holds_old_flock(h->pid, h->start_time, name, live_dev, pid,
 						start);
@@ -63,12 +57,12 @@ static int who_holds(const struct lockfs_holder *h, const char *name, dev_t live
 
 /* Make H the process (PID, START), its facts read now (its session into
  * *SID).  0 or -errno (H unchanged). */
-static int holder_move(struct lockfs_core *core, struct lockfs_holder *h, pid_t pid,
+static int holder_move(struct lockfs_table *t, struct lockfs_holder *h, pid_t pid,
 		       unsigned long long start, pid_t *sid)
 {
 	struct lockfs_holder moved;
 	struct lockfs_proc p;
-	int rc = core->procs->read_tid(core->procs->ctx, pid, LOCKFS_PROC_IDS, &p);
+	int rc = t->procs->read_tid(t->procs->ctx, pid, LOCKFS_PROC_IDS, &p);
 
 	if (rc < 0)
 		return rc;
@@ -76,13 +70,13 @@ static int holder_move(struct lockfs_core *core, struct lockfs_holder *h, pid_t 
 		return -ESRCH;
 	/* Where it runs (ns_pid, container), as for any holder; unknown
 	 * (0, "") when that cannot be read. */
-	if (!core->procs->read_ns || core->procs->read_ns(core->procs->ctx, pid, &p) < 0) {
+	if (!t->procs->read_ns || t->procs->read_ns(t->procs->ctx, pid, &p) < 0) {
 		p.ns_pid = 0;
 		p.container[0] = '\0';
 	}
 	*sid = p.sid;
 	memset(&moved, 0, sizeof(moved));
-	rc = holder_fill(core, &moved, &p, NULL);
+	rc = lockfs_caller_fill_holder(t, &moved, &p, NULL);
 	if (rc < 0)
 		return rc;
 	lockfs_holder_clear(h);
@@ -93,23 +87,26 @@ static int holder_move(struct lockfs_core *core, struct lockfs_holder *h, pid_t 
 /* End holder I of C, whose old descriptor nobody holds any more: logged
  * `recovered` with EVIDENCE, like a holder that exited.  With s->mu held
  * and C fresh; C may be gone afterwards.  0 or -errno. */
-static int end_closed(struct lockfs_core *core, struct stripe *s, struct cached *c, size_t i,
+static int end_closed(struct lockfs_table *t, struct stripe *s, struct cached *c, size_t i,
 		      const char *evidence)
 {
-	const struct lockfs_holder *h = holder_at(&c->rec, i);
+	const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
 	char holder[WHO_MAX], start[24];
 	const char *extra[] = { "holder", holder, "start", start, "evidence", evidence, NULL };
 
-	who_of(holder, sizeof(holder), NULL, h->comm, h->pid);
+	lockfs_audit_who(holder, sizeof(holder), NULL, h->comm, h->pid);
 	snprintf(start, sizeof(start), "%llu", h->start_time);
-	return drop_holder_locked(core, s, c, c->identity, i, "recovered", extra);
+	return lockfs_queue_let_go_locked(t, s, c,
+					  &(struct lockfs_let_go){ .identity = c->identity, .index = i,
+								   .event = "recovered",
+								   .extra = extra });
 }
 
-void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached *c,
-		      struct lockfs_entry_stat *st)
+void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+				struct lockfs_entry_stat *st)
 {
 	struct lockfs_record *r = &c->rec;
-	size_t n = holder_count(r);
+	size_t n = lockfs_record_holders(r);
 	bool any = false, *closed = calloc(n ? n : 1, sizeof(bool));
 	char who[WHO_MAX], fence[24], uid[16], pid[16], holders[16];
 
@@ -117,27 +114,27 @@ void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached 
 		return; /* stays an fd lock until the next start: kept (fail closed) */
 	/* A holder may move to another process, of another uid: its lock
 	 * counts against the uid it ends with (quota.h). */
-	cache_account(core, c, -1);
+	lockfs_table_account(t, c, -1);
 	for (size_t i = 0; i < n; i++) {
-		struct lockfs_holder *h = holder_at(r, i);
+		struct lockfs_holder *h = lockfs_record_holder(r, i);
 		unsigned long long start;
 		pid_t p;
 
-		if (*bound_at(r, i) != LOCKFS_BOUND_FD)
+		if (lockfs_record_bound_at(r, i) != LOCKFS_BOUND_FD)
 			continue;
 		any = true;
-		*bound_at(r, i) = LOCKFS_BOUND_PROCESS;
+		lockfs_record_set_bound_at(r, i, LOCKFS_BOUND_PROCESS);
 		/* A holder of another boot is recovered as such; one whose
 		 * descriptor cannot be looked at stays the recorded holder's
 		 * (and ends when that process exits). */
-		if (strcmp(h->boot_id, core->boot_id) != 0)
+		if (strcmp(h->boot_id, t->boot_id) != 0)
 			continue;
 		switch (who_holds(h, c->name, 0, &p, &start)) {
 		case 1: {
 			pid_t sid;
 
 			if ((p != h->pid || start != h->start_time) &&
-			    holder_move(core, h, p, start, &sid) == 0 && i == 0)
+			    holder_move(t, h, p, start, &sid) == 0 && i == 0)
 				r->holder_session = sid;
 			break;
 		}
@@ -146,7 +143,7 @@ void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached 
 			break;
 		}
 	}
-	cache_account(core, c, 1);
+	lockfs_table_account(t, c, 1);
 	r->fd_owner[0] = '\0';
 	for (size_t i = 0; i < r->nshares; i++)
 		r->shares[i].fd_owner[0] = '\0';
@@ -161,33 +158,33 @@ void rebind_fd_locked(struct lockfs_core *core, struct stripe *s, struct cached 
 	 * last one releases).  Each drop writes the record, conversions
 	 * included. */
 	for (size_t i = n; i-- > 0;) {
-		bool last = holder_count(&c->rec) <= 1;
+		bool last = lockfs_record_holders(&c->rec) <= 1;
 
 		if (!closed[i])
 			continue;
-		if (end_closed(core, s, c, i, "closed-while-down") < 0 || last) {
+		if (end_closed(t, s, c, i, "closed-while-down") < 0 || last) {
 			free(closed);
 			return; /* gone, or the store refused (C read back as it was) */
 		}
 	}
 	free(closed);
 	r = &c->rec;
-	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
+	lockfs_audit_who(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
-	ids_of(uid, pid, r->holder.uid, r->holder.pid);
-	snprintf(holders, sizeof(holders), "%zu", holder_count(r));
+	lockfs_audit_ids(uid, pid, r->holder.uid, r->holder.pid);
+	snprintf(holders, sizeof(holders), "%zu", lockfs_record_holders(r));
 	if (r->nshares)
-		s->process_shares = true; /* queue_tick() watches them */
+		s->process_shares = true; /* the tick watches them (recovery.c) */
 	st->identity = c->identity;
-	if (persist_locked(core, s, c, st) < 0)
+	if (lockfs_table_persist(t, s, c, st) < 0)
 		return; /* read back as it was; the lock stays */
 	{
 		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holders", holders,
 				     "bound", "process", "evidence", "daemon-restart", NULL };
 
-		log_event(core, who, c->name, kv, "rebound");
+		lockfs_audit_event(t, who, c->name, kv, "rebound");
 	}
-	cache_watch(core, c, -1);
+	lockfs_table_watch(t, c, -1);
 }
 
 /* A rebound holder of the lock being looked at, noted under its stripe
@@ -201,54 +198,54 @@ struct look {
 
 /* End NAME's rebound holder L if the lock is still the acquisition TOKEN
  * names and that holder is still in it. */
-static void end_if_still(struct lockfs_core *core, const char *name, const char *token,
+static void end_if_still(struct lockfs_table *t, const char *name, const char *token,
 			 const struct look *l)
 {
-	struct stripe *s = stripe_of(core, name);
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	bool foreign;
 
 	pthread_mutex_lock(&s->mu);
-	if (load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c && c->rebound &&
-	    strcmp(c->rec.token, token) == 0 && strcmp(c->issued, c->rec.token) == 0) {
-		for (size_t i = 0; i < holder_count(&c->rec); i++) {
-			const struct lockfs_holder *h = holder_at(&c->rec, i);
+	if (lockfs_table_reload(t, s, name, &st, &foreign, &c) == 0 && c && c->rebound &&
+	    strcmp(c->rec.token, token) == 0 && lockfs_table_issued_here(c)) {
+		for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++) {
+			const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
 
-			if (*bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS || h->pid != l->pid ||
+			if (lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS || h->pid != l->pid ||
 			    h->start_time != l->start)
 				continue;
 			c->identity = st.identity;
-			end_closed(core, s, c, i, "closed");
+			end_closed(t, s, c, i, "closed");
 			break;
 		}
 	}
-	stripe_unlock(s);
+	lockfs_table_unlock(s);
 }
 
-void rebound_check(struct lockfs_core *core, const char *name, const char *token)
+void lockfs_rebound_check(struct lockfs_table *t, const char *name, const char *token)
 {
-	struct stripe *s = stripe_of(core, name);
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct look *v = NULL;
 	size_t n = 0;
 	struct cached *c;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, name);
+	c = lockfs_table_find(s, name);
 	if (c && c->rebound && strcmp(c->rec.token, token) == 0 &&
-	    (v = calloc(holder_count(&c->rec), sizeof(*v)))) {
-		for (size_t i = 0; i < holder_count(&c->rec); i++) {
-			const struct lockfs_holder *h = holder_at(&c->rec, i);
+	    (v = calloc(lockfs_record_holders(&c->rec), sizeof(*v)))) {
+		for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++) {
+			const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
 
-			if (*bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS ||
-			    strcmp(h->boot_id, core->boot_id) != 0)
+			if (lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS ||
+			    strcmp(h->boot_id, t->boot_id) != 0)
 				continue;
 			v[n].pid = h->pid;
 			v[n].start = h->start_time;
 			n++;
 		}
 	}
-	stripe_unlock(s);
+	lockfs_table_unlock(s);
 	/* /proc is read with no mutex held, once per process (the shares of
 	 * one process, e.g. readers that each opened the file). */
 	for (size_t i = 0; i < n; i++) {
@@ -262,12 +259,12 @@ void rebound_check(struct lockfs_core *core, const char *name, const char *token
 		if (v[i].held < 0) {
 			struct lockfs_holder h = { .pid = v[i].pid, .start_time = v[i].start };
 
-			v[i].held = who_holds(&h, name, core->mount_dev, &p, &start) != 0;
+			v[i].held = who_holds(&h, name, t->mount_dev, &p, &start) != 0;
 		}
 		/* Held, or not known (an exit is the pidfd's to see): kept.
 		 * Nobody holds the old descriptor any more: ended. */
 		if (!v[i].held)
-			end_if_still(core, name, token, &v[i]);
+			end_if_still(t, name, token, &v[i]);
 	}
 	free(v);
 }

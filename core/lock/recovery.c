@@ -1,8 +1,10 @@
 /*
  * What happens to locks without a request: a holder dies, a lease runs
- * out, an administrator breaks a lock, the daemon starts on a store that
- * already holds locks.  Runs on the liveness thread (and in
- * lockfs_core_open), never inside a FUSE request.
+ * out, a share's holder dies, a release the store refused is tried again,
+ * a foreign lock goes stale.  Runs on the liveness thread (and in
+ * lockfs_core_open's startup scan, startup.c).  A break, asked for by an
+ * administrator, runs in the write(2) request that asks for it
+ * (lockfs_core_break, engine.c), on the same primitives.
  *
  * The rule throughout: release only on evidence, and say which.  A dead
  * process is evidence; elapsed time alone is not (an expired lease of a
@@ -19,6 +21,12 @@
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
 #include "base/clock.h"
+#include "audit.h"
+#include "caller.h"
+#include "fdlock.h"
+#include "queue.h"
+#include "rebound.h"
+#include "recovery.h"
 #include "table.h"
 
 /* How much queued work the liveness thread does before it looks for
@@ -80,15 +88,15 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int recovery_init(struct lockfs_core *core)
+int lockfs_recovery_init(struct lockfs_table *t)
 {
-	core->work = calloc(1, sizeof(*core->work));
-	return core->work ? 0 : -ENOMEM;
+	t->work = calloc(1, sizeof(*t->work));
+	return t->work ? 0 : -ENOMEM;
 }
 
-void recovery_fini(struct lockfs_core *core)
+void lockfs_recovery_fini(struct lockfs_table *t)
 {
-	struct recovery_work *rw = core->work;
+	struct recovery_work *rw = t->work;
 
 	if (!rw)
 		return;
@@ -99,16 +107,16 @@ void recovery_fini(struct lockfs_core *core)
 
 		rw->cur = u->next;
 		while (u->head) {
-			struct todo *t = u->head;
+			struct todo *todo = u->head;
 
-			u->head = t->next;
-			free(t->slug);
-			free(t);
+			u->head = todo->next;
+			free(todo->slug);
+			free(todo);
 		}
 		free(u);
 	}
 	free(rw);
-	core->work = NULL;
+	t->work = NULL;
 }
 
 /* The queue of UID, made (at the end of the ring) if need be. */
@@ -142,41 +150,41 @@ static struct todo_user *todo_user_of(struct recovery_work *rw, uid_t uid)
 
 /* Queue T at the end of UID's todos.  false (T not taken) when out of
  * memory. */
-static bool todo_push(struct recovery_work *rw, uid_t uid, struct todo *t)
+static bool todo_push(struct recovery_work *rw, uid_t uid, struct todo *todo)
 {
 	struct todo_user *u = todo_user_of(rw, uid);
 
 	if (!u)
 		return false;
-	t->uid = uid;
-	t->next = NULL;
+	todo->uid = uid;
+	todo->next = NULL;
 	if (u->tail)
-		u->tail->next = t;
+		u->tail->next = todo;
 	else
-		u->head = t;
-	u->tail = t;
+		u->head = todo;
+	u->tail = todo;
 	rw->ntodo++;
 	return true;
 }
 
 /* Queue KIND for C's lock.  Called with C's stripe mutex held.  Out of
  * memory, nothing is queued and the tick tries again. */
-static void todo_add(struct lockfs_core *core, struct cached *c, int kind)
+static void todo_add(struct lockfs_table *t, struct cached *c, int kind)
 {
 	size_t len = strlen(c->name);
-	struct todo *t = calloc(1, sizeof(*t) + len + 1);
+	struct todo *todo = calloc(1, sizeof(*todo) + len + 1);
 
-	if (!t || (kind == TODO_SLUG && !(t->slug = strdup(c->rec.slug ? c->rec.slug : "")))) {
-		free(t);
+	if (!todo || (kind == TODO_SLUG && !(todo->slug = strdup(c->rec.slug ? c->rec.slug : "")))) {
+		free(todo);
 		return;
 	}
-	memcpy(t->name, c->name, len + 1);
-	memcpy(t->token, c->rec.token, sizeof(t->token));
-	t->kind = kind;
-	t->holder_exited = c->rec.holder_exited;
-	if (!todo_push(core->work, c->rec.holder.uid, t)) {
-		free(t->slug);
-		free(t);
+	memcpy(todo->name, c->name, len + 1);
+	memcpy(todo->token, c->rec.token, sizeof(todo->token));
+	todo->kind = kind;
+	todo->holder_exited = c->rec.holder_exited;
+	if (!todo_push(t->work, c->rec.holder.uid, todo)) {
+		free(todo->slug);
+		free(todo);
 		return;
 	}
 	c->queued = true;
@@ -186,12 +194,12 @@ static void todo_add(struct lockfs_core *core, struct cached *c, int kind)
 static struct todo *todo_next(struct recovery_work *rw)
 {
 	struct todo_user *u = rw->cur;
-	struct todo *t;
+	struct todo *todo;
 
 	if (!u)
 		return NULL;
-	t = u->head;
-	u->head = t->next;
+	todo = u->head;
+	u->head = todo->next;
 	if (!u->head)
 		u->tail = NULL;
 	rw->ntodo--;
@@ -210,8 +218,8 @@ static struct todo *todo_next(struct recovery_work *rw)
 		rw->prev = u;
 		rw->cur = u->next;
 	}
-	t->next = NULL;
-	return t;
+	todo->next = NULL;
+	return todo;
 }
 
 /*
@@ -219,10 +227,10 @@ static struct todo *todo_next(struct recovery_work *rw)
  * `recovered` with EXTRA as evidence, remove it, tell the mount, and
  * signal the holder when SIGNAL and -o break_signal ask for it.
  */
-static void recover(struct lockfs_core *core, const char *name, const char *token,
+static void recover(struct lockfs_table *t, const char *name, const char *token,
 		    const char *const *extra, bool signal)
 {
-	struct stripe *s = stripe_of(core, name);
+	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct cached *c;
 	bool foreign, released = false;
@@ -230,31 +238,33 @@ static void recover(struct lockfs_core *core, const char *name, const char *toke
 	unsigned long long start = 0;
 
 	pthread_mutex_lock(&s->mu);
-	if (load_locked(core, s, name, &st, &foreign, true, &c) == 0 && c &&
+	if (lockfs_table_reload(t, s, name, &st, &foreign, &c) == 0 && c &&
 	    strcmp(c->rec.token, token) == 0) {
 		bool shared = c->rec.nshares > 0;
 
 		pid = c->rec.holder.pid;
 		start = c->rec.holder.start_time;
 		/* A shared lock loses this holder only; the others keep it. */
-		released = drop_holder_locked(core, s, c, st.identity, 0, "recovered", extra) == 0;
+		released = lockfs_queue_let_go_locked(t, s, c,
+				&(struct lockfs_let_go){ .identity = st.identity, .event = "recovered",
+							 .extra = extra }) == 0;
 		if (shared)
 			released = false;
 	}
-	if (!released && (c = cache_find(s, name)))
-		stripe_note_due(s, c); /* what is left is the tick's again */
-	stripe_unlock(s);
+	if (!released && (c = lockfs_table_find(s, name)))
+		lockfs_table_note_due(s, c); /* what is left is the tick's again */
+	lockfs_table_unlock(s);
 	if (!released)
 		return;
-	if (signal && core->break_signal && pid > 0)
-		lockfs_liveness_signal(core->liveness, pid, start, core->break_signal);
+	if (signal && t->break_signal && pid > 0)
+		lockfs_liveness_signal(t->liveness, pid, start, t->break_signal);
 }
 
-int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *version)
+int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c, uint64_t *version)
 {
 	struct lockfs_descendant *v;
 	size_t n;
-	int rc = lockfs_descendants_list(core->descendants, c->rec.holder.pid,
+	int rc = lockfs_descendants_list(t->descendants, c->rec.holder.pid,
 					 c->rec.holder.start_time, &v, &n, version);
 
 	if (rc < 0)
@@ -267,16 +277,15 @@ int descendants_refresh(struct lockfs_core *core, struct cached *c, uint64_t *ve
 
 /* Write C's list of descendants to the store, if it changed since it was
  * last written.  With s->mu held; C may be replaced (store refused: read back). */
-static void persist_descendants_locked(struct lockfs_core *core, struct stripe *s,
-				       struct cached *c)
+static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c)
 {
 	struct lockfs_entry_stat st = { .identity = c->identity };
 	uint64_t version = c->desc_version;
 
-	if (descendants_refresh(core, c, &version) < 0 || version == c->desc_version)
+	if (lockfs_recovery_descendants_refresh(t, c, &version) < 0 || version == c->desc_version)
 		return;
 	c->next_persist_boot_ms = lockfs_boot_ms() + 1000;
-	if (persist_locked(core, s, c, &st) == 0)
+	if (lockfs_table_persist(t, s, c, &st) == 0)
 		c->desc_version = version;
 }
 
@@ -288,8 +297,8 @@ static void persist_descendants_locked(struct lockfs_core *core, struct stripe *
  * held, C may be replaced here (the store refused the record: C is read
  * back as the store has it, and the next tick decides again).
  */
-static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe *s,
-					struct cached *c, const char *name)
+static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+					const char *name)
 {
 	struct lockfs_record *r = &c->rec;
 	struct lockfs_entry_stat st = { .identity = c->identity };
@@ -300,10 +309,10 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 
 	/* At daemon start nothing told of the forks made meanwhile: the
 	 * record's list and a scan count too. */
-	n = lockfs_descendants_holder_exited(core->descendants, r->holder.pid,
-					     r->holder.start_time, r->holder_session,
-					     r->descendants, r->ndescendants, core->starting,
-					     !c->desc_watched);
+	n = lockfs_descendants_holder_exited(t->descendants, &(struct lockfs_exited_holder){
+		.pid = r->holder.pid, .start = r->holder.start_time, .sid = r->holder_session,
+		.known = r->descendants, .nknown = r->ndescendants, .scan = t->starting,
+		.take_ref = !c->desc_watched });
 	if (n == 0)
 		return false;
 	if (n > 0)
@@ -311,10 +320,10 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 	c->holder_gone = false;
 	r->holder_exited = true;
 	if (n > 0)
-		(void)descendants_refresh(core, c, &version);
-	who_of(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
+		(void)lockfs_recovery_descendants_refresh(t, c, &version);
+	lockfs_audit_who(who, sizeof(who), NULL, r->holder.comm, r->holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
-	ids_of(uid, pid, r->holder.uid, r->holder.pid);
+	lockfs_audit_ids(uid, pid, r->holder.uid, r->holder.pid);
 	snprintf(start, sizeof(start), "%llu", r->holder.start_time);
 	if (n > 0)
 		snprintf(count, sizeof(count), "%d", n);
@@ -322,87 +331,87 @@ static bool keep_for_descendants_locked(struct lockfs_core *core, struct stripe 
 		snprintf(count, sizeof(count), "unknown");
 	c->next_persist_boot_ms = lockfs_boot_ms() + 1000;
 	/* The line once the store shows it (as for a release: see
-	 * release_locked).  A store that refuses the record leaves C read
+	 * lockfs_queue_let_go_locked).  A store that refuses the record leaves C read
 	 * back as it was, its holder gone: the next tick decides (and says)
 	 * it again, and until then the lock is kept, with nothing said but
 	 * the backend's word on what is wrong with the store. */
-	if (persist_locked(core, s, c, &st) < 0)
+	if (lockfs_table_persist(t, s, c, &st) < 0)
 		return true;
 	c->desc_version = version;
 	if (first) {
 		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holder", who,
 				     "start", start, "descendants", count, "evidence",
-				     core->starting ? "exited-while-down" : "exited", NULL };
+				     t->starting ? "exited-while-down" : "exited", NULL };
 
-		log_event(core, who, name, kv, "holder-exited");
+		lockfs_audit_event(t, who, name, kv, "holder-exited");
 	}
 	return true;
 }
 
 /* Recover a lock whose process-bound holder is gone, unless processes it
  * started live on. */
-static void recover_gone(struct lockfs_core *core, const struct todo *t)
+static void recover_gone(struct lockfs_table *t, const struct todo *todo)
 {
-	struct stripe *s = stripe_of(core, t->name);
+	struct stripe *s = lockfs_table_stripe(t, todo->name);
 	char holder[WHO_MAX], start[24];
 	const char *evidence;
 	struct cached *c;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, t->name);
-	if (!c || strcmp(c->rec.token, t->token) != 0) {
-		stripe_unlock(s);
+	c = lockfs_table_find(s, todo->name);
+	if (!c || strcmp(c->rec.token, todo->token) != 0) {
+		lockfs_table_unlock(s);
 		return;
 	}
 	c->queued = false; /* T is being done */
-	if (strcmp(c->rec.holder.boot_id, core->boot_id) != 0) {
+	if (strcmp(c->rec.holder.boot_id, t->boot_id) != 0) {
 		evidence = "boot-changed";
-	} else if (descendants_keep(&c->rec) && keep_for_descendants_locked(core, s, c, t->name)) {
+	} else if (lockfs_table_desc_keep(&c->rec) && keep_for_descendants_locked(t, s, c, todo->name)) {
 		/* Kept (and, if the store took it, due: each tick counts the
 		 * descendants, see collect()). */
-		stripe_unlock(s);
+		lockfs_table_unlock(s);
 		return;
 	} else if (c->rec.holder_exited) {
 		/* The last of them is gone (or, at daemon start, went while
 		 * no daemon ran). */
-		evidence = core->starting ? "exited,descendants-exited-while-down"
+		evidence = t->starting ? "exited,descendants-exited-while-down"
 					  : "exited,descendants-exited";
 	} else {
-		evidence = core->starting ? "exited-while-down" : "exited";
+		evidence = t->starting ? "exited-while-down" : "exited";
 	}
-	who_of(holder, sizeof(holder), NULL, c->rec.holder.comm, c->rec.holder.pid);
+	lockfs_audit_who(holder, sizeof(holder), NULL, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(start, sizeof(start), "%llu", c->rec.holder.start_time);
-	stripe_unlock(s);
+	lockfs_table_unlock(s);
 	{
 		const char *extra[] = { "holder", holder, "start", start, "evidence", evidence, NULL };
 
-		recover(core, t->name, t->token, extra, false);
+		recover(t, todo->name, todo->token, extra, false);
 	}
 }
 
 /* Log `expired` for a lease that ran out while its holder lives on. */
-static void log_expired(struct lockfs_core *core, const char *name, const char *token,
+static void log_expired(struct lockfs_table *t, const char *name, const char *token,
 			const char *evidence, pid_t evidence_pid)
 {
-	struct stripe *s = stripe_of(core, name);
+	struct stripe *s = lockfs_table_stripe(t, name);
 	char who[WHO_MAX], fence[24], ttl[16], uid[16], pid[16], epid[16];
 	struct cached *c;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, name);
+	c = lockfs_table_find(s, name);
 	if (!c || strcmp(c->rec.token, token) != 0) {
-		stripe_unlock(s);
+		lockfs_table_unlock(s);
 		return;
 	}
 	c->expired_logged = true;
 	c->queued = false; /* its todo is being done */
-	stripe_note_due(s, c);
-	who_of(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
+	lockfs_table_note_due(s, c);
+	lockfs_audit_who(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	snprintf(ttl, sizeof(ttl), "%u", c->rec.lease.ttl_s);
-	ids_of(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
+	lockfs_audit_ids(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
 	snprintf(epid, sizeof(epid), "%d", (int)evidence_pid);
-	stripe_unlock(s);
+	lockfs_table_unlock(s);
 	{
 		/* pid= is the holder's, as on every line; a slug lock's
 		 * evidence is another process: evidence_pid=. */
@@ -410,24 +419,24 @@ static void log_expired(struct lockfs_core *core, const char *name, const char *
 				     "evidence", evidence, evidence_pid ? "evidence_pid" : NULL, epid,
 				     NULL };
 
-		log_event(core, who, name, kv, "expired");
+		lockfs_audit_event(t, who, name, kv, "expired");
 	}
 }
 
 /* A slug lock's lease ran out: recover it only if no process of its uid
  * still carries the slug.  Unknown (no /proc) keeps it. */
-static void check_slug(struct lockfs_core *core, const struct todo *t, bool logged)
+static void check_slug(struct lockfs_table *t, const struct todo *todo, bool logged)
 {
 	pid_t pid = 0;
-	int rc = lockfs_procs_env_exists(core->procs, t->uid, "LOCKFS_SLUG", t->slug, &pid);
+	int rc = lockfs_procs_env_exists(t->procs, todo->uid, "LOCKFS_SLUG", todo->slug, &pid);
 
 	if (rc == 0) {
-		const char *extra[] = { "slug", t->slug,
+		const char *extra[] = { "slug", todo->slug,
 					"evidence", "lease-expired,no-process-with-slug", NULL };
 
-		recover(core, t->name, t->token, extra, true);
+		recover(t, todo->name, todo->token, extra, true);
 	} else if (rc == 1 && !logged) {
-		log_expired(core, t->name, t->token, "process-with-slug", pid);
+		log_expired(t, todo->name, todo->token, "process-with-slug", pid);
 	}
 }
 
@@ -445,18 +454,18 @@ static void check_slug(struct lockfs_core *core, const struct todo *t, bool logg
  * been missed): a tick over 50,000 locks with nothing to do walks none of
  * them.  ALL: walk every stripe.
  */
-static void collect(struct lockfs_core *core, bool leases, bool all)
+static void collect(struct lockfs_table *t, bool leases, bool all)
 {
-	struct recovery_work *rw = core->work;
+	struct recovery_work *rw = t->work;
 	int64_t now = lockfs_boot_ms();
 
 	for (int i = 0; i < STRIPES; i++) {
-		struct stripe *s = &core->stripes[i];
+		struct stripe *s = &t->stripes[i];
 		bool in_turn = (unsigned)(i - rw->turn) % STRIPES < STRIPES_PER_TURN;
 
 		pthread_mutex_lock(&s->mu);
 		if (!all && !in_turn && now < s->due_boot_ms) {
-			stripe_unlock(s);
+			lockfs_table_unlock(s);
 			continue;
 		}
 		for (struct cached *c = s->head; c; c = c->next) {
@@ -466,12 +475,12 @@ static void collect(struct lockfs_core *core, bool leases, bool all)
 				continue;
 			if (!c->holder_gone && !c->watched && c->rec.has_holder &&
 			    c->rec.bound == LOCKFS_BOUND_PROCESS && !c->rec.holder_exited)
-				cache_watch(core, c, -1);
-			if (!c->holder_gone && c->rec.holder_exited && descendants_keep(&c->rec)) {
+				lockfs_table_watch(t, c, -1);
+			if (!c->holder_gone && c->rec.holder_exited && lockfs_table_desc_keep(&c->rec)) {
 				/* Kept for the holder's descendants: until the
 				 * last one is gone (or nobody tracks them). */
 				uint64_t version = c->desc_version;
-				int n = lockfs_descendants_count(core->descendants,
+				int n = lockfs_descendants_count(t->descendants,
 								 c->rec.holder.pid,
 								 c->rec.holder.start_time,
 								 &version);
@@ -480,80 +489,80 @@ static void collect(struct lockfs_core *core, bool leases, bool all)
 					c->holder_gone = true;
 				} else if (version != c->desc_version &&
 					   now >= c->next_persist_boot_ms) {
-					todo_add(core, c, TODO_PERSIST);
+					todo_add(t, c, TODO_PERSIST);
 					continue; /* one todo at a time per lock */
 				}
 			}
 			if (c->holder_gone) {
-				todo_add(core, c, TODO_GONE);
+				todo_add(t, c, TODO_GONE);
 			} else if (leases && c->rebound && now >= c->next_rebound_boot_ms) {
 				/* Does anyone still hold its old descriptor?
 				 * (rebound.c; /proc is read once a second.) */
 				c->next_rebound_boot_ms = now + REBOUND_CHECK_MS;
-				todo_add(core, c, TODO_REBOUND);
+				todo_add(t, c, TODO_REBOUND);
 			} else if (leases && lease->ttl_s && now >= lease->deadline_boot_ms) {
 				if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->expired_logged) {
-					todo_add(core, c, TODO_EXPIRED);
+					todo_add(t, c, TODO_EXPIRED);
 				} else if (c->rec.bound == LOCKFS_BOUND_SLUG &&
 					   now >= c->next_check_boot_ms) {
 					/* /proc is scanned at most once a second per lock. */
 					c->next_check_boot_ms = now + 1000;
-					todo_add(core, c, TODO_SLUG);
+					todo_add(t, c, TODO_SLUG);
 				}
 			}
 		}
-		stripe_set_due(s);
-		stripe_unlock(s);
+		lockfs_table_set_due(s);
+		lockfs_table_unlock(s);
 	}
 	rw->turn = (rw->turn + STRIPES_PER_TURN) % STRIPES;
 }
 
 /* T is being done: its lock is no longer queued.  Returns whether the
  * lock's expiry was logged already. */
-static bool unqueue(struct lockfs_core *core, const struct todo *t)
+static bool unqueue(struct lockfs_table *t, const struct todo *todo)
 {
-	struct stripe *s = stripe_of(core, t->name);
+	struct stripe *s = lockfs_table_stripe(t, todo->name);
 	struct cached *c;
 	bool logged = false;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, t->name);
-	if (c && strcmp(c->rec.token, t->token) == 0) {
+	c = lockfs_table_find(s, todo->name);
+	if (c && strcmp(c->rec.token, todo->token) == 0) {
 		c->queued = false;
 		logged = c->expired_logged;
 	}
-	stripe_unlock(s);
+	lockfs_table_unlock(s);
 	return logged;
 }
 
 /* T is done.  A lock it left behind (a recovery the store refused, a
  * lease still to be watched) is the tick's again. */
-static void settle(struct lockfs_core *core, const struct todo *t)
+static void settle(struct lockfs_table *t, const struct todo *todo)
 {
-	struct stripe *s = stripe_of(core, t->name);
+	struct stripe *s = lockfs_table_stripe(t, todo->name);
 	struct cached *c;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, t->name);
-	if (c && strcmp(c->rec.token, t->token) == 0)
-		stripe_note_due(s, c);
-	stripe_unlock(s);
+	c = lockfs_table_find(s, todo->name);
+	if (c && strcmp(c->rec.token, todo->token) == 0)
+		lockfs_table_note_due(s, c);
+	lockfs_table_unlock(s);
 }
 
 /* Write the changed list of descendants of T's lock, kept for them. */
-static void persist_todo(struct lockfs_core *core, const struct todo *t)
+static void persist_todo(struct lockfs_table *t, const struct todo *todo)
 {
-	struct stripe *s = stripe_of(core, t->name);
+	struct stripe *s = lockfs_table_stripe(t, todo->name);
 	struct cached *c;
 
 	pthread_mutex_lock(&s->mu);
-	c = cache_find(s, t->name);
-	if (c && strcmp(c->rec.token, t->token) == 0) {
+	c = lockfs_table_find(s, todo->name);
+	if (c && strcmp(c->rec.token, todo->token) == 0) {
 		c->queued = false; /* T is being done */
 		if (c->rec.holder_exited)
-			persist_descendants_locked(core, s, c);
+			persist_descendants_locked(t, s, c);
 	}
-	stripe_unlock(s);
+	lockfs_table_unlock(s);
 }
 
 /*
@@ -563,27 +572,27 @@ static void persist_todo(struct lockfs_core *core, const struct todo *t)
  * every lock.  Returns true when some may be left (MAX were taken, or
  * memory ran out: then try again).
  */
-static bool mark_dead(struct lockfs_core *core, pid_t pid, unsigned long long start,
-		      size_t max, bool queue)
+static bool mark_dead(struct lockfs_table *t, pid_t pid, unsigned long long start, size_t max,
+		      bool queue)
 {
 	char **names;
 	size_t n;
-	int rc = holder_take(core, pid, start, max, &names, &n);
+	int rc = lockfs_table_take_dead(t, pid, start, max, &names, &n);
 
 	for (size_t i = 0; i < n; i++) {
-		struct stripe *s = stripe_of(core, names[i]);
+		struct stripe *s = lockfs_table_stripe(t, names[i]);
 		struct cached *c;
 
 		pthread_mutex_lock(&s->mu);
-		c = cache_find(s, names[i]);
+		c = lockfs_table_find(s, names[i]);
 		if (c && c->watched && c->rec.bound == LOCKFS_BOUND_PROCESS &&
 		    c->rec.holder.pid == pid && c->rec.holder.start_time == start) {
 			c->holder_gone = true;
 			if (queue && !c->queued)
-				todo_add(core, c, TODO_GONE);
-			stripe_note_due(s, c); /* not queued: the tick's */
+				todo_add(t, c, TODO_GONE);
+			lockfs_table_note_due(s, c); /* not queued: the tick's */
 		}
-		stripe_unlock(s);
+		lockfs_table_unlock(s);
 		free(names[i]);
 	}
 	free(names);
@@ -592,278 +601,302 @@ static bool mark_dead(struct lockfs_core *core, pid_t pid, unsigned long long st
 
 /* Out of memory for a death's todo: mark all its locks now (the tick
  * queues them), for as long as memory lets the index be read. */
-static void mark_all_dead(struct lockfs_core *core, pid_t pid, unsigned long long start)
+static void mark_all_dead(struct lockfs_table *t, pid_t pid, unsigned long long start)
 {
 	for (int chunks = 0; chunks < 1 << 20; chunks++)
-		if (!mark_dead(core, pid, start, DEATH_CHUNK, false))
+		if (!mark_dead(t, pid, start, DEATH_CHUNK, false))
 			break;
 }
 
 /* lockfs_exited_fn: queue the death in its uid's turn. */
-void recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
+void lockfs_recovery_holder_exited(void *arg, pid_t pid, unsigned long long start)
 {
-	struct lockfs_core *core = arg;
-	struct todo *t = calloc(1, sizeof(*t) + 1);
+	struct lockfs_table *t = arg;
+	struct todo *todo = calloc(1, sizeof(*todo) + 1);
 	uid_t uid;
 
-	if (!holder_uid(core, pid, start, &uid)) {
-		free(t);
+	if (!lockfs_table_holder_uid(t, pid, start, &uid)) {
+		free(todo);
 		return; /* it holds nothing (any more) */
 	}
-	if (t) {
-		t->kind = TODO_DEATH;
-		t->pid = pid;
-		t->start = start;
+	if (todo) {
+		todo->kind = TODO_DEATH;
+		todo->pid = pid;
+		todo->start = start;
 	}
-	if (!t || !todo_push(core->work, uid, t)) {
-		free(t);
-		mark_all_dead(core, pid, start);
+	if (!todo || !todo_push(t->work, uid, todo)) {
+		free(todo);
+		mark_all_dead(t, pid, start);
 	}
 }
 
 /* Do T.  A death todo that found a full chunk goes back to the end of its
  * uid's queue, behind the recoveries it queued; every other todo is
  * freed. */
-static void act(struct lockfs_core *core, struct todo *t)
+static void act(struct lockfs_table *t, struct todo *todo)
 {
-	if (t->kind == TODO_DEATH) {
-		bool more = mark_dead(core, t->pid, t->start, DEATH_CHUNK, true);
+	if (todo->kind == TODO_DEATH) {
+		bool more = mark_dead(t, todo->pid, todo->start, DEATH_CHUNK, true);
 
 		/* More to find: back in line, behind the recoveries it queued. */
-		if (more && todo_push(core->work, t->uid, t))
+		if (more && todo_push(t->work, todo->uid, todo))
 			return;
 		if (more)
-			mark_all_dead(core, t->pid, t->start); /* out of memory */
-		free(t);
+			mark_all_dead(t, todo->pid, todo->start); /* out of memory */
+		free(todo);
 		return;
 	}
-	switch (t->kind) {
+	switch (todo->kind) {
 	case TODO_GONE:
-		recover_gone(core, t);
+		recover_gone(t, todo);
 		break;
 	case TODO_EXPIRED:
-		log_expired(core, t->name, t->token,
-			    t->holder_exited ? "descendants-alive" : "holder-alive", 0);
+		log_expired(t, todo->name, todo->token,
+			    todo->holder_exited ? "descendants-alive" : "holder-alive", 0);
 		break;
 	case TODO_PERSIST:
-		persist_todo(core, t);
-		settle(core, t);
+		persist_todo(t, todo);
+		settle(t, todo);
 		break;
 	case TODO_SLUG:
-		check_slug(core, t, unqueue(core, t));
-		settle(core, t);
+		check_slug(t, todo, unqueue(t, todo));
+		settle(t, todo);
 		break;
 	case TODO_REBOUND:
-		(void)unqueue(core, t);
-		rebound_check(core, t->name, t->token);
-		settle(core, t);
+		(void)unqueue(t, todo);
+		lockfs_rebound_check(t, todo->name, todo->token);
+		settle(t, todo);
 		break;
 	case TODO_DEATH:
 		break;
 	}
-	free(t->slug);
-	free(t);
+	free(todo->slug);
+	free(todo);
 }
 
 /*
  * lockfs_work_fn: a slice of the queued todos, one uid after another.
  * true while some are left.
  */
-bool recovery_work(void *arg)
+bool lockfs_recovery_work(void *arg)
 {
-	struct lockfs_core *core = arg;
-	struct recovery_work *rw = core->work;
+	struct lockfs_table *t = arg;
+	struct recovery_work *rw = t->work;
 	int64_t until = mono_ms() + SLICE_MS;
-	struct todo *t;
+	struct todo *todo;
 
-	for (int n = 0; n < SLICE_TODOS && (t = todo_next(rw)); n++) {
-		act(core, t);
+	for (int n = 0; n < SLICE_TODOS && (todo = todo_next(rw)); n++) {
+		act(t, todo);
 		if (mono_ms() >= until)
 			break;
 	}
 	return rw->ntodo > 0;
 }
 
-struct name_vec {
-	char **v;
-	size_t n, cap;
-};
-
-static int add_name(void *arg, const char *name)
-{
-	struct name_vec *nv = arg;
-
-	if (lockfs_name_check(name) < 0)
-		return 0;
-	if (nv->n == nv->cap) {
-		size_t cap = nv->cap ? nv->cap * 2 : 16;
-		char **v = realloc(nv->v, cap * sizeof(*v));
-
-		if (!v)
-			return 1;
-		nv->v = v;
-		nv->cap = cap;
-	}
-	nv->v[nv->n] = strdup(name);
-	if (nv->v[nv->n])
-		nv->n++;
-	return 0;
-}
-
-static void name_vec_free(struct name_vec *nv)
-{
-	for (size_t i = 0; i < nv->n; i++)
-		free(nv->v[i]);
-	free(nv->v);
-}
-
 /* -o stale: recover foreign locks (the seed's, or made by hand) whose
  * mtime is older than stale_s -- the seed tool's own rule, for users who
  * mix both tools.  Locks with a lockfs record are never judged by age. */
-static void recover_stale_foreign(struct lockfs_core *core)
+static void recover_stale_foreign(struct lockfs_table *t)
 {
-	struct name_vec nv = { 0 };
 	int64_t now = lockfs_wall_ms();
+	char **names;
+	size_t n;
 
-	if (core->be->ops->list(core->be, add_name, &nv) < 0)
-		goto out;
-	for (size_t i = 0; i < nv.n; i++) {
-		struct stripe *s = stripe_of(core, nv.v[i]);
+	if (lockfs_table_names(t, &names, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct stripe *s = lockfs_table_stripe(t, names[i]);
 		struct lockfs_entry_stat st;
 		struct cached *c;
 		bool foreign, released = false;
 		char age[24], stale[24], uid[16], pid[16];
 
 		pthread_mutex_lock(&s->mu);
-		if (!cache_find(s, nv.v[i]) &&
-		    load_locked(core, s, nv.v[i], &st, &foreign, true, &c) == 0 && foreign &&
-		    now - st.mtime_ms >= (int64_t)core->stale_s * 1000) {
+		if (!lockfs_table_find(s, names[i]) &&
+		    lockfs_table_reload(t, s, names[i], &st, &foreign, &c) == 0 && foreign &&
+		    now - st.mtime_ms >= (int64_t)t->stale_s * 1000) {
 			/* uid= owns DIR/NAME.lock; no process is known (pid=-). */
 			const char *kv[] = { "uid", uid, "pid", pid, "age_s", age, "stale_s", stale,
 					     "evidence", "foreign-stale", NULL };
 
-			ids_of(uid, pid, st.uid, 0);
+			lockfs_audit_ids(uid, pid, st.uid, 0);
 			snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
-			snprintf(stale, sizeof(stale), "%u", core->stale_s);
-			/* Logged once it happened, under the mutex (release_locked). */
-			released = core->be->ops->release(core->be, nv.v[i], st.identity) == 0;
+			snprintf(stale, sizeof(stale), "%u", t->stale_s);
+			/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
+			released = t->be->ops->release(t->be, names[i], st.identity) == 0;
 			if (released)
-				log_event(core, "?", nv.v[i], kv, "recovered");
+				lockfs_audit_event(t, "?", names[i], kv, "recovered");
 		}
-		stripe_unlock(s);
+		lockfs_table_unlock(s);
 	}
-out:
-	name_vec_free(&nv);
+	lockfs_table_names_free(names, n);
 }
 
-void recovery_tick(void *arg)
+/* Try S's retries once each; a retry ends when its grant is gone. */
+static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 {
-	struct lockfs_core *core = arg;
+	for (struct unlock_retry **pp = &s->retries, *r; (r = *pp);) {
+		struct lockfs_entry_stat st;
+		struct cached *c;
+		bool foreign, done = true;
+		int rc = lockfs_table_load(t, s, r->name, &st, &foreign, &c);
+
+		if (rc == 0 && c && lockfs_table_issued_here(c)) {
+			for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++) {
+				if (!lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence))
+					continue;
+				/* Nothing was logged at the first try; nothing
+				 * at all for a grant the log refused. */
+				rc = lockfs_queue_let_go_locked(t, s, c,
+					&(struct lockfs_let_go){ .identity = st.identity, .index = i,
+								 .event = r->logged ? "released"
+										    : NULL });
+				done = rc == 0 || rc == -ENOENT;
+				break;
+			}
+		} else if (rc < 0 && rc != -ENOENT) {
+			done = false; /* the store cannot tell yet */
+		}
+		if (!done) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		free(r->name);
+		free(r);
+	}
+}
+
+void lockfs_recovery_retry_all(struct lockfs_table *t)
+{
+	for (int i = 0; i < STRIPES; i++) {
+		struct stripe *s = &t->stripes[i];
+
+		pthread_mutex_lock(&s->mu);
+		if (s->retries)
+			retry_tick_locked(t, s);
+		lockfs_table_unlock(s);
+	}
+}
+
+/* Is a process-bound share's holder gone?  (Shares are few: only shared
+ * locks rebound at a restart have them.)  Unknown counts as alive. */
+static bool share_gone(const struct lockfs_proc_source *src, const struct lockfs_share *sh,
+		       const char *boot_id)
+{
+	unsigned long long start;
+	int rc;
+
+	if (sh->bound != LOCKFS_BOUND_PROCESS)
+		return false;
+	if (strcmp(sh->holder.boot_id, boot_id) != 0)
+		return true;
+	rc = lockfs_procs_start_time(src, sh->holder.pid, &start);
+	return rc == -ESRCH || rc == -ENOENT || (rc == 0 && start != sh->holder.start_time);
+}
+
+
+
+/* Share K of C's record is ended if its process-bound holder died,
+ * logged `recovered` as recover_gone() logs a holder (docs/log.md).  true
+ * when it had died: then C may have changed or gone. */
+static bool end_if_share_gone(struct lockfs_table *t, struct stripe *s, struct cached *c,
+			      size_t k)
+{
+	const struct lockfs_holder *h = &c->rec.shares[k].holder;
+	char holder[WHO_MAX], start[24];
+	const char *kv[] = { "holder", holder, "start", start, "evidence", "exited", NULL };
+	struct lockfs_entry_stat st;
+	struct cached *fresh;
+	bool foreign;
+	char *name;
+
+	if (!share_gone(t->procs, &c->rec.shares[k], t->boot_id))
+		return false;
+	lockfs_audit_who(holder, sizeof(holder), NULL, h->comm, h->pid);
+	snprintf(start, sizeof(start), "%llu", h->start_time);
+	if (strcmp(h->boot_id, t->boot_id) != 0)
+		kv[5] = "boot-changed";
+	/* Only what the store still holds. */
+	name = strdup(c->name);
+	if (name && lockfs_table_load(t, s, name, &st, &foreign, &fresh) == 0 && fresh &&
+	    k < fresh->rec.nshares && lockfs_table_issued_here(fresh))
+		lockfs_queue_let_go_locked(t, s, fresh, &(struct lockfs_let_go){
+			.identity = st.identity, .index = k + 1, .event = "recovered", .extra = kv });
+	free(name);
+	return true;
+}
+
+/* Shares of S whose process-bound holder died are ended.  With s->mu held. */
+static void dead_shares_locked(struct lockfs_table *t, struct stripe *s)
+{
+	/* Only where some share may be process-bound (only shared locks
+	 * rebound at a restart have such shares): a tick must not walk
+	 * every lock. */
+	bool again = s->process_shares;
+
+	s->process_shares = false;
+	/* Ending a share rewrites (or, failing, drops) the cache entry and
+	 * may grant others: after each one start over from the head, a
+	 * bounded number of times.  C is not touched after it acted. */
+	for (int tries = 0; again && tries < 64; tries++) {
+		again = false;
+		for (struct cached *c = s->head; c && !again; c = again ? NULL : c->next) {
+			for (size_t k = 0; !again && k < c->rec.nshares; k++) {
+				if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
+					s->process_shares = true; /* look again next tick */
+				again = end_if_share_gone(t, s, c, k);
+			}
+		}
+	}
+	if (again)
+		s->process_shares = true; /* not done: next tick */
+}
+
+/* Each stripe in turn: refused releases tried again, queues behind locks
+ * we cannot watch (the seed's) polled, dead shares ended. */
+static void stripes_tick(struct lockfs_table *t)
+{
+	for (int i = 0; i < STRIPES; i++) {
+		struct stripe *s = &t->stripes[i];
+
+		pthread_mutex_lock(&s->mu);
+		if (s->retries)
+			retry_tick_locked(t, s);
+		lockfs_queue_poll_locked(t, s);
+		dead_shares_locked(t, s);
+		lockfs_table_unlock(s);
+	}
+}
+
+void lockfs_recovery_tick(void *arg)
+{
+	struct lockfs_table *t = arg;
 	/* A store gone bad is noticed (and said) within a tick: two
 	 * syscalls, whatever the number of locks.  A DIR that was removed or
 	 * replaced fails every operation for good (EIO until a restart, see
 	 * backend.h): then the locks are not walked for recoveries and
 	 * checks that cannot happen -- each would be tried again every tick
 	 * -- and they stay as they are (fail closed). */
-	bool vanished = core->be->ops->check && core->be->ops->check(core->be) < 0;
+	bool vanished = t->be->ops->check && t->be->ops->check(t->be) < 0;
 
-	lockfs_log_tick(core->log);
+	lockfs_log_tick(t->log);
 	/* Take in the process events first: a descendant's exit frees its
 	 * holder's lock in the collect() below. */
-	lockfs_descendants_tick(core->descendants);
+	lockfs_descendants_tick(t->descendants);
 	if (!vanished)
-		collect(core, true, false);
-	queue_tick(core);
-	quota_flush(core->quota, false, log_refused, core);
-	if (!vanished && core->stale_s && lockfs_wall_ms() >= core->next_stale_scan_ms) {
-		core->next_stale_scan_ms = lockfs_wall_ms() + 1000;
-		recover_stale_foreign(core);
+		collect(t, true, false);
+	stripes_tick(t);
+	lockfs_quota_flush(t->quota, false, lockfs_audit_refused, t);
+	if (!vanished && t->stale_s && lockfs_wall_ms() >= t->next_stale_scan_ms) {
+		t->next_stale_scan_ms = lockfs_wall_ms() + 1000;
+		recover_stale_foreign(t);
 	}
 }
 
-int recovery_startup_scan(struct lockfs_core *core)
+void lockfs_recovery_startup(struct lockfs_table *t)
 {
-	struct name_vec nv = { 0 };
-	int rc;
-
-	core->starting = true;
-	rc = core->be->ops->list(core->be, add_name, &nv);
-	for (size_t i = 0; rc == 0 && i < nv.n; i++) {
-		struct stripe *s = stripe_of(core, nv.v[i]);
-		struct lockfs_entry_stat st;
-		struct cached *c;
-		bool foreign;
-
-		/* Reading each record caches it and watches its holder; a
-		 * holder that died while no daemon watched is marked gone. */
-		pthread_mutex_lock(&s->mu);
-		if (load_locked(core, s, nv.v[i], &st, &foreign, true, &c) == 0 && c)
-			rebind_fd_locked(core, s, c, &st);
-		stripe_unlock(s);
-	}
-	name_vec_free(&nv);
-	if (rc == 0) {
-		/* Nothing is served yet: recover it all now, while the
-		 * evidence is `exited-while-down`. */
-		collect(core, false, true);
-		while (recovery_work(core))
-			;
-	}
-	core->starting = false;
-	return rc;
-}
-
-int lockfs_core_break(struct lockfs_core *core, const char *name,
-		      const struct lockfs_caller *caller, const char *reason, size_t len)
-{
-	struct stripe *s = stripe_of(core, name);
-	struct lockfs_entry_stat st;
-	struct cached *c;
-	char by[WHO_MAX], by_uid[16], by_pid[16], uid[16], none[16], *why;
-	bool foreign;
-	pid_t pid = 0;
-	unsigned long long start = 0;
-	int rc;
-
-	if (len > 0 && reason[len - 1] == '\n')
-		len--;
-	if (len > LOCKFS_REASON_MAX)
-		return -EFBIG;
-	if (len == 0 || memchr(reason, '\0', len) || !lockfs_utf8_valid(reason, len))
-		return -EINVAL;
-	if (lockfs_name_check(name) < 0)
-		return -ENOENT;
-	why = strndup(reason, len);
-	if (!why)
-		return -ENOMEM;
-	/* The breaker, as the kernel tells it, beside the name it goes by. */
-	ids_of(by_uid, by_pid, caller->uid, who_of_caller(core, caller->tid, by, sizeof(by)));
-
-	pthread_mutex_lock(&s->mu);
-	rc = load_locked(core, s, name, &st, &foreign, true, &c);
-	if (rc == 0 && c) {
-		const char *extra[] = { "by", by, "by_uid", by_uid, "by_pid", by_pid,
-					"reason", why, NULL };
-
-		pid = c->rec.holder.pid;
-		start = c->rec.holder.start_time;
-		rc = release_locked(core, s, c, st.identity, "broken", extra);
-	} else if (rc == 0) {
-		/* A foreign lock: uid= owns DIR/NAME.lock, no process known. */
-		const char *kv[] = { "uid", uid, "pid", none, "by", by, "by_uid", by_uid,
-				     "by_pid", by_pid, "reason", why, NULL };
-
-		ids_of(uid, none, st.uid, 0);
-		/* Logged once it happened, under the mutex (release_locked). */
-		rc = core->be->ops->release(core->be, name, st.identity);
-		if (rc == 0)
-			log_event(core, "?", name, kv, "broken");
-	}
-	stripe_unlock(s);
-	free(why);
-	if (rc < 0)
-		return rc;
-	if (core->break_signal && pid > 0)
-		lockfs_liveness_signal(core->liveness, pid, start, core->break_signal);
-	return 0;
+	collect(t, false, true);
+	while (lockfs_recovery_work(t))
+		;
 }

@@ -978,11 +978,14 @@ void lockfs_descendants_unwatch(struct lockfs_descendants *d, pid_t pid,
 	pthread_mutex_unlock(&d->mu);
 }
 
-int lockfs_descendants_holder_exited(struct lockfs_descendants *d, pid_t pid,
-				     unsigned long long start, pid_t sid,
-				     const struct lockfs_descendant *known, size_t nknown,
-				     bool scan_now, bool take_ref)
+int lockfs_descendants_holder_exited(struct lockfs_descendants *d,
+				     const struct lockfs_exited_holder *h)
 {
+	pid_t pid = h->pid, sid = h->sid;
+	unsigned long long start = h->start;
+	const struct lockfs_descendant *known = h->known;
+	size_t nknown = h->nknown;
+	bool scan_now = h->scan, take_ref = h->take_ref;
 	struct root *r;
 	struct entry *e;
 	int rc = 0, n;

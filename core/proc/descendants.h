@@ -109,21 +109,30 @@ int lockfs_descendants_watch(struct lockfs_descendants *d, pid_t pid,
 void lockfs_descendants_unwatch(struct lockfs_descendants *d, pid_t pid,
 				unsigned long long start);
 
+/* A holder that exited, as lockfs_descendants_holder_exited is told. */
+struct lockfs_exited_holder {
+	pid_t pid;                 /* the holder (PID, START), of session SID */
+	unsigned long long start;
+	pid_t sid;
+	const struct lockfs_descendant *known; /* a record's list; may be NULL */
+	size_t nknown;
+	bool scan;                 /* look now (daemon start) */
+	bool take_ref;             /* count one more watch for the caller */
+};
+
 /*
- * Holder (PID, START), of session SID, has exited.  Drains pending events
- * first, so every fork it made before it exited is counted.  When the
- * holder was not watched, when SCAN is set (daemon start) or when there is
- * no event source, the processes in KNOWN (a record's list; may be NULL)
- * that still live are counted and a scan adds what it finds.  TAKE_REF:
- * when the result is > 0, count one more watch of the holder for the
- * caller (drop it with lockfs_descendants_unwatch).
+ * Holder H->pid has exited.  Drains pending events first, so every fork
+ * it made before it exited is counted.  When the holder was not watched,
+ * when H->scan is set (daemon start) or when there is no event source,
+ * the processes in H->known that still live are counted and a scan adds
+ * what it finds.  H->take_ref: when the result is > 0, count one more
+ * watch of the holder for the caller (drop it with
+ * lockfs_descendants_unwatch).
  * Returns the number of live descendants, or -errno when it cannot be
  * told (the caller keeps the lock).
  */
-int lockfs_descendants_holder_exited(struct lockfs_descendants *d, pid_t pid,
-				     unsigned long long start, pid_t sid,
-				     const struct lockfs_descendant *known, size_t nknown,
-				     bool scan, bool take_ref);
+int lockfs_descendants_holder_exited(struct lockfs_descendants *d,
+				     const struct lockfs_exited_holder *h);
 
 /*
  * How many live descendants (PID, START) has, from what is known now (no

@@ -139,6 +139,16 @@ char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *le
 int lockfs_record_parse(const char *buf, size_t len, struct lockfs_record *out)
 	__attribute__((warn_unused_result));
 
+/*
+ * Only the top-level "fence" of a record (a backend's read, which needs
+ * the fence and not the rest): 0 and *FENCE, or -EFBIG (LEN >
+ * LOCKFS_RECORD_MAX), -EINVAL (not a JSON object, or no fence >= 1),
+ * -ENOMEM.  It checks nothing else: a record it accepts may still fail
+ * lockfs_record_parse.
+ */
+int lockfs_record_peek_fence(const char *buf, size_t len, uint64_t *fence)
+	__attribute__((warn_unused_result));
+
 /* LEASE as one line of JSON, exactly as it appears in the record ("null"
  * when none), malloc'd, with *LEN.  NULL when out of memory. */
 char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len);
@@ -146,6 +156,22 @@ char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len);
 /* The fence and time of `holder`'s own grant (see holder_fence). */
 uint64_t lockfs_holder_fence(const struct lockfs_record *r);
 int64_t lockfs_holder_acquired_at(const struct lockfs_record *r);
+
+/* R's holders, one by one: holder 0 is r->holder, holder I >= 1 is
+ * r->shares[I - 1].  How many (0 when R has no holder). */
+size_t lockfs_record_holders(const struct lockfs_record *r);
+/* Holder I of R (I < lockfs_record_holders(R)).  Like strchr, a const
+ * record gives a pointer the caller must not write through. */
+struct lockfs_holder *lockfs_record_holder(const struct lockfs_record *r, size_t i);
+/* What holder I is bound to; lockfs_record_set_bound_at changes it. */
+enum lockfs_bound lockfs_record_bound_at(const struct lockfs_record *r, size_t i);
+void lockfs_record_set_bound_at(struct lockfs_record *r, size_t i, enum lockfs_bound b);
+/* Holder I's own fence (holder 0: lockfs_holder_fence). */
+uint64_t lockfs_record_fence_at(const struct lockfs_record *r, size_t i);
+/* Holder I's fd-lock owner key ("" unless bound to an fd), and its slug
+ * (NULL when none). */
+const char *lockfs_record_fd_owner_at(const struct lockfs_record *r, size_t i);
+const char *lockfs_record_slug_at(const struct lockfs_record *r, size_t i);
 
 /* S as a JSON string, each byte that is not UTF-8 replaced by U+FFFD
  * (comm and cmdline are any bytes).  NULL when out of memory. */

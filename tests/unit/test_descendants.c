@@ -173,7 +173,9 @@ static int teardown(void **state)
 static int exited(pid_t pid, unsigned long long start)
 {
 	reap(pid);
-	return lockfs_descendants_holder_exited(d, pid, start, 0, NULL, 0, false, true);
+	return lockfs_descendants_holder_exited(d, &(struct lockfs_exited_holder){
+			.pid = pid, .start = start, .sid = 0,
+			.known = NULL, .nknown = 0, .scan = false, .take_ref = true });
 }
 
 /* ---- tracking through events --------------------------------------------- */
@@ -384,8 +386,9 @@ static void test_session_mates_started_by_older_ones_are_not_counted(void **stat
 	spawn(103, 60, 100, 1300);  /* adopted by a reaper of another session */
 	spawn(60, 1, 60, 10);
 	reap(100);
-	assert_int_equal(lockfs_descendants_holder_exited(d, 100, 1000, 100, NULL, 0, true,
-							  true), 2);
+	assert_int_equal(lockfs_descendants_holder_exited(d, &(struct lockfs_exited_holder){
+			.pid = 100, .start = 1000, .sid = 100,
+			.known = NULL, .nknown = 0, .scan = true, .take_ref = true }), 2);
 	assert_int_equal(lockfs_descendants_list(d, 100, 1000, &v, &n, NULL), 0);
 	assert_int_equal(n, 2);
 	assert_int_equal(v[0].pid, 102);
@@ -420,8 +423,9 @@ static void test_restart_counts_the_records_list_and_the_session(void **state)
 	spawn(101, 1, 101, 1100);   /* listed, but left the session since: does not */
 	spawn(102, 1, 102, 1200);   /* listed, but pid reused: does not */
 	spawn(103, 1, 100, 1300);   /* not listed, in the session */
-	assert_int_equal(lockfs_descendants_holder_exited(d, 100, 1000, 100, known, 2, true,
-							  true), 1);
+	assert_int_equal(lockfs_descendants_holder_exited(d, &(struct lockfs_exited_holder){
+			.pid = 100, .start = 1000, .sid = 100,
+			.known = known, .nknown = 2, .scan = true, .take_ref = true }), 1);
 }
 
 static void test_scan_that_cannot_look_proves_nothing(void **state)
@@ -429,15 +433,18 @@ static void test_scan_that_cannot_look_proves_nothing(void **state)
 	each_fails = true;
 	reap(100);
 	/* Never watched: a look is needed and fails.  Unknown, not 0. */
-	assert_true(lockfs_descendants_holder_exited(d, 100, 1000, 100, NULL, 0, false, true) < 0);
+	assert_true(lockfs_descendants_holder_exited(d, &(struct lockfs_exited_holder){
+			.pid = 100, .start = 1000, .sid = 100,
+			.known = NULL, .nknown = 0, .scan = false, .take_ref = true }) < 0);
 }
 
 static void test_unwatched_holder_is_looked_for(void **state)
 {
 	spawn(101, 1, 100, 1100);
 	reap(100);
-	assert_int_equal(lockfs_descendants_holder_exited(d, 100, 1000, 100, NULL, 0, false,
-							  true), 1);
+	assert_int_equal(lockfs_descendants_holder_exited(d, &(struct lockfs_exited_holder){
+			.pid = 100, .start = 1000, .sid = 100,
+			.known = NULL, .nknown = 0, .scan = false, .take_ref = true }), 1);
 }
 
 static void test_untracked_processes_cost_no_proc_read(void **state)

@@ -20,18 +20,18 @@ static struct quota *make(uint32_t open, uint32_t locks, uint32_t waiters, uint3
 	struct quota_limits lim = { open, locks, waiters, total };
 	struct quota *q;
 
-	assert_int_equal(quota_new(&q, &lim), 0);
+	assert_int_equal(lockfs_quota_new(&q, &lim), 0);
 	return q;
 }
 
 /* Take one lock of UID the way the engine does: reserve, count, unreserve. */
 static int take(struct quota *q, uid_t uid, enum quota_reason *why)
 {
-	int rc = quota_lock_reserve(q, uid, true, why);
+	int rc = lockfs_quota_lock_reserve(q, uid, true, why);
 
 	if (rc == 0) {
-		quota_locks_add(q, uid, 1);
-		quota_lock_unreserve(q, uid, true);
+		lockfs_quota_locks_add(q, uid, 1);
+		lockfs_quota_lock_unreserve(q, uid, true);
 	}
 	return rc;
 }
@@ -46,10 +46,10 @@ static void test_lock_cap_per_uid_is_edquot(void **state)
 	assert_int_equal(take(q, 4242, &why), -EDQUOT);
 	assert_int_equal(why, QUOTA_LOCKS_PER_UID);
 	assert_int_equal(take(q, 4343, &why), 0); /* another uid: its own cap */
-	assert_int_equal(quota_locks_of(q, 4242), 2);
-	quota_locks_add(q, 4242, -1);
+	assert_int_equal(lockfs_quota_locks_of(q, 4242), 2);
+	lockfs_quota_locks_add(q, 4242, -1);
 	assert_int_equal(take(q, 4242, &why), 0);
-	quota_free(q);
+	lockfs_quota_free(q);
 }
 
 static void test_total_cap_is_enospc_and_counts_root(void **state)
@@ -63,8 +63,8 @@ static void test_total_cap_is_enospc_and_counts_root(void **state)
 	assert_int_equal(take(q, 4242, &why), -ENOSPC);
 	assert_int_equal(why, QUOTA_LOCKS);
 	assert_int_equal(take(q, 0, &why), 0); /* root: exempt, but counted */
-	assert_int_equal(quota_locks_total(q), 4);
-	quota_free(q);
+	assert_int_equal(lockfs_quota_locks_total(q), 4);
+	lockfs_quota_free(q);
 }
 
 static void test_root_is_never_refused(void **state)
@@ -74,10 +74,10 @@ static void test_root_is_never_refused(void **state)
 
 	for (int i = 0; i < 5; i++) {
 		assert_int_equal(take(q, 0, &why), 0);
-		assert_int_equal(quota_waiter_add(q, 0), 0);
-		assert_int_equal(quota_open_add(q, 0), 0);
+		assert_int_equal(lockfs_quota_waiter_add(q, 0), 0);
+		assert_int_equal(lockfs_quota_open_add(q, 0), 0);
 	}
-	quota_free(q);
+	lockfs_quota_free(q);
 }
 
 static void test_reservations_count_against_the_cap(void **state)
@@ -86,15 +86,15 @@ static void test_reservations_count_against_the_cap(void **state)
 	enum quota_reason why;
 
 	/* Two acquisitions in flight at once fill the cap of 2 ... */
-	assert_int_equal(quota_lock_reserve(q, 4242, true, &why), 0);
-	assert_int_equal(quota_lock_reserve(q, 4242, true, &why), 0);
-	assert_int_equal(quota_lock_reserve(q, 4242, true, &why), -EDQUOT);
+	assert_int_equal(lockfs_quota_lock_reserve(q, 4242, true, &why), 0);
+	assert_int_equal(lockfs_quota_lock_reserve(q, 4242, true, &why), 0);
+	assert_int_equal(lockfs_quota_lock_reserve(q, 4242, true, &why), -EDQUOT);
 	/* ... one fails in the store: room for one again. */
-	quota_lock_unreserve(q, 4242, true);
-	quota_locks_add(q, 4242, 1);
-	quota_lock_unreserve(q, 4242, true);
-	assert_int_equal(quota_lock_reserve(q, 4242, true, &why), 0);
-	quota_free(q);
+	lockfs_quota_lock_unreserve(q, 4242, true);
+	lockfs_quota_locks_add(q, 4242, 1);
+	lockfs_quota_lock_unreserve(q, 4242, true);
+	assert_int_equal(lockfs_quota_lock_reserve(q, 4242, true, &why), 0);
+	lockfs_quota_free(q);
 }
 
 static void test_a_hand_off_does_not_grow_the_total(void **state)
@@ -103,28 +103,28 @@ static void test_a_hand_off_does_not_grow_the_total(void **state)
 	enum quota_reason why;
 
 	assert_int_equal(take(q, 4242, &why), 0);
-	assert_int_equal(quota_lock_reserve(q, 4343, false, &why), 0);
-	quota_locks_add(q, 4242, -1);
-	quota_locks_add(q, 4343, 1);
-	quota_lock_unreserve(q, 4343, false);
-	assert_int_equal(quota_locks_total(q), 1);
-	quota_free(q);
+	assert_int_equal(lockfs_quota_lock_reserve(q, 4343, false, &why), 0);
+	lockfs_quota_locks_add(q, 4242, -1);
+	lockfs_quota_locks_add(q, 4343, 1);
+	lockfs_quota_lock_unreserve(q, 4343, false);
+	assert_int_equal(lockfs_quota_locks_total(q), 1);
+	lockfs_quota_free(q);
 }
 
 static void test_waiters_and_opens_have_their_own_caps(void **state)
 {
 	struct quota *q = make(2, 10, 1, 100);
 
-	assert_int_equal(quota_waiter_add(q, 4242), 0);
-	assert_int_equal(quota_waiter_add(q, 4242), -EDQUOT);
-	quota_waiter_sub(q, 4242);
-	assert_int_equal(quota_waiter_add(q, 4242), 0);
-	assert_int_equal(quota_open_add(q, 4242), 0);
-	assert_int_equal(quota_open_add(q, 4242), 0);
-	assert_int_equal(quota_open_add(q, 4242), -EMFILE);
-	quota_set_open_limit(q, 3);
-	assert_int_equal(quota_open_add(q, 4242), 0);
-	quota_free(q);
+	assert_int_equal(lockfs_quota_waiter_add(q, 4242), 0);
+	assert_int_equal(lockfs_quota_waiter_add(q, 4242), -EDQUOT);
+	lockfs_quota_waiter_sub(q, 4242);
+	assert_int_equal(lockfs_quota_waiter_add(q, 4242), 0);
+	assert_int_equal(lockfs_quota_open_add(q, 4242), 0);
+	assert_int_equal(lockfs_quota_open_add(q, 4242), 0);
+	assert_int_equal(lockfs_quota_open_add(q, 4242), -EMFILE);
+	lockfs_quota_set_open_limit(q, 3);
+	assert_int_equal(lockfs_quota_open_add(q, 4242), 0);
+	lockfs_quota_free(q);
 }
 
 static void test_none_is_never_reached(void **state)
@@ -134,7 +134,7 @@ static void test_none_is_never_reached(void **state)
 
 	for (int i = 0; i < 5000; i++)
 		assert_int_equal(take(q, 4242, &why), 0);
-	quota_free(q);
+	lockfs_quota_free(q);
 }
 
 struct emitted {
@@ -155,16 +155,16 @@ static void test_a_burst_is_one_line_with_its_count(void **state)
 	struct quota *q = make(1, 1, 1, 1);
 	struct emitted e = { 0 };
 
-	assert_true(quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x"));
-	quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]", 7);
+	assert_true(lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x"));
+	lockfs_quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]", 7);
 	for (int i = 0; i < 9; i++)
-		assert_false(quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y"));
-	assert_true(quota_refused(q, 4343, QUOTA_LOCKS_PER_UID, "z")); /* another uid */
-	quota_flush(q, false, emit, &e);
+		assert_false(lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y"));
+	assert_true(lockfs_quota_refused(q, 4343, QUOTA_LOCKS_PER_UID, "z")); /* another uid */
+	lockfs_quota_flush(q, false, emit, &e);
 	assert_int_equal(e.n, 0); /* still going */
-	quota_flush(q, true, emit, &e);
+	lockfs_quota_flush(q, true, emit, &e);
 	assert_int_equal(e.n, 2);
-	quota_free(q);
+	lockfs_quota_free(q);
 }
 
 static void test_a_burst_ends_after_a_quiet_second(void **state)
@@ -172,20 +172,20 @@ static void test_a_burst_ends_after_a_quiet_second(void **state)
 	struct quota *q = make(1, 5, 1, 1);
 	struct emitted e = { 0 };
 
-	quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x");
-	quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]", 7);
-	quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y");
+	lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x");
+	lockfs_quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]", 7);
+	lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y");
 	usleep(1100 * 1000);
-	quota_flush(q, false, emit, &e);
+	lockfs_quota_flush(q, false, emit, &e);
 	assert_int_equal(e.n, 1);
 	assert_int_equal(e.last.count, 2);
 	assert_int_equal(e.last.uid, 4242);
 	assert_int_equal(e.last.limit, 5);
 	assert_string_equal(e.last.who, "bash[7]");
 	assert_string_equal(e.last.name, "x");
-	assert_string_equal(quota_reason_name(e.last.reason), "locks-per-uid");
-	assert_true(quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "z")); /* a new one */
-	quota_free(q);
+	assert_string_equal(lockfs_quota_reason_name(e.last.reason), "locks-per-uid");
+	assert_true(lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "z")); /* a new one */
+	lockfs_quota_free(q);
 }
 
 int main(void)

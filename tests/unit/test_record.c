@@ -987,6 +987,65 @@ static void test_format_time(void **state)
 			    "2026-08-22T23:05:52.050Z");
 }
 
+/* Holder I of a shared record: 0 is the first holder, I >= 1 the shares. */
+static void test_holder_accessors_index_the_shares(void **state)
+{
+	struct lockfs_share shares[2];
+	struct lockfs_record r;
+	char slug[] = "agent";
+
+	(void)state;
+	memset(&r, 0, sizeof(r));
+	memset(shares, 0, sizeof(shares));
+	r.has_holder = true;
+	r.holder.pid = 10;
+	r.bound = LOCKFS_BOUND_SLUG;
+	r.slug = slug;
+	r.fence = 7;
+	snprintf(r.fd_owner, sizeof(r.fd_owner), "flock:1");
+	shares[0].holder.pid = 11;
+	shares[0].bound = LOCKFS_BOUND_FD;
+	shares[0].fence = 8;
+	snprintf(shares[0].fd_owner, sizeof(shares[0].fd_owner), "flock:2");
+	shares[1].holder.pid = 12;
+	shares[1].bound = LOCKFS_BOUND_PROCESS;
+	shares[1].fence = 9;
+	r.shares = shares;
+	r.nshares = 2;
+
+	assert_int_equal(lockfs_record_holders(&r), 3);
+	assert_int_equal(lockfs_record_holder(&r, 0)->pid, 10);
+	assert_int_equal(lockfs_record_holder(&r, 2)->pid, 12);
+	assert_int_equal(lockfs_record_bound_at(&r, 1), LOCKFS_BOUND_FD);
+	assert_int_equal(lockfs_record_fence_at(&r, 0), 7);
+	assert_int_equal(lockfs_record_fence_at(&r, 2), 9);
+	assert_string_equal(lockfs_record_fd_owner_at(&r, 1), "flock:2");
+	assert_string_equal(lockfs_record_slug_at(&r, 0), "agent");
+	assert_null(lockfs_record_slug_at(&r, 1));
+	lockfs_record_set_bound_at(&r, 1, LOCKFS_BOUND_PROCESS);
+	assert_int_equal(shares[0].bound, LOCKFS_BOUND_PROCESS);
+	r.has_holder = false;
+	assert_int_equal(lockfs_record_holders(&r), 0);
+}
+
+/* A backend's read needs only the fence: peeked, nothing else checked. */
+static void test_peek_fence_reads_only_the_fence(void **state)
+{
+	const char *ok = "{\"resource\": \"x\", \"fence\": 42}";
+	const char *none = "{\"resource\": \"x\"}";
+	const char *zero = "{\"fence\": 0}";
+	uint64_t f = 0;
+
+	(void)state;
+	assert_int_equal(lockfs_record_peek_fence(ok, strlen(ok), &f), 0);
+	assert_int_equal(f, 42);
+	assert_int_equal(lockfs_record_peek_fence(none, strlen(none), &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence(zero, strlen(zero), &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence("[1]", 3, &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence("{", 1, &f), -EINVAL);
+	assert_int_equal(lockfs_record_peek_fence(ok, LOCKFS_RECORD_MAX + 1, &f), -EFBIG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1026,6 +1085,8 @@ int main(void)
 		cmocka_unit_test(test_exactly_max_is_not_efbig),
 		cmocka_unit_test(test_every_prefix_fails),
 		cmocka_unit_test(test_format_time),
+		cmocka_unit_test(test_holder_accessors_index_the_shares),
+		cmocka_unit_test(test_peek_fence_reads_only_the_fence),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
