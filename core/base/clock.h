@@ -26,4 +26,10 @@ struct lockfs_clock {
  * must stay valid until it is replaced. */
 void lockfs_clock_override(const struct lockfs_clock *clock);
 
+/*
+ * Format MS (Unix milliseconds) as RFC 3339 UTC with milliseconds,
+ * "2026-08-22T23:05:52.123Z", into BUF (at least 32 bytes).  Returns BUF.
+ */
+char *lockfs_format_time(int64_t ms, char buf[32]);
+
 #endif

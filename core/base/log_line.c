@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "lockfs/log.h"
-#include "lockfs/record.h"
+#include "clock.h"
 
 /*
  * Marks a field that was cut short to fit in LOCKFS_LOG_LINE_MAX.  The

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/descriptors.h"
+#include "proc/descriptors.h"
 #include "audit.h"
 #include "caller.h"
 #include "queue.h"

@@ -14,6 +14,7 @@
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
 #include "lockfs/record.h"
+#include "../../core/base/clock.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef"
 #define CONTAINER "c0ffeefedcba9876543210fedcba9876543210fedcba9876543210fedcba9876"

@@ -23,7 +23,6 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "lockfs/core.h"
 #include "lockfs/holder.h"
 #include "descriptors.h"
 

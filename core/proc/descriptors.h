@@ -26,4 +26,9 @@ int lockfs_proc_tree_holds_old_flock(pid_t pid, unsigned long long start, const 
 				     unsigned long long *found_start)
 	__attribute__((warn_unused_result));
 
+/* The device of the lockfs mount at MOUNTPOINT, from /proc/self/mountinfo.
+ * Part of the engine's API (lockfs/core.h says what it returns), declared
+ * here too so that this floor needs nothing from the floors above it. */
+int lockfs_mount_dev(const char *mountpoint, dev_t *dev) __attribute__((warn_unused_result));
+
 #endif
