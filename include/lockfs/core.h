@@ -80,7 +80,7 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev);
 /* The device of the lockfs mount at MOUNTPOINT (absolute, canonical: as
  * /proc/self/mountinfo shows it), read from there -- stat(2) on it would be
- * a request to the daemon itself (core/base/descriptors.c).  Returns 0 and
+ * a request to the daemon itself (core/proc/descriptors.c).  Returns 0 and
  * *DEV, -ENOENT when no lockfs is mounted there, or -errno. */
 int lockfs_mount_dev(const char *mountpoint, dev_t *dev) __attribute__((warn_unused_result));
 /* Start the liveness thread (after any fork).  0 or -errno. */

@@ -187,10 +187,5 @@ void lockfs_holder_clear(struct lockfs_holder *h);
 /* Free everything R owns and zero it.  Safe on a zeroed record. */
 void lockfs_record_clear(struct lockfs_record *r);
 
-/*
- * Format MS (Unix milliseconds) as RFC 3339 UTC with milliseconds,
- * "2026-08-22T23:05:52.123Z", into BUF (at least 32 bytes).  Returns BUF.
- */
-char *lockfs_format_time(int64_t ms, char buf[32]);
 
 #endif
