@@ -429,6 +429,18 @@ for n in sorted({n for (_, n) in rate}):
     rate_ratio[n] = med(q)
     print(f"  {n:7}{med(l):11.0f}{med(m):11.0f}{med(q):8.2f}{min(q):7.2f}{max(q):7.2f}")
 
+print("\nscaling: each filesystem's N-client rate / its own 1-client rate (per round, then median)")
+print(f"  {'clients':>7}{'lockfs':>9}{'min':>7}{'max':>7}{'minfs':>9}{'min':>7}{'max':>7}")
+scaling = {}
+if 1 in rate_ratio:
+    for n in sorted(n for n in rate_ratio if n != 1):
+        row = []
+        for cfg in ('lockfs-tmpfs', 'minfs'):
+            q = [rate[(cfg, n)][r] / rate[(cfg, 1)][r] for r in R]
+            scaling[(cfg, n)] = med(q)
+            row += [med(q), min(q), max(q)]
+        print(f"  {n:7}{row[0]:9.2f}{row[1]:7.2f}{row[2]:7.2f}{row[3]:9.2f}{row[4]:7.2f}{row[5]:7.2f}")
+
 r1 = ratios[('lockfs-tmpfs', 'minfs')]
 print("\ngoals (issue 2)")
 print(f"  lockfs(tmpfs)/minfs per pair <= 2.0 (stretch 1.5): {r1:.2f} -> "
@@ -436,4 +448,8 @@ print(f"  lockfs(tmpfs)/minfs per pair <= 2.0 (stretch 1.5): {r1:.2f} -> "
 if 8 in rate_ratio:
     print(f"  lockfs/minfs rate with 8 clients >= 0.90: {rate_ratio[8]:.2f} -> "
           + ("met" if rate_ratio[8] >= 0.9 else "NOT met"))
+if ('lockfs-tmpfs', 8) in scaling:
+    v = scaling[('lockfs-tmpfs', 8)]
+    print(f"  issue 10: lockfs 8-client rate >= 0.90 x its own 1-client rate: {v:.2f} -> "
+          + ("met" if v >= 0.9 else "NOT met"))
 EOF
