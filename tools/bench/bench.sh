@@ -2,7 +2,7 @@
 # tools/bench/bench.sh: the lockfs benchmark (issue 2), as root.
 #
 #   sudo tools/bench/bench.sh [--rounds N] [--pairs N] [--seconds S] [--clients "1 2 8"] [--where]
-#                             [--smoke] [BUILD_DIR]
+#                             [--nice N] [--smoke] [BUILD_DIR]
 #
 # Measures, interleaved in one run (round 1: A B C D E, round 2: E D C B A, ...):
 #   lockfs-tmpfs   mkdir+rmdir through a lockfs mount, backing dir on a private tmpfs
@@ -11,7 +11,11 @@
 #   tmpfs-direct   mkdir+rmdir directly in a tmpfs directory (no FUSE)
 #   flock          flock(LOCK_EX)+flock(LOCK_UN) on a tmpfs file
 # then aggregate pairs/s with 1, 2 and 8 clients on distinct names for lockfs-tmpfs
-# and minfs (again alternating which goes first).  Every pair figure is the mean
+# and minfs (again alternating which goes first).
+#
+# --nice N adds lockfs-nice to the rate runs: a third daemon like lockfs-tmpfs
+# (its own backing dir on the same tmpfs) started under `nice -n N`, to show
+# what the daemon's scheduling priority does to the rates (issue 10).  Every pair figure is the mean
 # over --pairs pairs of one bench_pairs run; the table shows medians over rounds,
 # and ratios are taken round by round (pair by pair) before their median.
 #
@@ -33,6 +37,7 @@ ROUNDS=7
 PAIRS=2000
 SECONDS_RATE=2
 CLIENTS="1 2 8"
+NICE=""
 WHERE=0
 SMOKE=0
 BUILD=./build
@@ -52,6 +57,7 @@ while [ $# -gt 0 ]; do
 	--seconds) SECONDS_RATE=${2:?}; shift 2 ;;
 	--seconds=*) SECONDS_RATE=${1#*=}; shift ;;
 	--clients) CLIENTS=${2:?}; shift 2 ;;
+	--nice) NICE=${2:?}; shift 2 ;;
 	--where) WHERE=1; shift ;;
 	--smoke) ROUNDS=1; PAIRS=200; SECONDS_RATE=1; CLIENTS="1 8"; SMOKE=1; shift ;;
 	-h|--help) usage ;;
@@ -139,14 +145,15 @@ T=$W/tmpfs
 mkdir "$T"
 mount -t tmpfs -o size=256m,mode=0700 tmpfs "$T"
 MOUNTS+=("$T")
-mkdir -m 0700 "$T/backing" "$T/direct"
+mkdir -m 0700 "$T/backing" "$T/backing-nice" "$T/direct"
 : > "$T/flock"
 mkdir -m 0700 "$W/backing-root"
 [ "$(stat -f -c %T "$W/backing-root")" != tmpfs ] || die "/var/tmp is a tmpfs here; no root-fs backing available"
 M_LT=$W/m-lockfs-tmpfs
 M_LR=$W/m-lockfs-rootfs
 M_MIN=$W/m-minfs
-mkdir "$M_LT" "$M_LR" "$M_MIN"
+M_LN=$W/m-lockfs-nice
+mkdir "$M_LT" "$M_LR" "$M_MIN" "$M_LN"
 
 DAEMON_PID=""
 start_daemon() { # LOGFILE MOUNTPOINT CMD...: start CMD in the foreground, wait for the mount
@@ -174,7 +181,7 @@ stop_mount() { # MOUNTPOINT PID: unmount and reap one daemon now
 
 trim_logs() { # keep the audit logs from filling the tmpfs / disk
 	local f
-	for f in "$T/backing/lock.log" "$W/backing-root/lock.log"; do
+	for f in "$T/backing/lock.log" "$T/backing-nice/lock.log" "$W/backing-root/lock.log"; do
 		[ -f "$f" ] && : > "$f"
 	done
 	return 0
@@ -337,6 +344,11 @@ start_daemon "$W/lockfs-tmpfs.err" "$M_LT" "$LOCKFS" -f -o backing="$T/backing" 
 start_daemon "$W/lockfs-rootfs.err" "$M_LR" "$LOCKFS" -f -o backing="$W/backing-root" "$M_LR"
 start_daemon "$W/minfs.err" "$M_MIN" "$MINFS" -f "$M_MIN"
 for m in "$M_LT" "$M_LR" "$M_MIN" "$T/direct"; do sanity "$m"; done
+if [ -n "$NICE" ]; then
+	[[ $NICE =~ ^-?[0-9]+$ ]] || die "--nice must be an integer"
+	start_daemon "$W/lockfs-nice.err" "$M_LN" nice -n "$NICE" "$LOCKFS" -f -o backing="$T/backing-nice" "$M_LN"
+	sanity "$M_LN"
+fi
 
 RES=$W/results.tsv
 : > "$RES"
@@ -358,6 +370,7 @@ run_rate() { # CONFIG ROUND CLIENTS
 	local v m
 	case "$1" in
 	lockfs-tmpfs) m=$M_LT ;;
+	lockfs-nice) m=$M_LN ;;
 	minfs) m=$M_MIN ;;
 	esac
 	v=$("$CLIENT" rate "$m" "$3" "$SECONDS_RATE")
@@ -369,16 +382,16 @@ CONFIGS=(lockfs-tmpfs minfs lockfs-rootfs tmpfs-direct flock)
 echo "bench.sh: $ROUNDS rounds, $PAIRS pairs per run, rates over ${SECONDS_RATE}s; $(nproc) CPUs, $(uname -r)" >&2
 for ((r = 1; r <= ROUNDS; r++)); do
 	echo "bench.sh: round $r/$ROUNDS" >&2
-	if (( r % 2 )); then order=("${CONFIGS[@]}"); rate_order=(lockfs-tmpfs minfs)
+	if (( r % 2 )); then order=("${CONFIGS[@]}"); rate_order=(lockfs-tmpfs ${NICE:+lockfs-nice} minfs)
 	else order=(); for ((i = ${#CONFIGS[@]} - 1; i >= 0; i--)); do order+=("${CONFIGS[i]}"); done
-	     rate_order=(minfs lockfs-tmpfs)
+	     rate_order=(minfs ${NICE:+lockfs-nice} lockfs-tmpfs)
 	fi
 	for c in "${order[@]}"; do run_pairs "$c" "$r"; done
 	for n in $CLIENTS; do
 		for c in "${rate_order[@]}"; do run_rate "$c" "$r" "$n"; done
 	done
 done
-for m in "$M_LT" "$M_LR" "$M_MIN"; do
+for m in "$M_LT" "$M_LR" "$M_MIN" ${NICE:+"$M_LN"}; do
 	[ -z "$(find "$m" -mindepth 1 -maxdepth 1 ! -name '.*' -print -quit)" ] || die "locks left behind in $m"
 done
 
@@ -422,7 +435,7 @@ for a, b in [('lockfs-tmpfs', 'minfs'), ('lockfs-rootfs', 'minfs'),
 print("\naggregate pairs/s, distinct names (median over rounds; ratio per round, then median)")
 print(f"  {'clients':>7}{'lockfs':>11}{'minfs':>11}{'ratio':>8}{'min':>7}{'max':>7}")
 rate_ratio = {}
-for n in sorted({n for (_, n) in rate}):
+for n in sorted({n for (c, n) in rate if c == 'minfs'}):
     l = [rate[('lockfs-tmpfs', n)][r] for r in R]
     m = [rate[('minfs', n)][r] for r in R]
     q = [rate[('lockfs-tmpfs', n)][r] / rate[('minfs', n)][r] for r in R]
@@ -440,6 +453,14 @@ if 1 in rate_ratio:
             scaling[(cfg, n)] = med(q)
             row += [med(q), min(q), max(q)]
         print(f"  {n:7}{row[0]:9.2f}{row[1]:7.2f}{row[2]:7.2f}{row[3]:9.2f}{row[4]:7.2f}{row[5]:7.2f}")
+if any(c == 'lockfs-nice' for (c, _) in rate):
+    print("\nlockfs-nice (the same daemon under nice -n N): pairs/s, its rate / lockfs-tmpfs's, and its N-client / 1-client rate")
+    print(f"  {'clients':>7}{'pairs/s':>9}{'/lockfs':>9}{'min':>7}{'max':>7}{'N/1':>7}{'min':>7}{'max':>7}")
+    for n in sorted(n for (c, n) in rate if c == 'lockfs-nice'):
+        v = [rate[('lockfs-nice', n)][r] for r in R]
+        q = [rate[('lockfs-nice', n)][r] / rate[('lockfs-tmpfs', n)][r] for r in R]
+        k = [rate[('lockfs-nice', n)][r] / rate[('lockfs-nice', 1)][r] for r in R]
+        print(f"  {n:7}{med(v):9.0f}{med(q):9.2f}{min(q):7.2f}{max(q):7.2f}{med(k):7.2f}{min(k):7.2f}{max(k):7.2f}")
 
 r1 = ratios[('lockfs-tmpfs', 'minfs')]
 print("\ngoals (issue 2)")
