@@ -23,7 +23,8 @@
 # that the benchmark still runs (CI; no goal asserted, the figures mean little).
 #
 # --where runs the "where the time goes" probes instead: FUSE opcodes per pair
-# (daemons with -d), daemon and client CPU per pair, the daemon's per-pair work
+# (daemons with -d), daemon and client CPU per pair, the same with 1 client
+# against 8 (and the daemon's futex/epoll_ctl/getrandom/write calls per pair), the daemon's per-pair work
 # replayed without FUSE (bench_pairs backing|proc|log), a perf profile of the
 # lockfs daemon (when perf is installed) and its syscalls per pair (strace).
 #
@@ -280,6 +281,40 @@ if [ "$WHERE" = 1 ]; then
 		stop_mount "$M_LT" "$pid"
 		trim_logs
 	fi
+
+	echo
+	echo "== 1 client against 8 (issue 10): per pair, daemon CPU (all threads), the clients' CPU, the daemon's context switches; then the daemon's futex, epoll_ctl, getrandom, write calls per pair (strace -f -c)"
+	start_daemon "$W/lockfs.err" "$M_LT" "$LOCKFS" -f -o backing="$T/backing" "$M_LT"
+	pid=$DAEMON_PID
+	"$CLIENT" pairs "$M_LT" 500 >/dev/null
+	daemon_cpu() { local t s=0; for t in /proc/"$pid"/task/*/stat; do s=$(( s + $(awk '{ print $14 + $15 }' "$t") )); done; echo "$s"; }
+	daemon_cs() { cat /proc/"$pid"/task/*/status | awk '/^voluntary_ctxt/ { v += $2 } /^nonvoluntary_ctxt/ { n += $2 } END { print v, n }'; }
+	printf '  %-8s%10s%12s%12s%12s%10s%10s\n' clients 'pairs/s' 'daemon us' 'client sys' 'client usr' 'vol cs' 'invol cs'
+	for n in 1 8 1 8; do
+		a=$(daemon_cpu); read -r v0 n0 < <(daemon_cs)
+		TIMEFORMAT='%U %S'
+		{ time "$CLIENT" rate "$M_LT" "$n" "$SECONDS_RATE" > "$W/rate"; } 2> "$W/times"
+		b=$(daemon_cpu); read -r v1 n1 < <(daemon_cs)
+		read -r cu cs < "$W/times"
+		awk -v n="$n" -v r="$(cat "$W/rate")" -v s="$SECONDS_RATE" -v d=$(( b - a )) -v t="$TCK" -v cu="$cu" -v cs="$cs" \
+			-v vv=$(( v1 - v0 )) -v nv=$(( n1 - n0 )) \
+			'BEGIN { p = r * s; printf "  %-8d%10.0f%12.1f%12.1f%12.1f%10.2f%10.2f\n", n, r, d / t * 1e6 / p, cs * 1e6 / p, cu * 1e6 / p, vv / p, nv / p }'
+		trim_logs
+	done
+	for n in 1 8; do
+		strace -qq -f -c -o "$W/strace-n.txt" -p "$pid" &
+		spid=$!
+		sleep 1
+		"$CLIENT" rate "$M_LT" "$n" "$SECONDS_RATE" > "$W/rate"
+		kill -INT "$spid"; wait "$spid" || true
+		awk -v n="$n" -v p="$(awk -v r="$(cat "$W/rate")" -v s="$SECONDS_RATE" 'BEGIN { print r * s }')" '
+			$NF ~ /^(futex|epoll_ctl|getrandom|write|pidfd_open)$/ && $4 ~ /^[0-9]+$/ { c[$NF] = $4 }
+			END { printf "  %d client(s), %d pairs (slowed by strace):", n, p;
+			      split("futex epoll_ctl getrandom write pidfd_open", k, " ");
+			      for (i = 1; i <= 5; i++) printf "  %s %.3f", k[i], c[k[i]] / p; printf " per pair\n" }' "$W/strace-n.txt"
+		trim_logs
+	done
+	stop_mount "$M_LT" "$pid"
 
 	echo
 	echo "== lockfs daemon syscalls per pair (strace -f -c, backing dir on tmpfs)"
