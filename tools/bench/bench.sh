@@ -2,7 +2,7 @@
 # tools/bench/bench.sh: the lockfs benchmark (issue 2), as root.
 #
 #   sudo tools/bench/bench.sh [--rounds N] [--pairs N] [--seconds S] [--clients "1 2 8"] [--where]
-#                             [--smoke] [BUILD_DIR]
+#                             [--nice N] [--smoke] [BUILD_DIR]
 #
 # Measures, interleaved in one run (round 1: A B C D E, round 2: E D C B A, ...):
 #   lockfs-tmpfs   mkdir+rmdir through a lockfs mount, backing dir on a private tmpfs
@@ -11,7 +11,11 @@
 #   tmpfs-direct   mkdir+rmdir directly in a tmpfs directory (no FUSE)
 #   flock          flock(LOCK_EX)+flock(LOCK_UN) on a tmpfs file
 # then aggregate pairs/s with 1, 2 and 8 clients on distinct names for lockfs-tmpfs
-# and minfs (again alternating which goes first).  Every pair figure is the mean
+# and minfs (again alternating which goes first).
+#
+# --nice N adds lockfs-nice to the rate runs: a third daemon like lockfs-tmpfs
+# (its own backing dir on the same tmpfs) started under `nice -n N`, to show
+# what the daemon's scheduling priority does to the rates (issue 10).  Every pair figure is the mean
 # over --pairs pairs of one bench_pairs run; the table shows medians over rounds,
 # and ratios are taken round by round (pair by pair) before their median.
 #
@@ -19,7 +23,8 @@
 # that the benchmark still runs (CI; no goal asserted, the figures mean little).
 #
 # --where runs the "where the time goes" probes instead: FUSE opcodes per pair
-# (daemons with -d), daemon and client CPU per pair, the daemon's per-pair work
+# (daemons with -d), daemon and client CPU per pair, the same with 1 client
+# against 8 (and the daemon's futex/epoll_ctl/getrandom/write calls per pair), the daemon's per-pair work
 # replayed without FUSE (bench_pairs backing|proc|log), a perf profile of the
 # lockfs daemon (when perf is installed) and its syscalls per pair (strace).
 #
@@ -33,6 +38,7 @@ ROUNDS=7
 PAIRS=2000
 SECONDS_RATE=2
 CLIENTS="1 2 8"
+NICE=""
 WHERE=0
 SMOKE=0
 BUILD=./build
@@ -52,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--seconds) SECONDS_RATE=${2:?}; shift 2 ;;
 	--seconds=*) SECONDS_RATE=${1#*=}; shift ;;
 	--clients) CLIENTS=${2:?}; shift 2 ;;
+	--nice) NICE=${2:?}; shift 2 ;;
 	--where) WHERE=1; shift ;;
 	--smoke) ROUNDS=1; PAIRS=200; SECONDS_RATE=1; CLIENTS="1 8"; SMOKE=1; shift ;;
 	-h|--help) usage ;;
@@ -139,14 +146,15 @@ T=$W/tmpfs
 mkdir "$T"
 mount -t tmpfs -o size=256m,mode=0700 tmpfs "$T"
 MOUNTS+=("$T")
-mkdir -m 0700 "$T/backing" "$T/direct"
+mkdir -m 0700 "$T/backing" "$T/backing-nice" "$T/direct"
 : > "$T/flock"
 mkdir -m 0700 "$W/backing-root"
 [ "$(stat -f -c %T "$W/backing-root")" != tmpfs ] || die "/var/tmp is a tmpfs here; no root-fs backing available"
 M_LT=$W/m-lockfs-tmpfs
 M_LR=$W/m-lockfs-rootfs
 M_MIN=$W/m-minfs
-mkdir "$M_LT" "$M_LR" "$M_MIN"
+M_LN=$W/m-lockfs-nice
+mkdir "$M_LT" "$M_LR" "$M_MIN" "$M_LN"
 
 DAEMON_PID=""
 start_daemon() { # LOGFILE MOUNTPOINT CMD...: start CMD in the foreground, wait for the mount
@@ -174,7 +182,7 @@ stop_mount() { # MOUNTPOINT PID: unmount and reap one daemon now
 
 trim_logs() { # keep the audit logs from filling the tmpfs / disk
 	local f
-	for f in "$T/backing/lock.log" "$W/backing-root/lock.log"; do
+	for f in "$T/backing/lock.log" "$T/backing-nice/lock.log" "$W/backing-root/lock.log"; do
 		[ -f "$f" ] && : > "$f"
 	done
 	return 0
@@ -275,6 +283,40 @@ if [ "$WHERE" = 1 ]; then
 	fi
 
 	echo
+	echo "== 1 client against 8 (issue 10): per pair, daemon CPU (all threads), the clients' CPU, the daemon's context switches; then the daemon's futex, epoll_ctl, getrandom, write calls per pair (strace -f -c)"
+	start_daemon "$W/lockfs.err" "$M_LT" "$LOCKFS" -f -o backing="$T/backing" "$M_LT"
+	pid=$DAEMON_PID
+	"$CLIENT" pairs "$M_LT" 500 >/dev/null
+	daemon_cpu() { local t s=0; for t in /proc/"$pid"/task/*/stat; do s=$(( s + $(awk '{ print $14 + $15 }' "$t") )); done; echo "$s"; }
+	daemon_cs() { cat /proc/"$pid"/task/*/status | awk '/^voluntary_ctxt/ { v += $2 } /^nonvoluntary_ctxt/ { n += $2 } END { print v, n }'; }
+	printf '  %-8s%10s%12s%12s%12s%10s%10s\n' clients 'pairs/s' 'daemon us' 'client sys' 'client usr' 'vol cs' 'invol cs'
+	for n in 1 8 1 8; do
+		a=$(daemon_cpu); read -r v0 n0 < <(daemon_cs)
+		TIMEFORMAT='%U %S'
+		{ time "$CLIENT" rate "$M_LT" "$n" "$SECONDS_RATE" > "$W/rate"; } 2> "$W/times"
+		b=$(daemon_cpu); read -r v1 n1 < <(daemon_cs)
+		read -r cu cs < "$W/times"
+		awk -v n="$n" -v r="$(cat "$W/rate")" -v s="$SECONDS_RATE" -v d=$(( b - a )) -v t="$TCK" -v cu="$cu" -v cs="$cs" \
+			-v vv=$(( v1 - v0 )) -v nv=$(( n1 - n0 )) \
+			'BEGIN { p = r * s; printf "  %-8d%10.0f%12.1f%12.1f%12.1f%10.2f%10.2f\n", n, r, d / t * 1e6 / p, cs * 1e6 / p, cu * 1e6 / p, vv / p, nv / p }'
+		trim_logs
+	done
+	for n in 1 8; do
+		strace -qq -f -c -o "$W/strace-n.txt" -p "$pid" &
+		spid=$!
+		sleep 1
+		"$CLIENT" rate "$M_LT" "$n" "$SECONDS_RATE" > "$W/rate"
+		kill -INT "$spid"; wait "$spid" || true
+		awk -v n="$n" -v p="$(awk -v r="$(cat "$W/rate")" -v s="$SECONDS_RATE" 'BEGIN { print r * s }')" '
+			$NF ~ /^(futex|epoll_ctl|getrandom|write|pidfd_open)$/ && $4 ~ /^[0-9]+$/ { c[$NF] = $4 }
+			END { printf "  %d client(s), %d pairs (slowed by strace):", n, p;
+			      split("futex epoll_ctl getrandom write pidfd_open", k, " ");
+			      for (i = 1; i <= 5; i++) printf "  %s %.3f", k[i], c[k[i]] / p; printf " per pair\n" }' "$W/strace-n.txt"
+		trim_logs
+	done
+	stop_mount "$M_LT" "$pid"
+
+	echo
 	echo "== lockfs daemon syscalls per pair (strace -f -c, backing dir on tmpfs)"
 	trim_logs
 	start_daemon "$W/lockfs.err" "$M_LT" "$LOCKFS" -f -o backing="$T/backing" "$M_LT"
@@ -337,6 +379,11 @@ start_daemon "$W/lockfs-tmpfs.err" "$M_LT" "$LOCKFS" -f -o backing="$T/backing" 
 start_daemon "$W/lockfs-rootfs.err" "$M_LR" "$LOCKFS" -f -o backing="$W/backing-root" "$M_LR"
 start_daemon "$W/minfs.err" "$M_MIN" "$MINFS" -f "$M_MIN"
 for m in "$M_LT" "$M_LR" "$M_MIN" "$T/direct"; do sanity "$m"; done
+if [ -n "$NICE" ]; then
+	[[ $NICE =~ ^-?[0-9]+$ ]] || die "--nice must be an integer"
+	start_daemon "$W/lockfs-nice.err" "$M_LN" nice -n "$NICE" "$LOCKFS" -f -o backing="$T/backing-nice" "$M_LN"
+	sanity "$M_LN"
+fi
 
 RES=$W/results.tsv
 : > "$RES"
@@ -358,6 +405,7 @@ run_rate() { # CONFIG ROUND CLIENTS
 	local v m
 	case "$1" in
 	lockfs-tmpfs) m=$M_LT ;;
+	lockfs-nice) m=$M_LN ;;
 	minfs) m=$M_MIN ;;
 	esac
 	v=$("$CLIENT" rate "$m" "$3" "$SECONDS_RATE")
@@ -369,16 +417,16 @@ CONFIGS=(lockfs-tmpfs minfs lockfs-rootfs tmpfs-direct flock)
 echo "bench.sh: $ROUNDS rounds, $PAIRS pairs per run, rates over ${SECONDS_RATE}s; $(nproc) CPUs, $(uname -r)" >&2
 for ((r = 1; r <= ROUNDS; r++)); do
 	echo "bench.sh: round $r/$ROUNDS" >&2
-	if (( r % 2 )); then order=("${CONFIGS[@]}"); rate_order=(lockfs-tmpfs minfs)
+	if (( r % 2 )); then order=("${CONFIGS[@]}"); rate_order=(lockfs-tmpfs ${NICE:+lockfs-nice} minfs)
 	else order=(); for ((i = ${#CONFIGS[@]} - 1; i >= 0; i--)); do order+=("${CONFIGS[i]}"); done
-	     rate_order=(minfs lockfs-tmpfs)
+	     rate_order=(minfs ${NICE:+lockfs-nice} lockfs-tmpfs)
 	fi
 	for c in "${order[@]}"; do run_pairs "$c" "$r"; done
 	for n in $CLIENTS; do
 		for c in "${rate_order[@]}"; do run_rate "$c" "$r" "$n"; done
 	done
 done
-for m in "$M_LT" "$M_LR" "$M_MIN"; do
+for m in "$M_LT" "$M_LR" "$M_MIN" ${NICE:+"$M_LN"}; do
 	[ -z "$(find "$m" -mindepth 1 -maxdepth 1 ! -name '.*' -print -quit)" ] || die "locks left behind in $m"
 done
 
@@ -422,12 +470,32 @@ for a, b in [('lockfs-tmpfs', 'minfs'), ('lockfs-rootfs', 'minfs'),
 print("\naggregate pairs/s, distinct names (median over rounds; ratio per round, then median)")
 print(f"  {'clients':>7}{'lockfs':>11}{'minfs':>11}{'ratio':>8}{'min':>7}{'max':>7}")
 rate_ratio = {}
-for n in sorted({n for (_, n) in rate}):
+for n in sorted({n for (c, n) in rate if c == 'minfs'}):
     l = [rate[('lockfs-tmpfs', n)][r] for r in R]
     m = [rate[('minfs', n)][r] for r in R]
     q = [rate[('lockfs-tmpfs', n)][r] / rate[('minfs', n)][r] for r in R]
     rate_ratio[n] = med(q)
     print(f"  {n:7}{med(l):11.0f}{med(m):11.0f}{med(q):8.2f}{min(q):7.2f}{max(q):7.2f}")
+
+print("\nscaling: each filesystem's N-client rate / its own 1-client rate (per round, then median)")
+print(f"  {'clients':>7}{'lockfs':>9}{'min':>7}{'max':>7}{'minfs':>9}{'min':>7}{'max':>7}")
+scaling = {}
+if 1 in rate_ratio:
+    for n in sorted(n for n in rate_ratio if n != 1):
+        row = []
+        for cfg in ('lockfs-tmpfs', 'minfs'):
+            q = [rate[(cfg, n)][r] / rate[(cfg, 1)][r] for r in R]
+            scaling[(cfg, n)] = med(q)
+            row += [med(q), min(q), max(q)]
+        print(f"  {n:7}{row[0]:9.2f}{row[1]:7.2f}{row[2]:7.2f}{row[3]:9.2f}{row[4]:7.2f}{row[5]:7.2f}")
+if any(c == 'lockfs-nice' for (c, _) in rate):
+    print("\nlockfs-nice (the same daemon under nice -n N): pairs/s, its rate / lockfs-tmpfs's, and its N-client / 1-client rate")
+    print(f"  {'clients':>7}{'pairs/s':>9}{'/lockfs':>9}{'min':>7}{'max':>7}{'N/1':>7}{'min':>7}{'max':>7}")
+    for n in sorted(n for (c, n) in rate if c == 'lockfs-nice'):
+        v = [rate[('lockfs-nice', n)][r] for r in R]
+        q = [rate[('lockfs-nice', n)][r] / rate[('lockfs-tmpfs', n)][r] for r in R]
+        k = [rate[('lockfs-nice', n)][r] / rate[('lockfs-nice', 1)][r] for r in R]
+        print(f"  {n:7}{med(v):9.0f}{med(q):9.2f}{min(q):7.2f}{max(q):7.2f}{med(k):7.2f}{min(k):7.2f}{max(k):7.2f}")
 
 r1 = ratios[('lockfs-tmpfs', 'minfs')]
 print("\ngoals (issue 2)")
@@ -436,4 +504,8 @@ print(f"  lockfs(tmpfs)/minfs per pair <= 2.0 (stretch 1.5): {r1:.2f} -> "
 if 8 in rate_ratio:
     print(f"  lockfs/minfs rate with 8 clients >= 0.90: {rate_ratio[8]:.2f} -> "
           + ("met" if rate_ratio[8] >= 0.9 else "NOT met"))
+if ('lockfs-tmpfs', 8) in scaling:
+    v = scaling[('lockfs-tmpfs', 8)]
+    print(f"  issue 10: lockfs 8-client rate >= 0.90 x its own 1-client rate: {v:.2f} -> "
+          + ("met" if v >= 0.9 else "NOT met"))
 EOF
