@@ -706,11 +706,7 @@ static int etcd_session_op(struct lockfs_backend *be, const char *host,
 	int64_t lease;
 
 	if (!host || strcmp(host, e->base.host) == 0) {
-		pthread_mutex_lock(&e->session.mu);
-		out->state = e->session.state;
-		out->since_ms = e->session.since_ms;
-		out->id = e->session.lease;
-		pthread_mutex_unlock(&e->session.mu);
+		etcd_session_get(e, out);
 		return 0;
 	}
 	if (etcd_mirror_host(&e->mirror, host, &lease) < 0)

@@ -235,6 +235,8 @@ void etcd_session_destroy(struct etcd_store *e);
 int etcd_session_put_host(struct etcd_store *e, int64_t lease, int64_t old);
 /* This daemon's session state and lease, as ops see them. */
 enum lockfs_session_state etcd_session_state(struct etcd_store *e, int64_t *lease);
+/* This daemon's session as session() reports it. */
+void etcd_session_get(struct etcd_store *e, struct lockfs_session *out);
 /* Is LEASE one of this daemon's lost leases? */
 bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease);
 /* Remember a write of KEY with an unknown outcome (see struct etcd_pending). */

@@ -39,17 +39,43 @@ static int64_t interval_ms(const struct etcd_store *e)
 	return ms < KEEPALIVE_MIN_MS ? KEEPALIVE_MIN_MS : ms;
 }
 
+/* The state by the clock alone (with s->mu held): an op must see
+ * UNCERTAIN and LOST on time even when the session thread is late (a
+ * keepalive takes up to 1 s while etcd does not answer). */
+static enum lockfs_session_state state_now_locked(const struct etcd_store *e)
+{
+	const struct etcd_session *s = &e->session;
+	int64_t quiet = lockfs_boot_ms() - s->sent_ms;
+
+	if (s->state == LOCKFS_SESSION_LOST || quiet >= e->ttl_s * 1000)
+		return LOCKFS_SESSION_LOST;
+	if (s->state == LOCKFS_SESSION_UNCERTAIN || quiet >= e->ttl_s * 1000 * 2 / 3)
+		return LOCKFS_SESSION_UNCERTAIN;
+	return LOCKFS_SESSION_LIVE;
+}
+
 enum lockfs_session_state etcd_session_state(struct etcd_store *e, int64_t *lease)
 {
 	struct etcd_session *s = &e->session;
 	enum lockfs_session_state st;
 
 	pthread_mutex_lock(&s->mu);
-	st = s->state;
+	st = state_now_locked(e);
 	if (lease)
 		*lease = s->lease;
 	pthread_mutex_unlock(&s->mu);
 	return st;
+}
+
+void etcd_session_get(struct etcd_store *e, struct lockfs_session *out)
+{
+	struct etcd_session *s = &e->session;
+
+	pthread_mutex_lock(&s->mu);
+	out->state = state_now_locked(e);
+	out->since_ms = out->state == s->state ? s->since_ms : lockfs_wall_ms();
+	out->id = s->lease;
+	pthread_mutex_unlock(&s->mu);
 }
 
 bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease)
@@ -60,7 +86,7 @@ bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease)
 	pthread_mutex_lock(&s->mu);
 	for (size_t i = 0; i < s->n_lost && !lost; i++)
 		lost = s->lost_leases[i] == lease;
-	if (s->state == LOCKFS_SESSION_LOST && lease == s->lease)
+	if (lease == s->lease && state_now_locked(e) == LOCKFS_SESSION_LOST)
 		lost = true;
 	pthread_mutex_unlock(&s->mu);
 	return lost;
@@ -276,21 +302,26 @@ static const char *state_name(enum lockfs_session_state st)
 	       "uncertain" : "lost";
 }
 
-/* One keepalive, and the state it leaves.  True when the state changed. */
+/* One keepalive, and the state it leaves.  True when the state changed.
+ * Once ttl has passed since the last confirmed send, the session is lost
+ * for good, even if etcd answers this keepalive: the lock of this daemon
+ * may have been someone else's in between (nothing is re-held). */
 static bool keep_alive(struct etcd_store *e)
 {
 	struct etcd_session *s = &e->session;
-	enum lockfs_session_state was;
-	int64_t lease, sent = lockfs_boot_ms(), quiet;
+	int64_t lease, sent, quiet;
 	bool changed = false, gone;
 	int rc;
 
 	pthread_mutex_lock(&s->mu);
 	lease = s->lease;
-	was = s->state;
+	if (state_now_locked(e) == LOCKFS_SESSION_LOST) {
+		changed = enter_locked(s, LOCKFS_SESSION_LOST);
+		pthread_mutex_unlock(&s->mu);
+		goto said;
+	}
 	pthread_mutex_unlock(&s->mu);
-	if (was == LOCKFS_SESSION_LOST)
-		return false;
+	sent = lockfs_boot_ms();
 	rc = lockfs_etcd_lease_keepalive(e->client, lease, NULL);
 	gone = rc == -ENOENT;
 	if (rc == 0)
@@ -299,21 +330,22 @@ static bool keep_alive(struct etcd_store *e)
 		etcd_say_unreachable(e, rc);
 	pthread_mutex_lock(&s->mu);
 	if (s->lease == lease) {
-		if (rc == 0 && sent > s->sent_ms)
-			s->sent_ms = sent;
 		quiet = lockfs_boot_ms() - s->sent_ms;
-		if (gone || quiet >= e->ttl_s * 1000)
+		if (gone || quiet >= e->ttl_s * 1000) {
 			changed = enter_locked(s, LOCKFS_SESSION_LOST);
-		else if (quiet >= e->ttl_s * 1000 * 2 / 3)
-			changed = enter_locked(s, LOCKFS_SESSION_UNCERTAIN);
-		else
-			changed = enter_locked(s, LOCKFS_SESSION_LIVE);
+		} else {
+			if (rc == 0 && sent > s->sent_ms)
+				s->sent_ms = sent;
+			quiet = lockfs_boot_ms() - s->sent_ms;
+			changed = enter_locked(s, quiet >= e->ttl_s * 1000 * 2 / 3 ?
+					       LOCKFS_SESSION_UNCERTAIN : LOCKFS_SESSION_LIVE);
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
+said:
 	if (changed)
-		fprintf(stderr, "lockfs: etcd: session %016" PRIx64 " is %s%s\n", (uint64_t)lease,
-			state_name(etcd_session_state(e, NULL)),
-			gone ? " (etcd says the lease is gone)" : "");
+		fprintf(stderr, "lockfs: etcd: session %016" PRIx64 " is %s\n", (uint64_t)lease,
+			state_name(etcd_session_state(e, NULL)));
 	return changed;
 }
 
@@ -355,7 +387,7 @@ static void *session_thread(void *arg)
 {
 	struct etcd_store *e = arg;
 	struct etcd_session *s = &e->session;
-	int64_t next = lockfs_boot_ms();
+	int64_t next = lockfs_boot_ms(), watch_retry = 0;
 
 	for (;;) {
 		struct etcd_names all = { 0 };
@@ -365,7 +397,10 @@ static void *session_thread(void *arg)
 
 		pthread_mutex_lock(&s->mu);
 		wait_ms = next - lockfs_boot_ms();
-		if (!s->stop && !s->watch_ended && wait_ms > 0) {
+		/* A watch that failed to reopen is retried with the keepalives,
+		 * not in a loop. */
+		if (!s->stop && (!s->watch_ended || lockfs_boot_ms() < watch_retry) &&
+		    wait_ms > 0) {
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			ts.tv_sec += wait_ms / 1000;
 			ts.tv_nsec += (wait_ms % 1000) * 1000000;
@@ -390,7 +425,15 @@ static void *session_thread(void *arg)
 			resolve_pending(e);
 			etcd_mirror_delays_over(&e->mirror, lockfs_wall_ms(), &all);
 		}
-		all.all = restart_watch(e);
+		if (lockfs_boot_ms() >= watch_retry) {
+			bool ended;
+
+			all.all = restart_watch(e);
+			pthread_mutex_lock(&s->mu);
+			ended = s->watch_ended;
+			pthread_mutex_unlock(&s->mu);
+			watch_retry = ended ? lockfs_boot_ms() + interval_ms(e) : 0;
+		}
 		if (all.all || all.n || session_changed)
 			etcd_report(e, &all, session_changed);
 	}
