@@ -324,6 +324,16 @@ static bool keep_alive(struct etcd_store *e)
 	sent = lockfs_boot_ms();
 	rc = lockfs_etcd_lease_keepalive(e->client, lease, NULL);
 	gone = rc == -ENOENT;
+	/* etcd did not answer: the watch's connection may be as frozen as
+	 * this one, with nothing to say so (a partition): reopen it. */
+	if (rc && !gone) {
+		int64_t from;
+
+		pthread_mutex_lock(&e->mirror.mu);
+		from = e->mirror.next_rev;
+		pthread_mutex_unlock(&e->mirror.mu);
+		etcd_session_watch_ended(e, false, from);
+	}
 	if (rc == 0)
 		etcd_say_reachable(e);
 	else if (!gone)
@@ -368,6 +378,9 @@ static bool restart_watch(struct etcd_store *e)
 	if (e->watch) {
 		lockfs_etcd_watch_close(e->watch);
 		e->watch = NULL;
+		pthread_mutex_lock(&e->mirror.mu);
+		e->mirror.watching = false;
+		pthread_mutex_unlock(&e->mirror.mu);
 	}
 	rc = etcd_watch_start(e, resync ? 0 : from);
 	if (rc == -ERANGE && !resync) {
