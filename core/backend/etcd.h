@@ -187,6 +187,8 @@ struct etcd_store {
 	struct lockfs_backend base;
 	struct lockfs_statedir sd;    /* backing=: log and pid lock (owned) */
 	struct lockfs_etcd *client;   /* owned */
+	struct lockfs_etcd *client_short; /* the same endpoints, a shorter bound,
+					     for a second call within one op (owned) */
 	char *endpoints;              /* as given, for messages (owned) */
 	char *prefix;                 /* ends in '/' (owned) */
 	char *source;                 /* "etcd:" PREFIX (owned) */
