@@ -170,6 +170,7 @@ struct opts {
 	const char *lock_delay;
 	const char *sub;      /* state dir under root (NULL: host) */
 	const char *boot_id;  /* NULL: "test-boot" */
+	const char *cacert, *cert, *key;  /* TLS files (NULL: none) */
 };
 
 static int open_store(struct world *w, const struct opts *o, struct lockfs_backend **be,
@@ -181,11 +182,19 @@ static int open_store(struct world *w, const struct opts *o, struct lockfs_backe
 		{ "backing", dir }, { "host", o->host }, { "ttl", o->ttl ? o->ttl : "10" },
 		{ "lock_delay", o->lock_delay ? o->lock_delay : "5" },
 	};
+	struct lockfs_backend_option all[9];
 	struct lockfs_backend_config cfg = {
-		.options = opts, .n_options = 6, .boot_id = o->boot_id ? o->boot_id : "test-boot",
+		.options = all, .n_options = 6, .boot_id = o->boot_id ? o->boot_id : "test-boot",
 		.why = why, .why_size = why_size,
 	};
 
+	memcpy(all, opts, sizeof(opts));
+	if (o->cacert)
+		all[cfg.n_options++] = (struct lockfs_backend_option){ "etcd_cacert", o->cacert };
+	if (o->cert)
+		all[cfg.n_options++] = (struct lockfs_backend_option){ "etcd_cert", o->cert };
+	if (o->key)
+		all[cfg.n_options++] = (struct lockfs_backend_option){ "etcd_key", o->key };
 	snprintf(dir, sizeof(dir), "%s/%s", w->root, o->sub ? o->sub : o->host);
 	mkdir(dir, 0700);
 	return lockfs_backend_kind("etcd")->open(&cfg, be);
@@ -355,6 +364,59 @@ static void test_clean_release_and_foreign_unlock_start_no_lock_delay(void **sta
 	AWAIT(h2->ops->stat(h2, "z", NULL, false) == -ENOENT, "the foreign holder gone");
 	assert_int_equal(try_lock(h2, "z", &st), 0);
 	h2->ops->close(h2);
+}
+
+/* ---- TLS (the fixtures' --tls cluster: client certificates required) ---- */
+
+#define NEED_TLS() do { if (!getenv("LOCKFS_ETCD_TLS_URL")) skip(); } while (0)
+
+static void test_tls_with_a_client_certificate_works(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *be;
+	struct lockfs_entry_stat st;
+
+	NEED_ETCD();
+	NEED_TLS();
+	be = must_open(w, &(struct opts){ .url = getenv("LOCKFS_ETCD_TLS_URL"), .host = "tls",
+					  .cacert = getenv("LOCKFS_ETCD_CACERT"),
+					  .cert = getenv("LOCKFS_ETCD_CERT"),
+					  .key = getenv("LOCKFS_ETCD_KEY") });
+	assert_int_equal(try_lock(be, "t", &st), 0);
+	assert_int_equal(be->ops->release(be, "t", st.identity), 0);
+	be->ops->close(be);
+}
+
+static void test_refused_client_certificate_fails_open_with_one_line(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *be = NULL;
+	char why[512] = "";
+
+	NEED_ETCD();
+	NEED_TLS();
+	assert_true(open_store(w, &(struct opts){ .url = getenv("LOCKFS_ETCD_TLS_URL"),
+						  .host = "bad",
+						  .cacert = getenv("LOCKFS_ETCD_CACERT"),
+						  .cert = getenv("LOCKFS_ETCD_BAD_CERT"),
+						  .key = getenv("LOCKFS_ETCD_BAD_KEY") },
+			       &be, why, sizeof(why)) < 0);
+	assert_non_null(strstr(why, "etcd refused our credentials"));
+	assert_null(strchr(why, '\n'));
+}
+
+static void test_unreadable_tls_file_fails_open_with_one_line(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *be = NULL;
+	char why[512] = "";
+
+	NEED_ETCD();
+	assert_int_equal(open_store(w, &(struct opts){ .host = "nofile",
+						       .cacert = "/nonexistent/ca.pem" },
+				    &be, why, sizeof(why)), -ENOENT);
+	assert_string_equal(why, "cannot read TLS file /nonexistent/ca.pem: "
+			    "No such file or directory");
 }
 
 /* ---- Watch ---- */
@@ -547,6 +609,12 @@ int main(int argc, char *argv[])
 			test_second_daemon_with_the_same_host_or_another_machine_is_refused, setup,
 			teardown),
 		cmocka_unit_test_setup_teardown(test_open_fails_fast_with_one_line, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tls_with_a_client_certificate_works, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_refused_client_certificate_fails_open_with_one_line, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unreadable_tls_file_fails_open_with_one_line,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_compaction_during_a_broken_watch_resyncs_and_the_waiter_is_granted,
 			setup, teardown),
