@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -448,6 +449,132 @@ static int seen_all(struct seen *s)
 	return n;
 }
 
+/* ---- Interop with etcdctl lock (concurrency.Mutex) ---- */
+
+/* `etcdctl lock KEY CMD...` in the background, its stdout in *OUT. */
+static pid_t etcdctl_lock(const char *key, FILE **out, const char *cmd)
+{
+	int fds[2];
+	pid_t pid;
+
+	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		setenv("ETCDCTL_API", "3", 1);
+		execlp("etcdctl", "etcdctl", "--endpoints", etcd_url, "lock", key, "--", "sh", "-c", cmd,
+		       (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	*out = fdopen(fds[0], "r");
+	assert_non_null(*out);
+	return pid;
+}
+
+static void test_etcdctl_lock_holder_is_foreign_and_blocks_try_and_queues_ahead(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *be;
+	struct lockfs_entry_stat st, rst;
+	struct lockfs_place place;
+	char key[128], line[64], stop[128], cmd[512], *rec = (char *)"untouched";
+	size_t len;
+	FILE *out;
+	pid_t pid;
+	int status;
+
+	NEED_ETCD();
+	be = must_open(w, &(struct opts){ .host = "i1" });
+	snprintf(key, sizeof(key), "%sdeploy", w->prefix);
+	/* It holds until the test makes STOP (bounded: 30 s at most). */
+	snprintf(stop, sizeof(stop), "%s/stop", w->root);
+	snprintf(cmd, sizeof(cmd), "echo held; i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do "
+		 "sleep 0.05; i=$((i+1)); done", stop);
+	pid = etcdctl_lock(key, &out, cmd);
+	assert_non_null(fgets(line, sizeof(line), out));
+	assert_string_equal(line, "held\n");
+	AWAIT(be->ops->stat(be, "deploy", NULL, false) == 0, "the mirror sees etcdctl's key");
+	assert_int_equal(be->ops->read(be, "deploy", &rec, &len, &rst), 0);
+	assert_null(rec);
+	assert_int_equal(rst.fence, 0);
+	assert_true(rst.key[0] != '\0');
+	assert_true(rst.lease != 0);
+	assert_true(rst.create_revision > 0);
+	assert_int_equal(try_lock(be, "deploy", &st), -EEXIST);
+	/* Our waiter's key sorts before etcdctl's by name or not: it is
+	 * behind it by create_revision either way. */
+	assert_int_equal(be->ops->acquire(be, "deploy", LOCKFS_ACQ_OR_QUEUE, SRC("w"), &place,
+					  &st), -EINPROGRESS);
+	assert_true(place.rank > rst.create_revision);
+	assert_int_equal(be->ops->claim(be, "deploy", &place, SRC("w"), &st), -EEXIST);
+	fclose(fopen(stop, "w"));   /* CMD ends: etcdctl unlocks */
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	fclose(out);
+	AWAIT(be->ops->claim(be, "deploy", &place, SRC("w"), &st) == 0,
+	      "our waiter granted after etcdctl's unlock (no lock-delay)");
+	assert_int_equal(st.fence, (uint64_t)place.rank);
+	assert_int_equal(be->ops->release(be, "deploy", st.identity), 0);
+	be->ops->close(be);
+}
+
+/* The line is by create_revision across the range, not by key name: an
+ * earlier key that sorts after ours by name is still ahead. */
+static void test_line_follows_create_revision_not_key_order(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *be;
+	struct lockfs_entry_stat st;
+	struct lockfs_place place;
+	char key[128];
+	struct lockfs_etcd_op put = { .type = LOCKFS_ETCD_PUT, .key = key, .value = "" };
+	struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = key };
+
+	NEED_ETCD();
+	be = must_open(w, &(struct opts){ .host = "o1" });
+	snprintf(key, sizeof(key), "%sorder/zzzzzzzz", w->prefix);
+	assert_int_equal(lockfs_etcd_put(client(), &put, NULL), 0);
+	AWAIT(be->ops->stat(be, "order", NULL, false) == 0, "the mirror sees the early key");
+	assert_int_equal(be->ops->acquire(be, "order", LOCKFS_ACQ_OR_QUEUE, SRC("w"), &place,
+					  &st), -EINPROGRESS);
+	assert_int_equal(be->ops->claim(be, "order", &place, SRC("w"), &st), -EEXIST);
+	assert_int_equal(lockfs_etcd_delete(client(), &del, NULL), 0);
+	AWAIT(be->ops->claim(be, "order", &place, SRC("w"), &st) == 0, "granted once it is gone");
+	assert_int_equal(be->ops->release(be, "order", st.identity), 0);
+	be->ops->close(be);
+}
+
+static void test_our_lock_makes_etcdctl_lock_wait_until_release(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *be;
+	struct lockfs_entry_stat st;
+	char key[128], line[64];
+	struct pollfd pfd;
+	FILE *out;
+	pid_t pid;
+	int status;
+
+	NEED_ETCD();
+	be = must_open(w, &(struct opts){ .host = "i2" });
+	assert_int_equal(try_lock(be, "migrate", &st), 0);
+	snprintf(key, sizeof(key), "%smigrate", w->prefix);
+	pid = etcdctl_lock(key, &out, "echo got");
+	pfd = (struct pollfd){ .fd = fileno(out), .events = POLLIN };
+	/* Waiting: nothing within a second (a negative window, bounded). */
+	assert_int_equal(poll(&pfd, 1, 1000), 0);
+	assert_int_equal(be->ops->release(be, "migrate", st.identity), 0);
+	assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
+	assert_non_null(fgets(line, sizeof(line), out));
+	assert_string_equal(line, "got\n");
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	fclose(out);
+	be->ops->close(be);
+}
+
 /* ---- The host key and adoption ---- */
 
 static void test_restarted_daemon_adopts_a_live_holder_without_a_gap(void **state)
@@ -603,6 +730,13 @@ int main(int argc, char *argv[])
 			test_expired_holder_puts_its_lock_in_lock_delay_elsewhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_clean_release_and_foreign_unlock_start_no_lock_delay, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_etcdctl_lock_holder_is_foreign_and_blocks_try_and_queues_ahead, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(test_our_lock_makes_etcdctl_lock_wait_until_release,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_line_follows_create_revision_not_key_order,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_restarted_daemon_adopts_a_live_holder_without_a_gap, setup, teardown),
 		cmocka_unit_test_setup_teardown(
