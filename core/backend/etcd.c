@@ -682,10 +682,28 @@ static int etcd_stat(struct lockfs_backend *be, const char *name,
 	return 0;
 }
 
+struct list_filter {
+	struct etcd_store *e;
+	lockfs_list_cb cb;
+	void *arg;
+};
+
+/* A name whose head is on a lost lease of this daemon is not listed, as
+ * stat and read do not show it. */
+static int list_one(void *arg, const char *name)
+{
+	struct list_filter *f = arg;
+
+	if (etcd_stat(&f->e->base, name, NULL, false) < 0)
+		return 0;
+	return f->cb(f->arg, name);
+}
+
 static int etcd_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 {
 	struct etcd_store *e = to_etcd(be);
-	int rc = etcd_mirror_list(&e->mirror, now_ms(), cb, arg);
+	struct list_filter f = { .e = e, .cb = cb, .arg = arg };
+	int rc = etcd_mirror_list(&e->mirror, now_ms(), list_one, &f);
 
 	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
 }

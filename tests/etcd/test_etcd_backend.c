@@ -266,6 +266,20 @@ static int64_t keys_of(struct world *w, const char *name)
 	return n;
 }
 
+static int count_name(void *arg, const char *name)
+{
+	(*(int *)arg)++;
+	return 0;
+}
+
+static int listed(struct lockfs_backend *be)
+{
+	int n = 0;
+
+	assert_int_equal(be->ops->list(be, count_name, &n), 0);
+	return n;
+}
+
 /* ---- Sessions ---- */
 
 static void test_cut_off_session_goes_uncertain_then_lost_then_new_and_nothing_is_reheld(
@@ -292,6 +306,7 @@ static void test_cut_off_session_goes_uncertain_then_lost_then_new_and_nothing_i
 	/* The holder must learn that it may not have been alone. */
 	assert_int_equal(be->ops->release(be, "a", st.identity), -ESTALE);
 	assert_int_equal(be->ops->read(be, "a", &rec, &len, NULL), -ENOENT);
+	assert_int_equal(listed(be), 0);
 	assert_int_equal(try_lock(be, "b", &st), -EIO);
 	proxy_command(w, "drop", "dropped");
 	proxy_command(w, "resume", "resumed");
