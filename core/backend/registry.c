@@ -2,13 +2,42 @@
  * The store kinds built into lockfs, found by the name `-o backend=NAME`
  * gives (docs/backing.md).  A new kind is one more line here.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lockfs/backend.h"
 #include "dir.h"
+#ifdef LOCKFS_WITH_ETCD
+#include "etcd.h"
+#else
+/* Built without libcurl (-Detcd=disabled, or libcurl not found): the kind
+ * is there by name so that `-o backend=etcd` says why it cannot be used
+ * (fs/main.c prints `lockfs: <why>` and exits 1), not "unknown". */
+static int etcd_not_built(const struct lockfs_backend_config *cfg, struct lockfs_backend **out)
+{
+	if (cfg->why && cfg->why_size)
+		snprintf(cfg->why, cfg->why_size, "etcd support not built (-Detcd=disabled)");
+	*out = NULL;
+	return -EOPNOTSUPP;
+}
+
+static const char *const etcd_option_keys[] = {
+	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
+	"backing", NULL,
+};
+
+static const struct lockfs_backend_kind lockfs_backend_etcd_kind = {
+	.name = "etcd",
+	.option_keys = etcd_option_keys,
+	.help = "    (backend=etcd: not built in this lockfs, -Detcd=disabled)\n",
+	.open = etcd_not_built,
+};
+#endif
 
 const struct lockfs_backend_kind *const lockfs_backend_kinds[] = {
 	&lockfs_backend_dir_kind,
+	&lockfs_backend_etcd_kind,
 	NULL,
 };
 

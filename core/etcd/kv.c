@@ -223,7 +223,7 @@ static int compare_json(const struct lockfs_etcd_compare *cmp, json_t **out)
 	j = json_object();
 	if (!j)
 		return -ENOMEM;
-	rc = lockfs_etcd_set_range(j, cmp->key, NULL, false);
+	rc = lockfs_etcd_set_range(j, cmp->key, cmp->range_end, false);
 	if (!rc && (json_object_set_new(j, "target", json_string(TARGET[cmp->target])) ||
 		    json_object_set_new(j, "result", json_string(CMP[cmp->result]))))
 		rc = -ENOMEM;

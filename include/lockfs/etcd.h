@@ -164,9 +164,12 @@ enum lockfs_etcd_cmp { LOCKFS_ETCD_EQUAL, LOCKFS_ETCD_GREATER, LOCKFS_ETCD_LESS,
 
 /* KEY's TARGET compared with NUMBER (VERSION, CREATE, MOD, LEASE) or with
  * VALUE (VALUE).  A missing key has version, create and mod revision 0
- * and lease 0. */
+ * and lease 0.  With RANGE_END, the compare covers the keys [KEY,
+ * RANGE_END) ("": every key from KEY on): it holds when it holds for every
+ * key in the range, and an empty range compares as one missing key. */
 struct lockfs_etcd_compare {
 	const char *key;
+	const char *range_end;   /* NULL: KEY alone */
 	enum lockfs_etcd_target target;
 	enum lockfs_etcd_cmp result;
 	int64_t number;

@@ -397,6 +397,46 @@ static void test_compare_on_version_mod_and_lease(void **state)
 	lockfs_etcd_close(c);
 }
 
+static void test_compare_over_a_range_holds_for_every_key_or_none(void **state)
+{
+	struct lockfs_etcd *c = client();
+	struct lockfs_etcd_op get_op = { .type = LOCKFS_ETCD_RANGE, .key = "/t/rcmp/x" };
+	struct lockfs_etcd_compare none = {
+		.key = "/t/rcmp/", .range_end = "/t/rcmp0", .target = LOCKFS_ETCD_VERSION,
+	};
+	struct lockfs_etcd_txn txn = {
+		.compare = &none, .n_compare = 1, .success = &get_op, .n_success = 1,
+	};
+	struct lockfs_etcd_txn_resp r;
+	int64_t first;
+
+	/* Empty range: compared as a missing key (version 0). */
+	assert_int_equal(lockfs_etcd_txn(c, &txn, &r), 0);
+	assert_true(r.succeeded);
+	lockfs_etcd_txn_resp_free(&r);
+	first = put(c, "/t/rcmp/a", "1", 0);
+	assert_int_equal(lockfs_etcd_txn(c, &txn, &r), 0);
+	assert_false(r.succeeded);
+	lockfs_etcd_txn_resp_free(&r);
+	/* Non-empty: holds only when it holds for every key in it. */
+	none.target = LOCKFS_ETCD_CREATE;
+	none.result = LOCKFS_ETCD_LESS;
+	none.number = first + 1;
+	assert_int_equal(lockfs_etcd_txn(c, &txn, &r), 0);
+	assert_true(r.succeeded);
+	lockfs_etcd_txn_resp_free(&r);
+	put(c, "/t/rcmp/b", "2", 0);
+	assert_int_equal(lockfs_etcd_txn(c, &txn, &r), 0);
+	assert_false(r.succeeded);
+	lockfs_etcd_txn_resp_free(&r);
+	/* A key outside the range does not count. */
+	none.range_end = "/t/rcmp/b";
+	assert_int_equal(lockfs_etcd_txn(c, &txn, &r), 0);
+	assert_true(r.succeeded);
+	lockfs_etcd_txn_resp_free(&r);
+	lockfs_etcd_close(c);
+}
+
 static void test_range_by_prefix_is_in_byte_order(void **state)
 {
 	static const char *const inside[] = {  /* in byte order */
@@ -1321,6 +1361,7 @@ int main(void)
 		cmocka_unit_test(test_create_if_absent_wins_once_and_loser_reads_holder),
 		cmocka_unit_test(test_guarded_delete_never_removes_a_newer_key),
 		cmocka_unit_test(test_compare_on_version_mod_and_lease),
+		cmocka_unit_test(test_compare_over_a_range_holds_for_every_key_or_none),
 		cmocka_unit_test(test_range_by_prefix_is_in_byte_order),
 		cmocka_unit_test(test_etcd_refusals_map_to_errno),
 		cmocka_unit_test(test_lease_grant_keepalive_revoke_removes_keys),

@@ -26,12 +26,16 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "lockfs/backend.h"
+#ifdef LOCKFS_WITH_ETCD
+#include "lockfs/etcd.h"
+#endif
 #include "fake_backend.h"
 
 /* ---- The store under test, per kind ---- */
@@ -49,6 +53,10 @@ struct store {
 	bool mounted;         /* dir: DIR is our own small tmpfs */
 	bool immutable;       /* dir: DIR is chattr +i */
 	struct fake_store *fake;
+	char prefix[64];      /* etcd: this case's own key prefix */
+	char endpoints[256];  /* etcd: what the store is opened on (maybe the proxy) */
+	pid_t proxy_pid;      /* etcd: tcp_proxy.py between the store and etcd */
+	FILE *proxy_in, *proxy_out;
 };
 
 struct kind_fixture {
@@ -263,6 +271,203 @@ static const struct kind_fixture fake_fixture = {
 	.mend = fake_mend,
 };
 
+/* ---- etcd (argv: etcd [URL]; URL defaults to $LOCKFS_ETCD_ENDPOINTS, as
+ * tests/integration/etcd_fixtures.py exec sets it) ---- */
+
+#ifdef LOCKFS_WITH_ETCD
+static const char *etcd_url;
+
+/* The test's own client, for what "another program" does to the store. */
+static struct lockfs_etcd *etcd_client(void)
+{
+	static struct lockfs_etcd *c;
+	struct lockfs_etcd_config cfg = { .endpoints = etcd_url };
+
+	if (!c)
+		assert_int_equal(lockfs_etcd_open(&c, &cfg), 0);
+	return c;
+}
+
+/* Start tcp_proxy.py in front of etcd_url's port, listening on
+ * LISTEN_PORT (0: any).  NULL or why not. */
+static const char *etcd_start_proxy(struct store *s, int listen_port)
+{
+	const char *fixtures = getenv("LOCKFS_ETCD_FIXTURES"), *port;
+	char script[512], line[64], listen[16];
+	int in[2], out[2];
+	pid_t pid;
+
+	if (!fixtures)
+		return "no LOCKFS_ETCD_FIXTURES (run under etcd_fixtures.py exec): no proxy";
+	snprintf(script, sizeof(script), "%s", fixtures);
+	if (strrchr(script, '/'))
+		strcpy(strrchr(script, '/') + 1, "tcp_proxy.py");
+	port = strrchr(etcd_url, ':');
+	if (!port || strchr(etcd_url, ';'))
+		return "the proxy needs a single etcd URL with a port";
+	assert_int_equal(pipe2(in, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		snprintf(listen, sizeof(listen), "%d", listen_port);
+		execl("/usr/bin/python3", "python3", script, listen, port + 1, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	s->proxy_pid = pid;
+	s->proxy_in = fdopen(in[1], "w");
+	s->proxy_out = fdopen(out[0], "r");
+	assert_non_null(s->proxy_in);
+	assert_non_null(s->proxy_out);
+	if (!fgets(line, sizeof(line), s->proxy_out) ||
+	    sscanf(line, "listening %d", &listen_port) != 1)
+		return "tcp_proxy.py did not start";
+	snprintf(s->endpoints, sizeof(s->endpoints), "http://127.0.0.1:%d", listen_port);
+	return NULL;
+}
+
+static void etcd_proxy_command(struct store *s, const char *cmd, const char *answer)
+{
+	char line[64];
+
+	fprintf(s->proxy_in, "%s\n", cmd);
+	fflush(s->proxy_in);
+	assert_non_null(fgets(line, sizeof(line), s->proxy_out));
+	line[strcspn(line, "\n")] = '\0';
+	assert_string_equal(line, answer);
+}
+
+static const char *etcd_prepare(struct store *s, bool breakable)
+{
+	uint64_t r = 0;
+	int fd;
+
+	if (!etcd_url || !*etcd_url)
+		return "no etcd URL (argv[2] or LOCKFS_ETCD_ENDPOINTS)";
+	snprintf(s->root, sizeof(s->root), "/tmp/lockfs-be-XXXXXX");
+	if (!mkdtemp(s->root))
+		return "mkdtemp failed";
+	chmod(s->root, 0700);
+	fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (read(fd, &r, sizeof(r)) != sizeof(r))
+			r = (uint64_t)getpid() ^ (uint64_t)time(NULL);
+		close(fd);
+	}
+	snprintf(s->prefix, sizeof(s->prefix), "/t-%016llx/", (unsigned long long)r);
+	snprintf(s->endpoints, sizeof(s->endpoints), "%s", etcd_url);
+	/* The errors case reaches etcd through a proxy it can pause. */
+	return breakable ? etcd_start_proxy(s, 0) : NULL;
+}
+
+static int etcd_open_store(struct store *s, struct lockfs_backend **be)
+{
+	struct lockfs_backend_option opts[] = {
+		{ "etcd", s->endpoints }, { "prefix", s->prefix }, { "backing", s->root },
+		{ "host", "conformance" }, { "ttl", "10" },
+	};
+	char why[512] = "";
+	struct lockfs_backend_config cfg = {
+		.options = opts, .n_options = 5, .boot_id = "test-boot",
+		.why = why, .why_size = sizeof(why),
+	};
+	const struct lockfs_backend_kind *k = lockfs_backend_kind("etcd");
+	int rc;
+
+	assert_non_null(k);
+	rc = k->open(&cfg, be);
+	if (rc < 0)
+		fprintf(stderr, "open: %s\n", why);
+	return rc;
+}
+
+static void etcd_stop_proxy(struct store *s)
+{
+	if (s->proxy_pid > 0) {
+		fclose(s->proxy_in); /* its end of input ends it */
+		fclose(s->proxy_out);
+		waitpid(s->proxy_pid, NULL, 0);
+		s->proxy_pid = 0;
+	}
+}
+
+static void etcd_cleanup(struct store *s)
+{
+	etcd_stop_proxy(s);
+	if (s->root[0])
+		nftw(s->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Await what the store's watch must show (another program's change). */
+static void etcd_await_stat(struct store *s, const char *name, int want)
+{
+	for (int i = 0; i < 200; i++) {
+		if (s->be->ops->stat(s->be, name, NULL, false) == want)
+			return;
+		usleep(10 * 1000);
+	}
+	fail_msg("the store's watch did not show %s's change within 2 s", name);
+}
+
+/* `etcdctl lock PREFIX/NAME`'s key: PREFIX NAME "/" <lease hex>, empty. */
+static void etcd_foreign(struct store *s, const char *name, int64_t age_ms)
+{
+	char key[256];
+	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_PUT, .key = key, .value = "" };
+
+	snprintf(key, sizeof(key), "%s%s/694d7ab1c3e2f00d", s->prefix, name);
+	assert_int_equal(lockfs_etcd_put(etcd_client(), &op, NULL), 0);
+	etcd_await_stat(s, name, 0);
+}
+
+static void etcd_remove_outside(struct store *s, const char *name)
+{
+	char key[256];
+	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_DELETE, .key = key, .prefix = true };
+
+	snprintf(key, sizeof(key), "%s%s/", s->prefix, name);
+	assert_int_equal(lockfs_etcd_delete(etcd_client(), &op, NULL), 0);
+	etcd_await_stat(s, name, -ENOENT);
+}
+
+static const char *etcd_break(struct store *s, enum breakage how)
+{
+	if (s->proxy_pid <= 0)
+		return "no proxy between the store and etcd";
+	etcd_proxy_command(s, "pause", "paused");
+	return NULL;
+}
+
+static void etcd_mend(struct store *s, enum breakage how)
+{
+	const char *port = strrchr(s->endpoints, ':');
+
+	/* A partition that lost what it held back: nothing sent during it
+	 * arrives late (a paused proxy would pass on, once resumed, the
+	 * connections it left in its backlog; a new one on the same port
+	 * has none).  Late arrivals are tests/etcd/test_etcd_backend.c's. */
+	etcd_proxy_command(s, "drop", "dropped");
+	etcd_stop_proxy(s);
+	assert_non_null(port);
+	assert_null(etcd_start_proxy(s, atoi(port + 1)));
+}
+
+static const struct kind_fixture etcd_fixture = {
+	.name = "etcd",
+	.prepare = etcd_prepare,
+	.open = etcd_open_store,
+	.cleanup = etcd_cleanup,
+	.foreign = etcd_foreign,
+	.remove_outside = etcd_remove_outside,
+	.break_store = etcd_break,
+	.mend = etcd_mend,
+};
+#endif
+
 /* ---- Helpers ---- */
 
 /* The test's record: {"fence": F, "tag": T}; an edit keeps KEEP. */
@@ -317,6 +522,14 @@ static int setup(void **state)
 static int setup_small(void **state)
 {
 	return setup_with(state, true);
+}
+
+/* For the errors cases: a store the fixture can break.  dir breaks any
+ * store (chattr +i); etcd needs its proxy from the start (the small-fs
+ * flag says "breakable" to it). */
+static int setup_breakable(void **state)
+{
+	return setup_with(state, strcmp(kind->name, "etcd") == 0);
 }
 
 static int teardown(void **state)
@@ -885,6 +1098,27 @@ static void test_kinds_are_found_by_name_and_unknown_is_null(void **state)
 	assert_null(lockfs_backend_kind(NULL));
 }
 
+/* -o backend=etcd is known by name in every build; without libcurl its
+ * open says why in one line. */
+static void test_etcd_kind_is_known_and_says_when_not_built(void **state)
+{
+	const struct lockfs_backend_kind *k = lockfs_backend_kind("etcd");
+
+	assert_non_null(k);
+	assert_string_equal(k->name, "etcd");
+#ifndef LOCKFS_WITH_ETCD
+	{
+		char why[128] = "";
+		struct lockfs_backend *be = NULL;
+		struct lockfs_backend_config cfg = { .why = why, .why_size = sizeof(why) };
+
+		assert_int_equal(k->open(&cfg, &be), -EOPNOTSUPP);
+		assert_null(be);
+		assert_string_equal(why, "etcd support not built (-Detcd=disabled)");
+	}
+#endif
+}
+
 static void test_second_daemon_on_the_same_dir_is_refused(void **state)
 {
 	struct store *s = store_of(state);
@@ -1012,7 +1246,8 @@ int main(int argc, char *argv[])
 		cmocka_unit_test_setup_teardown(test_changes_are_reported_within_a_second,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(
-			test_read_only_store_fails_with_eio_and_makes_nothing, setup, teardown),
+			test_read_only_store_fails_with_eio_and_makes_nothing, setup_breakable,
+			teardown),
 		cmocka_unit_test_setup_teardown(test_full_store_fails_with_eio_and_makes_nothing,
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(
@@ -1022,6 +1257,7 @@ int main(int argc, char *argv[])
 		cmocka_unit_test_setup_teardown(
 			test_own_session_is_live_and_other_hosts_unknown, setup, teardown),
 		cmocka_unit_test(test_kinds_are_found_by_name_and_unknown_is_null),
+		cmocka_unit_test(test_etcd_kind_is_known_and_says_when_not_built),
 		cmocka_unit_test_setup_teardown(test_fake_fail_knob_fails_count_calls_then_works,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(
@@ -1037,13 +1273,25 @@ int main(int argc, char *argv[])
 	};
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s dir|fake\n", argv[0]);
+		fprintf(stderr, "usage: %s dir|fake|etcd [URL]\n", argv[0]);
 		return 2;
 	}
 	if (strcmp(argv[1], "dir") == 0) {
 		kind = &dir_fixture;
 	} else if (strcmp(argv[1], "fake") == 0) {
 		kind = &fake_fixture;
+	} else if (strcmp(argv[1], "etcd") == 0) {
+#ifdef LOCKFS_WITH_ETCD
+		kind = &etcd_fixture;
+		etcd_url = argc > 2 ? argv[2] : getenv("LOCKFS_ETCD_ENDPOINTS");
+		if (!etcd_url || !*etcd_url) {
+			printf("SKIP: no etcd URL (argv[2], or run under etcd_fixtures.py exec)\n");
+			return 77;
+		}
+#else
+		printf("SKIP: etcd support not built (-Detcd=disabled)\n");
+		return 77;
+#endif
 	} else {
 		fprintf(stderr, "%s: unknown backend kind %s\n", argv[0], argv[1]);
 		return 2;

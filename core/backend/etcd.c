@@ -1,0 +1,1347 @@
+/*
+ * The etcd store behind lockfs/backend.h (issue 11): one lock namespace
+ * across hosts, on etcd's own lock protocol so that `etcdctl lock` and
+ * every concurrency.Mutex client interoperate (docs/etcd.md).
+ *
+ * Lock NAME is the key range R(NAME) = PREFIX NAME "/" ...  Each contender
+ * is one key K = PREFIX NAME "/" <lease hex> "-" <seq hex> on this
+ * daemon's lease; the key with the lowest create_revision holds NAME and
+ * the others wait in create_revision order.  A lockfs key's value is its
+ * record (JSON); an `etcdctl lock` key has an empty value and reads as a
+ * foreign holder.  Fences are etcd revisions: a grant's fence is the
+ * create_revision of its key (or, for a shared holder joining, the
+ * revision of that write).
+ *
+ * Every write is one etcd txn guarded by the identity the engine read
+ * (create_revision, and mod_revision where a record rewrite matters), and
+ * bounded by the client's 1 s timeout.  Reads (stat, read, list, session)
+ * answer from the mirror (etcd_mirror.c), which one prefix watch keeps.
+ * The session (etcd_session.c) keeps the lease alive and says when it is
+ * uncertain or lost.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "lockfs/holder.h"
+#include "lockfs/name.h"
+#include "lockfs/record.h"
+#include "base/clock.h"
+#include "dir.h"
+#include "etcd.h"
+
+#define HOSTS_DIR ".hosts/"
+
+/* The bound of a second call within one op (hand-off's grant), so that
+ * the op as a whole stays within LOCKFS_ETCD_TIMEOUT_MS. */
+#define SHORT_TIMEOUT_MS 400
+
+static struct etcd_store *to_etcd(struct lockfs_backend *be)
+{
+	return (struct etcd_store *)be;
+}
+
+/* ---- Saying what is wrong, once ---- */
+
+void etcd_say_unreachable(struct etcd_store *e, int rc)
+{
+	if (rc == -ENOMEM || __atomic_exchange_n(&e->unreachable, true, __ATOMIC_ACQ_REL))
+		return;
+	fprintf(stderr, "lockfs: etcd %s does not answer (%s): writes fail with EIO, reads "
+		"answer from the last known state, until it does\n", e->endpoints,
+		strerror(-rc));
+}
+
+void etcd_say_reachable(struct etcd_store *e)
+{
+	if (__atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) &&
+	    __atomic_exchange_n(&e->unreachable, false, __ATOMIC_ACQ_REL))
+		fprintf(stderr, "lockfs: etcd %s answers again\n", e->endpoints);
+}
+
+/* The answer for a client error RC of a write: -EIO (the store cannot do
+ * it now), or -ENOMEM. */
+static int store_error(struct etcd_store *e, int rc)
+{
+	if (rc == -ENOMEM)
+		return -ENOMEM;
+	if (rc == -ETIMEDOUT || rc == -EIO || rc == -EAGAIN)
+		etcd_say_unreachable(e, rc);
+	return -EIO;
+}
+
+/* ---- Keys ---- */
+
+/* PREFIX NAME "/" into KEY and its range end into END.  -ENAMETOOLONG. */
+static int name_range(struct etcd_store *e, const char *name, char key[LOCKFS_STORE_KEY_MAX],
+		      char end[LOCKFS_STORE_KEY_MAX])
+{
+	int n = snprintf(key, LOCKFS_STORE_KEY_MAX, "%s%s/", e->prefix, name);
+	size_t len;
+
+	if (n < 0 || n >= LOCKFS_STORE_KEY_MAX - 40 || !*name || strchr(name, '/') ||
+	    name[0] == '.')
+		return -ENAMETOOLONG;
+	len = lockfs_etcd_prefix_end(key, (size_t)n, end);
+	end[len] = '\0';
+	return 0;
+}
+
+/* The key of this daemon's contender SEQ on LEASE for NAME. */
+static void contender_key(struct etcd_store *e, const char *name, int64_t lease, uint64_t seq,
+			  char key[LOCKFS_STORE_KEY_MAX])
+{
+	snprintf(key, LOCKFS_STORE_KEY_MAX, "%s%s/%016" PRIx64 "-%" PRIx64, e->prefix, name,
+		 (uint64_t)lease, seq);
+}
+
+static int64_t now_ms(void)
+{
+	return lockfs_wall_ms();
+}
+
+/* The fence a key's record stands for: the record's own when it has one,
+ * else this daemon's update(GRANT) revision while the key is unchanged
+ * since, else the key's create_revision.  0 for a foreign key. */
+static uint64_t head_fence(const struct etcd_head *h, const char *record, size_t len)
+{
+	uint64_t fence;
+
+	if (h->value_empty)
+		return 0;
+	if (record && lockfs_record_peek_fence(record, len, &fence) == 0 && fence)
+		return fence;
+	if (h->grant_rev)
+		return (uint64_t)h->grant_rev;
+	return (uint64_t)h->create_rev;
+}
+
+static bool unconfirmed(struct etcd_store *e)
+{
+	bool watching;
+
+	pthread_mutex_lock(&e->mirror.mu);
+	watching = e->mirror.watching;
+	pthread_mutex_unlock(&e->mirror.mu);
+	return !watching || etcd_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
+}
+
+static void fill_stat(struct etcd_store *e, const struct etcd_head *h, const char *record,
+		      size_t len, struct lockfs_entry_stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->uid = geteuid();
+	st->gid = getegid();
+	st->unconfirmed = unconfirmed(e);
+	st->delay_until_ms = h->delay_until_ms;
+	if (!h->has_key) {
+		/* Lock-delay with no key: held by nobody, for a while. */
+		st->identity = etcd_identity(0, h->delay_until_ms);
+		st->mtime_ms = now_ms();
+		return;
+	}
+	st->identity = etcd_identity(h->create_rev, h->mod_rev);
+	st->fence = h->delay_until_ms ? 0 : head_fence(h, record, len);
+	st->mtime_ms = h->seen_ms;
+	snprintf(st->key, sizeof(st->key), "%s", h->key);
+	st->lease = h->lease;
+	st->create_revision = h->create_rev;
+}
+
+/* What an op's own write made of KEY: into the mirror before the op
+ * returns, so that its own stat/read sees it at once. */
+static void mirror_put(struct etcd_store *e, const char *key, const char *value, size_t len,
+		       int64_t create_rev, int64_t mod_rev, int64_t lease)
+{
+	struct lockfs_etcd_kv kv = {
+		.key = (char *)key, .key_len = strlen(key), .value = (char *)value,
+		.value_len = len, .create_revision = create_rev, .mod_revision = mod_rev,
+		.lease = lease,
+	};
+
+	pthread_mutex_lock(&e->mirror.mu);
+	(void)etcd_mirror_put_locked(&e->mirror, &kv, now_ms(), NULL);
+	pthread_mutex_unlock(&e->mirror.mu);
+}
+
+static void mirror_delete(struct etcd_store *e, const char *key, int64_t rev)
+{
+	pthread_mutex_lock(&e->mirror.mu);
+	(void)etcd_mirror_delete_locked(&e->mirror, key, rev, 0, NULL);
+	pthread_mutex_unlock(&e->mirror.mu);
+}
+
+/* Session LIVE, its lease into *LEASE: 0; else -EIO (no grants). */
+static int need_live(struct etcd_store *e, int64_t *lease)
+{
+	return etcd_session_state(e, lease) == LOCKFS_SESSION_LIVE ? 0 : -EIO;
+}
+
+static bool in_delay(struct etcd_store *e, const char *name)
+{
+	struct etcd_head h;
+
+	return etcd_mirror_head(&e->mirror, name, false, now_ms(), &h) == 0 &&
+	       h.delay_until_ms > 0;
+}
+
+/* Grant result ST for KEY written at (CREATE, MOD) with FENCE. */
+static void granted_stat(struct etcd_store *e, const char *key, int64_t create_rev,
+			 int64_t mod_rev, int64_t lease, uint64_t fence,
+			 struct lockfs_entry_stat *st)
+{
+	if (!st)
+		return;
+	memset(st, 0, sizeof(*st));
+	st->identity = etcd_identity(create_rev, mod_rev);
+	st->fence = fence;
+	st->uid = geteuid();
+	st->gid = getegid();
+	st->mtime_ms = now_ms();
+	st->unconfirmed = unconfirmed(e);
+	snprintf(st->key, sizeof(st->key), "%s", key);
+	st->lease = lease;
+	st->create_revision = create_rev;
+}
+
+/* ---- Ops ---- */
+
+static int etcd_acquire(struct lockfs_backend *be, const char *name,
+			enum lockfs_acquire_how how, const struct lockfs_record_src *src,
+			struct lockfs_place *place, struct lockfs_entry_stat *st)
+{
+	struct etcd_store *e = to_etcd(be);
+	char rkey[LOCKFS_STORE_KEY_MAX], rend[LOCKFS_STORE_KEY_MAX], key[LOCKFS_STORE_KEY_MAX];
+	struct lockfs_etcd_compare none = {
+		.key = rkey, .range_end = rend, .target = LOCKFS_ETCD_VERSION,
+	};
+	struct lockfs_etcd_op ops[2] = {
+		{ .type = LOCKFS_ETCD_PUT, .key = key },
+		{ .type = LOCKFS_ETCD_RANGE, .key = rkey, .range_end = rend, .limit = 1,
+		  .sort_order = LOCKFS_ETCD_SORT_ASCEND, .sort_target = LOCKFS_ETCD_SORT_CREATE,
+		  .keys_only = true },
+	};
+	struct lockfs_etcd_txn txn = { .success = ops };
+	struct lockfs_etcd_txn_resp r;
+	uint64_t seq;
+	int64_t lease, create;
+	char *json = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (how != LOCKFS_ACQ_TRY && !place)
+		return -EINVAL;
+	rc = name_range(e, name, rkey, rend);
+	if (rc)
+		return rc == -ENAMETOOLONG ? -EINVAL : rc;
+	rc = need_live(e, &lease);
+	if (rc)
+		return rc;
+	if (how == LOCKFS_ACQ_TRY && in_delay(e, name))
+		return -EEXIST;
+	rc = src->encode(src->arg, 0, &json, &len);
+	if (rc)
+		return rc;
+	seq = __atomic_add_fetch(&e->seq, 1, __ATOMIC_RELAXED);
+	contender_key(e, name, lease, seq, key);
+	ops[0].value = json;
+	ops[0].value_len = len;
+	ops[0].lease = lease;
+	switch (how) {
+	case LOCKFS_ACQ_TRY:
+		/* No key in R(NAME): no holder and no waiter on any host. */
+		txn.compare = &none;
+		txn.n_compare = 1;
+		txn.n_success = 1;
+		break;
+	case LOCKFS_ACQ_OR_QUEUE:
+		txn.n_success = 2;
+		break;
+	case LOCKFS_ACQ_QUEUE:
+		txn.n_success = 1;
+		break;
+	}
+	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	if (rc) {
+		/* It may have been made: undo it once etcd answers. */
+		if (lockfs_etcd_outcome_unknown(rc))
+			etcd_session_pending(e, key, lease, 0, false);
+		free(json);
+		return store_error(e, rc);
+	}
+	etcd_say_reachable(e);
+	if (!r.succeeded) {
+		lockfs_etcd_txn_resp_free(&r);
+		free(json);
+		return -EEXIST;
+	}
+	create = r.revision;
+	mirror_put(e, key, json, len, create, create, lease);
+	free(json);
+	if (how == LOCKFS_ACQ_TRY ||
+	    (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
+	     strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name))) {
+		lockfs_etcd_txn_resp_free(&r);
+		granted_stat(e, key, create, create, lease, (uint64_t)create, st);
+		return 0;
+	}
+	lockfs_etcd_txn_resp_free(&r);
+	place->rank = create;
+	place->seq = seq;
+	place->session = lease;
+	return -EINPROGRESS;
+}
+
+/*
+ * Write SRC's record with fence RANK into KEY (of NAME), while KEY is the
+ * one made at RANK and, with HEAD_CHECK, the first of NAME's line: every
+ * key of R(NAME) created at RANK or later (the range holds KEY, so it is
+ * never empty).  One txn on client C.  0 (ST filled); -EEXIST: KEY is
+ * there but behind another; -ENOENT: gone; -EIO; -ENOMEM.
+ */
+static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *name,
+		       const char *key, int64_t rank, int64_t lease, bool head_check,
+		       const struct lockfs_record_src *src, struct lockfs_entry_stat *st)
+{
+	char rkey[LOCKFS_STORE_KEY_MAX], rend[LOCKFS_STORE_KEY_MAX];
+	struct lockfs_etcd_compare cmps[2] = {
+		{ .key = key, .target = LOCKFS_ETCD_CREATE, .number = rank },
+		{ .key = rkey, .range_end = rend, .target = LOCKFS_ETCD_CREATE,
+		  .result = LOCKFS_ETCD_GREATER, .number = rank - 1 },
+	};
+	struct lockfs_etcd_op put = { .type = LOCKFS_ETCD_PUT, .key = key, .lease = lease };
+	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = key, .keys_only = true };
+	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = head_check ? 2 : 1,
+				       .success = &put, .n_success = 1,
+				       .failure = &get, .n_failure = 1 };
+	struct lockfs_etcd_txn_resp r;
+	char *json = NULL;
+	size_t len = 0;
+	int rc = name_range(e, name, rkey, rend);
+
+	if (rc)
+		return -ENOENT;
+	rc = src->encode(src->arg, (uint64_t)rank, &json, &len);
+	if (rc)
+		return rc;
+	put.value = json;
+	put.value_len = len;
+	rc = lockfs_etcd_txn(c, &txn, &r);
+	if (rc) {
+		free(json);
+		return rc == -ENOENT ? -ENOENT : store_error(e, rc);
+	}
+	if (!r.succeeded) {
+		bool there = r.n_ops == 1 && r.ops[0].n_kvs == 1 &&
+			     r.ops[0].kvs[0].create_revision == rank;
+
+		lockfs_etcd_txn_resp_free(&r);
+		free(json);
+		return there && head_check ? -EEXIST : -ENOENT;
+	}
+	mirror_put(e, key, json, len, rank, r.revision, lease);
+	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
+	lockfs_etcd_txn_resp_free(&r);
+	free(json);
+	return 0;
+}
+
+static int etcd_claim(struct lockfs_backend *be, const char *name,
+		      const struct lockfs_place *place, const struct lockfs_record_src *src,
+		      struct lockfs_entry_stat *st)
+{
+	struct etcd_store *e = to_etcd(be);
+	char key[LOCKFS_STORE_KEY_MAX];
+	int64_t lease;
+	int rc;
+
+	if (etcd_session_lost_lease(e, place->session))
+		return -ESTALE;
+	rc = need_live(e, &lease);
+	if (rc)
+		return rc;
+	if (place->session != lease)
+		return -ENOENT;
+	if (in_delay(e, name))
+		return -EEXIST;
+	contender_key(e, name, place->session, place->seq, key);
+	/* One txn: "ours, and the first" and the record.  Head-ness cannot be
+	 * lost once held: no key can be made ahead of an existing one. */
+	return grant_place(e, e->client, name, key, place->rank, lease, true, src, st);
+}
+
+static int etcd_leave(struct lockfs_backend *be, const char *name,
+		      const struct lockfs_place *place)
+{
+	struct etcd_store *e = to_etcd(be);
+	char key[LOCKFS_STORE_KEY_MAX];
+	/* Only while it is still a place: made at RANK and never written
+	 * since (a granted place carries its record, written later). */
+	struct lockfs_etcd_compare cmps[2] = {
+		{ .key = key, .target = LOCKFS_ETCD_CREATE, .number = place->rank },
+		{ .key = key, .target = LOCKFS_ETCD_MOD, .number = place->rank },
+	};
+	struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = key };
+	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = 2, .success = &del,
+				       .n_success = 1 };
+	struct lockfs_etcd_txn_resp r;
+	int rc;
+
+	contender_key(e, name, place->session, place->seq, key);
+	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	if (rc) {
+		/* Completed once etcd answers. */
+		etcd_session_pending(e, key, place->session, place->rank, true);
+		return store_error(e, rc);
+	}
+	if (r.succeeded)
+		mirror_delete(e, key, r.revision);
+	lockfs_etcd_txn_resp_free(&r);
+	return 0;
+}
+
+static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t identity,
+			const struct lockfs_place *place, const struct lockfs_record_src *src,
+			struct lockfs_entry_stat *st)
+{
+	struct etcd_store *e = to_etcd(be);
+	char rkey[LOCKFS_STORE_KEY_MAX], rend[LOCKFS_STORE_KEY_MAX], key[LOCKFS_STORE_KEY_MAX];
+	struct etcd_head old;
+	struct lockfs_etcd_compare cmps[2] = {
+		{ .key = old.key, .target = LOCKFS_ETCD_CREATE },
+		{ .key = old.key, .target = LOCKFS_ETCD_MOD },
+	};
+	struct lockfs_etcd_op ops[2] = {
+		{ .type = LOCKFS_ETCD_DELETE, .key = old.key },
+		{ .type = LOCKFS_ETCD_RANGE, .key = rkey, .range_end = rend, .limit = 1,
+		  .sort_order = LOCKFS_ETCD_SORT_ASCEND, .sort_target = LOCKFS_ETCD_SORT_CREATE,
+		  .keys_only = true },
+	};
+	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = 2, .success = ops,
+				       .n_success = 2 };
+	struct lockfs_etcd_txn_resp r;
+	int64_t lease, began = lockfs_boot_ms();
+	bool next_is_place;
+	int rc;
+
+	if (name_range(e, name, rkey, rend) < 0 ||
+	    etcd_mirror_find_identity(&e->mirror, name, identity, false, &old) < 0)
+		return -ENOENT;
+	if (etcd_session_lost_lease(e, old.lease))
+		return -ESTALE;
+	rc = need_live(e, &lease);
+	if (rc)
+		return rc;
+	cmps[0].number = old.create_rev;
+	cmps[1].number = old.mod_rev;
+	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	if (rc)
+		return store_error(e, rc);
+	if (!r.succeeded) {
+		lockfs_etcd_txn_resp_free(&r);
+		return -ENOENT;
+	}
+	mirror_delete(e, old.key, r.revision);
+	contender_key(e, name, place->session, place->seq, key);
+	next_is_place = r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
+			strcmp(r.ops[1].kvs[0].key, key) == 0;
+	lockfs_etcd_txn_resp_free(&r);
+	/* A clean release never starts lock-delay; someone else's key ahead
+	 * (another host's, a foreign one) keeps PLACE in line. */
+	if (!next_is_place || place->session != lease)
+		return 1;
+	/* The grant is a second call: only within the op's bound (on the
+	 * client with the short bound).  Else PLACE stays in line, and the
+	 * watch's report of the release brings the engine back to claim. */
+	if (lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
+		return 1;
+	rc = grant_place(e, e->client_short, name, key, place->rank, lease, false, src, st);
+	return rc == -ENOENT || rc == -EIO ? 1 : rc;
+}
+
+static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t identity,
+		       enum lockfs_update_how how, const struct lockfs_record_src *src,
+		       struct lockfs_entry_stat *st)
+{
+	struct etcd_store *e = to_etcd(be);
+	char rkey[LOCKFS_STORE_KEY_MAX], rend[LOCKFS_STORE_KEY_MAX];
+	struct etcd_head h;
+	struct lockfs_etcd_compare cmps[3] = {
+		{ .key = h.key, .target = LOCKFS_ETCD_CREATE },
+		{ .key = h.key, .target = LOCKFS_ETCD_MOD },
+		/* GRANT: no key after the holder's: nobody waits, on any host. */
+		{ .key = rkey, .range_end = rend, .target = LOCKFS_ETCD_CREATE,
+		  .result = LOCKFS_ETCD_LESS },
+	};
+	struct lockfs_etcd_op put = { .type = LOCKFS_ETCD_PUT, .key = h.key };
+	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = h.key, .keys_only = true };
+	struct lockfs_etcd_txn txn = { .compare = cmps, .success = &put, .n_success = 1,
+				       .failure = &get, .n_failure = 1 };
+	struct lockfs_etcd_txn_resp r;
+	struct lockfs_entry_stat tmp;
+	char *json = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (name_range(e, name, rkey, rend) < 0 ||
+	    etcd_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
+		return -ENOENT;
+	if (etcd_session_lost_lease(e, h.lease))
+		return -ESTALE;
+	if (how == LOCKFS_UPD_GRANT) {
+		rc = need_live(e, NULL);
+		if (rc)
+			return rc;
+	}
+	cmps[0].number = h.create_rev;
+	cmps[1].number = h.mod_rev;
+	cmps[2].number = h.create_rev + 1;
+	txn.n_compare = how == LOCKFS_UPD_GRANT ? 3 : 2;
+	rc = src->encode(src->arg, 0, &json, &len);
+	if (rc)
+		return rc;
+	put.value = json;
+	put.value_len = len;
+	put.lease = h.lease;  /* a put without it would detach the key */
+	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	if (rc) {
+		free(json);
+		return store_error(e, rc);
+	}
+	if (!r.succeeded) {
+		bool there = r.n_ops == 1 && r.ops[0].n_kvs == 1 &&
+			     r.ops[0].kvs[0].create_revision == h.create_rev &&
+			     r.ops[0].kvs[0].mod_revision == h.mod_rev;
+
+		lockfs_etcd_txn_resp_free(&r);
+		free(json);
+		return how == LOCKFS_UPD_GRANT && there ? -EAGAIN : -ENOENT;
+	}
+	mirror_put(e, h.key, json, len, h.create_rev, r.revision, h.lease);
+	if (how == LOCKFS_UPD_GRANT)
+		etcd_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
+	if (!st)
+		st = &tmp;
+	granted_stat(e, h.key, h.create_rev, r.revision, h.lease, 0, st);
+	if (how == LOCKFS_UPD_GRANT) {
+		st->fence = (uint64_t)r.revision;
+	} else {
+		struct etcd_head now;
+
+		st->fence = etcd_mirror_find_identity(&e->mirror, name, st->identity, false,
+						      &now) == 0 ?
+			    head_fence(&now, json, len) : (uint64_t)h.create_rev;
+	}
+	lockfs_etcd_txn_resp_free(&r);
+	free(json);
+	return 0;
+}
+
+static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t identity)
+{
+	struct etcd_store *e = to_etcd(be);
+	struct etcd_head h;
+	/* Guarded by create_revision: a late or retried release never
+	 * removes a successor's key.  The identity's mod is checked against
+	 * the mirror above. */
+	struct lockfs_etcd_compare cmp = { .key = h.key, .target = LOCKFS_ETCD_CREATE };
+	struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = h.key };
+	struct lockfs_etcd_txn txn = { .compare = &cmp, .n_compare = 1, .success = &del,
+				       .n_success = 1 };
+	struct lockfs_etcd_txn_resp r;
+	int rc;
+
+	if (etcd_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
+		return -ENOENT;
+	if (etcd_session_lost_lease(e, h.lease))
+		return -ESTALE;
+	cmp.number = h.create_rev;
+	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	if (rc)
+		return store_error(e, rc);
+	etcd_say_reachable(e);
+	rc = r.succeeded ? 0 : -ENOENT;
+	if (r.succeeded)
+		mirror_delete(e, h.key, r.revision);
+	lockfs_etcd_txn_resp_free(&r);
+	return rc;
+}
+
+static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t identity,
+		      struct lockfs_entry_stat *st)
+{
+	struct etcd_store *e = to_etcd(be);
+	struct etcd_head h;
+	struct lockfs_etcd_compare cmps[2] = {
+		{ .key = h.key, .target = LOCKFS_ETCD_CREATE },
+		{ .key = h.key, .target = LOCKFS_ETCD_LEASE },
+	};
+	struct lockfs_etcd_op put = { .type = LOCKFS_ETCD_PUT, .key = h.key };
+	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = 2, .success = &put,
+				       .n_success = 1 };
+	struct lockfs_etcd_txn_resp r;
+	int64_t lease;
+	int rc;
+
+	if (etcd_mirror_find_identity(&e->mirror, name, identity, true, &h) < 0)
+		return -ENOENT;
+	rc = need_live(e, &lease);
+	if (rc) {
+		free(h.value);
+		return rc;
+	}
+	if (h.lease == lease) {
+		/* Ours already. */
+		if (st)
+			fill_stat(e, &h, h.value, h.value_len, st);
+		free(h.value);
+		return 0;
+	}
+	/* Moved to this daemon's lease with create_revision (its place and
+	 * fence) kept: the lock is never free in between. */
+	cmps[0].number = h.create_rev;
+	cmps[1].number = h.lease;
+	put.value = h.value ? h.value : "";
+	put.value_len = h.value_len;
+	put.lease = lease;
+	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	if (rc) {
+		free(h.value);
+		return store_error(e, rc);
+	}
+	if (!r.succeeded) {
+		lockfs_etcd_txn_resp_free(&r);
+		free(h.value);
+		return -ENOENT;
+	}
+	mirror_put(e, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
+		   lease);
+	if (st) {
+		struct etcd_head now;
+
+		if (etcd_mirror_find_identity(&e->mirror, name,
+					      etcd_identity(h.create_rev, r.revision), false,
+					      &now) == 0)
+			fill_stat(e, &now, h.value, h.value_len, st);
+		else
+			granted_stat(e, h.key, h.create_rev, r.revision, lease,
+				     head_fence(&h, h.value, h.value_len), st);
+	}
+	lockfs_etcd_txn_resp_free(&r);
+	free(h.value);
+	return 0;
+}
+
+static int etcd_read(struct lockfs_backend *be, const char *name, char **record, size_t *len,
+		     struct lockfs_entry_stat *st)
+{
+	struct etcd_store *e = to_etcd(be);
+	struct etcd_head h;
+	int rc;
+
+	*record = NULL;
+	*len = 0;
+	rc = etcd_mirror_head(&e->mirror, name, true, now_ms(), &h);
+	if (rc)
+		return rc;
+	/* Keys on a lost lease of this daemon are not its any more. */
+	if (h.has_key && !h.delay_until_ms && etcd_session_lost_lease(e, h.lease)) {
+		free(h.value);
+		return -ENOENT;
+	}
+	if (st)
+		fill_stat(e, &h, h.value, h.value_len, st);
+	*record = h.value;
+	*len = h.value ? h.value_len : 0;
+	return 0;
+}
+
+static int etcd_stat(struct lockfs_backend *be, const char *name,
+		     struct lockfs_entry_stat *st, bool likely_held)
+{
+	struct etcd_store *e = to_etcd(be);
+	struct etcd_head h;
+	int rc = etcd_mirror_head(&e->mirror, name, st != NULL, now_ms(), &h);
+
+	if (rc)
+		return rc;
+	if (h.has_key && !h.delay_until_ms && etcd_session_lost_lease(e, h.lease)) {
+		free(h.value);
+		return -ENOENT;
+	}
+	if (st)
+		fill_stat(e, &h, h.value, h.value_len, st);
+	free(h.value);
+	return 0;
+}
+
+struct list_filter {
+	struct etcd_store *e;
+	lockfs_list_cb cb;
+	void *arg;
+};
+
+/* A name whose head is on a lost lease of this daemon is not listed, as
+ * stat and read do not show it. */
+static int list_one(void *arg, const char *name)
+{
+	struct list_filter *f = arg;
+
+	if (etcd_stat(&f->e->base, name, NULL, false) < 0)
+		return 0;
+	return f->cb(f->arg, name);
+}
+
+static int etcd_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
+{
+	struct etcd_store *e = to_etcd(be);
+	struct list_filter f = { .e = e, .cb = cb, .arg = arg };
+	int rc = etcd_mirror_list(&e->mirror, now_ms(), list_one, &f);
+
+	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
+}
+
+static int etcd_session_op(struct lockfs_backend *be, const char *host,
+			   struct lockfs_session *out)
+{
+	struct etcd_store *e = to_etcd(be);
+	int64_t lease;
+
+	if (!host || strcmp(host, e->base.host) == 0) {
+		etcd_session_get(e, out);
+		return 0;
+	}
+	if (etcd_mirror_host(&e->mirror, host, &lease) < 0)
+		return -ENOENT;
+	out->state = LOCKFS_SESSION_LIVE;
+	out->since_ms = 0;
+	out->id = lease;
+	return 0;
+}
+
+/* ---- Reporting ---- */
+
+void etcd_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed)
+{
+	/* report_mu makes the watch thread and the session thread one
+	 * reporter (never concurrently with itself); no op takes it. */
+	pthread_mutex_lock(&e->report_mu);
+	if (e->change) {
+		if (changed->all)
+			e->change(e->change_arg, LOCKFS_CHANGE_ALL, NULL);
+		else
+			for (size_t i = 0; i < changed->n; i++)
+				e->change(e->change_arg, LOCKFS_CHANGE_NAME, changed->v[i]);
+		if (session_changed)
+			e->change(e->change_arg, LOCKFS_CHANGE_SESSION, NULL);
+	}
+	pthread_mutex_unlock(&e->report_mu);
+	etcd_names_free(changed);
+}
+
+/* A revision's host-key deletions, for lock-delay: the lease of a daemon
+ * whose host key went (expired or revoked) at REV. */
+struct gone_host {
+	int64_t lease, rev;
+};
+
+static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
+{
+	struct etcd_store *e = arg;
+	struct etcd_mirror *m = &e->mirror;
+	struct etcd_names changed = { 0 };
+	int64_t now = now_ms();
+
+	switch (msg->kind) {
+	case LOCKFS_ETCD_WATCH_CREATED:
+		pthread_mutex_lock(&m->mu);
+		m->watching = true;
+		pthread_mutex_unlock(&m->mu);
+		return;
+	case LOCKFS_ETCD_WATCH_EVENTS: {
+		struct gone_host gone[16];
+		size_t n_gone = 0;
+		char host[LOCKFS_HOST_MAX];
+
+		/* An expired session deletes its host key and every key of its
+		 * lease in one revision: its head keys start lock-delay. */
+		for (size_t i = 0; i < msg->n_events && n_gone < 16; i++) {
+			const struct lockfs_etcd_event *ev = &msg->events[i];
+
+			if (ev->type == LOCKFS_ETCD_EVENT_DELETE && ev->has_prev_kv &&
+			    ev->prev_kv.lease &&
+			    etcd_mirror_classify(m, ev->kv.key, host, sizeof(host)) == 2)
+				gone[n_gone++] = (struct gone_host){ ev->prev_kv.lease,
+								     ev->kv.mod_revision };
+		}
+		pthread_mutex_lock(&m->mu);
+		for (size_t i = 0; i < msg->n_events; i++) {
+			const struct lockfs_etcd_event *ev = &msg->events[i];
+			int64_t delay = 0;
+
+			if (ev->type == LOCKFS_ETCD_EVENT_PUT) {
+				(void)etcd_mirror_put_locked(m, &ev->kv, now, &changed);
+				continue;
+			}
+			for (size_t g = 0; g < n_gone && ev->has_prev_kv && e->lock_delay_s; g++)
+				if (gone[g].lease == ev->prev_kv.lease &&
+				    gone[g].rev == ev->kv.mod_revision)
+					delay = now + e->lock_delay_s * 1000;
+			(void)etcd_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision, delay,
+							&changed);
+		}
+		if (msg->next_revision > m->next_rev)
+			m->next_rev = msg->next_revision;
+		etcd_mirror_sweep_locked(m);
+		pthread_mutex_unlock(&m->mu);
+		break;
+	}
+	case LOCKFS_ETCD_WATCH_PROGRESS:
+		pthread_mutex_lock(&m->mu);
+		if (msg->next_revision > m->next_rev)
+			m->next_rev = msg->next_revision;
+		etcd_mirror_sweep_locked(m);
+		pthread_mutex_unlock(&m->mu);
+		return;
+	case LOCKFS_ETCD_WATCH_ENDED:
+		pthread_mutex_lock(&m->mu);
+		m->watching = false;
+		pthread_mutex_unlock(&m->mu);
+		etcd_session_watch_ended(e, msg->resync, msg->next_revision);
+		return;
+	}
+	if (changed.n || changed.all)
+		etcd_report(e, &changed, false);
+	else
+		etcd_names_free(&changed);
+}
+
+int etcd_watch_start(struct etcd_store *e, int64_t from)
+{
+	struct lockfs_etcd_watch_req req = {
+		.key = e->prefix, .prefix = true, .prev_kv = true, .progress_notify = true,
+		.idle_timeout_ms = (int)(e->ttl_s * 1000 / 3),
+	};
+	int rc;
+
+	if (from == 0) {
+		/* A fresh read, then every change after it. */
+		struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = e->prefix,
+					     .prefix = true };
+		struct lockfs_etcd_op_resp r;
+
+		rc = lockfs_etcd_range(e->client, &op, &r);
+		if (rc)
+			return rc;
+		rc = etcd_mirror_load(&e->mirror, r.kvs, r.n_kvs, r.revision, now_ms());
+		from = r.revision + 1;
+		lockfs_etcd_op_resp_free(&r);
+		if (rc)
+			return rc;
+	}
+	req.start_revision = from;
+	return lockfs_etcd_watch_open(&e->watch, e->client, &req, on_watch, e);
+}
+
+static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
+{
+	struct etcd_store *e = to_etcd(be);
+	int64_t old;
+
+	if (!fn)
+		return -EINVAL;
+	pthread_mutex_lock(&e->report_mu);
+	if (e->change) {
+		pthread_mutex_unlock(&e->report_mu);
+		return -EINVAL;
+	}
+	e->change = fn;
+	e->change_arg = arg;
+	pthread_mutex_unlock(&e->report_mu);
+	/* What the earlier daemon of this host left and the startup scan did
+	 * not adopt goes with its lease (its host key moved already, so this
+	 * starts no lock-delay elsewhere). */
+	pthread_mutex_lock(&e->session.mu);
+	old = e->session.predecessor;
+	e->session.predecessor = 0;
+	pthread_mutex_unlock(&e->session.mu);
+	if (old) {
+		int rc = lockfs_etcd_lease_revoke(e->client, old);
+
+		if (rc && rc != -ENOENT)
+			fprintf(stderr, "lockfs: etcd: cannot revoke the earlier daemon's session "
+				"%016" PRIx64 " (%s): its locks end with it in at most %" PRId64
+				" s\n", (uint64_t)old, strerror(-rc), e->ttl_s);
+	}
+	return 0;
+}
+
+/* ---- Open and close ---- */
+
+/* (prefix, host) pairs open in this process: a second one is refused as
+ * a live daemon would be (one process, one pid: the host key cannot tell). */
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct open_pair {
+	char *id;
+	struct open_pair *next;
+} *open_pairs;
+
+static bool open_pair_add(const char *prefix, const char *host)
+{
+	struct open_pair *p;
+	char *id;
+	bool ok = true;
+
+	if (asprintf(&id, "%s\n%s", prefix, host) < 0)
+		return false;
+	pthread_mutex_lock(&open_mu);
+	for (p = open_pairs; p && ok; p = p->next)
+		ok = strcmp(p->id, id) != 0;
+	if (ok && (p = malloc(sizeof(*p)))) {
+		p->id = id;
+		p->next = open_pairs;
+		open_pairs = p;
+		id = NULL;
+	} else {
+		ok = false;
+	}
+	pthread_mutex_unlock(&open_mu);
+	free(id);
+	return ok;
+}
+
+static void open_pair_remove(const char *prefix, const char *host)
+{
+	char *id;
+
+	if (asprintf(&id, "%s\n%s", prefix, host) < 0)
+		return;
+	pthread_mutex_lock(&open_mu);
+	for (struct open_pair **pp = &open_pairs; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->id, id) == 0) {
+			struct open_pair *p = *pp;
+
+			*pp = p->next;
+			free(p->id);
+			free(p);
+			break;
+		}
+	pthread_mutex_unlock(&open_mu);
+	free(id);
+}
+
+static void etcd_free(struct etcd_store *e)
+{
+	free(e->endpoints);
+	free(e->prefix);
+	free(e->source);
+	free(e->host_key);
+	free(e->host_value);
+	free(e);
+}
+
+static void etcd_close(struct lockfs_backend *be)
+{
+	struct etcd_store *e = to_etcd(be);
+
+	/* The lease is not revoked: a restarted daemon adopts the locks. */
+	etcd_session_stop(e);
+	if (e->watch)
+		lockfs_etcd_watch_close(e->watch);
+	e->watch = NULL;
+	pthread_mutex_lock(&e->report_mu);
+	e->change = NULL;
+	pthread_mutex_unlock(&e->report_mu);
+	lockfs_etcd_close(e->client);
+	lockfs_etcd_close(e->client_short);
+	etcd_session_destroy(e);
+	etcd_mirror_free(&e->mirror);
+	pthread_mutex_destroy(&e->report_mu);
+	open_pair_remove(e->prefix, e->base.host);
+	lockfs_statedir_close(&e->sd);
+	etcd_free(e);
+}
+
+static const struct lockfs_backend_ops etcd_ops = {
+	.acquire = etcd_acquire,
+	.claim = etcd_claim,
+	.leave = etcd_leave,
+	.handoff = etcd_handoff,
+	.update = etcd_update,
+	.release = etcd_release,
+	.adopt = etcd_adopt,
+	.read = etcd_read,
+	.stat = etcd_stat,
+	.list = etcd_list,
+	.foreign_stale = NULL,  /* a foreign etcd holder ends by its own lease */
+	.session = etcd_session_op,
+	.start = etcd_start,
+	.check = NULL,          /* the session thread watches the store */
+	.close = etcd_close,
+};
+
+static void say(const struct lockfs_backend_config *cfg, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void say(const struct lockfs_backend_config *cfg, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!cfg->why || !cfg->why_size)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(cfg->why, cfg->why_size, fmt, ap);
+	va_end(ap);
+}
+
+/* "N" seconds, MIN..LOCKFS_LEASE_MAX_S, into *OUT. */
+static int parse_seconds(const char *text, int64_t min, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (!text || *text < '0' || *text > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoll(text, &end, 10);
+	if (errno || *end || v < min || v > (long long)LOCKFS_LEASE_MAX_S)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static void read_machine_id(char out[64])
+{
+	FILE *f = fopen("/etc/machine-id", "re");
+
+	snprintf(out, 64, "unknown");
+	if (f) {
+		if (fscanf(f, "%63s", out) != 1)
+			snprintf(out, 64, "unknown");
+		fclose(f);
+	}
+}
+
+/* A TLS file the client will need: readable now, or one line. */
+static int check_tls_file(const struct lockfs_backend_config *cfg, const char *path)
+{
+	int fd;
+
+	if (!path)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int rc = -errno;
+
+		say(cfg, "cannot read TLS file %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	close(fd);
+	return 0;
+}
+
+/*
+ * Take this host's host key H for the first lease.  When H exists: on
+ * another machine, or in use by a live daemon of this boot -> refuse;
+ * left by a daemon that is gone (dead, or an earlier boot) -> move H to
+ * our lease and remember its lease for start() to revoke.  0, or -errno
+ * with one line.
+ */
+static int take_host_key(struct etcd_store *e, const struct lockfs_backend_config *cfg)
+{
+	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = e->host_key };
+	struct lockfs_etcd_op_resp r;
+	json_t *v = NULL;
+	const char *machine = "", *boot = "";
+	json_int_t pid = 0;
+	unsigned long long start_time = 0, now_start = 0;
+	int64_t old_lease;
+	int rc;
+
+	for (int attempt = 0; attempt < 3; attempt++) {
+		rc = etcd_session_put_host(e, e->session.lease, 0);
+		if (rc != -EEXIST)
+			break;
+		rc = lockfs_etcd_range(e->client, &get, &r);
+		if (rc)
+			break;
+		if (r.n_kvs == 0) {
+			lockfs_etcd_op_resp_free(&r);
+			continue;  /* gone meanwhile: try again */
+		}
+		old_lease = r.kvs[0].lease;
+		v = json_loadb(r.kvs[0].value, r.kvs[0].value_len, 0, NULL);
+		lockfs_etcd_op_resp_free(&r);
+		if (v) {
+			json_t *st = json_object_get(v, "start_time");
+
+			machine = json_string_value(json_object_get(v, "machine_id")) ?: "";
+			boot = json_string_value(json_object_get(v, "boot_id")) ?: "";
+			pid = json_integer_value(json_object_get(v, "pid"));
+			start_time = json_is_integer(st) ? (unsigned long long)json_integer_value(st)
+							 : 0;
+		}
+		if (strcmp(machine, e->machine_id) != 0) {
+			say(cfg, "host %s is in use by another machine on %s (%s): give this daemon "
+			    "another -o host=", e->base.host, e->prefix,
+			    *machine ? machine : "unknown machine id");
+			json_decref(v);
+			return -EBUSY;
+		}
+		if (strcmp(boot, e->boot_id) == 0 && pid > 0 &&
+		    ((pid == getpid() && !open_pair_add(e->prefix, e->base.host)) ||
+		     (pid != getpid() &&
+		      lockfs_proc_start_time((pid_t)pid, &now_start) == 0 &&
+		      now_start == start_time))) {
+			say(cfg, "host %s is in use by another lockfs daemon on %s (pid %lld)",
+			    e->base.host, e->prefix, (long long)pid);
+			json_decref(v);
+			return -EBUSY;
+		}
+		if (pid == getpid())
+			open_pair_remove(e->prefix, e->base.host);
+		json_decref(v);
+		v = NULL;
+		/* A predecessor that is gone: its host key moves to us. */
+		rc = etcd_session_put_host(e, e->session.lease, old_lease);
+		if (rc == 0) {
+			e->session.predecessor = old_lease;
+			break;
+		}
+		if (rc != -EEXIST)
+			break;
+	}
+	if (rc == -EEXIST) {
+		say(cfg, "host %s is in use by another lockfs daemon on %s", e->base.host,
+		    e->prefix);
+		return -EBUSY;
+	}
+	if (rc) {
+		say(cfg, "cannot register host %s on %s in etcd: %s", e->base.host, e->prefix,
+		    strerror(-rc));
+		return rc;
+	}
+	if (!open_pair_add(e->prefix, e->base.host)) {
+		say(cfg, "host %s is in use by another lockfs daemon on %s (pid %d)",
+		    e->base.host, e->prefix, (int)getpid());
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static int parse_options(struct etcd_store *e, const struct lockfs_backend_config *cfg,
+			 const char **backing, const char **cacert, const char **cert,
+			 const char **key)
+{
+	const char *prefix = "/lockfs/", *host = NULL;
+
+	e->ttl_s = 10;
+	e->lock_delay_s = 5;
+	for (size_t i = 0; i < cfg->n_options; i++) {
+		const struct lockfs_backend_option *o = &cfg->options[i];
+		const char *val = o->value ? o->value : "";
+
+		if (strcmp(o->key, "etcd") == 0) {
+			free(e->endpoints);
+			e->endpoints = strdup(val);
+			if (!e->endpoints)
+				goto nomem;
+		} else if (strcmp(o->key, "prefix") == 0) {
+			prefix = val;
+		} else if (strcmp(o->key, "host") == 0) {
+			host = val;
+		} else if (strcmp(o->key, "ttl") == 0) {
+			if (parse_seconds(val, 2, &e->ttl_s) < 0) {
+				say(cfg, "-o ttl=%s: want a whole number of seconds >= 2", val);
+				return -EINVAL;
+			}
+		} else if (strcmp(o->key, "lock_delay") == 0) {
+			if (parse_seconds(val, 0, &e->lock_delay_s) < 0) {
+				say(cfg, "-o lock_delay=%s: want a whole number of seconds >= 0", val);
+				return -EINVAL;
+			}
+		} else if (strcmp(o->key, "etcd_cacert") == 0) {
+			*cacert = val;
+		} else if (strcmp(o->key, "etcd_cert") == 0) {
+			*cert = val;
+		} else if (strcmp(o->key, "etcd_key") == 0) {
+			*key = val;
+		} else if (strcmp(o->key, "backing") == 0) {
+			*backing = val;
+		} else {
+			say(cfg, "-o %s: not an option of the etcd backend", o->key);
+			return -EINVAL;
+		}
+	}
+	if (!e->endpoints || !*e->endpoints) {
+		say(cfg, "-o backend=etcd needs -o etcd=URL[;URL...]");
+		return -EINVAL;
+	}
+	if (!*prefix || prefix[strlen(prefix) - 1] != '/' ||
+	    strlen(prefix) > LOCKFS_STORE_KEY_MAX - LOCKFS_NAME_MAX - 60) {
+		say(cfg, "-o prefix=%s: must end in '/' (e.g. /lockfs/) and be short", prefix);
+		return -EINVAL;
+	}
+	if (host) {
+		if (!*host || strlen(host) >= LOCKFS_HOST_MAX || strchr(host, '/') ||
+		    strchr(host, '"') || strchr(host, '\\')) {
+			say(cfg, "-o host=%s: want 1 to %d bytes without '/', '\"' or '\\'", host,
+			    LOCKFS_HOST_MAX - 1);
+			return -EINVAL;
+		}
+		snprintf(e->base.host, sizeof(e->base.host), "%s", host);
+	} else {
+		if (gethostname(e->base.host, LOCKFS_HOST_MAX - 1) < 0)
+			snprintf(e->base.host, sizeof(e->base.host), "localhost");
+		e->base.host[LOCKFS_HOST_MAX - 1] = '\0';
+	}
+	e->prefix = strdup(prefix);
+	if (!e->prefix || asprintf(&e->source, "etcd:%s", prefix) < 0 ||
+	    asprintf(&e->host_key, "%s" HOSTS_DIR "%s", prefix, e->base.host) < 0)
+		goto nomem;
+	return 0;
+nomem:
+	say(cfg, "out of memory");
+	return -ENOMEM;
+}
+
+static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_backend **out)
+{
+	const char *backing = LOCKFS_DIR_DEFAULT_BACKING;
+	const char *cacert = NULL, *cert = NULL, *key = NULL;
+	struct lockfs_etcd_config ecfg = { .timeout_ms = LOCKFS_ETCD_TIMEOUT_MS };
+	struct lockfs_etcd_status status;
+	struct etcd_store *e = calloc(1, sizeof(*e));
+	bool have_sd = false, have_session = false, host_taken = false;
+	int rc;
+
+	if (!e) {
+		say(cfg, "out of memory");
+		return -ENOMEM;
+	}
+	rc = parse_options(e, cfg, &backing, &cacert, &cert, &key);
+	if (rc)
+		goto fail;
+	snprintf(e->boot_id, sizeof(e->boot_id), "%s", cfg->boot_id ? cfg->boot_id : "");
+	read_machine_id(e->machine_id);
+	rc = check_tls_file(cfg, cacert);
+	if (!rc)
+		rc = check_tls_file(cfg, cert);
+	if (!rc)
+		rc = check_tls_file(cfg, key);
+	if (rc)
+		goto fail;
+	rc = lockfs_statedir_open(&e->sd, backing, strcmp(backing, LOCKFS_DIR_DEFAULT_BACKING) == 0,
+				  cfg->takeover, cfg->takeover_arg, cfg->why, cfg->why_size);
+	if (rc)
+		goto fail;
+	have_sd = true;
+	ecfg.endpoints = e->endpoints;
+	ecfg.cacert = cacert;
+	ecfg.cert = cert;
+	ecfg.key = key;
+	rc = lockfs_etcd_open(&e->client, &ecfg);
+	if (!rc) {
+		ecfg.timeout_ms = SHORT_TIMEOUT_MS;
+		rc = lockfs_etcd_open(&e->client_short, &ecfg);
+	}
+	if (rc) {
+		if (rc == -EINVAL)
+			say(cfg, "-o etcd=%s: want http:// or https:// URLs separated by ';' "
+			    "(and etcd_cert with etcd_key)", e->endpoints);
+		else
+			say(cfg, "cannot start the etcd client: %s", strerror(-rc));
+		goto fail;
+	}
+	rc = lockfs_etcd_status(e->client, &status);
+	if (rc == -EACCES) {
+		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
+		goto fail;
+	}
+	if (rc) {
+		say(cfg, "no etcd endpoint answers (%s): %s", e->endpoints, strerror(-rc));
+		goto fail;
+	}
+	etcd_mirror_init(&e->mirror, e->prefix);
+	pthread_mutex_init(&e->report_mu, NULL);
+	rc = etcd_session_init(e);
+	have_session = true;
+	if (rc) {
+		say(cfg, rc == -EACCES ? "etcd refused our credentials (%s)" :
+		    "etcd (%s) grants no session lease: %s", e->endpoints, strerror(-rc));
+		goto fail;
+	}
+	rc = take_host_key(e, cfg);
+	if (rc)
+		goto fail;
+	host_taken = true;
+	rc = etcd_watch_start(e, 0);
+	if (rc) {
+		say(cfg, "cannot watch %s in etcd (%s): %s", e->prefix, e->endpoints,
+		    strerror(-rc));
+		goto fail;
+	}
+	rc = etcd_session_start(e);
+	if (rc) {
+		say(cfg, "cannot start the etcd session thread: %s", strerror(-rc));
+		goto fail;
+	}
+	e->base.ops = &etcd_ops;
+	e->base.kind = &lockfs_backend_etcd_kind;
+	e->base.caps = LOCKFS_BE_SESSIONS | LOCKFS_BE_RETRY_RELEASES;
+	e->base.state_dirfd = e->sd.dirfd;
+	e->base.state_path = e->sd.path;
+	e->base.source = e->source;
+	e->base.statedir = &e->sd;
+	*out = &e->base;
+	return 0;
+fail:
+	if (e->watch)
+		lockfs_etcd_watch_close(e->watch);
+	if (have_session) {
+		/* Nothing of ours may stay: the lease takes the host key along. */
+		if (e->session.lease)
+			(void)!lockfs_etcd_lease_revoke(e->client, e->session.lease);
+		etcd_session_destroy(e);
+		etcd_mirror_free(&e->mirror);
+		pthread_mutex_destroy(&e->report_mu);
+	}
+	if (host_taken)
+		open_pair_remove(e->prefix, e->base.host);
+	if (e->client)
+		lockfs_etcd_close(e->client);
+	if (e->client_short)
+		lockfs_etcd_close(e->client_short);
+	if (have_sd)
+		lockfs_statedir_close(&e->sd);
+	etcd_free(e);
+	return rc < 0 ? rc : -EIO;
+}
+
+static const char *const etcd_option_keys[] = {
+	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
+	"backing", NULL,
+};
+
+const struct lockfs_backend_kind lockfs_backend_etcd_kind = {
+	.name = "etcd",
+	.option_keys = etcd_option_keys,
+	.help =
+	"    -o etcd=URL[;URL...]  etcd client URLs (backend=etcd; required)\n"
+	"    -o prefix=PREFIX      key prefix of the lock namespace (default /lockfs/)\n"
+	"    -o host=NAME          this daemon's name, unique per prefix (default: host name)\n"
+	"    -o ttl=SECONDS        session lease (default 10, at least 2)\n"
+	"    -o lock_delay=SECONDS nobody gets a lock whose holder's session expired, for\n"
+	"                          this long (default 5)\n"
+	"    -o etcd_cacert=FILE,etcd_cert=FILE,etcd_key=FILE  TLS for https:// URLs\n"
+	"    -o backing=DIR        this host's audit log and pid lock (default "
+	LOCKFS_DIR_DEFAULT_BACKING ")\n",
+	.open = etcd_open,
+};

@@ -1,0 +1,250 @@
+/*
+ * The etcd store (etcd.c, etcd_mirror.c, etcd_session.c): what its three
+ * files share.  Not a public interface: lockfs/backend.h is, and the kind
+ * lockfs_backend_etcd_kind is all registry.c sees.
+ *
+ * Data model (docs/etcd.md): lock NAME is the key range R(NAME) = PREFIX
+ * NAME "/" .. ; each contender is one key PREFIX NAME "/" <lease hex>
+ * "-" <seq hex> on this daemon's lease; the key with the lowest
+ * create_revision holds NAME (etcd's concurrency.Mutex, which `etcdctl
+ * lock` uses).  PREFIX ".hosts/" HOST is a daemon's host key, on its
+ * lease.
+ *
+ * Locking: mirror.mu and session.mu are leaves of this backend.  Neither
+ * is held across a network call or across the change callback; report_mu
+ * is held only across the change callback (it serialises the watch thread
+ * and the session thread as one reporter) and is taken by no op.
+ */
+#ifndef LOCKFS_BACKEND_ETCD_H
+#define LOCKFS_BACKEND_ETCD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lockfs/backend.h"
+#include "lockfs/etcd.h"
+#include "statedir.h"
+
+extern const struct lockfs_backend_kind lockfs_backend_etcd_kind;
+
+/* ---- The mirror (etcd_mirror.c): the prefix as the watch last showed it ---- */
+
+/* One contender key of a name. */
+struct etcd_key {
+	char *key;               /* the whole key */
+	char *value;             /* its value (NUL-terminated; "" for etcdctl's) */
+	size_t value_len;
+	int64_t create_rev;
+	int64_t mod_rev;
+	int64_t lease;
+	int64_t seen_ms;         /* wall clock: when this daemon first saw it */
+	/* The revision of this daemon's own update(GRANT) when the key has not
+	 * changed since (mod_rev == grant_rev): the fence read() supplies for a
+	 * record written without one.  0: none. */
+	int64_t grant_rev;
+	/* Deleted at mod_rev, kept until the watch has passed mod_rev so that a
+	 * late event of the key's life does not bring it back. */
+	bool dead;
+};
+
+struct etcd_name {
+	char *name;
+	struct etcd_key *keys;   /* sorted by create_rev (dead ones too) */
+	size_t n, cap;
+	int64_t delay_until_ms;  /* lock-delay: held by nobody until then */
+	struct etcd_name *next;  /* hash chain */
+};
+
+struct etcd_host {
+	char *host;
+	int64_t lease;
+	int64_t mod_rev;
+	struct etcd_host *next;
+};
+
+#define MIRROR_BUCKETS 1024
+
+struct etcd_mirror {
+	pthread_mutex_t mu;      /* leaf: everything below */
+	const char *prefix;      /* the store's (not owned) */
+	size_t prefix_len;
+	struct etcd_name *buckets[MIRROR_BUCKETS];
+	struct etcd_host *hosts;
+	int64_t next_rev;        /* every event before it is applied */
+	bool watching;           /* the watch runs and is confirmed */
+};
+
+/* A copy of what a name's head says, for an op to use unlocked. */
+struct etcd_head {
+	bool held;                /* a live key, or lock-delay */
+	bool has_key;             /* KEY below is set */
+	char key[LOCKFS_STORE_KEY_MAX];
+	int64_t create_rev, mod_rev, lease, seen_ms, grant_rev;
+	int64_t delay_until_ms;
+	char *value;              /* with WANT_VALUE: malloc'd copy, else NULL */
+	size_t value_len;
+	bool value_empty;
+};
+
+void etcd_mirror_init(struct etcd_mirror *m, const char *prefix);
+void etcd_mirror_free(struct etcd_mirror *m);
+
+/* NAME of KEY (under the mirror's prefix) into BUF: 1 for a contender key,
+ * 2 for a host key (BUF: the host), 0 for anything else. */
+int etcd_mirror_classify(const struct etcd_mirror *m, const char *key, char *buf, size_t size);
+
+/* Names that changed, for the reporter (a growable array of strings). */
+struct etcd_names {
+	char **v;
+	size_t n, cap;
+	bool all;                /* report "anything may have changed" */
+};
+void etcd_names_free(struct etcd_names *ns);
+
+/* Apply one PUT (KV) or DELETE (KEY at REV) with MIRROR_MU held.  A
+ * DELETE of NAME's head key with DELAY_UNTIL_MS > 0 puts NAME in
+ * lock-delay until then.  The name changed goes to CHANGED (may be NULL).
+ * Returns -ENOMEM or 0. */
+int etcd_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *kv,
+			   int64_t now_ms, struct etcd_names *changed);
+int etcd_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
+			      int64_t delay_until_ms, struct etcd_names *changed);
+
+/* End the lock-delays that are over by NOW_MS; their names to OVER. */
+void etcd_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, struct etcd_names *over);
+
+/* Replace the mirror with a fresh read (KVS at REV); keys written since
+ * REV by this daemon stay.  CHANGED gets `all`. */
+int etcd_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, size_t n,
+		     int64_t rev, int64_t now_ms);
+
+/* Forget dead keys the watch has passed (with MIRROR_MU held). */
+void etcd_mirror_sweep_locked(struct etcd_mirror *m);
+
+/* NAME's head (first live key, or lock-delay) into *H; with WANT_VALUE a
+ * copy of its value (-ENOMEM).  0; -ENOENT: not held. */
+int etcd_mirror_head(struct etcd_mirror *m, const char *name, bool want_value, int64_t now_ms,
+		     struct etcd_head *h);
+
+/* The live key of NAME whose identity is IDENTITY into *H (with its
+ * value when WANT_VALUE).  0; -ENOENT. */
+int etcd_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t identity,
+			      bool want_value, struct etcd_head *h);
+
+/* Is KEY (of NAME) live in the mirror, and is it NAME's first live key?
+ * 1: the head; 0: behind another; -ENOENT: not there. */
+int etcd_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key);
+
+/* Record this daemon's own grant of KEY at REV (GRANT_REV: its
+ * update(GRANT) revision, else 0). */
+void etcd_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,
+			   int64_t grant_rev);
+
+/* Each name with a live key or in lock-delay, to CB (copied out first, so
+ * CB runs without the lock).  0, -ENOMEM. */
+int etcd_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, void *arg);
+
+/* HOST's host key: 0 (*LEASE), -ENOENT. */
+int etcd_mirror_host(struct etcd_mirror *m, const char *host, int64_t *lease);
+
+/* The identity of a key at (CREATE, MOD): never 0. */
+uint64_t etcd_identity(int64_t create_rev, int64_t mod_rev);
+
+/* ---- The session (etcd_session.c) ---- */
+
+/* A write whose outcome is unknown, to undo once etcd answers. */
+struct etcd_pending {
+	char *key;
+	int64_t lease;           /* delete KEY only while on this lease */
+	int64_t create_rev;      /* and, when known, created at this revision */
+	bool place_only;         /* and only while unwritten since (a place) */
+	struct etcd_pending *next;
+};
+
+struct etcd_session {
+	pthread_mutex_t mu;      /* leaf: everything below */
+	pthread_cond_t cv;       /* wakes the session thread */
+	enum lockfs_session_state state; /* also read with __atomic by ops */
+	int64_t since_ms;        /* wall clock: entered STATE */
+	int64_t lease;           /* this daemon's lease (__atomic for ops) */
+	int64_t sent_ms;         /* boot clock: send time of the last confirmed keepalive */
+	int64_t lost_leases[8];  /* leases of this daemon that were lost */
+	size_t n_lost;
+	int64_t predecessor;     /* an earlier daemon's lease to revoke at start (0: none) */
+	struct etcd_pending *pending;
+	bool stop;
+	bool watch_ended;        /* the watch sent ENDED: reopen it */
+	bool watch_resync;       /* ... from a fresh read */
+	int64_t watch_from;      /* ... else from this revision */
+	bool running;            /* the thread runs */
+	pthread_t thread;
+};
+
+/* ---- The store ---- */
+
+struct etcd_store {
+	struct lockfs_backend base;
+	struct lockfs_statedir sd;    /* backing=: log and pid lock (owned) */
+	struct lockfs_etcd *client;   /* owned */
+	struct lockfs_etcd *client_short; /* the same endpoints, a shorter bound,
+					     for a second call within one op (owned) */
+	char *endpoints;              /* as given, for messages (owned) */
+	char *prefix;                 /* ends in '/' (owned) */
+	char *source;                 /* "etcd:" PREFIX (owned) */
+	char *host_key;               /* PREFIX ".hosts/" HOST (owned) */
+	char *host_value;             /* its JSON value (owned) */
+	char machine_id[64];
+	char boot_id[64];
+	int64_t ttl_s;
+	int64_t lock_delay_s;
+	uint64_t seq;                 /* key suffixes (__atomic) */
+
+	struct etcd_mirror mirror;
+	struct etcd_session session;
+
+	struct lockfs_etcd_watch *watch; /* owned by the session thread after open */
+
+	pthread_mutex_t report_mu;    /* held across the change callback only */
+	lockfs_change_fn change;      /* set by start(), under report_mu */
+	void *change_arg;
+
+	bool unreachable;             /* said "no endpoint answers" (__atomic) */
+};
+
+/* Report CHANGED (and free it) and WHAT=SESSION when SESSION_CHANGED, to
+ * the engine's callback if start() gave one.  No backend lock held. */
+void etcd_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
+
+/* The watch on PREFIX from FROM (0: a fresh read first, then from its
+ * revision + 1).  0 or -errno.  From open() and the session thread. */
+int etcd_watch_start(struct etcd_store *e, int64_t from);
+
+/* Say once that etcd cannot be reached (RC the client's error), or that
+ * it answers again. */
+void etcd_say_unreachable(struct etcd_store *e, int rc);
+void etcd_say_reachable(struct etcd_store *e);
+
+/* The session: grant the first lease (open), run the keepalive thread
+ * (start .. close). */
+int etcd_session_init(struct etcd_store *e);
+int etcd_session_start(struct etcd_store *e);
+void etcd_session_stop(struct etcd_store *e);
+void etcd_session_destroy(struct etcd_store *e);
+
+/* Put the host key on LEASE, if it does not exist (OLD 0) or is on lease
+ * OLD.  0; -EEXIST: it exists otherwise; or the client's errors. */
+int etcd_session_put_host(struct etcd_store *e, int64_t lease, int64_t old);
+/* This daemon's session state and lease, as ops see them. */
+enum lockfs_session_state etcd_session_state(struct etcd_store *e, int64_t *lease);
+/* This daemon's session as session() reports it. */
+void etcd_session_get(struct etcd_store *e, struct lockfs_session *out);
+/* Is LEASE one of this daemon's lost leases? */
+bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease);
+/* Remember a write of KEY with an unknown outcome (see struct etcd_pending). */
+void etcd_session_pending(struct etcd_store *e, const char *key, int64_t lease,
+			  int64_t create_rev, bool place_only);
+/* The watch ended (from the watch thread): reopen from FROM, or RESYNC. */
+void etcd_session_watch_ended(struct etcd_store *e, bool resync, int64_t from);
+
+#endif

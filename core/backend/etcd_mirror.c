@@ -1,0 +1,601 @@
+/*
+ * The etcd store's mirror: every key under PREFIX as the one prefix watch
+ * (and this daemon's own writes) last showed it, so that stat, read, list
+ * and session answer at once, never waiting on the network
+ * (lockfs/backend.h "Time").
+ *
+ * Per name, the contender keys sorted by create_revision: the first live
+ * one holds the name (etcd's concurrency.Mutex, `etcdctl lock`), the
+ * others wait in that order.  Events may reach the mirror twice and out of
+ * order with this daemon's own writes (a write updates the mirror before
+ * its op returns, the watch brings the same change later), so a change is
+ * applied only when it is newer than what the mirror has for the key
+ * (mod_revision), and a deleted key stays as a dead entry until the watch
+ * has passed its deletion.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "etcd.h"
+
+#define HOSTS_DIR ".hosts/"
+
+uint64_t etcd_identity(int64_t create_rev, int64_t mod_rev)
+{
+	uint64_t h = (uint64_t)create_rev * 0x9e3779b97f4a7c15u;
+
+	h ^= (uint64_t)mod_rev + 0x632be59bd9b4e019u + (h << 6) + (h >> 2);
+	h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9u;
+	h ^= h >> 29;
+	return h ? h : 1;
+}
+
+void etcd_mirror_init(struct etcd_mirror *m, const char *prefix)
+{
+	memset(m, 0, sizeof(*m));
+	pthread_mutex_init(&m->mu, NULL);
+	m->prefix = prefix;
+	m->prefix_len = strlen(prefix);
+}
+
+static void key_clear(struct etcd_key *k)
+{
+	free(k->key);
+	free(k->value);
+	memset(k, 0, sizeof(*k));
+}
+
+static void name_free(struct etcd_name *n)
+{
+	for (size_t i = 0; i < n->n; i++)
+		key_clear(&n->keys[i]);
+	free(n->keys);
+	free(n->name);
+	free(n);
+}
+
+static void mirror_clear_locked(struct etcd_mirror *m)
+{
+	for (size_t b = 0; b < MIRROR_BUCKETS; b++) {
+		while (m->buckets[b]) {
+			struct etcd_name *n = m->buckets[b];
+
+			m->buckets[b] = n->next;
+			name_free(n);
+		}
+	}
+	while (m->hosts) {
+		struct etcd_host *h = m->hosts;
+
+		m->hosts = h->next;
+		free(h->host);
+		free(h);
+	}
+}
+
+void etcd_mirror_free(struct etcd_mirror *m)
+{
+	mirror_clear_locked(m);
+	pthread_mutex_destroy(&m->mu);
+}
+
+void etcd_names_free(struct etcd_names *ns)
+{
+	for (size_t i = 0; i < ns->n; i++)
+		free(ns->v[i]);
+	free(ns->v);
+	memset(ns, 0, sizeof(*ns));
+}
+
+/* Add NAME to NS once.  -ENOMEM (then NS says "all"). */
+static int names_add(struct etcd_names *ns, const char *name)
+{
+	if (!ns)
+		return 0;
+	for (size_t i = 0; i < ns->n; i++)
+		if (strcmp(ns->v[i], name) == 0)
+			return 0;
+	if (ns->n == ns->cap) {
+		size_t cap = ns->cap ? ns->cap * 2 : 8;
+		char **v = realloc(ns->v, cap * sizeof(*v));
+
+		if (!v) {
+			ns->all = true;
+			return -ENOMEM;
+		}
+		ns->v = v;
+		ns->cap = cap;
+	}
+	ns->v[ns->n] = strdup(name);
+	if (!ns->v[ns->n]) {
+		ns->all = true;
+		return -ENOMEM;
+	}
+	ns->n++;
+	return 0;
+}
+
+int etcd_mirror_classify(const struct etcd_mirror *m, const char *key, char *buf, size_t size)
+{
+	const char *rest, *slash;
+	size_t len;
+
+	if (strncmp(key, m->prefix, m->prefix_len) != 0)
+		return 0;
+	rest = key + m->prefix_len;
+	if (strncmp(rest, HOSTS_DIR, strlen(HOSTS_DIR)) == 0) {
+		rest += strlen(HOSTS_DIR);
+		len = strlen(rest);
+		if (!len || len >= size || strchr(rest, '/'))
+			return 0;
+		memcpy(buf, rest, len + 1);
+		return 2;
+	}
+	/* NAME "/" SUFFIX: names hold no '/', so the first one ends it. */
+	slash = strchr(rest, '/');
+	if (!slash || slash == rest || !slash[1] || rest[0] == '.')
+		return 0;
+	len = (size_t)(slash - rest);
+	if (len >= size)
+		return 0;
+	memcpy(buf, rest, len);
+	buf[len] = '\0';
+	return 1;
+}
+
+static size_t hash_name(const char *name)
+{
+	uint64_t h = 1469598103934665603u;
+
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * 1099511628211u;
+	return h % MIRROR_BUCKETS;
+}
+
+static struct etcd_name *find_name(struct etcd_mirror *m, const char *name, bool create)
+{
+	size_t b = hash_name(name);
+	struct etcd_name *n;
+
+	for (n = m->buckets[b]; n; n = n->next)
+		if (strcmp(n->name, name) == 0)
+			return n;
+	if (!create)
+		return NULL;
+	n = calloc(1, sizeof(*n));
+	if (!n || !(n->name = strdup(name))) {
+		free(n);
+		return NULL;
+	}
+	n->next = m->buckets[b];
+	m->buckets[b] = n;
+	return n;
+}
+
+static struct etcd_key *find_key(struct etcd_name *n, const char *key)
+{
+	for (size_t i = 0; i < n->n; i++)
+		if (strcmp(n->keys[i].key, key) == 0)
+			return &n->keys[i];
+	return NULL;
+}
+
+static struct etcd_key *first_live(struct etcd_name *n)
+{
+	for (size_t i = 0; i < n->n; i++)
+		if (!n->keys[i].dead)
+			return &n->keys[i];
+	return NULL;
+}
+
+/* Drop NAME when nothing is left of it. */
+static void maybe_drop_name(struct etcd_mirror *m, struct etcd_name *n, int64_t now_ms)
+{
+	struct etcd_name **pp;
+
+	if (n->n || n->delay_until_ms > now_ms)
+		return;
+	for (pp = &m->buckets[hash_name(n->name)]; *pp; pp = &(*pp)->next)
+		if (*pp == n) {
+			*pp = n->next;
+			name_free(n);
+			return;
+		}
+}
+
+static int set_value(struct etcd_key *k, const struct lockfs_etcd_kv *kv)
+{
+	char *v = malloc(kv->value_len + 1);
+
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, kv->value, kv->value_len);
+	v[kv->value_len] = '\0';
+	free(k->value);
+	k->value = v;
+	k->value_len = kv->value_len;
+	return 0;
+}
+
+static int host_put(struct etcd_mirror *m, const char *host, const struct lockfs_etcd_kv *kv)
+{
+	struct etcd_host *h;
+
+	for (h = m->hosts; h; h = h->next)
+		if (strcmp(h->host, host) == 0)
+			break;
+	if (h && h->mod_rev >= kv->mod_revision)
+		return 0;
+	if (!h) {
+		h = calloc(1, sizeof(*h));
+		if (!h || !(h->host = strdup(host))) {
+			free(h);
+			return -ENOMEM;
+		}
+		h->next = m->hosts;
+		m->hosts = h;
+	}
+	h->lease = kv->lease;
+	h->mod_rev = kv->mod_revision;
+	return 0;
+}
+
+static void host_delete(struct etcd_mirror *m, const char *host, int64_t rev)
+{
+	for (struct etcd_host **pp = &m->hosts; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->host, host) == 0) {
+			struct etcd_host *h = *pp;
+
+			if (h->mod_rev >= rev)
+				return;
+			*pp = h->next;
+			free(h->host);
+			free(h);
+			return;
+		}
+}
+
+int etcd_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *kv,
+			   int64_t now_ms, struct etcd_names *changed)
+{
+	char name[LOCKFS_STORE_KEY_MAX];
+	struct etcd_name *n;
+	struct etcd_key *k;
+	int kind = etcd_mirror_classify(m, kv->key, name, sizeof(name));
+	size_t i;
+
+	if (kind == 2)
+		return host_put(m, name, kv);
+	if (kind != 1)
+		return 0;
+	n = find_name(m, name, true);
+	if (!n)
+		return -ENOMEM;
+	k = find_key(n, kv->key);
+	if (k) {
+		/* Older than what the mirror has (a late event of our own
+		 * write, or of a deleted key's life): nothing to change, but
+		 * reported all the same. */
+		if (k->mod_rev >= kv->mod_revision)
+			return names_add(changed, name);
+		if (k->create_rev != kv->create_revision) {
+			/* The key was made anew: a new contender. */
+			k->create_rev = kv->create_revision;
+			k->seen_ms = now_ms;
+			k->grant_rev = 0;
+		}
+		if (set_value(k, kv) < 0)
+			return -ENOMEM;
+		k->mod_rev = kv->mod_revision;
+		k->lease = kv->lease;
+		k->dead = false;
+	} else {
+		struct etcd_key nk = {
+			.create_rev = kv->create_revision, .mod_rev = kv->mod_revision,
+			.lease = kv->lease, .seen_ms = now_ms,
+		};
+
+		nk.key = strdup(kv->key);
+		if (!nk.key || set_value(&nk, kv) < 0) {
+			key_clear(&nk);
+			return -ENOMEM;
+		}
+		if (n->n == n->cap) {
+			size_t cap = n->cap ? n->cap * 2 : 4;
+			struct etcd_key *v = realloc(n->keys, cap * sizeof(*v));
+
+			if (!v) {
+				key_clear(&nk);
+				return -ENOMEM;
+			}
+			n->keys = v;
+			n->cap = cap;
+		}
+		for (i = n->n; i > 0 && n->keys[i - 1].create_rev > nk.create_rev; i--)
+			n->keys[i] = n->keys[i - 1];
+		n->keys[i] = nk;
+		n->n++;
+	}
+	/* Re-sort the one that moved (a key made anew keeps its slot otherwise). */
+	for (i = 1; i < n->n; i++)
+		for (size_t j = i; j > 0 && n->keys[j - 1].create_rev > n->keys[j].create_rev; j--) {
+			struct etcd_key t = n->keys[j];
+
+			n->keys[j] = n->keys[j - 1];
+			n->keys[j - 1] = t;
+		}
+	return names_add(changed, name);
+}
+
+int etcd_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
+			      int64_t delay_until_ms, struct etcd_names *changed)
+{
+	char name[LOCKFS_STORE_KEY_MAX];
+	struct etcd_name *n;
+	struct etcd_key *k;
+	int kind = etcd_mirror_classify(m, key, name, sizeof(name));
+
+	if (kind == 2) {
+		host_delete(m, name, rev);
+		return 0;
+	}
+	if (kind != 1)
+		return 0;
+	/* Reported even when this daemon's own delete got here first: every
+	 * change of a name is reported, its own ones too. */
+	if (!(n = find_name(m, name, false)) || !(k = find_key(n, key)) || k->mod_rev >= rev)
+		return names_add(changed, name);
+	/* An expired session's head key: nobody gets NAME for a while. */
+	if (delay_until_ms && first_live(n) == k && n->delay_until_ms < delay_until_ms)
+		n->delay_until_ms = delay_until_ms;
+	k->dead = true;
+	k->mod_rev = rev;
+	free(k->value);
+	k->value = NULL;
+	k->value_len = 0;
+	return names_add(changed, name);
+}
+
+void etcd_mirror_sweep_locked(struct etcd_mirror *m)
+{
+	int64_t now = lockfs_wall_ms();
+
+	for (size_t b = 0; b < MIRROR_BUCKETS; b++) {
+		struct etcd_name *n = m->buckets[b], *next;
+
+		for (; n; n = next) {
+			size_t j = 0;
+
+			next = n->next;
+			for (size_t i = 0; i < n->n; i++) {
+				if (n->keys[i].dead && n->keys[i].mod_rev < m->next_rev)
+					key_clear(&n->keys[i]);
+				else
+					n->keys[j++] = n->keys[i];
+			}
+			n->n = j;
+			maybe_drop_name(m, n, now);
+		}
+	}
+}
+
+int etcd_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, size_t n,
+		     int64_t rev, int64_t now_ms)
+{
+	struct etcd_mirror fresh;
+	int rc = 0;
+
+	/* Build the fresh view apart, then move over what this daemon wrote
+	 * after REV (its own writes reach the mirror before their events). */
+	etcd_mirror_init(&fresh, m->prefix);
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = etcd_mirror_put_locked(&fresh, &kvs[i], now_ms, NULL);
+	if (rc) {
+		etcd_mirror_free(&fresh);
+		return rc;
+	}
+	pthread_mutex_lock(&m->mu);
+	for (size_t b = 0; b < MIRROR_BUCKETS && !rc; b++)
+		for (struct etcd_name *on = m->buckets[b]; on && !rc; on = on->next) {
+			for (size_t i = 0; i < on->n && !rc; i++) {
+				struct etcd_key *k = &on->keys[i];
+				struct lockfs_etcd_kv kv = {
+					.key = k->key, .key_len = strlen(k->key),
+					.value = k->value ? k->value : (char *)"",
+					.value_len = k->value_len, .create_revision = k->create_rev,
+					.mod_revision = k->mod_rev, .lease = k->lease,
+				};
+
+				if (k->mod_rev <= rev)
+					continue;
+				if (k->dead)
+					rc = etcd_mirror_delete_locked(&fresh, k->key, k->mod_rev, 0, NULL);
+				else
+					rc = etcd_mirror_put_locked(&fresh, &kv, k->seen_ms, NULL);
+			}
+			/* Lock-delay lives only in memory: keep it. */
+			if (on->delay_until_ms > now_ms) {
+				struct etcd_name *fn = find_name(&fresh, on->name, true);
+
+				if (fn)
+					fn->delay_until_ms = on->delay_until_ms;
+			}
+		}
+	if (!rc) {
+		/* Keep when each key was first seen. */
+		for (size_t b = 0; b < MIRROR_BUCKETS; b++)
+			for (struct etcd_name *fn = fresh.buckets[b]; fn; fn = fn->next) {
+				struct etcd_name *on = find_name(m, fn->name, false);
+
+				for (size_t i = 0; on && i < fn->n; i++) {
+					struct etcd_key *ok = find_key(on, fn->keys[i].key);
+
+					if (ok && ok->create_rev == fn->keys[i].create_rev) {
+						fn->keys[i].seen_ms = ok->seen_ms;
+						fn->keys[i].grant_rev = ok->grant_rev;
+					}
+				}
+			}
+		mirror_clear_locked(m);
+		memcpy(m->buckets, fresh.buckets, sizeof(m->buckets));
+		m->hosts = fresh.hosts;
+		memset(fresh.buckets, 0, sizeof(fresh.buckets));
+		fresh.hosts = NULL;
+		if (m->next_rev < rev + 1)
+			m->next_rev = rev + 1;
+	}
+	pthread_mutex_unlock(&m->mu);
+	etcd_mirror_free(&fresh);
+	return rc;
+}
+
+static int fill_head(const struct etcd_key *k, bool want_value, struct etcd_head *h)
+{
+	snprintf(h->key, sizeof(h->key), "%s", k->key);
+	h->has_key = true;
+	h->create_rev = k->create_rev;
+	h->mod_rev = k->mod_rev;
+	h->lease = k->lease;
+	h->seen_ms = k->seen_ms;
+	h->grant_rev = k->grant_rev == k->mod_rev ? k->grant_rev : 0;
+	h->value_empty = k->value_len == 0;
+	if (want_value && k->value_len) {
+		h->value = malloc(k->value_len + 1);
+		if (!h->value)
+			return -ENOMEM;
+		memcpy(h->value, k->value, k->value_len + 1);
+		h->value_len = k->value_len;
+	}
+	return 0;
+}
+
+int etcd_mirror_head(struct etcd_mirror *m, const char *name, bool want_value, int64_t now_ms,
+		     struct etcd_head *h)
+{
+	struct etcd_name *n;
+	struct etcd_key *k;
+	int rc = -ENOENT;
+
+	memset(h, 0, sizeof(*h));
+	pthread_mutex_lock(&m->mu);
+	n = find_name(m, name, false);
+	if (n) {
+		if (n->delay_until_ms > now_ms) {
+			h->held = true;
+			h->delay_until_ms = n->delay_until_ms;
+			rc = 0;
+		}
+		k = first_live(n);
+		if (k) {
+			h->held = true;
+			rc = fill_head(k, want_value && !h->delay_until_ms, h);
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+int etcd_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t identity,
+			      bool want_value, struct etcd_head *h)
+{
+	struct etcd_name *n;
+	int rc = -ENOENT;
+
+	memset(h, 0, sizeof(*h));
+	pthread_mutex_lock(&m->mu);
+	n = find_name(m, name, false);
+	for (size_t i = 0; n && i < n->n; i++) {
+		struct etcd_key *k = &n->keys[i];
+
+		if (!k->dead && etcd_identity(k->create_rev, k->mod_rev) == identity) {
+			h->held = true;
+			rc = fill_head(k, want_value, h);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+int etcd_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key)
+{
+	struct etcd_name *n;
+	struct etcd_key *k;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&m->mu);
+	n = find_name(m, name, false);
+	k = n ? find_key(n, key) : NULL;
+	if (k && !k->dead)
+		rc = first_live(n) == k ? 1 : 0;
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+void etcd_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,
+			   int64_t grant_rev)
+{
+	char name[LOCKFS_STORE_KEY_MAX];
+	struct etcd_name *n;
+	struct etcd_key *k;
+
+	pthread_mutex_lock(&m->mu);
+	if (etcd_mirror_classify(m, key, name, sizeof(name)) == 1 &&
+	    (n = find_name(m, name, false)) && (k = find_key(n, key)) && k->mod_rev == rev)
+		k->grant_rev = grant_rev;
+	pthread_mutex_unlock(&m->mu);
+}
+
+int etcd_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, void *arg)
+{
+	struct etcd_names held = { 0 };
+	int rc = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (size_t b = 0; b < MIRROR_BUCKETS && !rc; b++)
+		for (struct etcd_name *n = m->buckets[b]; n && !rc; n = n->next)
+			if (first_live(n) || n->delay_until_ms > now_ms)
+				rc = names_add(&held, n->name);
+	pthread_mutex_unlock(&m->mu);
+	for (size_t i = 0; !rc && i < held.n; i++)
+		if (cb(arg, held.v[i]))
+			break;
+	etcd_names_free(&held);
+	return rc;
+}
+
+int etcd_mirror_host(struct etcd_mirror *m, const char *host, int64_t *lease)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&m->mu);
+	for (struct etcd_host *h = m->hosts; h; h = h->next)
+		if (strcmp(h->host, host) == 0) {
+			*lease = h->lease;
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+void etcd_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, struct etcd_names *over)
+{
+	pthread_mutex_lock(&m->mu);
+	for (size_t b = 0; b < MIRROR_BUCKETS; b++) {
+		struct etcd_name *n = m->buckets[b], *next;
+
+		for (; n; n = next) {
+			next = n->next;
+			if (n->delay_until_ms && n->delay_until_ms <= now_ms) {
+				n->delay_until_ms = 0;
+				names_add(over, n->name);
+				maybe_drop_name(m, n, now_ms);
+			}
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+}

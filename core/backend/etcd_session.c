@@ -1,0 +1,493 @@
+/*
+ * The etcd store's session: this daemon's lease and the thread that keeps
+ * it (docs/etcd.md "Sessions").  Every locks' key of this daemon hangs on
+ * the lease, so the lease is the daemon's standing with the cluster:
+ *
+ *   LIVE       a keepalive was confirmed less than 2/3 ttl ago (counted
+ *              from the keepalive's send time, on the boot clock);
+ *   UNCERTAIN  none for 2/3 ttl: no grants (write ops that grant: -EIO);
+ *   LOST       none for ttl, or etcd said the lease is gone: etcd may have
+ *              deleted every key of the lease, so none of them is this
+ *              daemon's any more (-ESTALE).  Once etcd answers, the old
+ *              lease is revoked (its host key goes in the same revision,
+ *              so other daemons see an expiry) and a new lease and host
+ *              key are made: nothing is re-held silently.
+ *
+ * The same thread reopens the watch after it ended (from its resume point,
+ * or from a fresh read after a compaction) and undoes writes whose outcome
+ * was unknown (the pending list).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lockfs/holder.h"
+#include "base/clock.h"
+#include "etcd.h"
+
+/* The keepalive interval: ttl/6, at least this often (ms). */
+#define KEEPALIVE_MIN_MS 250
+
+static int64_t interval_ms(const struct etcd_store *e)
+{
+	int64_t ms = e->ttl_s * 1000 / 6;
+
+	return ms < KEEPALIVE_MIN_MS ? KEEPALIVE_MIN_MS : ms;
+}
+
+/* The state by the clock alone (with s->mu held): an op must see
+ * UNCERTAIN and LOST on time even when the session thread is late (a
+ * keepalive takes up to 1 s while etcd does not answer). */
+static enum lockfs_session_state state_now_locked(const struct etcd_store *e)
+{
+	const struct etcd_session *s = &e->session;
+	int64_t quiet = lockfs_boot_ms() - s->sent_ms;
+
+	if (s->state == LOCKFS_SESSION_LOST || quiet >= e->ttl_s * 1000)
+		return LOCKFS_SESSION_LOST;
+	if (s->state == LOCKFS_SESSION_UNCERTAIN || quiet >= e->ttl_s * 1000 * 2 / 3)
+		return LOCKFS_SESSION_UNCERTAIN;
+	return LOCKFS_SESSION_LIVE;
+}
+
+enum lockfs_session_state etcd_session_state(struct etcd_store *e, int64_t *lease)
+{
+	struct etcd_session *s = &e->session;
+	enum lockfs_session_state st;
+
+	pthread_mutex_lock(&s->mu);
+	st = state_now_locked(e);
+	if (lease)
+		*lease = s->lease;
+	pthread_mutex_unlock(&s->mu);
+	return st;
+}
+
+void etcd_session_get(struct etcd_store *e, struct lockfs_session *out)
+{
+	struct etcd_session *s = &e->session;
+
+	pthread_mutex_lock(&s->mu);
+	out->state = state_now_locked(e);
+	out->since_ms = out->state == s->state ? s->since_ms : lockfs_wall_ms();
+	out->id = s->lease;
+	pthread_mutex_unlock(&s->mu);
+}
+
+bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease)
+{
+	struct etcd_session *s = &e->session;
+	bool lost = false;
+
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_lost && !lost; i++)
+		lost = s->lost_leases[i] == lease;
+	if (lease == s->lease && state_now_locked(e) == LOCKFS_SESSION_LOST)
+		lost = true;
+	pthread_mutex_unlock(&s->mu);
+	return lost;
+}
+
+void etcd_session_pending(struct etcd_store *e, const char *key, int64_t lease,
+			  int64_t create_rev, bool place_only)
+{
+	struct etcd_session *s = &e->session;
+	struct etcd_pending *p = calloc(1, sizeof(*p));
+
+	if (!p || !(p->key = strdup(key))) {
+		/* No memory: the key stays until its lease ends. */
+		free(p);
+		return;
+	}
+	p->lease = lease;
+	p->create_rev = create_rev;
+	p->place_only = place_only;
+	pthread_mutex_lock(&s->mu);
+	p->next = s->pending;
+	s->pending = p;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void etcd_session_watch_ended(struct etcd_store *e, bool resync, int64_t from)
+{
+	struct etcd_session *s = &e->session;
+
+	pthread_mutex_lock(&s->mu);
+	s->watch_ended = true;
+	s->watch_resync = s->watch_resync || resync;
+	s->watch_from = from;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The host key's value for LEASE. */
+static int host_value(struct etcd_store *e, int64_t lease)
+{
+	unsigned long long start = 0;
+	char *v;
+
+	if (lockfs_proc_start_time(getpid(), &start) < 0)
+		start = 0;
+	if (asprintf(&v, "{\"host\": \"%s\", \"machine_id\": \"%s\", \"boot_id\": \"%s\", "
+		     "\"pid\": %d, \"start_time\": %llu, \"lease\": \"%016" PRIx64 "\"}",
+		     e->base.host, e->machine_id, e->boot_id, (int)getpid(), start,
+		     (uint64_t)lease) < 0)
+		return -ENOMEM;
+	free(e->host_value);
+	e->host_value = v;
+	return 0;
+}
+
+int etcd_session_put_host(struct etcd_store *e, int64_t lease, int64_t old)
+{
+	struct lockfs_etcd_compare cmp = {
+		.key = e->host_key, .target = old ? LOCKFS_ETCD_LEASE : LOCKFS_ETCD_CREATE,
+		.number = old,
+	};
+	struct lockfs_etcd_op put = {
+		.type = LOCKFS_ETCD_PUT, .key = e->host_key, .lease = lease,
+	};
+	struct lockfs_etcd_txn txn = { .compare = &cmp, .n_compare = 1, .success = &put,
+				       .n_success = 1 };
+	struct lockfs_etcd_txn_resp r;
+	int rc = host_value(e, lease);
+
+	if (rc)
+		return rc;
+	put.value = e->host_value;
+	put.value_len = strlen(e->host_value);
+	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	if (rc)
+		return rc;
+	rc = r.succeeded ? 0 : -EEXIST;
+	lockfs_etcd_txn_resp_free(&r);
+	return rc;
+}
+
+int etcd_session_init(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+	int64_t lease = 0;
+	int rc;
+
+	pthread_mutex_init(&s->mu, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&s->cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	s->sent_ms = lockfs_boot_ms();
+	rc = lockfs_etcd_lease_grant(e->client, e->ttl_s, 0, &lease, NULL);
+	if (rc)
+		return rc;
+	s->lease = lease;
+	s->state = LOCKFS_SESSION_LIVE;
+	s->since_ms = lockfs_wall_ms();
+	return 0;
+}
+
+/* Try to undo the pending writes (see struct etcd_pending).  Runs on the
+ * session thread only. */
+static void resolve_pending(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+	struct etcd_pending *list, **pp;
+
+	pthread_mutex_lock(&s->mu);
+	list = s->pending;
+	s->pending = NULL;
+	pthread_mutex_unlock(&s->mu);
+	for (pp = &list; *pp;) {
+		struct etcd_pending *p = *pp;
+		struct lockfs_etcd_compare cmps[3] = {
+			{ .key = p->key, .target = LOCKFS_ETCD_LEASE, .number = p->lease },
+		};
+		size_t n = 1;
+		struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = p->key };
+		struct lockfs_etcd_txn txn = { .compare = cmps, .success = &del, .n_success = 1 };
+		struct lockfs_etcd_txn_resp r;
+		int rc;
+
+		if (p->create_rev) {
+			cmps[n++] = (struct lockfs_etcd_compare){ .key = p->key,
+				.target = LOCKFS_ETCD_CREATE, .number = p->create_rev };
+			if (p->place_only)
+				cmps[n++] = (struct lockfs_etcd_compare){ .key = p->key,
+					.target = LOCKFS_ETCD_MOD, .number = p->create_rev };
+		}
+		txn.n_compare = n;
+		rc = lockfs_etcd_txn(e->client, &txn, &r);
+		if (rc == 0) {
+			lockfs_etcd_txn_resp_free(&r);
+			*pp = p->next;
+			free(p->key);
+			free(p);
+		} else {
+			pp = &p->next;
+		}
+	}
+	if (list) {
+		pthread_mutex_lock(&s->mu);
+		for (pp = &list; *pp; pp = &(*pp)->next)
+			;
+		*pp = s->pending;
+		s->pending = list;
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/* LOST: revoke the old lease (its keys and host key go in one revision:
+ * others see an expiry), then a new lease and host key.  0 once LIVE
+ * again; else try again on the next tick. */
+static int renew_session(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+	int64_t old, lease;
+	int rc;
+
+	pthread_mutex_lock(&s->mu);
+	old = s->lease;
+	pthread_mutex_unlock(&s->mu);
+	rc = lockfs_etcd_lease_revoke(e->client, old);
+	if (rc && rc != -ENOENT)
+		return rc;
+	rc = lockfs_etcd_lease_grant(e->client, e->ttl_s, 0, &lease, NULL);
+	if (rc)
+		return rc;
+	rc = etcd_session_put_host(e, lease, 0);
+	if (rc) {
+		(void)!lockfs_etcd_lease_revoke(e->client, lease);
+		return rc;
+	}
+	pthread_mutex_lock(&s->mu);
+	s->lease = lease;
+	s->state = LOCKFS_SESSION_LIVE;
+	s->since_ms = lockfs_wall_ms();
+	s->sent_ms = lockfs_boot_ms();
+	pthread_mutex_unlock(&s->mu);
+	fprintf(stderr, "lockfs: etcd: new session %016" PRIx64 " (the locks of session "
+		"%016" PRIx64 " were lost)\n", (uint64_t)lease, (uint64_t)old);
+	return 0;
+}
+
+/* Enter STATE (with s->mu held); true when it changed. */
+static bool enter_locked(struct etcd_session *s, enum lockfs_session_state state)
+{
+	if (s->state == state)
+		return false;
+	if (state == LOCKFS_SESSION_LOST) {
+		if (s->n_lost == sizeof(s->lost_leases) / sizeof(s->lost_leases[0])) {
+			memmove(s->lost_leases, s->lost_leases + 1,
+				sizeof(s->lost_leases) - sizeof(s->lost_leases[0]));
+			s->n_lost--;
+		}
+		s->lost_leases[s->n_lost++] = s->lease;
+	}
+	s->state = state;
+	s->since_ms = lockfs_wall_ms();
+	return true;
+}
+
+static const char *state_name(enum lockfs_session_state st)
+{
+	return st == LOCKFS_SESSION_LIVE ? "live" : st == LOCKFS_SESSION_UNCERTAIN ?
+	       "uncertain" : "lost";
+}
+
+/* One keepalive, and the state it leaves.  True when the state changed.
+ * Once ttl has passed since the last confirmed send, the session is lost
+ * for good, even if etcd answers this keepalive: the lock of this daemon
+ * may have been someone else's in between (nothing is re-held). */
+static bool keep_alive(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+	int64_t lease, sent, quiet;
+	bool changed = false, gone;
+	int rc;
+
+	pthread_mutex_lock(&s->mu);
+	lease = s->lease;
+	if (state_now_locked(e) == LOCKFS_SESSION_LOST) {
+		changed = enter_locked(s, LOCKFS_SESSION_LOST);
+		pthread_mutex_unlock(&s->mu);
+		goto said;
+	}
+	pthread_mutex_unlock(&s->mu);
+	sent = lockfs_boot_ms();
+	rc = lockfs_etcd_lease_keepalive(e->client, lease, NULL);
+	gone = rc == -ENOENT;
+	/* etcd did not answer: the watch's connection may be as frozen as
+	 * this one, with nothing to say so (a partition): reopen it. */
+	if (rc && !gone) {
+		int64_t from;
+
+		pthread_mutex_lock(&e->mirror.mu);
+		from = e->mirror.next_rev;
+		pthread_mutex_unlock(&e->mirror.mu);
+		etcd_session_watch_ended(e, false, from);
+	}
+	if (rc == 0)
+		etcd_say_reachable(e);
+	else if (!gone)
+		etcd_say_unreachable(e, rc);
+	pthread_mutex_lock(&s->mu);
+	if (s->lease == lease) {
+		quiet = lockfs_boot_ms() - s->sent_ms;
+		if (gone || quiet >= e->ttl_s * 1000) {
+			changed = enter_locked(s, LOCKFS_SESSION_LOST);
+		} else {
+			if (rc == 0 && sent > s->sent_ms)
+				s->sent_ms = sent;
+			quiet = lockfs_boot_ms() - s->sent_ms;
+			changed = enter_locked(s, quiet >= e->ttl_s * 1000 * 2 / 3 ?
+					       LOCKFS_SESSION_UNCERTAIN : LOCKFS_SESSION_LIVE);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+said:
+	if (changed)
+		fprintf(stderr, "lockfs: etcd: session %016" PRIx64 " is %s\n", (uint64_t)lease,
+			state_name(etcd_session_state(e, NULL)));
+	return changed;
+}
+
+/* Reopen the watch when it ended.  True when it did so from a fresh read
+ * (anything may have changed). */
+static bool restart_watch(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+	bool ended, resync;
+	int64_t from;
+	int rc;
+
+	pthread_mutex_lock(&s->mu);
+	ended = s->watch_ended;
+	resync = s->watch_resync;
+	from = s->watch_from;
+	pthread_mutex_unlock(&s->mu);
+	if (!ended)
+		return false;
+	if (e->watch) {
+		lockfs_etcd_watch_close(e->watch);
+		e->watch = NULL;
+		pthread_mutex_lock(&e->mirror.mu);
+		e->mirror.watching = false;
+		pthread_mutex_unlock(&e->mirror.mu);
+	}
+	rc = etcd_watch_start(e, resync ? 0 : from);
+	if (rc == -ERANGE && !resync) {
+		resync = true;
+		rc = etcd_watch_start(e, 0);
+	}
+	if (rc)
+		return false;
+	pthread_mutex_lock(&s->mu);
+	s->watch_ended = false;
+	s->watch_resync = false;
+	pthread_mutex_unlock(&s->mu);
+	return resync;
+}
+
+static void *session_thread(void *arg)
+{
+	struct etcd_store *e = arg;
+	struct etcd_session *s = &e->session;
+	int64_t next = lockfs_boot_ms(), watch_retry = 0;
+
+	for (;;) {
+		struct etcd_names all = { 0 };
+		bool session_changed = false;
+		struct timespec ts;
+		int64_t wait_ms;
+
+		pthread_mutex_lock(&s->mu);
+		wait_ms = next - lockfs_boot_ms();
+		/* A watch that failed to reopen is retried with the keepalives,
+		 * not in a loop. */
+		if (!s->stop && (!s->watch_ended || lockfs_boot_ms() < watch_retry) &&
+		    wait_ms > 0) {
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_sec += wait_ms / 1000;
+			ts.tv_nsec += (wait_ms % 1000) * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+		}
+		if (s->stop) {
+			pthread_mutex_unlock(&s->mu);
+			break;
+		}
+		pthread_mutex_unlock(&s->mu);
+
+		if (lockfs_boot_ms() >= next) {
+			next = lockfs_boot_ms() + interval_ms(e);
+			session_changed = keep_alive(e);
+			if (etcd_session_state(e, NULL) == LOCKFS_SESSION_LOST &&
+			    renew_session(e) == 0)
+				session_changed = true;
+			resolve_pending(e);
+			etcd_mirror_delays_over(&e->mirror, lockfs_wall_ms(), &all);
+		}
+		if (lockfs_boot_ms() >= watch_retry) {
+			bool ended;
+
+			all.all = restart_watch(e);
+			pthread_mutex_lock(&s->mu);
+			ended = s->watch_ended;
+			pthread_mutex_unlock(&s->mu);
+			watch_retry = ended ? lockfs_boot_ms() + interval_ms(e) : 0;
+		}
+		if (all.all || all.n || session_changed)
+			etcd_report(e, &all, session_changed);
+	}
+	return NULL;
+}
+
+int etcd_session_start(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+	int rc = -pthread_create(&s->thread, NULL, session_thread, e);
+
+	if (rc == 0)
+		s->running = true;
+	return rc;
+}
+
+void etcd_session_stop(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+
+	if (!s->running)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stop = true;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->thread, NULL);
+	s->running = false;
+}
+
+void etcd_session_destroy(struct etcd_store *e)
+{
+	struct etcd_session *s = &e->session;
+
+	while (s->pending) {
+		struct etcd_pending *p = s->pending;
+
+		s->pending = p->next;
+		free(p->key);
+		free(p);
+	}
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+}
