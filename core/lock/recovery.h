@@ -28,6 +28,11 @@ bool lockfs_recovery_work(void *arg);
 /* At startup, nothing served yet: queue every lock's due work and do it
  * all now (the evidence is `exited-while-down`). */
 void lockfs_recovery_startup(struct lockfs_table *t);
+/* -o stale: recover NAME if the store's policy gives its foreign lock up
+ * (logged `recovered evidence=foreign-stale`); takes NAME's stripe mutex.
+ * 1: recovered (NAME is free now, unless someone took it since); 0: not;
+ * -errno: the store refused the removal. */
+int lockfs_recovery_stale_foreign(struct lockfs_table *t, const char *name);
 /* Try the pending release retries of every stripe once (takes the mutexes). */
 void lockfs_recovery_retry_all(struct lockfs_table *t);
 /* Replace C's list of descendants by the live ones (in memory; the tick
