@@ -283,7 +283,9 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		if (rc < 0) {
 			lockfs_table_unlock(s);
 			lockfs_caller_denied(t, name, caller, foreign ? "foreign-lock" :
-				   rc == -EPERM ? "not-holder" : "caller-unknown");
+				   rc != -EPERM ? "caller-unknown" :
+				   c->rec.has_holder && lockfs_table_elsewhere(t, &c->rec.holder)
+				   ? "other-host" : "not-holder");
 			return rc;
 		}
 		/* Also a grant whose descriptor let go while the store

@@ -54,9 +54,12 @@ void lockfs_table_account(struct lockfs_table *t, const struct cached *c, int si
 
 	if (!r->has_holder || !t->quota)
 		return;
-	lockfs_quota_locks_add(t->quota, r->holder.uid, sign);
+	/* This host's holders only: another host's uids are not ours. */
+	if (!lockfs_table_elsewhere(t, &r->holder))
+		lockfs_quota_locks_add(t->quota, r->holder.uid, sign);
 	for (size_t i = 0; i < r->nshares; i++)
-		lockfs_quota_locks_add(t->quota, r->shares[i].holder.uid, sign);
+		if (!lockfs_table_elsewhere(t, &r->shares[i].holder))
+			lockfs_quota_locks_add(t->quota, r->shares[i].holder.uid, sign);
 }
 
 static size_t holder_bucket(pid_t pid)

@@ -170,3 +170,25 @@ def test_a_holder_on_another_host_is_never_judged_by_pid_or_boot_id(lockfs_facto
     assert not [l for l in log_for(m2.dir, 'remote') if l.event == 'recovered']
     assert errno_of(os.mkdir, m2.path('remote')) == errno.EEXIST
     assert read_owner(m2.mnt, 'remote')['holder']['host'] == other
+
+
+def test_a_lock_of_another_host_is_refused_to_rmdir_and_yields_to_break(lockfs_factory):
+    """Nobody here acts for another host's holder: rmdir is EPERM, logged
+    `reason=other-host`; root's break still ends it."""
+    m = lockfs_factory()
+    os.mkdir(m.path('remote'))
+    assert m.kill9() == -signal.SIGKILL
+    p = os.path.join(m.lockdir('remote'), 'owner.json')
+    with open(p, 'rb') as f:
+        rec = json.loads(f.read())
+    rec['holder'].update(host='elsewhere-' + socket.gethostname())
+    with open(p, 'wb') as f:
+        f.write((json.dumps(rec, separators=(',', ':')) + '\n').encode())
+    m2 = lockfs_factory.restart(m)
+    assert errno_of(os.rmdir, m2.path('remote')) == errno.EPERM
+    denied = wait_log(m2.dir, 'remote', 'denied')[0]
+    assert denied.details.get('reason') == 'other-host', denied.raw
+    with open(m2.path('remote', 'break'), 'w') as f:
+        f.write('host gone for good\n')
+    wait_free(m2, 'remote', timeout=2)
+    assert wait_log(m2.dir, 'remote', 'broken')
