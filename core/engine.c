@@ -121,7 +121,7 @@ static int acquire_or_stale(struct lockfs_core *core, const char *name,
 	int rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
 				     lockfs_table_grant_src(&g, rec, 0), NULL, st);
 
-	if (rc != -EEXIST || !t->be->ops->foreign_stale)
+	if (rc != -EEXIST || !t->be->ops->foreign_stale || !t->be->stale_s)
 		return rc;
 	if (lockfs_recovery_stale_foreign(t, name) <= 0)
 		return rc;
