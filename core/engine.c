@@ -898,8 +898,13 @@ void lockfs_core_close(struct lockfs_core *core)
 	if (!core)
 		return;
 	t = &core->table;
-	/* The thread first: it calls into everything below. */
+	/* The thread first: it calls into everything below.  Then the store,
+	 * whose reports kick that thread (changes.c): none may come once the
+	 * thread is freed, and nothing below needs the store. */
 	lockfs_liveness_stop(t->liveness);
+	if (t->be)
+		t->be->ops->close(t->be);
+	t->be = NULL;
 	for (int i = 0; i < STRIPES; i++) {
 		while (t->stripes[i].head) {
 			struct cached *c = t->stripes[i].head;
@@ -919,9 +924,6 @@ void lockfs_core_close(struct lockfs_core *core)
 		free(t->users[i].name);
 	free(t->users);
 	pthread_mutex_destroy(&t->users_mu);
-	/* The store's reports end with it; then the set they went to. */
-	if (t->be)
-		t->be->ops->close(t->be);
 	lockfs_changes_fini(t);
 	{
 		size_t left = lockfs_log_close(t->log);
