@@ -125,9 +125,11 @@ bool lockfs_changes_drain(struct lockfs_table *t)
 	all = ch->all;
 	ch->all = false;
 	n = ch->n < SLICE_NAMES ? ch->n : SLICE_NAMES;
-	memcpy(names, ch->names, n * sizeof(*names));
-	memmove(ch->names, ch->names + n, (ch->n - n) * sizeof(*names));
-	ch->n -= n;
+	if (n) { /* (ch->names is NULL until a first name) */
+		memcpy(names, ch->names, n * sizeof(*names));
+		memmove(ch->names, ch->names + n, (ch->n - n) * sizeof(*names));
+		ch->n -= n;
+	}
 	more = ch->n > 0;
 	pthread_mutex_unlock(&ch->mu);
 
