@@ -114,6 +114,9 @@ def test_the_dir_store_watches_DIR_for_changes(lockfs_factory):
     """The dir backend learns of `mkdir/rmdir DIR/NAME.lock` by other programs
     from inotify on DIR, not by polling."""
     m = lockfs_factory()
+    # The mount shows before the daemon serves; the watch is there once it
+    # answers a request (the store starts reporting before the loop runs).
+    os.listdir(m.mnt)
     assert os.stat(m.dir).st_ino in _inotify_watches(m.pid)
 
 
