@@ -128,10 +128,12 @@ def _stored(m, name):
 
 
 def _wait_stored_exited(m, name):
-    """Wait until DIR's record says holder_exited: the daemon logs
-    holder-exited first, and writes the record right after."""
+    """Wait until DIR's record says holder_exited and the log has its
+    holder-exited line: the daemon stores the kept record first and logs
+    right after, so a stop in between must not be what a test looks at."""
     wait_until(lambda: _stored(m, name).get('holder_exited'), timeout=DEADLINE,
                what=f'holder_exited in {name}/owner.json')
+    wait_log(m.dir, name, 'holder-exited', timeout=DEADLINE)
 
 
 def _events(m, name):

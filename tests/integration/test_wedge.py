@@ -240,10 +240,21 @@ def test_restart_aborts_a_wedged_predecessor_and_takes_over(scratch_dir, lockfs_
     os.rmdir(m.path('y'))
 
 
+def _recorded_pid(backing):
+    try:
+        with open(os.path.join(backing, '.lockfs')) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def test_restart_refuses_a_stopped_live_predecessor(lockfs_factory):
     """Control: a predecessor that is alive (here stopped, so its mount hangs)
     is not a zombie, so nothing is aborted and the restart is refused."""
     m = lockfs_factory()
+    # A -f daemon shows its mount a moment before it records its pid: stop
+    # it only once DIR/.lockfs names it, as the refusal will.
+    wait_until(lambda: _recorded_pid(m.dir) == m.pid, what='the pid in DIR/.lockfs')
     os.kill(m.pid, signal.SIGSTOP)
     try:
         r = _refused([LOCKFS_BIN, '-f', '-o', f'backing={m.dir}', m.mnt])
