@@ -281,6 +281,31 @@ static void test_shared_waiters_at_the_head_are_granted_together(void **state)
 	assert_false(held("db"));
 }
 
+static void test_interrupted_waiter_asking_again_keeps_its_place(void **state)
+{
+	struct waiter a, b, c;
+	pid_t pb = engine_proc(&H, NULL);
+
+	(void)state;
+	answers = 0;
+	assert_int_equal(fd_lock(&a, engine_proc(&H, NULL), "q", LOCKFS_EXCLUSIVE, 1), 0);
+	assert_int_equal(fd_lock(&b, pb, "q", LOCKFS_EXCLUSIVE, 2), -EINPROGRESS);
+	assert_int_equal(fd_lock(&c, engine_proc(&H, NULL), "q", LOCKFS_EXCLUSIVE, 3), -EINPROGRESS);
+	/* B is interrupted (a signal) and its flock restarted at once. */
+	assert_int_equal(lockfs_core_fd_cancel(H.core, "q", &b.w), 0);
+	assert_false(b.answered);
+	engine_advance(&H, 500);
+	assert_int_equal(fd_lock(&b, pb, "q", LOCKFS_EXCLUSIVE, 2), -EINPROGRESS);
+
+	fd_unlock(&a, "q");
+	assert_true(b.answered); /* ahead of C, as before */
+	assert_int_equal(b.result, 0);
+	assert_false(c.answered);
+	fd_unlock(&b, "q");
+	assert_true(c.answered);
+	fd_unlock(&c, "q");
+}
+
 /* ---- recovery decisions ---- */
 
 static void test_exited_holder_is_recovered_with_evidence_exited(void **state)
@@ -495,6 +520,7 @@ int main(void)
 		T(test_release_of_another_hosts_lock_is_eperm),
 		T(test_fd_waiters_are_granted_in_fifo_order),
 		T(test_shared_waiters_at_the_head_are_granted_together),
+		T(test_interrupted_waiter_asking_again_keeps_its_place),
 		T(test_exited_holder_is_recovered_with_evidence_exited),
 		T(test_holder_of_another_boot_of_this_host_is_recovered_boot_changed),
 		T(test_holder_on_another_host_is_never_recovered),
