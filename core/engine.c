@@ -1347,3 +1347,11 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 		lockfs_liveness_signal(t->liveness, pid, start, t->break_signal);
 	return 0;
 }
+
+/* For unit tests only (tests/unit/engine_harness.c): the table, so that a
+ * test calls the liveness thread's entry points (lock/recovery.h,
+ * lock/changes.h) itself, one step at a time, instead of starting it. */
+struct lockfs_table *lockfs_core_table(struct lockfs_core *core)
+{
+	return &core->table;
+}

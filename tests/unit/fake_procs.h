@@ -62,8 +62,9 @@ ino_t fake_procs_name_ino(const char *name);
 const struct fake_proc *fake_procs_find(pid_t tid);
 
 /* The read_tid of fake_procs_source, for a test that builds a source with
- * fewer functions.  0, or -ENOENT for a pid that does not (or no longer)
- * exist. */
+ * fewer functions.  With LOCKFS_PROC_PIDFD in WANT, *OUT carries a fake
+ * pidfd (the caller closes it).  0, or -ENOENT for a pid that does not (or
+ * no longer) exist. */
 int fake_procs_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out);
 
 /* Add ROW (copied; its strings must outlive the test) to the world.  0, or
