@@ -19,7 +19,8 @@
  * that only grows, also across restarts.  Changes are reported from an
  * inotify watch on DIR (so a script's `mkdir`/`rmdir DIR/NAME.lock` is
  * seen at once), plus this daemon's own record rewrites, which happen
- * inside NAME.lock where DIR's watch does not look.
+ * inside NAME.lock where DIR's watch does not look; this daemon's own
+ * changes are told apart (CHANGE_OWN), see report_events.
  *
  * Temporary and leftover entries start with ".lockfs-", which no lock
  * name can (names may not start with '.').
@@ -1059,19 +1060,94 @@ static int dir_session(struct lockfs_backend *be, const char *host, struct lockf
 
 /* ---- Reporting changes ---- */
 
-static void report_events(struct dir_store *d, const char *buf, ssize_t n)
+/*
+ * This daemon's own acquisitions and releases are renames between a
+ * ".lockfs-" entry and NAME.lock (take, dir_release), which DIR's watch
+ * sees as IN_MOVED_FROM and IN_MOVED_TO with one cookie.  ".lockfs-" names
+ * are this daemon's alone (no lock name may start with '.'; the seed's
+ * script never makes one), so such a pair is reported as CHANGE_OWN: the
+ * engine made and cached it and need not wake up for it.  Everything else
+ * -- a script's mkdir, rmdir or mv of NAME.lock, and a pair that does not
+ * come together -- is CHANGE_NAME, as it always was.
+ */
+struct move_from {
+	uint32_t cookie;
+	bool pending;                /* an IN_MOVED_FROM awaits its IN_MOVED_TO */
+	bool own;                    /* ... of a ".lockfs-" entry (else of NAME.lock) */
+	char name[NAME_MAX + 1];     /* NAME, when of NAME.lock */
+};
+
+static bool is_tmp(const char *entry)
+{
+	return strncmp(entry, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
+}
+
+/* The IN_MOVED_FROM held in *MF came without its pair: report it plainly. */
+static void flush_move(struct dir_store *d, struct move_from *mf)
+{
+	if (mf->pending && !mf->own)
+		d->change(d->change_arg, LOCKFS_CHANGE_NAME, mf->name);
+	mf->pending = false;
+}
+
+static void report_events(struct dir_store *d, const char *buf, ssize_t n,
+			  struct move_from *mf)
 {
 	char name[NAME_MAX + 1];
 
 	for (const char *p = buf; p < buf + n;) {
 		const struct inotify_event *ev = (const struct inotify_event *)p;
+		bool lock;
 
 		p += sizeof(*ev) + ev->len;
-		if (ev->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED))
+		if (ev->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+			flush_move(d, mf);
 			d->change(d->change_arg, LOCKFS_CHANGE_ALL, NULL);
-		else if (ev->len && lock_entry(ev->name, name))
+			continue;
+		}
+		if (!ev->len)
+			continue;
+		lock = lock_entry(ev->name, name);
+		if ((ev->mask & IN_MOVED_TO) && mf->pending && mf->cookie == ev->cookie) {
+			/* The second half of one rename. */
+			if (mf->own && lock)          /* .lockfs-X -> NAME.lock: take */
+				d->change(d->change_arg, LOCKFS_CHANGE_OWN, name);
+			else if (!mf->own && is_tmp(ev->name)) /* NAME.lock -> .lockfs-X */
+				d->change(d->change_arg, LOCKFS_CHANGE_OWN, mf->name);
+			else {
+				flush_move(d, mf);
+				if (lock)
+					d->change(d->change_arg, LOCKFS_CHANGE_NAME, name);
+			}
+			mf->pending = false;
+			continue;
+		}
+		flush_move(d, mf);
+		if ((ev->mask & IN_MOVED_FROM) && (lock || is_tmp(ev->name))) {
+			mf->pending = true;
+			mf->cookie = ev->cookie;
+			mf->own = !lock;
+			if (lock)
+				memcpy(mf->name, name, sizeof(mf->name));
+		} else if (lock) {
 			d->change(d->change_arg, LOCKFS_CHANGE_NAME, name);
+		}
 	}
+}
+
+/* Read and report DIR's events until none are queued (a rename's two
+ * halves may straddle two reads); then an unpaired half is plain. */
+static void drain_inotify(struct dir_store *d, char *buf, size_t size)
+{
+	struct move_from mf = { .pending = false };
+	ssize_t got;
+
+	while ((got = read(d->inotify_fd, buf, size)) > 0) {
+		report_events(d, buf, got, &mf);
+		if (!mf.pending)
+			break; /* nothing straddles: no read just to hear EAGAIN */
+	}
+	flush_move(d, &mf);
 }
 
 /* The reporting thread: DIR's inotify events and this daemon's own
@@ -1098,14 +1174,14 @@ static void *report_thread(void *arg)
 			d->change(d->change_arg, LOCKFS_CHANGE_ALL, NULL);
 			continue;
 		}
-		if (d->inotify_fd >= 0 && pfd[2].revents &&
-		    (got = read(d->inotify_fd, buf, sizeof(buf))) > 0)
-			report_events(d, buf, got);
-		/* Whole frames only: every write is one FRAME (<= PIPE_BUF). */
+		if (d->inotify_fd >= 0 && pfd[2].revents)
+			drain_inotify(d, buf, sizeof(buf));
+		/* Whole frames only: every write is one FRAME (<= PIPE_BUF).
+		 * They are this daemon's own rewrites inside NAME.lock. */
 		if (pfd[1].revents && (got = read(d->own_pipe[0], buf, sizeof(buf))) > 0)
 			for (ssize_t i = 0; i + FRAME <= got; i += FRAME) {
 				buf[i + FRAME - 1] = '\0';
-				d->change(d->change_arg, LOCKFS_CHANGE_NAME, buf + i);
+				d->change(d->change_arg, LOCKFS_CHANGE_OWN, buf + i);
 			}
 		if (__atomic_exchange_n(&d->own_overflow, false, __ATOMIC_ACQ_REL))
 			d->change(d->change_arg, LOCKFS_CHANGE_ALL, NULL);

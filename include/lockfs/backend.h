@@ -124,10 +124,17 @@ enum lockfs_change {
 	LOCKFS_CHANGE_ALL,     /* anything may have changed (inotify overflow,
 				  a watch resumed from a fresh read); NAME NULL */
 	LOCKFS_CHANGE_SESSION, /* this daemon's session changed state; NAME NULL */
+	LOCKFS_CHANGE_OWN,     /* NAME changed by this daemon's own call (acquire,
+				  claim, handoff, update, release), which the
+				  engine made and cached itself: the report is
+				  only a hint.  Never for a change made outside
+				  (that is CHANGE_NAME).  A backend may report
+				  its own changes as CHANGE_NAME instead. */
 };
 /* From a thread of the backend's own, never concurrently with itself, with
  * no backend lock held.  Must return soon and must not call the backend.
- * Changes made through this daemon's own calls may be reported too. */
+ * Changes made through this daemon's own calls may be reported too
+ * (CHANGE_OWN when the backend can tell them apart exactly). */
 typedef void (*lockfs_change_fn)(void *arg, enum lockfs_change what, const char *name);
 
 enum lockfs_session_state {
