@@ -121,12 +121,13 @@ static int acquire_or_stale(struct lockfs_core *core, const char *name,
 	int rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
 				     lockfs_table_grant_src(&g, rec, 0), NULL, st);
 
-	if (rc != -EEXIST || !t->be->ops->foreign_stale || !t->be->stale_s)
-		return rc;
-	if (lockfs_recovery_stale_foreign(t, name) <= 0)
-		return rc;
-	return t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
-				   lockfs_table_grant_src(&g, rec, 0), NULL, st);
+	if (rc == -EEXIST && t->be->ops->foreign_stale && t->be->stale_s &&
+	    lockfs_recovery_stale_foreign(t, name) > 0)
+		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+					 lockfs_table_grant_src(&g, rec, 0), NULL, st);
+	if (rc == 0)
+		lockfs_table_grant_fence(&g, st);
+	return rc;
 }
 
 int lockfs_core_acquire(struct lockfs_core *core, const char *name,

@@ -26,6 +26,12 @@ struct qentry {
 	gid_t gid;
 	int64_t since_ms;        /* wall clock, for `waiters` */
 	int64_t keep_until_ms;   /* boot clock: a kept place's end */
+	bool nowait;             /* LOCK_NB: never takes a place in the store */
+	/* Its place in the store's own line (a backend that orders contenders
+	 * across daemons, etcd): rank 0 while it has none.  BE is the store it
+	 * was taken in, so whoever unlinks the entry can leave it. */
+	struct lockfs_place place;
+	struct lockfs_backend *be;
 };
 
 /* The waiters of one name; exists while it has any. */

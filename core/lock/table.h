@@ -216,6 +216,12 @@ struct lockfs_grant_src {
 const struct lockfs_record_src *lockfs_table_grant_src(struct lockfs_grant_src *g,
 						       struct lockfs_record *rec, size_t which);
 
+/* After a grant the store made from G: a store that issues fences by the
+ * write itself (etcd: the key's create_revision) encoded "fence": null
+ * and names the fence only in ST; take it into G's record, so the cache,
+ * `owner` and the `acquired` line carry it.  No-op when encode had one. */
+void lockfs_table_grant_fence(struct lockfs_grant_src *g, const struct lockfs_entry_stat *st);
+
 /*
  * Run VIEW on NAME's record (C is NULL for a foreign lock) with the stripe
  * mutex taken here: the shape of every read-only request.  Returns VIEW's
