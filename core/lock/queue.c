@@ -449,6 +449,11 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
 		rc = rc == -EEXIST || rc == -EINPROGRESS ? -EAGAIN : rc;
+		/* A store with sessions that cannot grant now (uncertain,
+		 * unreachable, a lost session): a waiter stays parked and is
+		 * tried again (each second, and on the next report). */
+		if (store_has_line(t) && !e->nowait && (rc == -EIO || rc == -ESTALE))
+			rc = -EAGAIN;
 		goto out;
 	}
 	e->place = (struct lockfs_place){ 0 }; /* granted: it is the lock now */
@@ -915,4 +920,34 @@ void lockfs_queue_forget_kept(struct stripe *s, const char *name, const char *ow
 	}
 	if (q)
 		queue_maybe_free(s, q);
+}
+
+void lockfs_queue_rejoin_locked(struct lockfs_table *t, struct stripe *s, int64_t session)
+{
+	for (struct lockq *q = s->queues, *qnext; q; q = qnext) {
+		qnext = q->next;
+		for (struct qentry *e = q->head, *next; e; e = next) {
+			char who[WHO_MAX], uid[16], pid[16], old[24];
+			const char *kv[] = { "uid", uid, "pid", pid, "session", old, NULL };
+
+			next = e->next;
+			if (!e->place.rank || e->place.session == session)
+				continue;
+			snprintf(old, sizeof(old), "%016" PRIx64, (uint64_t)e->place.session);
+			/* The old place went with its session: nothing to leave. */
+			e->place = (struct lockfs_place){ 0 };
+			if (!e->w) {
+				queue_unlink(q, e); /* a kept place of the old session */
+				continue;
+			}
+			take_place(t, q->name, e, LOCKFS_ACQ_QUEUE);
+			lockfs_audit_who(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
+			lockfs_audit_ids(uid, pid, e->who.uid, e->who.pid);
+			lockfs_audit_event(t, who, q->name, kv, "requeued");
+		}
+		if (first_active(q))
+			lockfs_queue_grant_locked(t, s, q->name);
+		else
+			queue_maybe_free(s, q);
+	}
 }

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from etcd_fixtures import etcd1  # noqa: F401
+from etcd_fixtures import etcd1, tcp_proxy  # noqa: F401
 from flock_helpers import fpath, read_waiters, wait_waiters
 from lockfs_helpers import log_for, read_owner, wait_until
 
@@ -164,3 +164,43 @@ def test_waiters_on_two_hosts_are_granted_in_store_order(h1, h2, procs):
         assert all(x.poll(r) is None for x, _, r, _ in ws[k + 1:]), f'out of turn after {k}'
         assert read_owner(m.mnt, 'o')['holder']['pid'] == w.pid
         assert w.flock(fd, fcntl.LOCK_UN) == 0
+
+
+# ---- a lost session (issue 11, liveness 3) ----
+
+@pytest.fixture
+def cut_h1(lockfs_factory, etcd1, prefix, tcp_proxy):
+    """h1 reaches etcd only through a proxy the test can pause (ttl=2)."""
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    m = lockfs_factory(options=('backend=etcd', f'etcd={proxy.url}', f'prefix={prefix}',
+                                'host=h1', 'ttl=2', 'lock_delay=0', 'break_signal=USR1'))
+    return m, proxy
+
+
+def test_lost_session_logs_lost_and_the_holders_rmdir_is_estale(cut_h1, procs, tmp_path):
+    m, proxy = cut_h1
+    marker = tmp_path / 'usr1'
+    # The holder notes SIGUSR1 (-o break_signal) and lives on to rmdir.
+    a = procs.agent(setup=('import os, signal\n'
+                           f'_m = os.open({str(marker)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n'
+                           "signal.signal(signal.SIGUSR1, lambda s, f: os.write(_m, b'USR1'))\n"))
+    other = procs.agent()
+    assert a.mkdir(m.path('l')) == 0
+    fence = read_owner(m.mnt, 'l')['fence']
+    proxy.pause()
+    wait_until(lambda: any(l.event == 'lost' for l in log_for(m.dir, 'l')), timeout=10,
+               what='`lost` logged')
+    proxy.resume()
+    lost = [l for l in log_for(m.dir, 'l') if l.event == 'lost'][0]
+    assert lost.details['evidence'] == 'session-expired'
+    assert int(lost.details['fence']) == fence
+    assert int(lost.details['pid']) == a.pid
+    assert len(lost.details['session']) == 16
+    wait_until(lambda: marker.read_bytes() == b'USR1', timeout=2, what='the holder signalled')
+    assert other.rmdir(m.path('l')) == errno.ENOENT
+    assert a.rmdir(m.path('l')) == errno.ESTALE
+    # Told once (the kernel's immediate re-lookup hears it too), then free.
+    wait_until(lambda: a.rmdir(m.path('l')) == errno.ENOENT, timeout=2, what='told once')
+    # Nothing is silently re-held: the name is free once etcd answers.
+    wait_until(lambda: a.mkdir(m.path('l')) == 0, timeout=10, what='mkdir after the new session')
+    assert a.rmdir(m.path('l')) == 0
