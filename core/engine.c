@@ -302,6 +302,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 			.identity = st.identity, .index = i,
 			.event = lockfs_fdlock_release_event(s, name, &c->rec, i) });
+		/* The store refused it (etcd unreachable): the rmdir says EIO,
+		 * and the engine completes the release once the store answers
+		 * (the tick's retries), logged then with retried=1. */
+		if (rc == -EIO && (t->be->caps & LOCKFS_BE_RETRY_RELEASES) &&
+		    (c = lockfs_table_find(s, name)) && i < lockfs_record_holders(&c->rec) &&
+		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD)
+			lockfs_fdlock_retry_add(s, name, "", lockfs_record_fence_at(&c->rec, i), rc,
+						true);
 	}
 out:
 	lockfs_table_unlock(s);

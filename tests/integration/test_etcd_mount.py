@@ -257,3 +257,24 @@ def test_uncertain_session_owner_says_so_and_mkdir_is_eio(cut_h1, procs):
         assert a.mkdir(m.path('v')) == errno.EIO   # no grant while uncertain
     finally:
         proxy.resume()
+
+
+def test_refused_release_answers_eio_and_is_completed_once_etcd_answers(
+        lockfs_factory, etcd1, prefix, tcp_proxy, procs):
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    m = lockfs_factory(options=('backend=etcd', f'etcd={proxy.url}', f'prefix={prefix}',
+                                'host=h1', 'ttl=8', 'lock_delay=0'))
+    a = procs.agent()
+    assert a.mkdir(m.path('r')) == 0
+    proxy.pause()
+    try:
+        assert a.rmdir(m.path('r')) == errno.EIO
+        assert not [l for l in log_for(m.dir, 'r') if l.event == 'released']
+    finally:
+        proxy.resume()
+    wait_until(lambda: [l for l in log_for(m.dir, 'r') if l.event == 'released'], timeout=10,
+               what='the release completed')
+    rel = [l for l in log_for(m.dir, 'r') if l.event == 'released']
+    assert len(rel) == 1 and rel[0].details.get('retried') == '1'
+    wait_until(lambda: _keys(etcd1, prefix, 'r') == [], what='its key deleted')
+    assert 'r' not in os.listdir(m.mnt)
