@@ -987,6 +987,9 @@ int lockfs_core_start(struct lockfs_core *core)
 	rc = lockfs_liveness_run(t->liveness);
 	if (rc < 0)
 		return rc;
+	/* The session the engine acts on from now on (a store with
+	 * sessions): one lost before the first report is still noticed. */
+	lockfs_session_check(t);
 	/* The store reports changes from now on: the startup scan is over,
 	 * and the thread that takes them in runs. */
 	return t->be->ops->start(t->be, lockfs_changes_report, t);

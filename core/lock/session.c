@@ -105,11 +105,10 @@ static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t le
 }
 
 /* Every lock of this host lost with session LEASE: logged, tombstoned,
- * dropped from the cache, and its holders signalled. */
-static void lose_all(struct lockfs_table *t, int64_t lease, bool all)
+ * dropped from the cache; its holders go into SG, to be signalled once
+ * no engine mutex is held. */
+static void lose_all(struct lockfs_table *t, int64_t lease, bool all, struct signals *sg)
 {
-	struct signals sg = { 0 };
-
 	for (int k = 0; k < STRIPES; k++) {
 		struct stripe *s = &t->stripes[k];
 
@@ -127,15 +126,12 @@ static void lose_all(struct lockfs_table *t, int64_t lease, bool all)
 				log_lost(t, c, i, lease);
 				tombstone_add(s, c, i);
 				if (t->break_signal && h->pid > 0)
-					signals_add(&sg, h->pid, h->start_time);
+					signals_add(sg, h->pid, h->start_time);
 			}
 			lockfs_table_drop(t, s, c->name);
 		}
 		lockfs_table_unlock(s);
 	}
-	for (size_t i = 0; i < sg.n; i++)
-		lockfs_liveness_signal(t->liveness, sg.v[i].pid, sg.v[i].start, t->break_signal);
-	free(sg.v);
 }
 
 /* Drop tombstones whose holder is gone: nobody is left to tell. */
@@ -165,6 +161,7 @@ static void prune_tombstones(struct lockfs_table *t)
 void lockfs_session_check(struct lockfs_table *t)
 {
 	struct lockfs_session cur;
+	struct signals sg = { 0 };
 	int64_t lost = 0;
 	bool rejoin = false, tombs = false;
 
@@ -180,7 +177,7 @@ void lockfs_session_check(struct lockfs_table *t)
 		lost = 0; /* acted on already */
 	if (lost) {
 		t->session_lost_id = lost;
-		lose_all(t, lost, cur.state == LOCKFS_SESSION_LOST);
+		lose_all(t, lost, cur.state == LOCKFS_SESSION_LOST, &sg);
 	}
 	if (cur.state == LOCKFS_SESSION_LIVE && cur.id && cur.id != t->session_id) {
 		rejoin = t->session_id != 0;
@@ -189,6 +186,9 @@ void lockfs_session_check(struct lockfs_table *t)
 	for (int k = 0; k < STRIPES && !tombs; k++)
 		tombs = t->stripes[k].tombstones != NULL; /* racy read: a hint */
 	pthread_mutex_unlock(&t->session_mu);
+	for (size_t i = 0; i < sg.n; i++)
+		lockfs_liveness_signal(t->liveness, sg.v[i].pid, sg.v[i].start, t->break_signal);
+	free(sg.v);
 	if (rejoin) {
 		for (int k = 0; k < STRIPES; k++) {
 			struct stripe *s = &t->stripes[k];
