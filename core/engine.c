@@ -307,9 +307,18 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		 * (the tick's retries), logged then with retried=1. */
 		if (rc == -EIO && (t->be->caps & LOCKFS_BE_RETRY_RELEASES) &&
 		    (c = lockfs_table_find(s, name)) && i < lockfs_record_holders(&c->rec) &&
-		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD)
+		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD) {
+			const struct lockfs_holder *hd = lockfs_record_holder(&c->rec, i);
+
 			lockfs_fdlock_retry_add(s, name, "", lockfs_record_fence_at(&c->rec, i), rc,
 						true);
+			if (s->retries && strcmp(s->retries->name, name) == 0) {
+				lockfs_audit_who(s->retries->who, sizeof(s->retries->who),
+						 i == 0 ? c->rec.slug : NULL, hd->comm, hd->pid);
+				s->retries->uid = hd->uid;
+				s->retries->pid = hd->pid;
+			}
+		}
 	}
 out:
 	lockfs_table_unlock(s);

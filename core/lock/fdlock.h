@@ -54,6 +54,12 @@ struct unlock_retry {
 	char owner[LOCKFS_FD_OWNER_MAX];
 	uint64_t fence;          /* of that holder: only that grant is ended */
 	bool logged;             /* its `acquired` is in the log */
+	/* owner "": the holder, for its `released` line when the store
+	 * completed the refused release itself (a write of unknown outcome
+	 * that etcd applied late): the lock is then gone when retried. */
+	char who[WHO_MAX];
+	uid_t uid;
+	pid_t pid;
 };
 
 /* Is holder I of REC OWNER's fd grant?  FENCE 0: any of OWNER's grants. */

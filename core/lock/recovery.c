@@ -776,6 +776,16 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 			}
 		} else if (rc < 0 && rc != -ENOENT) {
 			done = false; /* the store cannot tell yet */
+		} else if (rc == -ENOENT && !r->owner[0] && r->who[0]) {
+			/* The refused rmdir was applied after all (the store
+			 * resolved its unknown outcome): it is the release. */
+			char fence[24], uid[16], pid[16];
+			const char *kv[] = { "fence", fence, "uid", uid, "pid", pid,
+					     "retried", "1", NULL };
+
+			snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
+			lockfs_audit_ids(uid, pid, r->uid, r->pid);
+			lockfs_audit_event(t, r->who, r->name, kv, "released");
 		}
 		if (!done) {
 			pp = &r->next;
