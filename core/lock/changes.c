@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "changes.h"
+#include "session.h"
 #include "queue.h"
 
 /* Names held in the set before it gives up on them and says "anything
@@ -37,6 +38,7 @@ struct lockfs_changes {
 	bool all;           /* every queue is to be tried; protected by mu */
 	char **own;         /* CHANGE_OWN names not taken in; protected by mu */
 	size_t nown, owncap; /* protected by mu */
+	bool session;       /* the session changed state; protected by mu */
 };
 
 int lockfs_changes_init(struct lockfs_table *t)
@@ -137,6 +139,8 @@ void lockfs_changes_report(void *arg, enum lockfs_change what, const char *name)
 		wake = !note_own_locked(ch, name);
 	else
 		note_locked(ch, what == LOCKFS_CHANGE_NAME ? name : NULL);
+	if (what == LOCKFS_CHANGE_SESSION)
+		ch->session = true;
 	pthread_mutex_unlock(&ch->mu);
 	if (wake)
 		lockfs_liveness_kick(t->liveness);
@@ -191,15 +195,21 @@ bool lockfs_changes_drain(struct lockfs_table *t)
 	struct lockfs_changes *ch = t->changes;
 	char *names[SLICE_NAMES], *own[SLICE_NAMES];
 	size_t n, nown;
-	bool all, more;
+	bool all, more, session;
 
 	pthread_mutex_lock(&ch->mu);
 	all = ch->all;
 	ch->all = false;
+	session = ch->session;
+	ch->session = false;
 	n = take_slice(ch->names, &ch->n, names);
 	nown = take_slice(ch->own, &ch->nown, own);
 	more = ch->n > 0 || ch->nown > 0;
 	pthread_mutex_unlock(&ch->mu);
+
+	/* First: locks lost with the session are not tried as held below. */
+	if (session)
+		lockfs_session_check(t);
 
 	if (all) {
 		/* Anything may have changed: every queue is tried (a cached

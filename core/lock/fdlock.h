@@ -48,9 +48,18 @@ void lockfs_fdlock_free_all(struct stripe *s);
 struct unlock_retry {
 	struct unlock_retry *next;
 	char *name;
+	/* "": an rmdir of a process- or slug-bound holder that the store
+	 * refused (-EIO) with LOCKFS_BE_RETRY_RELEASES: the engine completes
+	 * it, logged `released` with retried=1. */
 	char owner[LOCKFS_FD_OWNER_MAX];
 	uint64_t fence;          /* of that holder: only that grant is ended */
 	bool logged;             /* its `acquired` is in the log */
+	/* owner "": the holder, for its `released` line when the store
+	 * completed the refused release itself (a write of unknown outcome
+	 * that etcd applied late): the lock is then gone when retried. */
+	char who[WHO_MAX];
+	uid_t uid;
+	pid_t pid;
 };
 
 /* Is holder I of REC OWNER's fd grant?  FENCE 0: any of OWNER's grants. */

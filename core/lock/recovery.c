@@ -28,6 +28,7 @@
 #include "queue.h"
 #include "rebound.h"
 #include "recovery.h"
+#include "session.h"
 #include "table.h"
 
 /* How much queued work the liveness thread does before it looks for
@@ -756,19 +757,35 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 
 		if (rc == 0 && c && lockfs_table_issued_here(c)) {
 			for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++) {
-				if (!lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence))
+				static const char *const retried[] = { "retried", "1", NULL };
+				bool rmdir_retry = !r->owner[0];
+
+				if (rmdir_retry ? lockfs_record_bound_at(&c->rec, i) == LOCKFS_BOUND_FD ||
+						  lockfs_record_fence_at(&c->rec, i) != r->fence
+						: !lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence))
 					continue;
 				/* Nothing was logged at the first try; nothing
 				 * at all for a grant the log refused. */
 				rc = lockfs_queue_let_go_locked(t, s, c,
 					&(struct lockfs_let_go){ .identity = st.identity, .index = i,
 								 .event = r->logged ? "released"
-										    : NULL });
+										    : NULL,
+								 .extra = rmdir_retry ? retried : NULL });
 				done = rc == 0 || rc == -ENOENT;
 				break;
 			}
 		} else if (rc < 0 && rc != -ENOENT) {
 			done = false; /* the store cannot tell yet */
+		} else if (rc == -ENOENT && !r->owner[0] && r->who[0]) {
+			/* The refused rmdir was applied after all (the store
+			 * resolved its unknown outcome): it is the release. */
+			char fence[24], uid[16], pid[16];
+			const char *kv[] = { "fence", fence, "uid", uid, "pid", pid,
+					     "retried", "1", NULL };
+
+			snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
+			lockfs_audit_ids(uid, pid, r->uid, r->pid);
+			lockfs_audit_event(t, r->who, r->name, kv, "released");
 		}
 		if (!done) {
 			pp = &r->next;
@@ -903,6 +920,9 @@ void lockfs_recovery_tick(void *arg)
 	bool vanished = t->be->ops->check && t->be->ops->check(t->be) < 0;
 
 	lockfs_log_tick(t->log);
+	/* A session lost without a report reaching us (or tombstones whose
+	 * holders exited) is seen within a tick. */
+	lockfs_session_check(t);
 	/* Take in the process events first: a descendant's exit frees its
 	 * holder's lock in the collect() below. */
 	lockfs_descendants_tick(t->descendants);
