@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "lock/audit.h"
 #include "lock/caller.h"
+#include "lock/changes.h"
 #include "lock/fdlock.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
@@ -52,7 +53,6 @@
 struct lockfs_core {
 	struct lockfs_table table;
 	struct lockfs_procevents *procevents; /* NULL: descendants found by scans */
-	int dirfd;              /* borrowed; read-only */
 	struct lockfs_fds fds;  /* descriptors kept for callers (fds.h); its own mutex */
 	bool open_cap_given;    /* -o max_open_per_uid was set; read-only */
 };
@@ -106,6 +106,29 @@ static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, cons
 	lockfs_queue_grant_locked(t, s, name);
 }
 
+/*
+ * Take NAME for REC in the store (fence issued there).  A foreign lock
+ * the store's staleness policy gives up (-o stale: the seed tool's rule)
+ * is recovered and NAME taken in the same request, as the seed tool would
+ * (logged `recovered evidence=foreign-stale`, as by the periodic sweep).
+ * 0 (ST filled), -EEXIST, -errno.
+ */
+static int acquire_or_stale(struct lockfs_core *core, const char *name,
+			    struct lockfs_record *rec, struct lockfs_entry_stat *st)
+{
+	struct lockfs_table *t = &core->table;
+	struct lockfs_grant_src g;
+	int rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+				     lockfs_table_grant_src(&g, rec, 0), NULL, st);
+
+	if (rc != -EEXIST || !t->be->ops->foreign_stale || !t->be->stale_s)
+		return rc;
+	if (lockfs_recovery_stale_foreign(t, name) <= 0)
+		return rc;
+	return t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+				   lockfs_table_grant_src(&g, rec, 0), NULL, st);
+}
+
 int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
 {
@@ -115,8 +138,6 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	struct lockfs_proc holder;
 	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct stripe *s;
-	size_t len;
-	char *json;
 	int rc;
 
 	rc = lockfs_name_check(name);
@@ -188,14 +209,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	rc = lockfs_caller_record(t, name, &holder, slug, &rec, NULL);
 	if (rc < 0)
 		goto unreserve;
-	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
-	if (!json) {
-		lockfs_record_clear(&rec);
-		rc = -ENOMEM;
-		goto unreserve;
-	}
-	rc = t->be->ops->acquire(t->be, name, json, len, &st);
-	free(json);
+	rc = acquire_or_stale(core, name, &rec, &st);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
 		goto unreserve;
@@ -269,7 +283,9 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		if (rc < 0) {
 			lockfs_table_unlock(s);
 			lockfs_caller_denied(t, name, caller, foreign ? "foreign-lock" :
-				   rc == -EPERM ? "not-holder" : "caller-unknown");
+				   rc != -EPERM ? "caller-unknown" :
+				   c->rec.has_holder && lockfs_table_elsewhere(t, &c->rec.holder)
+				   ? "other-host" : "not-holder");
 			return rc;
 		}
 		/* Also a grant whose descriptor let go while the store
@@ -294,7 +310,20 @@ static int view_stat(const char *name, struct cached *c, const struct lockfs_ent
 
 int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_lock_stat *out)
 {
-	return lockfs_table_view(&core->table, name, view_stat, out);
+	struct lockfs_table *t = &core->table;
+	struct lockfs_lock_stat st;
+	int rc = lockfs_table_view(t, name, view_stat, &st);
+
+	/* A foreign lock the store gives up (-o stale) is recovered when
+	 * met, as by the periodic sweep: the kernel looks NAME up before it
+	 * sends a mkdir, so this is where `mkdir M/NAME` meets it -- the
+	 * lookup says "free" and the mkdir that follows acquires. */
+	if (rc == 0 && st.foreign && t->be->ops->foreign_stale && t->be->stale_s &&
+	    lockfs_recovery_stale_foreign(t, name) == 1)
+		rc = lockfs_table_view(t, name, view_stat, &st);
+	if (rc == 0 && out)
+		*out = st;
+	return rc;
 }
 
 /* The `owner` view of a lock held without a record lockfs can read. */
@@ -718,7 +747,7 @@ static int quota_open_limits(struct lockfs_core *core, const struct lockfs_core_
 		.open_per_uid = cap_of(cfg->max_open_per_uid, DEFAULT_OPEN_PER_UID),
 		.locks_per_uid = cap_of(cfg->max_locks_per_uid, DEFAULT_LOCKS_PER_UID),
 		.waiters_per_uid = cap_of(cfg->max_waiters_per_uid, DEFAULT_WAITERS_PER_UID),
-		.locks = cfg->max_locks ? cap_of(cfg->max_locks, 0) : default_max_locks(cfg->dirfd),
+		.locks = cfg->max_locks ? cap_of(cfg->max_locks, 0) : default_max_locks(cfg->backend ? cfg->backend->state_dirfd : -1),
 	};
 
 	core->open_cap_given = cfg->max_open_per_uid != 0;
@@ -773,10 +802,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	for (int i = 0; i < STRIPES; i++)
 		t->stripes[i].due_boot_ms = INT64_MAX;
 	lockfs_fds_init(&core->fds);
-	core->dirfd = cfg->dirfd;
 	t->procs = cfg->procs ? cfg->procs : &lockfs_proc_real;
 	t->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
-	t->stale_s = cfg->stale_s;
 	t->break_signal = cfg->break_signal;
 	t->log = cfg->log;
 	if (!t->log) {
@@ -787,19 +814,23 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 				  cfg->helpers ? cfg->helpers : LOCKFS_DEFAULT_HELPERS);
 	if (rc < 0)
 		goto fail;
-	if (gethostname(t->host, sizeof(t->host) - 1) < 0)
-		strcpy(t->host, "localhost");
-	rc = lockfs_boot_id(t->boot_id);
-	if (rc < 0)
+	if (!cfg->backend) {
+		rc = -EINVAL;
 		goto fail;
-	rc = lockfs_fence_open(&t->fence, cfg->dirfd,
-			       cfg->fence_path ? cfg->fence_path : ".fence");
+	}
+	/* This host, as the store names it in records: the holders the
+	 * engine may judge by pid and boot id are this host's only. */
+	snprintf(t->host, sizeof(t->host), "%s", cfg->backend->host);
+	rc = lockfs_boot_id(t->boot_id);
 	if (rc < 0)
 		goto fail;
 	rc = quota_open_limits(core, cfg);
 	if (rc < 0)
 		goto fail;
 	rc = lockfs_recovery_init(t);
+	if (rc < 0)
+		goto fail;
+	rc = lockfs_changes_init(t);
 	if (rc < 0)
 		goto fail;
 	/* The thread calls up into recovery.c through these, with the table. */
@@ -828,6 +859,7 @@ fail:
 int lockfs_core_start(struct lockfs_core *core)
 {
 	struct lockfs_table *t = &core->table;
+	int rc;
 
 	/* The mount is made: what is open now is the daemon's own. */
 	lockfs_fds_start(&core->fds);
@@ -837,7 +869,12 @@ int lockfs_core_start(struct lockfs_core *core)
 		lockfs_quota_set_open_limit(t->quota, room < DEFAULT_OPEN_PER_UID ?
 				     (uint32_t)(room > 0 ? room : 1) : DEFAULT_OPEN_PER_UID);
 	}
-	return lockfs_liveness_run(t->liveness);
+	rc = lockfs_liveness_run(t->liveness);
+	if (rc < 0)
+		return rc;
+	/* The store reports changes from now on: the startup scan is over,
+	 * and the thread that takes them in runs. */
+	return t->be->ops->start(t->be, lockfs_changes_report, t);
 }
 
 void lockfs_core_stop(struct lockfs_core *core)
@@ -861,8 +898,13 @@ void lockfs_core_close(struct lockfs_core *core)
 	if (!core)
 		return;
 	t = &core->table;
-	/* The thread first: it calls into everything below. */
+	/* The thread first: it calls into everything below.  Then the store,
+	 * whose reports kick that thread (changes.c): none may come once the
+	 * thread is freed, and nothing below needs the store. */
 	lockfs_liveness_stop(t->liveness);
+	if (t->be)
+		t->be->ops->close(t->be);
+	t->be = NULL;
 	for (int i = 0; i < STRIPES; i++) {
 		while (t->stripes[i].head) {
 			struct cached *c = t->stripes[i].head;
@@ -882,8 +924,7 @@ void lockfs_core_close(struct lockfs_core *core)
 		free(t->users[i].name);
 	free(t->users);
 	pthread_mutex_destroy(&t->users_mu);
-	if (t->be)
-		t->be->ops->destroy(t->be);
+	lockfs_changes_fini(t);
 	{
 		size_t left = lockfs_log_close(t->log);
 
@@ -891,7 +932,6 @@ void lockfs_core_close(struct lockfs_core *core)
 			fprintf(stderr, "lockfs: warning: %zu audit log line(s) could not be written "
 				"to the log before exit; they went to syslog\n", left);
 	}
-	lockfs_fence_close(t->fence);
 	lockfs_helpers_free(&t->helpers);
 	free(core);
 }

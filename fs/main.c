@@ -1,8 +1,9 @@
 /*
  * lockfs: named mutual-exclusion locks as directories.
  *
- *   lockfs [-f] [-o backing=DIR] [-o helpers=a:b:c] [-o fence_file=PATH]
- *          [-o lease=SECONDS] [-o stale=SECONDS] [-o break_signal=SIG]
+ *   lockfs [-f] [-o backend=dir] [-o backing=DIR] [-o fence_file=PATH]
+ *          [-o stale=SECONDS] [-o helpers=a:b:c]
+ *          [-o lease=SECONDS] [-o break_signal=SIG]
  *          [-o descendants=connector|scan]
  *          [-o log_max=SIZE] [-o log_keep=N] [-o log_denied_interval=SECONDS]
  *          [-o max_open_per_uid=N] [-o max_locks_per_uid=N]
@@ -13,9 +14,10 @@
  * SOURCE is what mount(8) passes through mount.fuse3 (`mount -t fuse.lockfs
  * lockfs /locks`); it is ignored.
  *
- * Checks the backing directory and takes it for this daemon before
- * mounting, so a misconfigured lock is a one-line error at second zero,
- * never a silent no-op mutex.
+ * Opens the store that -o backend= names (lockfs/backend.h: the dir
+ * backend checks the backing directory and takes it for this daemon)
+ * before mounting, so a misconfigured lock is a one-line error at second
+ * zero, never a silent no-op mutex.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,25 +38,30 @@
 #include "stop.h"
 #include "takeover.h"
 #include "service.h"
-/* The v1 store interface, until B2 opens stores through the v2 registry. */
-#include "../core/lock/backend_v1.h"
+#include "lockfs/backend.h"
 #include "lockfs/core.h"
 
-/* Works on a fresh machine as root: lock state needs no disk, and /run is
- * a tmpfs on systemd hosts. */
-#define DEFAULT_BACKING "/run/lockfs"
-/* Fences must never go backwards, also when DIR is a tmpfs that a reboot
- * empties: the counter lives on persistent storage. */
-#define DEFAULT_FENCE_DIR "/var/lib/lockfs"
-#define DEFAULT_FENCE_FILE DEFAULT_FENCE_DIR "/fence"
-#define DAEMON_LOCK ".lockfs"
+/* The store kind without -o backend=. */
+#define KIND_DEFAULT "dir"
+
+/* The options of the etcd store: refused with a clear line while another
+ * store is chosen (or etcd is not built), rather than passed to libfuse. */
+static const char *const etcd_option_keys[] = {
+	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
+	NULL
+};
+
+/* -o KEY=VALUE options that belong to a store, in the order given. */
+struct store_options {
+	struct lockfs_backend_option *v; /* key and value malloc'd */
+	size_t n;
+};
 
 struct options {
-	char *backing;
+	char *backend;
+	struct store_options store;
 	char *helpers;
-	char *fence_file;
 	char *lease;
-	char *stale;
 	char *break_signal;
 	char *descendants;
 	char *max_open_per_uid;
@@ -72,11 +79,9 @@ struct options {
 
 #define OPT(t, p) { t, offsetof(struct options, p), 1 }
 static const struct fuse_opt option_spec[] = {
-	OPT("backing=%s", backing),
+	OPT("backend=%s", backend),
 	OPT("helpers=%s", helpers),
-	OPT("fence_file=%s", fence_file),
 	OPT("lease=%s", lease),
-	OPT("stale=%s", stale),
 	OPT("break_signal=%s", break_signal),
 	OPT("descendants=%s", descendants),
 	OPT("max_open_per_uid=%s", max_open_per_uid),
@@ -106,19 +111,64 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_END
 };
 
+/* Is KEY (LEN bytes) in the NULL-terminated KEYS? */
+static bool key_in(const char *const *keys, const char *key, size_t len)
+{
+	for (size_t i = 0; keys && keys[i]; i++)
+		if (strlen(keys[i]) == len && strncmp(keys[i], key, len) == 0)
+			return true;
+	return false;
+}
+
+/* Is OPT ("KEY=VALUE" or "KEY") an option of some store kind?  Then it is
+ * kept in O->store: which kind takes it is known once all are parsed.
+ * 1: kept; 0: not a store's; -1: out of memory. */
+static int keep_store_option(struct options *o, const char *opt)
+{
+	const char *eq = strchr(opt, '=');
+	size_t len = eq ? (size_t)(eq - opt) : strlen(opt);
+	bool known = key_in(etcd_option_keys, opt, len);
+	struct lockfs_backend_option *v;
+
+	for (size_t i = 0; !known && lockfs_backend_kinds[i]; i++)
+		known = key_in(lockfs_backend_kinds[i]->option_keys, opt, len);
+	if (!known)
+		return 0;
+	v = realloc(o->store.v, (o->store.n + 1) * sizeof(*v));
+	if (!v)
+		return -1;
+	o->store.v = v;
+	v = &v[o->store.n];
+	v->key = strndup(opt, len);
+	v->value = eq ? strdup(eq + 1) : NULL;
+	if (!v->key || (eq && !v->value)) {
+		free((char *)v->key);
+		free((char *)v->value);
+		return -1;
+	}
+	o->store.n++;
+	return 1;
+}
+
 /*
- * fuse_opt_parse's callback for what option_spec does not name: collects
- * the positional arguments (put back once we know which is the mount
- * point) and drops fstab's x-* and X-* options (x-systemd.*, x-mount.*),
- * which are for mount(8) and systemd.  Everything else goes on to libfuse.
+ * fuse_opt_parse's callback for what option_spec does not name: keeps the
+ * stores' options (keep_store_option), collects the positional arguments
+ * (put back once we know which is the mount point) and drops fstab's x-*
+ * and X-* options (x-systemd.*, x-mount.*), which are for mount(8) and
+ * systemd.  Everything else goes on to libfuse.
  */
 static int other_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	struct options *o = data;
 
 	(void)outargs;
-	if (key == FUSE_OPT_KEY_OPT)
+	if (key == FUSE_OPT_KEY_OPT) {
+		int kept = keep_store_option(o, arg);
+
+		if (kept != 0)
+			return kept > 0 ? 0 : -1;
 		return strncmp(arg, "x-", 2) == 0 || strncmp(arg, "X-", 2) == 0 ? 0 : 1;
+	}
 	if (key != FUSE_OPT_KEY_NONOPT)
 		return 1;
 	if (o->n_positional < 2) {
@@ -134,28 +184,32 @@ static int other_arg(void *data, const char *arg, int key, struct fuse_args *out
  * Sort out [SOURCE] MOUNTPOINT: hand MOUNTPOINT back to libfuse.  SOURCE
  * means nothing: mount(8) wants one, and canonicalises it against its
  * working directory (a file "lockfs" there turns "lockfs" into a path), so
- * it cannot name the backing dir reliably.  Only a SOURCE that is another
- * directory gets a warning, in case it was meant as the backing dir.
+ * it cannot name the backing dir reliably (see warn_source).
  * Returns 0, or -1 after one line on stderr.
  */
 static int take_positional(struct options *o, struct fuse_args *args)
 {
-	const char *source = o->n_positional == 2 ? o->positional[0] : NULL;
-	const char *backing = o->backing ? o->backing : DEFAULT_BACKING;
-	struct stat st;
-
 	if (o->n_positional > 2) {
 		fprintf(stderr, "lockfs: too many arguments: want [SOURCE] MOUNTPOINT\n");
 		return -1;
 	}
-	if (source && source[0] == '/' && strcmp(source, backing) != 0 &&
-	    stat(source, &st) == 0 && S_ISDIR(st.st_mode))
-		fprintf(stderr, "lockfs: warning: source %s is ignored; the backing dir is %s "
-			"(-o backing=DIR)\n", source, backing);
 	if (o->n_positional > 0 &&
 	    fuse_opt_add_arg(args, o->positional[o->n_positional - 1]) == -1)
 		return -1;
 	return 0;
+}
+
+/* Only a SOURCE that is another directory than the store's gets a
+ * warning, in case it was meant as the backing dir. */
+static void warn_source(const struct options *o, const struct lockfs_backend *be)
+{
+	const char *source = o->n_positional == 2 ? o->positional[0] : NULL;
+	struct stat st;
+
+	if (source && source[0] == '/' && strcmp(source, be->source) != 0 &&
+	    stat(source, &st) == 0 && S_ISDIR(st.st_mode))
+		fprintf(stderr, "lockfs: warning: source %s is ignored; the backing dir is %s "
+			"(-o backing=DIR)\n", source, be->source);
 }
 
 static void usage(const char *prog)
@@ -165,12 +219,15 @@ static void usage(const char *prog)
 	       "                               mounted on it, so mkdir there fails (root)\n"
 	       "(SOURCE, which mount(8) passes, is ignored: write lockfs)\n\n"
 	       "lockfs options:\n"
-	       "    -o backing=DIR        backing directory (default " DEFAULT_BACKING ")\n"
+	       "    -o backend=NAME       the store that holds the locks (default "
+	       KIND_DEFAULT "; built:",
+	       prog, prog);
+	for (size_t i = 0; lockfs_backend_kinds[i]; i++)
+		printf(" %s", lockfs_backend_kinds[i]->name);
+	printf(")\n"
 	       "    -o helpers=A:B:...    programs skipped when resolving a holder\n"
 	       "                          (default " LOCKFS_DEFAULT_HELPERS ")\n"
-	       "    -o fence_file=PATH    fence counter (default " DEFAULT_FENCE_FILE ")\n"
 	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
-	       "    -o stale=SECONDS      recover foreign locks older than this (default never)\n"
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
 	       "    -o descendants=HOW    how a dead holder's descendants are found:\n"
 	       "                          connector (default; scan when unavailable) or scan\n"
@@ -190,8 +247,12 @@ static void usage(const char *prog)
 	       "                          at most one `denied` line per uid per SECONDS\n"
 	       "                          during a burst (default 10; 0 = log every one)\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
-	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n",
-	       prog, prog);
+	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n");
+	for (size_t i = 0; lockfs_backend_kinds[i]; i++)
+		printf("options of -o backend=%s%s:\n%s\n", lockfs_backend_kinds[i]->name,
+		       strcmp(lockfs_backend_kinds[i]->name, KIND_DEFAULT) == 0 ? " (the default)"
+										   : "",
+		       lockfs_backend_kinds[i]->help);
 }
 
 /*
@@ -214,125 +275,6 @@ static bool proc_is_ours(void)
 	fprintf(stderr, "lockfs: warning: /proc is not of this pid namespace; every caller is "
 		"refused (EACCES) until the daemon runs with its own proc (unshare --mount-proc)\n");
 	return false;
-}
-
-/*
- * Check DIR and open it.  The default is created when missing; an explicit
- * one must already be there.  Returns an fd or -1 after one line on stderr.
- */
-static int open_backing(const char *dir, int is_default)
-{
-	struct stat st;
-	int fd;
-
-	/* Created here: only the daemon reads it (owner.json names holders);
-	 * one that exists keeps its mode and is checked as any other. */
-	if (is_default && mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "lockfs: cannot create backing dir %s: %s\n", dir, strerror(errno));
-		return -1;
-	}
-	if (stat(dir, &st) < 0) {
-		fprintf(stderr, "lockfs: backing dir %s: %s\n", dir, strerror(errno));
-		return -1;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "lockfs: backing dir %s is not a directory\n", dir);
-		return -1;
-	}
-	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		fprintf(stderr, "lockfs: backing dir %s is writable by %s (mode %04o); "
-			"anyone could forge or remove locks: chmod go-w it\n",
-			dir, st.st_mode & S_IWOTH ? "all users" : "its group",
-			(unsigned)(st.st_mode & 07777));
-		return -1;
-	}
-	/* Its owner can write it whatever the mode says. */
-	if (st.st_uid != geteuid() && st.st_uid != 0) {
-		fprintf(stderr, "lockfs: backing dir %s belongs to uid %u, who could forge or remove "
-			"locks: chown it to uid %u\n", dir, (unsigned)st.st_uid, (unsigned)geteuid());
-		return -1;
-	}
-	if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) < 0) {
-		fprintf(stderr, "lockfs: backing dir %s is not writable: %s\n", dir, strerror(errno));
-		return -1;
-	}
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		fprintf(stderr, "lockfs: backing dir %s: %s\n", dir, strerror(errno));
-	return fd;
-}
-
-/* Why ST is not a file the daemon may write its pid into (truncating it
- * first): NULL when it is a plain file of its own with one link. */
-static const char *not_own_plain_file(const struct stat *st)
-{
-	if (S_ISLNK(st->st_mode))
-		return "a symbolic link";
-	if (!S_ISREG(st->st_mode))
-		return "not a regular file";
-	if (st->st_nlink != 1)
-		return "a file with other hard links";
-	if (st->st_uid != geteuid())
-		return "another user's file";
-	return NULL;
-}
-
-/*
- * One daemon per backing dir: hold flock(2) on DIR/.lockfs for our whole
- * life (it survives daemonize.c's fork: the lock belongs to the open
- * file description).  The file is truncated and gets our pid, so nothing
- * planted there (a hard link to a file elsewhere, a FIFO) is used: it is
- * looked at before it is opened, and again once open.  A predecessor that
- * died but is wedged in the kernel is aborted and replaced (takeover.c);
- * a live one is refused.  Returns the fd, or -1 after one line on stderr.
- */
-static int claim_backing(int dirfd, const char *dir)
-{
-	char pid[32] = "";
-	const char *bad = NULL;
-	struct stat st;
-	int fd;
-
-	if (fstatat(dirfd, DAEMON_LOCK, &st, AT_SYMLINK_NOFOLLOW) == 0)
-		bad = not_own_plain_file(&st);
-	fd = bad ? -1 : openat(dirfd, DAEMON_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
-			       O_NONBLOCK | O_NOCTTY, 0644);
-	if (fd >= 0 && fstat(fd, &st) == 0)
-		bad = not_own_plain_file(&st);
-	if (bad) {
-		fprintf(stderr, "lockfs: %s/" DAEMON_LOCK " is %s, not a plain file of lockfs's "
-			"own; lockfs writes its pid there, so it will not start: remove it\n",
-			dir, bad);
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	if (fd < 0) {
-		fprintf(stderr, "lockfs: cannot open %s/" DAEMON_LOCK ": %s\n", dir, strerror(errno));
-		return -1;
-	}
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int rc = lockfs_takeover(fd, dirfd, dir);
-		ssize_t n;
-
-		if (rc == 0)
-			return fd;
-		if (rc != -EBUSY) {
-			close(fd);
-			return -1;
-		}
-		n = pread(fd, pid, sizeof(pid) - 1, 0);
-
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		if (errno == EWOULDBLOCK || errno == EAGAIN || n >= 0)
-			fprintf(stderr, "lockfs: backing dir %s is already served by another lockfs "
-				"daemon%s%s%s; mount it once and bind-mount that\n",
-				dir, *pid ? " (pid " : "", pid, *pid ? ")" : "");
-		close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /* "SECONDS" (1..10 years) into *OUT; one line on stderr when it is not. */
@@ -409,34 +351,87 @@ static int parse_signal(const char *text, int *out)
 	return -1;
 }
 
-/* The fence file: the option, else the persistent default, else (no
- * /var/lib to write) DIR/.fence with a warning. */
-static const char *fence_path(const char *opt, const char *dir)
+/* Does ARGV ask for help or the version (fuse_parse_cmdline's -h, -V)? */
+static bool asks_for_help(int argc, char *argv[])
 {
-	int fd;
-
-	if (opt)
-		return opt;
-	if (mkdir(DEFAULT_FENCE_DIR, 0755) < 0 && errno != EEXIST)
-		goto fallback;
-	fd = open(DEFAULT_FENCE_FILE, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		goto fallback;
-	close(fd);
-	return DEFAULT_FENCE_FILE;
-fallback:
-	fprintf(stderr, "lockfs: warning: cannot use " DEFAULT_FENCE_FILE " (%s); keeping fences "
-		"in %s/.fence, which must survive reboots\n", strerror(errno), dir);
-	return ".fence";
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0 ||
+		    strcmp(argv[i], "-V") == 0 || strcmp(argv[i], "--version") == 0)
+			return true;
+	return false;
 }
 
-static void record_pid(int fd)
+/* lockfs_takeover_fn for the store's one-daemon lock (takeover.c). */
+static int takeover(void *arg, int lockfd, int dirfd, const char *path)
 {
-	char buf[32];
-	int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	(void)arg;
+	return lockfs_takeover(lockfd, dirfd, path);
+}
 
-	if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)n, 0) != n)
-		fprintf(stderr, "lockfs: warning: cannot record pid in " DAEMON_LOCK "\n");
+/*
+ * The store kind -o backend= names, checked against the options given
+ * for a store (O->store): each must be one of that kind's.  The kind, or
+ * NULL after one line on stderr.
+ */
+static const struct lockfs_backend_kind *store_kind(const struct options *o)
+{
+	const char *name = o->backend ? o->backend : KIND_DEFAULT;
+	const struct lockfs_backend_kind *kind = lockfs_backend_kind(name);
+
+	if (!kind) {
+		char built[256] = "";
+
+		for (size_t i = 0; lockfs_backend_kinds[i]; i++)
+			snprintf(built + strlen(built), sizeof(built) - strlen(built), "%s%s",
+				 i ? ", " : "", lockfs_backend_kinds[i]->name);
+		fprintf(stderr, "lockfs: -o backend=%s: unknown (built: %s)\n", name, built);
+		return NULL;
+	}
+	for (size_t i = 0; i < o->store.n; i++) {
+		const char *key = o->store.v[i].key;
+
+		if (key_in(kind->option_keys, key, strlen(key)))
+			continue;
+		if (key_in(etcd_option_keys, key, strlen(key)))
+			fprintf(stderr, "lockfs: -o %s needs -o backend=etcd (the store is %s)\n",
+				key, kind->name);
+		else
+			fprintf(stderr, "lockfs: -o %s is not an option of -o backend=%s\n",
+				key, kind->name);
+		return NULL;
+	}
+	return kind;
+}
+
+/*
+ * Open the store of KIND with the options meant for it (O->store).  0 and
+ * *BE, or -1 after one line on stderr: the store's own refusal.
+ */
+static int open_store(const struct lockfs_backend_kind *kind, const struct options *o,
+		      struct lockfs_backend **be)
+{
+	char why[1024] = "", boot_id[40] = "";
+	struct lockfs_backend_config cfg = {
+		.options = o->store.v, .n_options = o->store.n, .boot_id = boot_id,
+		.takeover = takeover, .why = why, .why_size = sizeof(why),
+	};
+
+	if (lockfs_boot_id(boot_id) < 0)
+		boot_id[0] = '\0';
+	if (kind->open(&cfg, be) < 0) {
+		fprintf(stderr, "lockfs: %s\n", *why ? why : "cannot open the store");
+		return -1;
+	}
+	return 0;
+}
+
+static void store_options_free(struct store_options *so)
+{
+	for (size_t i = 0; i < so->n; i++) {
+		free((char *)so->v[i].key);
+		free((char *)so->v[i].value);
+	}
+	free(so->v);
 }
 
 int main(int argc, char *argv[])
@@ -445,13 +440,13 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts opts = { 0 };
 	struct options o = { 0 };
 	struct lockfs_fs fs = { 0 };
+	const struct lockfs_backend_kind *kind = NULL;
 	struct lockfs_backend *be = NULL;
 	struct lockfs_core_config cfg = { 0 };
 	struct fuse_loop_config *loop_cfg = NULL;
 	struct lockfs_log_limits log_limits;
-	const char *backing;
 	char *fsname = NULL, *mnt_abs = NULL;
-	int dirfd = -1, lockfd = -1, rc, ret = 1;
+	int rc, ret = 1;
 
 	if (argc >= 2 && strcmp(argv[1], "--guard") == 0)
 		return lockfs_guard_main(argc, argv);
@@ -459,7 +454,13 @@ int main(int argc, char *argv[])
 	pthread_mutex_init(&fs.handles_mu, NULL);
 	lockfs_errlog_start();
 	if (fuse_opt_parse(&args, &o, option_spec, other_arg) == -1 ||
-	    take_positional(&o, &args) < 0 || fuse_parse_cmdline(&args, &opts) != 0)
+	    take_positional(&o, &args) < 0)
+		goto out_args;
+	/* Before libfuse looks at the mount point, so that a wrong store is
+	 * the one line said; not for --help (which lists every kind). */
+	if (!asks_for_help(argc, argv) && !(kind = store_kind(&o)))
+		goto out_args;
+	if (fuse_parse_cmdline(&args, &opts) != 0)
 		goto out_args;
 	if (opts.show_help) {
 		usage(argv[0]);
@@ -478,10 +479,8 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "lockfs: no mountpoint given (see %s --help)\n", argv[0]);
 		goto out_args;
 	}
-	backing = o.backing ? o.backing : DEFAULT_BACKING;
 	umask(022);
 	if ((o.lease && parse_seconds("lease", o.lease, &cfg.lease_s) < 0) ||
-	    (o.stale && parse_seconds("stale", o.stale, &cfg.stale_s) < 0) ||
 	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0) ||
 	    (o.max_open_per_uid &&
 	     parse_cap("max_open_per_uid", o.max_open_per_uid, &cfg.max_open_per_uid) < 0) ||
@@ -501,40 +500,25 @@ int main(int argc, char *argv[])
 	raise_fd_limit();
 
 	fs.proc_foreign = !proc_is_ours();
-	/* The default is created also when spelled out (fstab's
-	 * backing=/run/lockfs at boot, before anything made it). */
-	dirfd = open_backing(backing, strcmp(backing, DEFAULT_BACKING) == 0);
-	if (dirfd < 0)
+	/* The store's checks and its one-daemon lock (dir: DIR/.lockfs). */
+	if (open_store(kind, &o, &be) < 0)
 		goto out_args;
-	lockfd = claim_backing(dirfd, backing);
-	if (lockfd < 0)
-		goto out_dir;
-
-	rc = lockfs_backend_dir_open(&be, dirfd, backing);
-	if (rc < 0) {
-		fprintf(stderr, "lockfs: backing dir %s: %s\n", backing,
-			rc == -EINVAL ? "filesystem lacks rename(RENAME_NOREPLACE), "
-			"so acquisition could not be atomic" : strerror(-rc));
-		goto out_lock;
+	warn_source(&o, be);
+	/* The audit log lives in this host's state directory. */
+	if (lockfs_log_open_audit(be->state_dirfd, be->state_path, &log_limits, &cfg.log) < 0) {
+		be->ops->close(be);
+		goto out_args;
 	}
-	if (lockfs_log_open_audit(dirfd, backing, &log_limits, &cfg.log) < 0) {
-		be->ops->destroy(be);
-		goto out_lock;
-	}
-	cfg.dirfd = dirfd;
 	cfg.backend = be;
 	cfg.helpers = o.helpers;
-	cfg.fence_path = fence_path(o.fence_file, backing);
 	rc = lockfs_core_open(&fs.core, &cfg);
 	if (rc < 0) {
-		be->ops->destroy(be);
 		fprintf(stderr, "lockfs: cannot start the lock engine on %s: %s\n",
-			backing, rc == -EINVAL ? "bad helpers= list or fence file" :
-			rc == -EMLINK ? "the fence file is a symlink, a FIFO, another user's or has "
-			"other hard links (it is rewritten in place): remove it, or name another "
-			"with -o fence_file=" : strerror(-rc));
-		goto out_lock;
+			be->source, rc == -EINVAL ? "bad helpers= list" : strerror(-rc));
+		be->ops->close(be);
+		goto out_args;
 	}
+	/* The engine owns the store from here (lockfs_core_close closes it). */
 	fs.inodes = lockfs_inodes_new();
 	if (!fs.inodes) {
 		fprintf(stderr, "lockfs: out of memory\n");
@@ -546,7 +530,7 @@ int main(int argc, char *argv[])
 
 	/* Show as fuse.lockfs in /proc/mounts, with the backing dir as source. */
 	if (fuse_opt_add_arg(&args, "-osubtype=lockfs") == -1 ||
-	    fuse_opt_add_opt_escaped(&fsname, backing) == -1)
+	    fuse_opt_add_opt_escaped(&fsname, be->source) == -1)
 		goto out_inodes;
 	{
 		char *opt = malloc(strlen(fsname) + 16);
@@ -572,7 +556,7 @@ int main(int argc, char *argv[])
 	}
 	/* Nothing may touch the mount point before a dead mount of ours is
 	 * gone from it: a hung one would hang us. */
-	if (lockfs_clear_dead_mount(dirfd, backing, opts.mountpoint) < 0)
+	if (lockfs_clear_dead_mount(be->state_dirfd, be->state_path, opts.mountpoint) < 0)
 		goto out_signals;
 	lockfs_guard_before_mount(opts.mountpoint);
 	/* Resolved before mounting: afterwards a lookup of the mount point
@@ -598,10 +582,13 @@ int main(int argc, char *argv[])
 		}
 		if (lockfs_errlog_detach() == 0)
 			fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
-				opts.mountpoint, backing);
+				opts.mountpoint, be->source);
 	}
-	record_pid(lockfd);
-	/* Threads start after the fork that detaching makes. */
+	/* In the store's one-daemon lock file before `lockfs` returns
+	 * (lockfs_daemonize_done below): the pid is the child's. */
+	lockfs_backend_record_pid(be);
+	/* Threads start after the fork that detaching makes: the engine's
+	 * and the store's (its change reports start with the engine's). */
 	if (lockfs_core_start(fs.core) < 0 || lockfs_stop_start() < 0) {
 		int err = errno ? errno : EIO;
 
@@ -610,7 +597,7 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	}
 
-	lockfs_notify_ready(opts.mountpoint, backing);
+	lockfs_notify_ready(opts.mountpoint, be->source);
 	lockfs_daemonize_done(0);
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
@@ -653,18 +640,13 @@ out_inodes:
 	free(fsname);
 	lockfs_inodes_free(fs.inodes);
 	lockfs_core_close(fs.core);
-out_lock:
-	close(lockfd);
-out_dir:
-	close(dirfd);
 out_args:
 	free(mnt_abs);
 	free(opts.mountpoint);
-	free(o.backing);
+	free(o.backend);
+	store_options_free(&o.store);
 	free(o.helpers);
-	free(o.fence_file);
 	free(o.lease);
-	free(o.stale);
 	free(o.break_signal);
 	free(o.positional[0]);
 	free(o.positional[1]);

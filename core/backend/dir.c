@@ -1019,22 +1019,24 @@ static int dir_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 }
 
 /* -o stale: a foreign lock (the seed's, or made by hand: no record lockfs
- * wrote) whose mtime is at least stale_s old -- the seed tool's own rule.
- * Locks with a lockfs record are never judged by age. */
+ * wrote, or one that does not read as lockfs's -- garbage, truncated)
+ * whose mtime is at least stale_s old -- the seed tool's own rule.  Locks
+ * with a lockfs record (one with a fence) are never judged by age. */
 static int dir_foreign_stale(struct lockfs_backend *be, const char *name,
 			     struct lockfs_entry_stat *out)
 {
 	struct dir_store *d = to_dir(be);
-	char lock[NAME_MAX + 1];
-	struct stat st;
 	struct lockfs_entry_stat es;
+	char *buf = NULL;
+	size_t len;
+	uint64_t top = 0;
 
-	if (!d->stale_s || lock_path(lock, name) < 0 || has_vanished(d) ||
-	    stat_lock(d->dirfd, lock, &st) < 0)
+	if (!d->stale_s || dir_read(be, name, &buf, &len, &es) < 0)
 		return 0;
-	fill_stat(&es, &st);
-	if (identity_is_record(es.identity) ||
-	    wall_ms() - es.mtime_ms < (int64_t)d->stale_s * 1000)
+	if (buf)
+		record_fence(buf, len, &top);
+	free(buf);
+	if (top || !es.identity || wall_ms() - es.mtime_ms < (int64_t)d->stale_s * 1000)
 		return 0;
 	if (out)
 		*out = es;
@@ -1413,6 +1415,7 @@ static int dir_open(const struct lockfs_backend_config *cfg, struct lockfs_backe
 	d->base.ops = &dir_ops;
 	d->base.kind = &lockfs_backend_dir_kind;
 	d->base.caps = 0;
+	d->base.stale_s = d->stale_s;
 	gethost(d->base.host);
 	d->base.state_dirfd = d->dirfd;
 	/* As given, as today's messages and fsname= show it. */

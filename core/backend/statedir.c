@@ -40,7 +40,9 @@ static int open_checked(const char *dir, bool is_default, char *why, size_t size
 	struct stat st;
 	int fd, err;
 
-	if (is_default && mkdir(dir, 0755) < 0 && errno != EEXIST) {
+	/* Created here: only the daemon reads it (records name holders);
+	 * one that exists keeps its mode and is checked as any other. */
+	if (is_default && mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		err = errno;
 		say(why, size, "cannot create backing dir %s: %s", dir, strerror(err));
 		return -err;

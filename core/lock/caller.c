@@ -213,9 +213,8 @@ int lockfs_caller_record(struct lockfs_table *t, const char *name, const struct 
 		goto fail;
 	}
 	rec->acquired_at_ms = lockfs_wall_ms();
-	rc = lockfs_fence_next(t->fence, &rec->fence);
-	if (rc < 0)
-		goto fail;
+	/* The fence is the store's to issue, in the write that grants
+	 * (lockfs_table_grant_src). */
 	rc = make_token(rec->token);
 	if (rc < 0)
 		goto fail;
@@ -248,6 +247,7 @@ void lockfs_caller_ref_at(struct lockfs_holder_ref *h, const struct lockfs_recor
 	h->start = x->start_time;
 	h->uid = x->uid;
 	snprintf(h->boot_id, sizeof(h->boot_id), "%s", x->boot_id);
+	snprintf(h->host, sizeof(h->host), "%s", x->host ? x->host : "");
 	/* Only the first holder can be bound to a slug. */
 	snprintf(h->slug, sizeof(h->slug), "%s", i == 0 && rec->slug ? rec->slug : "");
 }
@@ -263,6 +263,9 @@ int lockfs_caller_check(struct lockfs_table *t, const struct lockfs_holder_ref *
 
 	if (!h->known)
 		return -EPERM; /* nobody can prove they hold a foreign lock */
+	/* Another host's holder: nobody here acts for it (break does). */
+	if (*h->host && strcmp(h->host, t->host) != 0)
+		return -EPERM;
 	if (h->bound == LOCKFS_BOUND_SLUG) {
 		char slug[LOCKFS_SLUG_MAX];
 
@@ -272,8 +275,9 @@ int lockfs_caller_check(struct lockfs_table *t, const struct lockfs_holder_ref *
 			return -EPERM;
 		return caller->uid == h->uid && *slug && strcmp(slug, h->slug) == 0 ? 0 : -EPERM;
 	}
+	/* Held by a process of an earlier boot: no pid of it is one of ours. */
 	if (strcmp(h->boot_id, t->boot_id) != 0)
-		return -EPERM; /* held by a process of an earlier boot */
+		return -EPERM;
 	rc = lockfs_holder_may_release(t->procs, caller->tid, h->pid, h->start,
 				       lockfs_liveness_alive(t->liveness, h->pid, h->start));
 	if (rc == -EPERM && h->bound == LOCKFS_BOUND_PROCESS) {

@@ -27,7 +27,8 @@ pid_t lockfs_caller_who(struct lockfs_table *t, pid_t tid, char *buf, size_t siz
 int lockfs_caller_fill_holder(struct lockfs_table *t, struct lockfs_holder *h,
 			      const struct lockfs_proc *p, char ***cmdline);
 /* A record for a new holder P of NAME (SLUG may be NULL or ""), with a
- * fresh fence and token; CMDLINE as for lockfs_caller_fill_holder.
+ * fresh token and no fence yet (the store issues it: lockfs_table_grant_src);
+ * CMDLINE as for lockfs_caller_fill_holder.
  * 0 or -errno (REC cleared). */
 int lockfs_caller_record(struct lockfs_table *t, const char *name, const struct lockfs_proc *p,
 			 const char *slug, struct lockfs_record *rec, char ***cmdline);
@@ -44,6 +45,7 @@ struct lockfs_holder_ref {
 	unsigned long long start;
 	uid_t uid;
 	char boot_id[40];
+	char host[LOCKFS_HOST_MAX]; /* "" when the record names none */
 	char slug[LOCKFS_SLUG_MAX];
 };
 

@@ -254,14 +254,14 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct cached *
 	memset(&fresh.holder, 0, sizeof(fresh.holder));
 	v->bound = LOCKFS_BOUND_FD;
 	memcpy(v->fd_owner, fresh.fd_owner, sizeof(v->fd_owner));
-	v->fence = fresh.fence;
+	v->fence = 0; /* the store's to issue, in the write below */
 	v->acquired_at_ms = fresh.acquired_at_ms;
 	v->slug = fresh.slug;
 	fresh.slug = NULL;
 	lockfs_record_clear(&fresh);
 	lockfs_quota_locks_add(t->quota, v->holder.uid, 1); /* as lockfs_table_account would */
-	if (lockfs_table_persist(t, s, c, st) < 0)
-		return -EAGAIN; /* the store cannot tell: keep waiting */
+	if (lockfs_table_persist_grant(t, s, c, st, c->rec.nshares) < 0)
+		return -EAGAIN; /* the store cannot tell, or someone waits in it */
 	v = &c->rec.shares[c->rec.nshares - 1];
 	rc = log_granted(t, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED);
 	if (rc < 0) {
@@ -300,10 +300,9 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 {
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
+	struct lockfs_grant_src g;
 	struct cached *c;
 	bool foreign;
-	size_t len;
-	char *json;
 	int rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 
 	if (rc == 0) {
@@ -334,14 +333,8 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	rc = build_fd_record(t, name, e, &rec);
 	if (rc < 0)
 		goto out;
-	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
-	if (!json) {
-		lockfs_record_clear(&rec);
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = t->be->ops->acquire(t->be, name, json, len, &st);
-	free(json);
+	rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY, lockfs_table_grant_src(&g, &rec, 0),
+				 NULL, &st);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
 		rc = rc == -EEXIST ? -EAGAIN : rc;
@@ -423,8 +416,9 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 	struct qentry *e;
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
-	char *name, *json;
-	size_t len;
+	struct lockfs_grant_src g;
+	struct lockfs_place place = { 0 };
+	char *name;
 	uid_t uid;
 	int rc;
 
@@ -443,13 +437,22 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 		goto unreserve;
 	if (build_fd_record(t, name, e, &rec) < 0)
 		goto unreserve;
-	json = lockfs_record_encode(&rec, LOCKFS_RECORD_WITH_TOKEN, &len);
-	if (!json) {
+	/* The store has no line of its own here (dir): the engine's queue is
+	 * the whole line, and its head is the place handed to. */
+	rc = t->be->ops->handoff(t->be, name, identity, &place,
+				 lockfs_table_grant_src(&g, &rec, 0), &st);
+	if (rc == 1) {
+		/* The old grant ended, but a contender ahead of ours in the
+		 * store's line (another host's) is next: the head stays
+		 * parked, and the store's change report brings it back. */
 		lockfs_record_clear(&rec);
-		goto unreserve;
+		if (event)
+			lockfs_audit_event(t, l->who, name, l->kv, event);
+		lockfs_table_drop(t, s, name);
+		lockfs_quota_lock_unreserve(t->quota, uid, false);
+		free(name);
+		return true;
 	}
-	rc = t->be->ops->update(t->be, name, identity, json, len, &st);
-	free(json);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
 		goto unreserve;

@@ -73,8 +73,9 @@ bool lockfs_queue_has_waiters(struct stripe *s, const char *name);
 /* Grant NAME's head (and the shared requests right behind it) if the lock
  * allows now; drops the queue when it is empty. */
 void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const char *name);
-/* lockfs_queue_grant_locked for every queue of S: behind a lock we cannot
- * watch (the seed's), the queue learns of its release this way. */
+/* lockfs_queue_grant_locked for every queue of S: when the store says
+ * anything may have changed (changes.c), and once a second for waiters
+ * the store could not answer (recovery.c). */
 void lockfs_queue_poll_locked(struct lockfs_table *t, struct stripe *s);
 /* OWNER lets go of NAME: a place kept for it is no longer wanted. */
 void lockfs_queue_forget_kept(struct stripe *s, const char *name, const char *owner);

@@ -120,7 +120,8 @@ void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct
 		unsigned long long start;
 		pid_t p;
 
-		if (lockfs_record_bound_at(r, i) != LOCKFS_BOUND_FD)
+		/* Another host's descriptor is not in this host's /proc. */
+		if (lockfs_record_bound_at(r, i) != LOCKFS_BOUND_FD || lockfs_table_elsewhere(t, h))
 			continue;
 		any = true;
 		lockfs_record_set_bound_at(r, i, LOCKFS_BOUND_PROCESS);
@@ -238,7 +239,7 @@ void lockfs_rebound_check(struct lockfs_table *t, const char *name, const char *
 			const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
 
 			if (lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_PROCESS ||
-			    strcmp(h->boot_id, t->boot_id) != 0)
+			    lockfs_table_elsewhere(t, h) || strcmp(h->boot_id, t->boot_id) != 0)
 				continue;
 			v[n].pid = h->pid;
 			v[n].start = h->start_time;

@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "audit.h"
 #include "caller.h"
+#include "changes.h"
 #include "fdlock.h"
 #include "queue.h"
 #include "rebound.h"
@@ -471,7 +472,9 @@ static void collect(struct lockfs_table *t, bool leases, bool all)
 		for (struct cached *c = s->head; c; c = c->next) {
 			const struct lockfs_lease *lease = &c->rec.lease;
 
-			if (c->queued)
+			/* Another host's lock is never judged here (table.h). */
+			if (c->queued || (c->rec.has_holder &&
+					  lockfs_table_elsewhere(t, &c->rec.holder)))
 				continue;
 			if (!c->holder_gone && !c->watched && c->rec.has_holder &&
 			    c->rec.bound == LOCKFS_BOUND_PROCESS && !c->rec.holder_exited)
@@ -685,50 +688,60 @@ bool lockfs_recovery_work(void *arg)
 	int64_t until = mono_ms() + SLICE_MS;
 	struct todo *todo;
 
+	/* What the store reported first: a waiter behind a lock that
+	 * vanished is granted now. */
+	bool more = lockfs_changes_drain(t);
+
 	for (int n = 0; n < SLICE_TODOS && (todo = todo_next(rw)); n++) {
 		act(t, todo);
 		if (mono_ms() >= until)
 			break;
 	}
-	return rw->ntodo > 0;
+	return more || rw->ntodo > 0;
 }
 
-/* -o stale: recover foreign locks (the seed's, or made by hand) whose
- * mtime is older than stale_s -- the seed tool's own rule, for users who
- * mix both tools.  Locks with a lockfs record are never judged by age. */
+int lockfs_recovery_stale_foreign(struct lockfs_table *t, const char *name)
+{
+	struct stripe *s = lockfs_table_stripe(t, name);
+	struct lockfs_entry_stat st;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->mu);
+	/* A lock in the cache carries a record lockfs wrote: never by age. */
+	if (!lockfs_table_find(s, name) && t->be->ops->foreign_stale(t->be, name, &st) == 1) {
+		int64_t now = lockfs_wall_ms();
+		char age[24], stale[24], uid[16], pid[16];
+		/* uid= owns the stored lock; no process is known (pid=-). */
+		const char *kv[] = { "uid", uid, "pid", pid, "age_s", age, "stale_s", stale,
+				     "evidence", "foreign-stale", NULL };
+
+		lockfs_audit_ids(uid, pid, st.uid, 0);
+		snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
+		snprintf(stale, sizeof(stale), "%u", t->be->stale_s);
+		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
+		rc = t->be->ops->release(t->be, name, st.identity);
+		if (rc == 0) {
+			lockfs_audit_event(t, "?", name, kv, "recovered");
+			rc = 1;
+		} else if (rc == -ENOENT) {
+			rc = 0; /* gone or replaced meanwhile: nothing of ours */
+		}
+	}
+	lockfs_table_unlock(s);
+	return rc;
+}
+
+/* -o stale, the periodic sweep: every foreign lock the store's policy
+ * gives up (the seed's, or made by hand), also when nobody asks for it. */
 static void recover_stale_foreign(struct lockfs_table *t)
 {
-	int64_t now = lockfs_wall_ms();
 	char **names;
 	size_t n;
 
 	if (lockfs_table_names(t, &names, &n) < 0)
 		return;
-	for (size_t i = 0; i < n; i++) {
-		struct stripe *s = lockfs_table_stripe(t, names[i]);
-		struct lockfs_entry_stat st;
-		struct cached *c;
-		bool foreign, released = false;
-		char age[24], stale[24], uid[16], pid[16];
-
-		pthread_mutex_lock(&s->mu);
-		if (!lockfs_table_find(s, names[i]) &&
-		    lockfs_table_reload(t, s, names[i], &st, &foreign, &c) == 0 && foreign &&
-		    now - st.mtime_ms >= (int64_t)t->stale_s * 1000) {
-			/* uid= owns DIR/NAME.lock; no process is known (pid=-). */
-			const char *kv[] = { "uid", uid, "pid", pid, "age_s", age, "stale_s", stale,
-					     "evidence", "foreign-stale", NULL };
-
-			lockfs_audit_ids(uid, pid, st.uid, 0);
-			snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
-			snprintf(stale, sizeof(stale), "%u", t->stale_s);
-			/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
-			released = t->be->ops->release(t->be, names[i], st.identity) == 0;
-			if (released)
-				lockfs_audit_event(t, "?", names[i], kv, "recovered");
-		}
-		lockfs_table_unlock(s);
-	}
+	for (size_t i = 0; i < n; i++)
+		lockfs_recovery_stale_foreign(t, names[i]);
 	lockfs_table_names_free(names, n);
 }
 
@@ -781,17 +794,16 @@ void lockfs_recovery_retry_all(struct lockfs_table *t)
 
 /* Is a process-bound share's holder gone?  (Shares are few: only shared
  * locks rebound at a restart have them.)  Unknown counts as alive. */
-static bool share_gone(const struct lockfs_proc_source *src, const struct lockfs_share *sh,
-		       const char *boot_id)
+static bool share_gone(const struct lockfs_table *t, const struct lockfs_share *sh)
 {
 	unsigned long long start;
 	int rc;
 
-	if (sh->bound != LOCKFS_BOUND_PROCESS)
+	if (sh->bound != LOCKFS_BOUND_PROCESS || lockfs_table_elsewhere(t, &sh->holder))
 		return false;
-	if (strcmp(sh->holder.boot_id, boot_id) != 0)
+	if (strcmp(sh->holder.boot_id, t->boot_id) != 0)
 		return true;
-	rc = lockfs_procs_start_time(src, sh->holder.pid, &start);
+	rc = lockfs_procs_start_time(t->procs, sh->holder.pid, &start);
 	return rc == -ESRCH || rc == -ENOENT || (rc == 0 && start != sh->holder.start_time);
 }
 
@@ -811,7 +823,7 @@ static bool end_if_share_gone(struct lockfs_table *t, struct stripe *s, struct c
 	bool foreign;
 	char *name;
 
-	if (!share_gone(t->procs, &c->rec.shares[k], t->boot_id))
+	if (!share_gone(t, &c->rec.shares[k]))
 		return false;
 	lockfs_audit_who(holder, sizeof(holder), NULL, h->comm, h->pid);
 	snprintf(start, sizeof(start), "%llu", h->start_time);
@@ -853,17 +865,27 @@ static void dead_shares_locked(struct lockfs_table *t, struct stripe *s)
 		s->process_shares = true; /* not done: next tick */
 }
 
-/* Each stripe in turn: refused releases tried again, queues behind locks
- * we cannot watch (the seed's) polled, dead shares ended. */
+/* How often the queues are tried without a reported change (ms).  A
+ * lock that vanishes is reported by the store (changes.c), so this only
+ * retries waiters the store could not answer (EIO, no memory). */
+#define QUEUE_RETRY_MS 1000
+
+/* Each stripe in turn: refused releases tried again, now and then the
+ * queues (see QUEUE_RETRY_MS), dead shares ended. */
 static void stripes_tick(struct lockfs_table *t)
 {
+	bool retry_queues = lockfs_wall_ms() >= t->next_queue_retry_ms;
+
+	if (retry_queues)
+		t->next_queue_retry_ms = lockfs_wall_ms() + QUEUE_RETRY_MS;
 	for (int i = 0; i < STRIPES; i++) {
 		struct stripe *s = &t->stripes[i];
 
 		pthread_mutex_lock(&s->mu);
 		if (s->retries)
 			retry_tick_locked(t, s);
-		lockfs_queue_poll_locked(t, s);
+		if (retry_queues)
+			lockfs_queue_poll_locked(t, s);
 		dead_shares_locked(t, s);
 		lockfs_table_unlock(s);
 	}
@@ -888,7 +910,8 @@ void lockfs_recovery_tick(void *arg)
 		collect(t, true, false);
 	stripes_tick(t);
 	lockfs_quota_flush(t->quota, false, lockfs_audit_refused, t);
-	if (!vanished && t->stale_s && lockfs_wall_ms() >= t->next_stale_scan_ms) {
+	if (!vanished && t->be->ops->foreign_stale && t->be->stale_s &&
+	    lockfs_wall_ms() >= t->next_stale_scan_ms) {
 		t->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(t);
 	}

@@ -18,16 +18,22 @@ int lockfs_recovery_init(struct lockfs_table *t);
 void lockfs_recovery_fini(struct lockfs_table *t);
 /* lockfs_exited_fn: queue the death of holder (PID, START) in its uid's turn. */
 void lockfs_recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);
-/* lockfs_tick_fn: queue what is due, retry refused releases, poll the
- * queues, end dead shares, flush refusal bursts, recover stale foreign
+/* lockfs_tick_fn: queue what is due, retry refused releases, retry the
+ * queues once a second, end dead shares, flush refusal bursts, recover stale foreign
  * locks. */
 void lockfs_recovery_tick(void *arg);
-/* lockfs_work_fn: a slice of the queued todos, one uid after another.
- * true while some are left. */
+/* lockfs_work_fn: the changes the store reported (changes.c), then a
+ * slice of the queued todos, one uid after another.  true while some are
+ * left. */
 bool lockfs_recovery_work(void *arg);
 /* At startup, nothing served yet: queue every lock's due work and do it
  * all now (the evidence is `exited-while-down`). */
 void lockfs_recovery_startup(struct lockfs_table *t);
+/* -o stale: recover NAME if the store's policy gives its foreign lock up
+ * (logged `recovered evidence=foreign-stale`); takes NAME's stripe mutex.
+ * 1: recovered (NAME is free now, unless someone took it since); 0: not;
+ * -errno: the store refused the removal. */
+int lockfs_recovery_stale_foreign(struct lockfs_table *t, const char *name);
 /* Try the pending release retries of every stripe once (takes the mutexes). */
 void lockfs_recovery_retry_all(struct lockfs_table *t);
 /* Replace C's list of descendants by the live ones (in memory; the tick

@@ -54,9 +54,12 @@ void lockfs_table_account(struct lockfs_table *t, const struct cached *c, int si
 
 	if (!r->has_holder || !t->quota)
 		return;
-	lockfs_quota_locks_add(t->quota, r->holder.uid, sign);
+	/* This host's holders only: another host's uids are not ours. */
+	if (!lockfs_table_elsewhere(t, &r->holder))
+		lockfs_quota_locks_add(t->quota, r->holder.uid, sign);
 	for (size_t i = 0; i < r->nshares; i++)
-		lockfs_quota_locks_add(t->quota, r->shares[i].holder.uid, sign);
+		if (!lockfs_table_elsewhere(t, &r->shares[i].holder))
+			lockfs_quota_locks_add(t->quota, r->shares[i].holder.uid, sign);
 }
 
 static size_t holder_bucket(pid_t pid)
@@ -197,6 +200,11 @@ void lockfs_table_set_due(struct stripe *s)
 	s->due_boot_ms = due;
 }
 
+bool lockfs_table_elsewhere(const struct lockfs_table *t, const struct lockfs_holder *h)
+{
+	return h->host && *h->host && strcmp(h->host, t->host) != 0;
+}
+
 /* Stop watching C's holder, if we were.  Called with the stripe mutex held. */
 void lockfs_table_unwatch(struct lockfs_table *t, struct cached *c)
 {
@@ -220,6 +228,12 @@ void lockfs_table_watch(struct lockfs_table *t, struct cached *c, int pidfd)
 {
 	int rc;
 
+	if (c->rec.has_holder && lockfs_table_elsewhere(t, &c->rec.holder)) {
+		/* Another host's: its store session is its liveness. */
+		if (pidfd >= 0)
+			close(pidfd);
+		return;
+	}
 	if (c->rec.bound == LOCKFS_BOUND_SLUG && c->rec.has_holder &&
 	    strcmp(c->rec.holder.boot_id, t->boot_id) != 0 && c->rec.lease.ttl_s) {
 		/* A boot-clock deadline of another boot means nothing here:
@@ -389,7 +403,17 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		return 0;
 	}
 	free(buf);
-	lockfs_fence_observe(t->fence, rec.fence);
+	/* The store's word on the fence (a no-op for dir; a store that
+	 * issues fences by its writes supplies them here).  A record with no
+	 * fence at all cannot be told from a forgery: foreign (fail closed). */
+	if (st->fence)
+		rec.fence = st->fence;
+	if (!rec.fence) {
+		lockfs_record_clear(&rec);
+		lockfs_table_drop(t, s, name);
+		*foreign = true;
+		return 0;
+	}
 	lockfs_table_put_read(t, s, name, st->identity, &rec);
 	*c = lockfs_table_find(s, name);
 	return *c ? 0 : -ENOMEM;
@@ -454,17 +478,40 @@ static void restore_locked(struct lockfs_table *t, struct stripe *s, struct cach
 /* Write C's record back to the store and follow its new identity.  Called
  * with the stripe mutex held.  0 or -errno (then C is gone: the entry is
  * read back from the store as it was, see restore_locked). */
-int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
-			 struct lockfs_entry_stat *st)
+static int encode_grant(void *arg, uint64_t fence, char **json, size_t *len)
 {
-	size_t len;
-	char *json = lockfs_record_encode(&c->rec, LOCKFS_RECORD_WITH_TOKEN, &len);
+	struct lockfs_grant_src *g = arg;
+
+	if (fence) {
+		if (g->which == 0)
+			g->rec->fence = fence;
+		else if (g->which <= g->rec->nshares)
+			g->rec->shares[g->which - 1].fence = fence;
+	}
+	*json = lockfs_record_encode(g->rec, LOCKFS_RECORD_WITH_TOKEN, len);
+	return *json ? 0 : -ENOMEM;
+}
+
+const struct lockfs_record_src *lockfs_table_grant_src(struct lockfs_grant_src *g,
+						       struct lockfs_record *rec, size_t which)
+{
+	g->rec = rec;
+	g->which = which;
+	g->src.encode = encode_grant;
+	g->src.arg = g;
+	return &g->src;
+}
+
+/* lockfs_table_persist (EDIT) or lockfs_table_persist_grant (GRANT of
+ * holder WHICH). */
+static int persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
+		   struct lockfs_entry_stat *st, enum lockfs_update_how how, size_t which)
+{
+	struct lockfs_grant_src g;
 	int rc;
 
-	if (!json)
-		return -ENOMEM;
-	rc = t->be->ops->update(t->be, c->name, st->identity, json, len, st);
-	free(json);
+	rc = t->be->ops->update(t->be, c->name, st->identity, how,
+				lockfs_table_grant_src(&g, &c->rec, which), st);
 	if (rc == 0) {
 		c->identity = st->identity;
 		lockfs_table_note_due(s, c); /* a lease may have been set or renewed */
@@ -472,6 +519,18 @@ int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached
 		restore_locked(t, s, c, rc);
 	}
 	return rc;
+}
+
+int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
+			 struct lockfs_entry_stat *st)
+{
+	return persist(t, s, c, st, LOCKFS_UPD_EDIT, 0);
+}
+
+int lockfs_table_persist_grant(struct lockfs_table *t, struct stripe *s, struct cached *c,
+			       struct lockfs_entry_stat *st, size_t share)
+{
+	return persist(t, s, c, st, LOCKFS_UPD_GRANT, share);
 }
 
 /*

@@ -25,8 +25,7 @@
 #include "lockfs/limits.h"
 #include "lockfs/log.h"
 #include "lockfs/record.h"
-#include "backend_v1.h"
-#include "backend/fence.h"
+#include "lockfs/backend.h"
 #include "proc/descendants.h"
 #include "proc/liveness.h"
 #include "quota.h"
@@ -35,6 +34,7 @@ struct lockq;            /* queue.h */
 struct unlock_retry;     /* fdlock.h */
 struct fdlock_via;       /* fdlock.h */
 struct recovery_work;    /* recovery.c */
+struct lockfs_changes;   /* changes.c */
 
 #define STRIPES 256
 #define WHO_MAX (LOCKFS_SLUG_MAX + 32)
@@ -112,16 +112,15 @@ struct uid_name {
 struct lockfs_table {
 	struct lockfs_backend *be;      /* the store; its own locking */
 	struct lockfs_log *log;         /* the audit log; its own mutex */
-	struct lockfs_fence *fence;     /* fences; its own mutex (B2: the backend's) */
 	struct lockfs_liveness *liveness;       /* its own mutex */
 	struct lockfs_descendants *descendants; /* its own mutex */
 	struct quota *quota;            /* what each uid holds; its own mutex */
 	struct lockfs_helpers helpers;  /* read-only */
 	const struct lockfs_proc_source *procs; /* read-only */
-	char host[LOCKFS_HOST_MAX];     /* read-only */
+	char host[LOCKFS_HOST_MAX];     /* be->host: this host, as records name it;
+					   read-only */
 	char boot_id[40];               /* read-only */
 	uint32_t default_lease_s;       /* read-only */
-	uint32_t stale_s;               /* read-only */
 	int break_signal;               /* read-only */
 	dev_t mount_dev;        /* of the mount served; 0 = not known (set before
 				   the liveness thread starts, read-only after) */
@@ -130,6 +129,10 @@ struct lockfs_table {
 	bool starting;                  /* in lockfs_core_open's scan */
 	int64_t next_stale_scan_ms;
 	struct recovery_work *work;     /* recovery.c */
+	/* Queues tried although the store reported no change: a waiter the
+	 * store could not answer (EIO) is tried again by then. */
+	int64_t next_queue_retry_ms;
+	struct lockfs_changes *changes; /* changes.c; its own mutex (a leaf) */
 	struct holder_index holders;    /* its own mutex, inside a stripe's */
 	struct stripe stripes[STRIPES]; /* each its own mutex */
 
@@ -137,6 +140,14 @@ struct lockfs_table {
 	struct uid_name *users;         /* protected by users_mu */
 	size_t nusers;                  /* protected by users_mu */
 };
+
+/* Is H a holder on another host than this daemon's (t->host)?  Such a
+ * holder is never judged by pid or boot id -- its pids and boots are not
+ * this machine's: it is never watched, rebound, slug-scanned or
+ * recovered here, and its lock lasts as long as the store keeps it
+ * (be->ops->session; the dir store knows no other host's session, so its
+ * locks stay until broken).  A record without a host is this host's. */
+bool lockfs_table_elsewhere(const struct lockfs_table *t, const struct lockfs_holder *h);
 
 /* NAME's stripe. */
 struct stripe *lockfs_table_stripe(struct lockfs_table *t, const char *name);
@@ -182,9 +193,28 @@ bool lockfs_table_issued_here(const struct cached *c);
 
 /* Write C's record back to the store and follow its new identity (ST's
  * identity is the one written over, and is updated).  0 or -errno (then C
- * is gone: the entry is read back from the store as it was). */
+ * is gone: the entry is read back from the store as it was).
+ * lockfs_table_persist_grant: the record has one more holder, share
+ * SHARE (a shared holder joins), whose fence the store issues in the same
+ * write (update GRANT); -EAGAIN: someone waits for NAME in the store. */
 int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
 			 struct lockfs_entry_stat *st);
+int lockfs_table_persist_grant(struct lockfs_table *t, struct stripe *s, struct cached *c,
+			       struct lockfs_entry_stat *st, size_t share);
+
+/*
+ * The record of a grant for the backend (struct lockfs_record_src): its
+ * encode sets the fence the store issues as holder WHICH's (0: the lock's
+ * own, i >= 1: share i-1) and encodes REC with its token.  A fence of 0
+ * leaves the fences as they are.  Set up with lockfs_table_grant_src.
+ */
+struct lockfs_grant_src {
+	struct lockfs_record *rec;
+	size_t which;
+	struct lockfs_record_src src;
+};
+const struct lockfs_record_src *lockfs_table_grant_src(struct lockfs_grant_src *g,
+						       struct lockfs_record *rec, size_t which);
 
 /*
  * Run VIEW on NAME's record (C is NULL for a foreign lock) with the stripe

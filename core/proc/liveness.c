@@ -53,7 +53,7 @@ struct lockfs_liveness {
 	struct watch *polled;            /* protected by mu: polled watches, oldest look first */
 	struct watch *polled_tail;       /* protected by mu */
 	int epfd;
-	int wakefd;      /* eventfd: stop request */
+	int wakefd;      /* eventfd: stop request, or a kick */
 	bool stopping;   /* protected by mu */
 	size_t idle;     /* watches with refs 0; protected by mu */
 	uint32_t seq;    /* protected by mu */
@@ -535,8 +535,14 @@ static void *liveness_thread(void *arg)
 			unsigned long long start;
 
 			if (!id) {
+				uint64_t count;
 				bool stop;
 
+				/* A stop request, or a kick (lockfs_liveness_kick):
+				 * the work callback below runs either way. */
+				if (read(lv->wakefd, &count, sizeof(count)) < 0) {
+					/* EAGAIN: another round took it */
+				}
 				pthread_mutex_lock(&lv->mu);
 				stop = lv->stopping;
 				pthread_mutex_unlock(&lv->mu);
@@ -598,6 +604,15 @@ int lockfs_liveness_run(struct lockfs_liveness *lv)
 		return -rc;
 	lv->running = true;
 	return 0;
+}
+
+void lockfs_liveness_kick(struct lockfs_liveness *lv)
+{
+	uint64_t one = 1;
+
+	if (write(lv->wakefd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is full, so a wake-up is pending anyway */
+	}
 }
 
 void lockfs_liveness_stop(struct lockfs_liveness *lv)

@@ -83,6 +83,9 @@ int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 
 /* Stop the thread (if running) and wait for it; idempotent. */
 void lockfs_liveness_stop(struct lockfs_liveness *lv);
+/* Wake the thread now, so that its work callback (lockfs_liveness_set_work)
+ * runs without waiting for the next tick.  Any thread; never blocks. */
+void lockfs_liveness_kick(struct lockfs_liveness *lv);
 
 /* Stop the thread and free everything (pidfds included). */
 void lockfs_liveness_free(struct lockfs_liveness *lv);

@@ -273,6 +273,8 @@ struct lockfs_backend {
 					  audit log lives here */
 	const char *state_path;        /* its path, for messages */
 	const char *source;            /* the mount's source in /proc/mounts */
+	uint32_t stale_s;              /* foreign_stale's age limit in seconds, for
+					  the `recovered` line (0: none) */
 	struct lockfs_statedir *statedir; /* the one-daemon lock on state_dirfd
 					     (see lockfs_backend_record_pid) */
 };

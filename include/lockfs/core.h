@@ -25,15 +25,14 @@ struct lockfs_backend;
 #define LOCKFS_NO_LIMIT UINT32_MAX
 
 struct lockfs_core_config {
-	int dirfd;               /* the backing directory (borrowed) */
-	struct lockfs_backend *backend; /* taken over by the core */
+	struct lockfs_backend *backend; /* the store (lockfs/backend.h), opened and
+					   not yet start()ed: taken over by the core
+					   once lockfs_core_open succeeds */
 	const char *helpers;     /* ':'-separated; NULL = default */
-	const char *fence_path;  /* persisted fence counter; NULL = DIR/.fence */
 	struct lockfs_log *log;  /* the audit log: taken over by the core, also
 				    when lockfs_core_open fails */
 	const struct lockfs_proc_source *procs; /* NULL = /proc */
 	uint32_t lease_s;        /* lease of slug-bound locks; 0 = 600 */
-	uint32_t stale_s;        /* recover foreign locks older than this; 0 = never */
 	int break_signal;        /* sent to a holder whose lock is broken or
 				    lease-recovered; 0 = none */
 	bool descendants_scan;   /* find a holder's descendants by scanning /proc
