@@ -21,6 +21,7 @@
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
 #include "base/clock.h"
+#include "lock/session.h"
 #include "lock/audit.h"
 #include "lock/caller.h"
 #include "lock/changes.h"
@@ -121,12 +122,13 @@ static int acquire_or_stale(struct lockfs_core *core, const char *name,
 	int rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
 				     lockfs_table_grant_src(&g, rec, 0), NULL, st);
 
-	if (rc != -EEXIST || !t->be->ops->foreign_stale || !t->be->stale_s)
-		return rc;
-	if (lockfs_recovery_stale_foreign(t, name) <= 0)
-		return rc;
-	return t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
-				   lockfs_table_grant_src(&g, rec, 0), NULL, st);
+	if (rc == -EEXIST && t->be->ops->foreign_stale && t->be->stale_s &&
+	    lockfs_recovery_stale_foreign(t, name) > 0)
+		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+					 lockfs_table_grant_src(&g, rec, 0), NULL, st);
+	if (rc == 0)
+		lockfs_table_grant_fence(&g, st);
+	return rc;
 }
 
 int lockfs_core_acquire(struct lockfs_core *core, const char *name,
@@ -256,11 +258,16 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
+	/* A session lost since the store last reported: its locks are lost
+	 * (tombstoned) before this rmdir looks for NAME. */
+	lockfs_session_check(t);
 	pthread_mutex_lock(&s->mu);
 	/* Release only what the record in the store says: the cached copy
 	 * counts only while the record file's identity (inode, times, size)
 	 * is unchanged, else it is read and parsed again. */
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
+	if (rc == -ENOENT && s->tombstones)
+		rc = lockfs_session_tombstone_take(t, s, name, caller); /* lost: ESTALE */
 	if (rc < 0)
 		goto out;
 	if (c && !lockfs_table_issued_here(c)) {
@@ -299,6 +306,22 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 out:
 	lockfs_table_unlock(s);
 	return rc;
+}
+
+bool lockfs_core_lost(struct lockfs_core *core, const char *name)
+{
+	struct lockfs_table *t = &core->table;
+	struct stripe *s;
+	bool lost = false;
+
+	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || lockfs_name_check(name) < 0)
+		return false;
+	s = lockfs_table_stripe(t, name);
+	pthread_mutex_lock(&s->mu);
+	for (struct tombstone *ts = s->tombstones; ts && !lost; ts = ts->next)
+		lost = strcmp(ts->name, name) == 0;
+	lockfs_table_unlock(s);
+	return lost;
 }
 
 static int view_stat(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
@@ -798,6 +821,7 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	for (int i = 0; i < STRIPES; i++)
 		pthread_mutex_init(&t->stripes[i].mu, NULL);
 	pthread_mutex_init(&t->users_mu, NULL);
+	pthread_mutex_init(&t->session_mu, NULL);
 	pthread_mutex_init(&t->holders.mu, NULL);
 	for (int i = 0; i < STRIPES; i++)
 		t->stripes[i].due_boot_ms = INT64_MAX;
@@ -912,6 +936,7 @@ void lockfs_core_close(struct lockfs_core *core)
 			lockfs_table_drop(t, &t->stripes[i], c->name);
 		}
 		lockfs_queue_free_all(&t->stripes[i]);
+		lockfs_session_free_tombstones(&t->stripes[i]);
 		pthread_mutex_destroy(&t->stripes[i].mu);
 	}
 	lockfs_liveness_free(t->liveness);
@@ -924,6 +949,7 @@ void lockfs_core_close(struct lockfs_core *core)
 		free(t->users[i].name);
 	free(t->users);
 	pthread_mutex_destroy(&t->users_mu);
+	pthread_mutex_destroy(&t->session_mu);
 	lockfs_changes_fini(t);
 	{
 		size_t left = lockfs_log_close(t->log);

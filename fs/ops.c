@@ -97,6 +97,14 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			return (void)fuse_reply_entry(req, &e);
 		}
 		rc = lockfs_core_stat(fs->core, name, &ls);
+		if (rc == -ENOENT && lockfs_core_lost(fs->core, name)) {
+			/* A lock lost with the session: its holder's rmdir
+			 * (looked up first) answers ESTALE, once. */
+			struct lockfs_caller caller;
+
+			lockfs_fs_caller(req, &caller);
+			rc = lockfs_core_release(fs->core, name, &caller);
+		}
 		if (rc < 0)
 			return (void)fuse_reply_err(req, -rc);
 		return lockfs_attr_reply_entry(req, fs, name, LF_DIR, &ls);

@@ -50,7 +50,7 @@ static struct etcd_store *to_etcd(struct lockfs_backend *be)
 
 /* ---- Saying what is wrong, once ---- */
 
-void etcd_say_unreachable(struct etcd_store *e, int rc)
+void lockfs_etcdbe_say_unreachable(struct etcd_store *e, int rc)
 {
 	if (rc == -ENOMEM || __atomic_exchange_n(&e->unreachable, true, __ATOMIC_ACQ_REL))
 		return;
@@ -59,7 +59,7 @@ void etcd_say_unreachable(struct etcd_store *e, int rc)
 		strerror(-rc));
 }
 
-void etcd_say_reachable(struct etcd_store *e)
+void lockfs_etcdbe_say_reachable(struct etcd_store *e)
 {
 	if (__atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) &&
 	    __atomic_exchange_n(&e->unreachable, false, __ATOMIC_ACQ_REL))
@@ -73,7 +73,7 @@ static int store_error(struct etcd_store *e, int rc)
 	if (rc == -ENOMEM)
 		return -ENOMEM;
 	if (rc == -ETIMEDOUT || rc == -EIO || rc == -EAGAIN)
-		etcd_say_unreachable(e, rc);
+		lockfs_etcdbe_say_unreachable(e, rc);
 	return -EIO;
 }
 
@@ -130,7 +130,7 @@ static bool unconfirmed(struct etcd_store *e)
 	pthread_mutex_lock(&e->mirror.mu);
 	watching = e->mirror.watching;
 	pthread_mutex_unlock(&e->mirror.mu);
-	return !watching || etcd_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
+	return !watching || lockfs_etcdbe_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
 }
 
 static void fill_stat(struct etcd_store *e, const struct etcd_head *h, const char *record,
@@ -143,11 +143,11 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, const cha
 	st->delay_until_ms = h->delay_until_ms;
 	if (!h->has_key) {
 		/* Lock-delay with no key: held by nobody, for a while. */
-		st->identity = etcd_identity(0, h->delay_until_ms);
+		st->identity = lockfs_etcdbe_identity(0, h->delay_until_ms);
 		st->mtime_ms = now_ms();
 		return;
 	}
-	st->identity = etcd_identity(h->create_rev, h->mod_rev);
+	st->identity = lockfs_etcdbe_identity(h->create_rev, h->mod_rev);
 	st->fence = h->delay_until_ms ? 0 : head_fence(h, record, len);
 	st->mtime_ms = h->seen_ms;
 	snprintf(st->key, sizeof(st->key), "%s", h->key);
@@ -167,28 +167,28 @@ static void mirror_put(struct etcd_store *e, const char *key, const char *value,
 	};
 
 	pthread_mutex_lock(&e->mirror.mu);
-	(void)etcd_mirror_put_locked(&e->mirror, &kv, now_ms(), NULL);
+	(void)lockfs_etcdbe_mirror_put_locked(&e->mirror, &kv, now_ms(), NULL);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
 static void mirror_delete(struct etcd_store *e, const char *key, int64_t rev)
 {
 	pthread_mutex_lock(&e->mirror.mu);
-	(void)etcd_mirror_delete_locked(&e->mirror, key, rev, 0, NULL);
+	(void)lockfs_etcdbe_mirror_delete_locked(&e->mirror, key, rev, 0, NULL);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
 /* Session LIVE, its lease into *LEASE: 0; else -EIO (no grants). */
 static int need_live(struct etcd_store *e, int64_t *lease)
 {
-	return etcd_session_state(e, lease) == LOCKFS_SESSION_LIVE ? 0 : -EIO;
+	return lockfs_etcdbe_session_state(e, lease) == LOCKFS_SESSION_LIVE ? 0 : -EIO;
 }
 
 static bool in_delay(struct etcd_store *e, const char *name)
 {
 	struct etcd_head h;
 
-	return etcd_mirror_head(&e->mirror, name, false, now_ms(), &h) == 0 &&
+	return lockfs_etcdbe_mirror_head(&e->mirror, name, false, now_ms(), &h) == 0 &&
 	       h.delay_until_ms > 0;
 }
 
@@ -200,7 +200,7 @@ static void granted_stat(struct etcd_store *e, const char *key, int64_t create_r
 	if (!st)
 		return;
 	memset(st, 0, sizeof(*st));
-	st->identity = etcd_identity(create_rev, mod_rev);
+	st->identity = lockfs_etcdbe_identity(create_rev, mod_rev);
 	st->fence = fence;
 	st->uid = geteuid();
 	st->gid = getegid();
@@ -272,11 +272,11 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	if (rc) {
 		/* It may have been made: undo it once etcd answers. */
 		if (lockfs_etcd_outcome_unknown(rc))
-			etcd_session_pending(e, key, lease, 0, false);
+			lockfs_etcdbe_session_pending(e, key, lease, 0, false);
 		free(json);
 		return store_error(e, rc);
 	}
-	etcd_say_reachable(e);
+	lockfs_etcdbe_say_reachable(e);
 	if (!r.succeeded) {
 		lockfs_etcd_txn_resp_free(&r);
 		free(json);
@@ -362,7 +362,7 @@ static int etcd_claim(struct lockfs_backend *be, const char *name,
 	int64_t lease;
 	int rc;
 
-	if (etcd_session_lost_lease(e, place->session))
+	if (lockfs_etcdbe_session_lost_lease(e, place->session))
 		return -ESTALE;
 	rc = need_live(e, &lease);
 	if (rc)
@@ -398,7 +398,7 @@ static int etcd_leave(struct lockfs_backend *be, const char *name,
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	if (rc) {
 		/* Completed once etcd answers. */
-		etcd_session_pending(e, key, place->session, place->rank, true);
+		lockfs_etcdbe_session_pending(e, key, place->session, place->rank, true);
 		return store_error(e, rc);
 	}
 	if (r.succeeded)
@@ -432,9 +432,9 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	int rc;
 
 	if (name_range(e, name, rkey, rend) < 0 ||
-	    etcd_mirror_find_identity(&e->mirror, name, identity, false, &old) < 0)
+	    lockfs_etcdbe_mirror_find_identity(&e->mirror, name, identity, false, &old) < 0)
 		return -ENOENT;
-	if (etcd_session_lost_lease(e, old.lease))
+	if (lockfs_etcdbe_session_lost_lease(e, old.lease))
 		return -ESTALE;
 	rc = need_live(e, &lease);
 	if (rc)
@@ -491,9 +491,9 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 	int rc;
 
 	if (name_range(e, name, rkey, rend) < 0 ||
-	    etcd_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
+	    lockfs_etcdbe_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
 		return -ENOENT;
-	if (etcd_session_lost_lease(e, h.lease))
+	if (lockfs_etcdbe_session_lost_lease(e, h.lease))
 		return -ESTALE;
 	if (how == LOCKFS_UPD_GRANT) {
 		rc = need_live(e, NULL);
@@ -526,7 +526,7 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 	}
 	mirror_put(e, h.key, json, len, h.create_rev, r.revision, h.lease);
 	if (how == LOCKFS_UPD_GRANT)
-		etcd_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
+		lockfs_etcdbe_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
 	if (!st)
 		st = &tmp;
 	granted_stat(e, h.key, h.create_rev, r.revision, h.lease, 0, st);
@@ -535,7 +535,7 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 	} else {
 		struct etcd_head now;
 
-		st->fence = etcd_mirror_find_identity(&e->mirror, name, st->identity, false,
+		st->fence = lockfs_etcdbe_mirror_find_identity(&e->mirror, name, st->identity, false,
 						      &now) == 0 ?
 			    head_fence(&now, json, len) : (uint64_t)h.create_rev;
 	}
@@ -558,15 +558,15 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	struct lockfs_etcd_txn_resp r;
 	int rc;
 
-	if (etcd_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
+	if (lockfs_etcdbe_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
 		return -ENOENT;
-	if (etcd_session_lost_lease(e, h.lease))
+	if (lockfs_etcdbe_session_lost_lease(e, h.lease))
 		return -ESTALE;
 	cmp.number = h.create_rev;
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	if (rc)
 		return store_error(e, rc);
-	etcd_say_reachable(e);
+	lockfs_etcdbe_say_reachable(e);
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded)
 		mirror_delete(e, h.key, r.revision);
@@ -590,7 +590,7 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	int64_t lease;
 	int rc;
 
-	if (etcd_mirror_find_identity(&e->mirror, name, identity, true, &h) < 0)
+	if (lockfs_etcdbe_mirror_find_identity(&e->mirror, name, identity, true, &h) < 0)
 		return -ENOENT;
 	rc = need_live(e, &lease);
 	if (rc) {
@@ -626,8 +626,8 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	if (st) {
 		struct etcd_head now;
 
-		if (etcd_mirror_find_identity(&e->mirror, name,
-					      etcd_identity(h.create_rev, r.revision), false,
+		if (lockfs_etcdbe_mirror_find_identity(&e->mirror, name,
+					      lockfs_etcdbe_identity(h.create_rev, r.revision), false,
 					      &now) == 0)
 			fill_stat(e, &now, h.value, h.value_len, st);
 		else
@@ -648,11 +648,11 @@ static int etcd_read(struct lockfs_backend *be, const char *name, char **record,
 
 	*record = NULL;
 	*len = 0;
-	rc = etcd_mirror_head(&e->mirror, name, true, now_ms(), &h);
+	rc = lockfs_etcdbe_mirror_head(&e->mirror, name, true, now_ms(), &h);
 	if (rc)
 		return rc;
 	/* Keys on a lost lease of this daemon are not its any more. */
-	if (h.has_key && !h.delay_until_ms && etcd_session_lost_lease(e, h.lease)) {
+	if (h.has_key && !h.delay_until_ms && lockfs_etcdbe_session_lost_lease(e, h.lease)) {
 		free(h.value);
 		return -ENOENT;
 	}
@@ -668,11 +668,11 @@ static int etcd_stat(struct lockfs_backend *be, const char *name,
 {
 	struct etcd_store *e = to_etcd(be);
 	struct etcd_head h;
-	int rc = etcd_mirror_head(&e->mirror, name, st != NULL, now_ms(), &h);
+	int rc = lockfs_etcdbe_mirror_head(&e->mirror, name, st != NULL, now_ms(), &h);
 
 	if (rc)
 		return rc;
-	if (h.has_key && !h.delay_until_ms && etcd_session_lost_lease(e, h.lease)) {
+	if (h.has_key && !h.delay_until_ms && lockfs_etcdbe_session_lost_lease(e, h.lease)) {
 		free(h.value);
 		return -ENOENT;
 	}
@@ -703,7 +703,7 @@ static int etcd_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 {
 	struct etcd_store *e = to_etcd(be);
 	struct list_filter f = { .e = e, .cb = cb, .arg = arg };
-	int rc = etcd_mirror_list(&e->mirror, now_ms(), list_one, &f);
+	int rc = lockfs_etcdbe_mirror_list(&e->mirror, now_ms(), list_one, &f);
 
 	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
 }
@@ -715,10 +715,10 @@ static int etcd_session_op(struct lockfs_backend *be, const char *host,
 	int64_t lease;
 
 	if (!host || strcmp(host, e->base.host) == 0) {
-		etcd_session_get(e, out);
+		lockfs_etcdbe_session_get(e, out);
 		return 0;
 	}
-	if (etcd_mirror_host(&e->mirror, host, &lease) < 0)
+	if (lockfs_etcdbe_mirror_host(&e->mirror, host, &lease) < 0)
 		return -ENOENT;
 	out->state = LOCKFS_SESSION_LIVE;
 	out->since_ms = 0;
@@ -728,7 +728,7 @@ static int etcd_session_op(struct lockfs_backend *be, const char *host,
 
 /* ---- Reporting ---- */
 
-void etcd_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed)
+void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed)
 {
 	/* report_mu makes the watch thread and the session thread one
 	 * reporter (never concurrently with itself); no op takes it. */
@@ -743,7 +743,7 @@ void etcd_report(struct etcd_store *e, struct etcd_names *changed, bool session_
 			e->change(e->change_arg, LOCKFS_CHANGE_SESSION, NULL);
 	}
 	pthread_mutex_unlock(&e->report_mu);
-	etcd_names_free(changed);
+	lockfs_etcdbe_names_free(changed);
 }
 
 /* A revision's host-key deletions, for lock-delay: the lease of a daemon
@@ -777,7 +777,7 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 
 			if (ev->type == LOCKFS_ETCD_EVENT_DELETE && ev->has_prev_kv &&
 			    ev->prev_kv.lease &&
-			    etcd_mirror_classify(m, ev->kv.key, host, sizeof(host)) == 2)
+			    lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) == 2)
 				gone[n_gone++] = (struct gone_host){ ev->prev_kv.lease,
 								     ev->kv.mod_revision };
 		}
@@ -787,19 +787,19 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 			int64_t delay = 0;
 
 			if (ev->type == LOCKFS_ETCD_EVENT_PUT) {
-				(void)etcd_mirror_put_locked(m, &ev->kv, now, &changed);
+				(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, &changed);
 				continue;
 			}
 			for (size_t g = 0; g < n_gone && ev->has_prev_kv && e->lock_delay_s; g++)
 				if (gone[g].lease == ev->prev_kv.lease &&
 				    gone[g].rev == ev->kv.mod_revision)
 					delay = now + e->lock_delay_s * 1000;
-			(void)etcd_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision, delay,
+			(void)lockfs_etcdbe_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision, delay,
 							&changed);
 		}
 		if (msg->next_revision > m->next_rev)
 			m->next_rev = msg->next_revision;
-		etcd_mirror_sweep_locked(m);
+		lockfs_etcdbe_mirror_sweep_locked(m);
 		pthread_mutex_unlock(&m->mu);
 		break;
 	}
@@ -807,23 +807,23 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 		pthread_mutex_lock(&m->mu);
 		if (msg->next_revision > m->next_rev)
 			m->next_rev = msg->next_revision;
-		etcd_mirror_sweep_locked(m);
+		lockfs_etcdbe_mirror_sweep_locked(m);
 		pthread_mutex_unlock(&m->mu);
 		return;
 	case LOCKFS_ETCD_WATCH_ENDED:
 		pthread_mutex_lock(&m->mu);
 		m->watching = false;
 		pthread_mutex_unlock(&m->mu);
-		etcd_session_watch_ended(e, msg->resync, msg->next_revision);
+		lockfs_etcdbe_session_watch_ended(e, msg->resync, msg->next_revision);
 		return;
 	}
 	if (changed.n || changed.all)
-		etcd_report(e, &changed, false);
+		lockfs_etcdbe_report(e, &changed, false);
 	else
-		etcd_names_free(&changed);
+		lockfs_etcdbe_names_free(&changed);
 }
 
-int etcd_watch_start(struct etcd_store *e, int64_t from)
+int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from)
 {
 	struct lockfs_etcd_watch_req req = {
 		.key = e->prefix, .prefix = true, .prev_kv = true, .progress_notify = true,
@@ -840,7 +840,7 @@ int etcd_watch_start(struct etcd_store *e, int64_t from)
 		rc = lockfs_etcd_range(e->client, &op, &r);
 		if (rc)
 			return rc;
-		rc = etcd_mirror_load(&e->mirror, r.kvs, r.n_kvs, r.revision, now_ms());
+		rc = lockfs_etcdbe_mirror_load(&e->mirror, r.kvs, r.n_kvs, r.revision, now_ms());
 		from = r.revision + 1;
 		lockfs_etcd_op_resp_free(&r);
 		if (rc)
@@ -952,7 +952,7 @@ static void etcd_close(struct lockfs_backend *be)
 	struct etcd_store *e = to_etcd(be);
 
 	/* The lease is not revoked: a restarted daemon adopts the locks. */
-	etcd_session_stop(e);
+	lockfs_etcdbe_session_stop(e);
 	if (e->watch)
 		lockfs_etcd_watch_close(e->watch);
 	e->watch = NULL;
@@ -961,8 +961,8 @@ static void etcd_close(struct lockfs_backend *be)
 	pthread_mutex_unlock(&e->report_mu);
 	lockfs_etcd_close(e->client);
 	lockfs_etcd_close(e->client_short);
-	etcd_session_destroy(e);
-	etcd_mirror_free(&e->mirror);
+	lockfs_etcdbe_session_destroy(e);
+	lockfs_etcdbe_mirror_free(&e->mirror);
 	pthread_mutex_destroy(&e->report_mu);
 	open_pair_remove(e->prefix, e->base.host);
 	lockfs_statedir_close(&e->sd);
@@ -1066,7 +1066,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 	int rc;
 
 	for (int attempt = 0; attempt < 3; attempt++) {
-		rc = etcd_session_put_host(e, e->session.lease, 0);
+		rc = lockfs_etcdbe_session_put_host(e, e->session.lease, 0);
 		if (rc != -EEXIST)
 			break;
 		rc = lockfs_etcd_range(e->client, &get, &r);
@@ -1110,7 +1110,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 		json_decref(v);
 		v = NULL;
 		/* A predecessor that is gone: its host key moves to us. */
-		rc = etcd_session_put_host(e, e->session.lease, old_lease);
+		rc = lockfs_etcdbe_session_put_host(e, e->session.lease, old_lease);
 		if (rc == 0) {
 			e->session.predecessor = old_lease;
 			break;
@@ -1269,9 +1269,9 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		say(cfg, "no etcd endpoint answers (%s): %s", e->endpoints, strerror(-rc));
 		goto fail;
 	}
-	etcd_mirror_init(&e->mirror, e->prefix);
+	lockfs_etcdbe_mirror_init(&e->mirror, e->prefix);
 	pthread_mutex_init(&e->report_mu, NULL);
-	rc = etcd_session_init(e);
+	rc = lockfs_etcdbe_session_init(e);
 	have_session = true;
 	if (rc) {
 		say(cfg, rc == -EACCES ? "etcd refused our credentials (%s)" :
@@ -1282,13 +1282,13 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 	if (rc)
 		goto fail;
 	host_taken = true;
-	rc = etcd_watch_start(e, 0);
+	rc = lockfs_etcdbe_watch_start(e, 0);
 	if (rc) {
 		say(cfg, "cannot watch %s in etcd (%s): %s", e->prefix, e->endpoints,
 		    strerror(-rc));
 		goto fail;
 	}
-	rc = etcd_session_start(e);
+	rc = lockfs_etcdbe_session_start(e);
 	if (rc) {
 		say(cfg, "cannot start the etcd session thread: %s", strerror(-rc));
 		goto fail;
@@ -1309,8 +1309,8 @@ fail:
 		/* Nothing of ours may stay: the lease takes the host key along. */
 		if (e->session.lease)
 			(void)!lockfs_etcd_lease_revoke(e->client, e->session.lease);
-		etcd_session_destroy(e);
-		etcd_mirror_free(&e->mirror);
+		lockfs_etcdbe_session_destroy(e);
+		lockfs_etcdbe_mirror_free(&e->mirror);
 		pthread_mutex_destroy(&e->report_mu);
 	}
 	if (host_taken)

@@ -87,12 +87,12 @@ struct etcd_head {
 	bool value_empty;
 };
 
-void etcd_mirror_init(struct etcd_mirror *m, const char *prefix);
-void etcd_mirror_free(struct etcd_mirror *m);
+void lockfs_etcdbe_mirror_init(struct etcd_mirror *m, const char *prefix);
+void lockfs_etcdbe_mirror_free(struct etcd_mirror *m);
 
 /* NAME of KEY (under the mirror's prefix) into BUF: 1 for a contender key,
  * 2 for a host key (BUF: the host), 0 for anything else. */
-int etcd_mirror_classify(const struct etcd_mirror *m, const char *key, char *buf, size_t size);
+int lockfs_etcdbe_mirror_classify(const struct etcd_mirror *m, const char *key, char *buf, size_t size);
 
 /* Names that changed, for the reporter (a growable array of strings). */
 struct etcd_names {
@@ -100,56 +100,56 @@ struct etcd_names {
 	size_t n, cap;
 	bool all;                /* report "anything may have changed" */
 };
-void etcd_names_free(struct etcd_names *ns);
+void lockfs_etcdbe_names_free(struct etcd_names *ns);
 
 /* Apply one PUT (KV) or DELETE (KEY at REV) with MIRROR_MU held.  A
  * DELETE of NAME's head key with DELAY_UNTIL_MS > 0 puts NAME in
  * lock-delay until then.  The name changed goes to CHANGED (may be NULL).
  * Returns -ENOMEM or 0. */
-int etcd_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *kv,
+int lockfs_etcdbe_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *kv,
 			   int64_t now_ms, struct etcd_names *changed);
-int etcd_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
+int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
 			      int64_t delay_until_ms, struct etcd_names *changed);
 
 /* End the lock-delays that are over by NOW_MS; their names to OVER. */
-void etcd_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, struct etcd_names *over);
+void lockfs_etcdbe_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, struct etcd_names *over);
 
 /* Replace the mirror with a fresh read (KVS at REV); keys written since
  * REV by this daemon stay.  CHANGED gets `all`. */
-int etcd_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, size_t n,
+int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, size_t n,
 		     int64_t rev, int64_t now_ms);
 
 /* Forget dead keys the watch has passed (with MIRROR_MU held). */
-void etcd_mirror_sweep_locked(struct etcd_mirror *m);
+void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m);
 
 /* NAME's head (first live key, or lock-delay) into *H; with WANT_VALUE a
  * copy of its value (-ENOMEM).  0; -ENOENT: not held. */
-int etcd_mirror_head(struct etcd_mirror *m, const char *name, bool want_value, int64_t now_ms,
+int lockfs_etcdbe_mirror_head(struct etcd_mirror *m, const char *name, bool want_value, int64_t now_ms,
 		     struct etcd_head *h);
 
 /* The live key of NAME whose identity is IDENTITY into *H (with its
  * value when WANT_VALUE).  0; -ENOENT. */
-int etcd_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t identity,
+int lockfs_etcdbe_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t identity,
 			      bool want_value, struct etcd_head *h);
 
 /* Is KEY (of NAME) live in the mirror, and is it NAME's first live key?
  * 1: the head; 0: behind another; -ENOENT: not there. */
-int etcd_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key);
+int lockfs_etcdbe_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key);
 
 /* Record this daemon's own grant of KEY at REV (GRANT_REV: its
  * update(GRANT) revision, else 0). */
-void etcd_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,
+void lockfs_etcdbe_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,
 			   int64_t grant_rev);
 
 /* Each name with a live key or in lock-delay, to CB (copied out first, so
  * CB runs without the lock).  0, -ENOMEM. */
-int etcd_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, void *arg);
+int lockfs_etcdbe_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, void *arg);
 
 /* HOST's host key: 0 (*LEASE), -ENOENT. */
-int etcd_mirror_host(struct etcd_mirror *m, const char *host, int64_t *lease);
+int lockfs_etcdbe_mirror_host(struct etcd_mirror *m, const char *host, int64_t *lease);
 
 /* The identity of a key at (CREATE, MOD): never 0. */
-uint64_t etcd_identity(int64_t create_rev, int64_t mod_rev);
+uint64_t lockfs_etcdbe_identity(int64_t create_rev, int64_t mod_rev);
 
 /* ---- The session (etcd_session.c) ---- */
 
@@ -214,37 +214,37 @@ struct etcd_store {
 
 /* Report CHANGED (and free it) and WHAT=SESSION when SESSION_CHANGED, to
  * the engine's callback if start() gave one.  No backend lock held. */
-void etcd_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
+void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
 
 /* The watch on PREFIX from FROM (0: a fresh read first, then from its
  * revision + 1).  0 or -errno.  From open() and the session thread. */
-int etcd_watch_start(struct etcd_store *e, int64_t from);
+int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from);
 
 /* Say once that etcd cannot be reached (RC the client's error), or that
  * it answers again. */
-void etcd_say_unreachable(struct etcd_store *e, int rc);
-void etcd_say_reachable(struct etcd_store *e);
+void lockfs_etcdbe_say_unreachable(struct etcd_store *e, int rc);
+void lockfs_etcdbe_say_reachable(struct etcd_store *e);
 
 /* The session: grant the first lease (open), run the keepalive thread
  * (start .. close). */
-int etcd_session_init(struct etcd_store *e);
-int etcd_session_start(struct etcd_store *e);
-void etcd_session_stop(struct etcd_store *e);
-void etcd_session_destroy(struct etcd_store *e);
+int lockfs_etcdbe_session_init(struct etcd_store *e);
+int lockfs_etcdbe_session_start(struct etcd_store *e);
+void lockfs_etcdbe_session_stop(struct etcd_store *e);
+void lockfs_etcdbe_session_destroy(struct etcd_store *e);
 
 /* Put the host key on LEASE, if it does not exist (OLD 0) or is on lease
  * OLD.  0; -EEXIST: it exists otherwise; or the client's errors. */
-int etcd_session_put_host(struct etcd_store *e, int64_t lease, int64_t old);
+int lockfs_etcdbe_session_put_host(struct etcd_store *e, int64_t lease, int64_t old);
 /* This daemon's session state and lease, as ops see them. */
-enum lockfs_session_state etcd_session_state(struct etcd_store *e, int64_t *lease);
+enum lockfs_session_state lockfs_etcdbe_session_state(struct etcd_store *e, int64_t *lease);
 /* This daemon's session as session() reports it. */
-void etcd_session_get(struct etcd_store *e, struct lockfs_session *out);
+void lockfs_etcdbe_session_get(struct etcd_store *e, struct lockfs_session *out);
 /* Is LEASE one of this daemon's lost leases? */
-bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease);
+bool lockfs_etcdbe_session_lost_lease(struct etcd_store *e, int64_t lease);
 /* Remember a write of KEY with an unknown outcome (see struct etcd_pending). */
-void etcd_session_pending(struct etcd_store *e, const char *key, int64_t lease,
+void lockfs_etcdbe_session_pending(struct etcd_store *e, const char *key, int64_t lease,
 			  int64_t create_rev, bool place_only);
 /* The watch ended (from the watch thread): reopen from FROM, or RESYNC. */
-void etcd_session_watch_ended(struct etcd_store *e, bool resync, int64_t from);
+void lockfs_etcdbe_session_watch_ended(struct etcd_store *e, bool resync, int64_t from);
 
 #endif

@@ -23,7 +23,7 @@
 
 #define HOSTS_DIR ".hosts/"
 
-uint64_t etcd_identity(int64_t create_rev, int64_t mod_rev)
+uint64_t lockfs_etcdbe_identity(int64_t create_rev, int64_t mod_rev)
 {
 	uint64_t h = (uint64_t)create_rev * 0x9e3779b97f4a7c15u;
 
@@ -33,7 +33,7 @@ uint64_t etcd_identity(int64_t create_rev, int64_t mod_rev)
 	return h ? h : 1;
 }
 
-void etcd_mirror_init(struct etcd_mirror *m, const char *prefix)
+void lockfs_etcdbe_mirror_init(struct etcd_mirror *m, const char *prefix)
 {
 	memset(m, 0, sizeof(*m));
 	pthread_mutex_init(&m->mu, NULL);
@@ -76,13 +76,13 @@ static void mirror_clear_locked(struct etcd_mirror *m)
 	}
 }
 
-void etcd_mirror_free(struct etcd_mirror *m)
+void lockfs_etcdbe_mirror_free(struct etcd_mirror *m)
 {
 	mirror_clear_locked(m);
 	pthread_mutex_destroy(&m->mu);
 }
 
-void etcd_names_free(struct etcd_names *ns)
+void lockfs_etcdbe_names_free(struct etcd_names *ns)
 {
 	for (size_t i = 0; i < ns->n; i++)
 		free(ns->v[i]);
@@ -118,7 +118,7 @@ static int names_add(struct etcd_names *ns, const char *name)
 	return 0;
 }
 
-int etcd_mirror_classify(const struct etcd_mirror *m, const char *key, char *buf, size_t size)
+int lockfs_etcdbe_mirror_classify(const struct etcd_mirror *m, const char *key, char *buf, size_t size)
 {
 	const char *rest, *slash;
 	size_t len;
@@ -258,13 +258,13 @@ static void host_delete(struct etcd_mirror *m, const char *host, int64_t rev)
 		}
 }
 
-int etcd_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *kv,
+int lockfs_etcdbe_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *kv,
 			   int64_t now_ms, struct etcd_names *changed)
 {
 	char name[LOCKFS_STORE_KEY_MAX];
 	struct etcd_name *n;
 	struct etcd_key *k;
-	int kind = etcd_mirror_classify(m, kv->key, name, sizeof(name));
+	int kind = lockfs_etcdbe_mirror_classify(m, kv->key, name, sizeof(name));
 	size_t i;
 
 	if (kind == 2)
@@ -330,13 +330,13 @@ int etcd_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *k
 	return names_add(changed, name);
 }
 
-int etcd_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
+int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
 			      int64_t delay_until_ms, struct etcd_names *changed)
 {
 	char name[LOCKFS_STORE_KEY_MAX];
 	struct etcd_name *n;
 	struct etcd_key *k;
-	int kind = etcd_mirror_classify(m, key, name, sizeof(name));
+	int kind = lockfs_etcdbe_mirror_classify(m, key, name, sizeof(name));
 
 	if (kind == 2) {
 		host_delete(m, name, rev);
@@ -359,7 +359,7 @@ int etcd_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t re
 	return names_add(changed, name);
 }
 
-void etcd_mirror_sweep_locked(struct etcd_mirror *m)
+void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 {
 	int64_t now = lockfs_wall_ms();
 
@@ -382,7 +382,7 @@ void etcd_mirror_sweep_locked(struct etcd_mirror *m)
 	}
 }
 
-int etcd_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, size_t n,
+int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, size_t n,
 		     int64_t rev, int64_t now_ms)
 {
 	struct etcd_mirror fresh;
@@ -390,11 +390,11 @@ int etcd_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, si
 
 	/* Build the fresh view apart, then move over what this daemon wrote
 	 * after REV (its own writes reach the mirror before their events). */
-	etcd_mirror_init(&fresh, m->prefix);
+	lockfs_etcdbe_mirror_init(&fresh, m->prefix);
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = etcd_mirror_put_locked(&fresh, &kvs[i], now_ms, NULL);
+		rc = lockfs_etcdbe_mirror_put_locked(&fresh, &kvs[i], now_ms, NULL);
 	if (rc) {
-		etcd_mirror_free(&fresh);
+		lockfs_etcdbe_mirror_free(&fresh);
 		return rc;
 	}
 	pthread_mutex_lock(&m->mu);
@@ -412,9 +412,9 @@ int etcd_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, si
 				if (k->mod_rev <= rev)
 					continue;
 				if (k->dead)
-					rc = etcd_mirror_delete_locked(&fresh, k->key, k->mod_rev, 0, NULL);
+					rc = lockfs_etcdbe_mirror_delete_locked(&fresh, k->key, k->mod_rev, 0, NULL);
 				else
-					rc = etcd_mirror_put_locked(&fresh, &kv, k->seen_ms, NULL);
+					rc = lockfs_etcdbe_mirror_put_locked(&fresh, &kv, k->seen_ms, NULL);
 			}
 			/* Lock-delay lives only in memory: keep it. */
 			if (on->delay_until_ms > now_ms) {
@@ -448,7 +448,7 @@ int etcd_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, si
 			m->next_rev = rev + 1;
 	}
 	pthread_mutex_unlock(&m->mu);
-	etcd_mirror_free(&fresh);
+	lockfs_etcdbe_mirror_free(&fresh);
 	return rc;
 }
 
@@ -472,7 +472,7 @@ static int fill_head(const struct etcd_key *k, bool want_value, struct etcd_head
 	return 0;
 }
 
-int etcd_mirror_head(struct etcd_mirror *m, const char *name, bool want_value, int64_t now_ms,
+int lockfs_etcdbe_mirror_head(struct etcd_mirror *m, const char *name, bool want_value, int64_t now_ms,
 		     struct etcd_head *h)
 {
 	struct etcd_name *n;
@@ -498,7 +498,7 @@ int etcd_mirror_head(struct etcd_mirror *m, const char *name, bool want_value, i
 	return rc;
 }
 
-int etcd_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t identity,
+int lockfs_etcdbe_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t identity,
 			      bool want_value, struct etcd_head *h)
 {
 	struct etcd_name *n;
@@ -510,7 +510,7 @@ int etcd_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t 
 	for (size_t i = 0; n && i < n->n; i++) {
 		struct etcd_key *k = &n->keys[i];
 
-		if (!k->dead && etcd_identity(k->create_rev, k->mod_rev) == identity) {
+		if (!k->dead && lockfs_etcdbe_identity(k->create_rev, k->mod_rev) == identity) {
 			h->held = true;
 			rc = fill_head(k, want_value, h);
 			break;
@@ -520,7 +520,7 @@ int etcd_mirror_find_identity(struct etcd_mirror *m, const char *name, uint64_t 
 	return rc;
 }
 
-int etcd_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key)
+int lockfs_etcdbe_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key)
 {
 	struct etcd_name *n;
 	struct etcd_key *k;
@@ -535,7 +535,7 @@ int etcd_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key
 	return rc;
 }
 
-void etcd_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,
+void lockfs_etcdbe_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,
 			   int64_t grant_rev)
 {
 	char name[LOCKFS_STORE_KEY_MAX];
@@ -543,13 +543,13 @@ void etcd_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,
 	struct etcd_key *k;
 
 	pthread_mutex_lock(&m->mu);
-	if (etcd_mirror_classify(m, key, name, sizeof(name)) == 1 &&
+	if (lockfs_etcdbe_mirror_classify(m, key, name, sizeof(name)) == 1 &&
 	    (n = find_name(m, name, false)) && (k = find_key(n, key)) && k->mod_rev == rev)
 		k->grant_rev = grant_rev;
 	pthread_mutex_unlock(&m->mu);
 }
 
-int etcd_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, void *arg)
+int lockfs_etcdbe_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, void *arg)
 {
 	struct etcd_names held = { 0 };
 	int rc = 0;
@@ -563,11 +563,11 @@ int etcd_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, v
 	for (size_t i = 0; !rc && i < held.n; i++)
 		if (cb(arg, held.v[i]))
 			break;
-	etcd_names_free(&held);
+	lockfs_etcdbe_names_free(&held);
 	return rc;
 }
 
-int etcd_mirror_host(struct etcd_mirror *m, const char *host, int64_t *lease)
+int lockfs_etcdbe_mirror_host(struct etcd_mirror *m, const char *host, int64_t *lease)
 {
 	int rc = -ENOENT;
 
@@ -582,7 +582,7 @@ int etcd_mirror_host(struct etcd_mirror *m, const char *host, int64_t *lease)
 	return rc;
 }
 
-void etcd_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, struct etcd_names *over)
+void lockfs_etcdbe_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, struct etcd_names *over)
 {
 	pthread_mutex_lock(&m->mu);
 	for (size_t b = 0; b < MIRROR_BUCKETS; b++) {

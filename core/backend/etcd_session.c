@@ -54,7 +54,7 @@ static enum lockfs_session_state state_now_locked(const struct etcd_store *e)
 	return LOCKFS_SESSION_LIVE;
 }
 
-enum lockfs_session_state etcd_session_state(struct etcd_store *e, int64_t *lease)
+enum lockfs_session_state lockfs_etcdbe_session_state(struct etcd_store *e, int64_t *lease)
 {
 	struct etcd_session *s = &e->session;
 	enum lockfs_session_state st;
@@ -67,7 +67,7 @@ enum lockfs_session_state etcd_session_state(struct etcd_store *e, int64_t *leas
 	return st;
 }
 
-void etcd_session_get(struct etcd_store *e, struct lockfs_session *out)
+void lockfs_etcdbe_session_get(struct etcd_store *e, struct lockfs_session *out)
 {
 	struct etcd_session *s = &e->session;
 
@@ -78,7 +78,7 @@ void etcd_session_get(struct etcd_store *e, struct lockfs_session *out)
 	pthread_mutex_unlock(&s->mu);
 }
 
-bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease)
+bool lockfs_etcdbe_session_lost_lease(struct etcd_store *e, int64_t lease)
 {
 	struct etcd_session *s = &e->session;
 	bool lost = false;
@@ -92,7 +92,7 @@ bool etcd_session_lost_lease(struct etcd_store *e, int64_t lease)
 	return lost;
 }
 
-void etcd_session_pending(struct etcd_store *e, const char *key, int64_t lease,
+void lockfs_etcdbe_session_pending(struct etcd_store *e, const char *key, int64_t lease,
 			  int64_t create_rev, bool place_only)
 {
 	struct etcd_session *s = &e->session;
@@ -113,7 +113,7 @@ void etcd_session_pending(struct etcd_store *e, const char *key, int64_t lease,
 	pthread_mutex_unlock(&s->mu);
 }
 
-void etcd_session_watch_ended(struct etcd_store *e, bool resync, int64_t from)
+void lockfs_etcdbe_session_watch_ended(struct etcd_store *e, bool resync, int64_t from)
 {
 	struct etcd_session *s = &e->session;
 
@@ -143,7 +143,7 @@ static int host_value(struct etcd_store *e, int64_t lease)
 	return 0;
 }
 
-int etcd_session_put_host(struct etcd_store *e, int64_t lease, int64_t old)
+int lockfs_etcdbe_session_put_host(struct etcd_store *e, int64_t lease, int64_t old)
 {
 	struct lockfs_etcd_compare cmp = {
 		.key = e->host_key, .target = old ? LOCKFS_ETCD_LEASE : LOCKFS_ETCD_CREATE,
@@ -169,7 +169,7 @@ int etcd_session_put_host(struct etcd_store *e, int64_t lease, int64_t old)
 	return rc;
 }
 
-int etcd_session_init(struct etcd_store *e)
+int lockfs_etcdbe_session_init(struct etcd_store *e)
 {
 	struct etcd_session *s = &e->session;
 	int64_t lease = 0;
@@ -262,7 +262,7 @@ static int renew_session(struct etcd_store *e)
 	rc = lockfs_etcd_lease_grant(e->client, e->ttl_s, 0, &lease, NULL);
 	if (rc)
 		return rc;
-	rc = etcd_session_put_host(e, lease, 0);
+	rc = lockfs_etcdbe_session_put_host(e, lease, 0);
 	if (rc) {
 		(void)!lockfs_etcd_lease_revoke(e->client, lease);
 		return rc;
@@ -332,12 +332,12 @@ static bool keep_alive(struct etcd_store *e)
 		pthread_mutex_lock(&e->mirror.mu);
 		from = e->mirror.next_rev;
 		pthread_mutex_unlock(&e->mirror.mu);
-		etcd_session_watch_ended(e, false, from);
+		lockfs_etcdbe_session_watch_ended(e, false, from);
 	}
 	if (rc == 0)
-		etcd_say_reachable(e);
+		lockfs_etcdbe_say_reachable(e);
 	else if (!gone)
-		etcd_say_unreachable(e, rc);
+		lockfs_etcdbe_say_unreachable(e, rc);
 	pthread_mutex_lock(&s->mu);
 	if (s->lease == lease) {
 		quiet = lockfs_boot_ms() - s->sent_ms;
@@ -355,7 +355,7 @@ static bool keep_alive(struct etcd_store *e)
 said:
 	if (changed)
 		fprintf(stderr, "lockfs: etcd: session %016" PRIx64 " is %s\n", (uint64_t)lease,
-			state_name(etcd_session_state(e, NULL)));
+			state_name(lockfs_etcdbe_session_state(e, NULL)));
 	return changed;
 }
 
@@ -382,10 +382,10 @@ static bool restart_watch(struct etcd_store *e)
 		e->mirror.watching = false;
 		pthread_mutex_unlock(&e->mirror.mu);
 	}
-	rc = etcd_watch_start(e, resync ? 0 : from);
+	rc = lockfs_etcdbe_watch_start(e, resync ? 0 : from);
 	if (rc == -ERANGE && !resync) {
 		resync = true;
-		rc = etcd_watch_start(e, 0);
+		rc = lockfs_etcdbe_watch_start(e, 0);
 	}
 	if (rc)
 		return false;
@@ -432,11 +432,11 @@ static void *session_thread(void *arg)
 		if (lockfs_boot_ms() >= next) {
 			next = lockfs_boot_ms() + interval_ms(e);
 			session_changed = keep_alive(e);
-			if (etcd_session_state(e, NULL) == LOCKFS_SESSION_LOST &&
+			if (lockfs_etcdbe_session_state(e, NULL) == LOCKFS_SESSION_LOST &&
 			    renew_session(e) == 0)
 				session_changed = true;
 			resolve_pending(e);
-			etcd_mirror_delays_over(&e->mirror, lockfs_wall_ms(), &all);
+			lockfs_etcdbe_mirror_delays_over(&e->mirror, lockfs_wall_ms(), &all);
 		}
 		if (lockfs_boot_ms() >= watch_retry) {
 			bool ended;
@@ -448,12 +448,12 @@ static void *session_thread(void *arg)
 			watch_retry = ended ? lockfs_boot_ms() + interval_ms(e) : 0;
 		}
 		if (all.all || all.n || session_changed)
-			etcd_report(e, &all, session_changed);
+			lockfs_etcdbe_report(e, &all, session_changed);
 	}
 	return NULL;
 }
 
-int etcd_session_start(struct etcd_store *e)
+int lockfs_etcdbe_session_start(struct etcd_store *e)
 {
 	struct etcd_session *s = &e->session;
 	int rc = -pthread_create(&s->thread, NULL, session_thread, e);
@@ -463,7 +463,7 @@ int etcd_session_start(struct etcd_store *e)
 	return rc;
 }
 
-void etcd_session_stop(struct etcd_store *e)
+void lockfs_etcdbe_session_stop(struct etcd_store *e)
 {
 	struct etcd_session *s = &e->session;
 
@@ -477,7 +477,7 @@ void etcd_session_stop(struct etcd_store *e)
 	s->running = false;
 }
 
-void etcd_session_destroy(struct etcd_store *e)
+void lockfs_etcdbe_session_destroy(struct etcd_store *e)
 {
 	struct etcd_session *s = &e->session;
 

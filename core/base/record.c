@@ -84,6 +84,12 @@ json_t *lockfs_json_string_lossy(const char *s)
 }
 
 /* A JSON string for S, or null when S is NULL.  NULL when out of memory. */
+/* A fence, or null for 0 (see get_fence). */
+static json_t *fence_json(uint64_t fence)
+{
+	return fence ? json_integer((json_int_t)fence) : json_null();
+}
+
 static json_t *opt_str_json(const char *s)
 {
 	return s ? str_json(s) : json_null();
@@ -232,7 +238,7 @@ static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound
 	err |= add(o, "bound", json_string(lockfs_bound_name(bound)));
 	if (!(flags & LOCKFS_RECORD_PRETTY) && fd_owner[0])
 		err |= add(o, "fd_owner", json_string(fd_owner));
-	err |= add(o, "fence", json_integer((json_int_t)fence));
+	err |= add(o, "fence", fence_json(fence));
 	err |= add(o, "acquired_at", json_string(lockfs_format_time(at_ms, when)));
 	err |= add(o, "acquired_at_ms", json_integer(at_ms));
 	err |= add(o, "slug", opt_str_json(slug));
@@ -479,7 +485,10 @@ static char *encode_compact(const struct lockfs_record *r, int flags, size_t *le
 		sb_lit(&b, "null");
 	}
 	sb_lit(&b, ",\"fence\":");
-	sb_int(&b, (long long)r->fence);
+	if (r->fence)
+		sb_int(&b, (long long)r->fence);
+	else
+		sb_lit(&b, "null"); /* the store issues it (see get_fence) */
 	if (r->holder_session > 0) {
 		sb_lit(&b, ",\"holder_session\":");
 		sb_int(&b, r->holder_session);
@@ -544,7 +553,7 @@ static char *encode_tree(const struct lockfs_record *r, int flags, const struct 
 	err |= add(o, "operation", opt_str_json(r->operation));
 	err |= add(o, "slug", opt_str_json(r->slug));
 	err |= add(o, "lease", r->lease.ttl_s ? lease_json(&r->lease) : json_null());
-	err |= add(o, "fence", json_integer((json_int_t)r->fence));
+	err |= add(o, "fence", fence_json(r->fence));
 	if (r->holder_session > 0)
 		err |= add(o, "holder_session", json_integer(r->holder_session));
 	if (r->holder_exited) {
@@ -650,6 +659,18 @@ static int get_int(const json_t *o, const char *key, json_int_t min,
 		return -EINVAL;
 	*out = i;
 	return 0;
+}
+
+/* A fence: a number >= 1, or null (0: a store that issues fences by its
+ * writes, etcd, wrote the record before it knew the fence and supplies it
+ * on every read). */
+static int get_fence(const json_t *o, json_int_t *out)
+{
+	if (json_is_null(json_object_get(o, "fence"))) {
+		*out = 0;
+		return 0;
+	}
+	return get_int(o, "fence", 1, INT64_MAX, out);
 }
 
 static int dup_json_str(const json_t *v, size_t max, char **out)
@@ -855,7 +876,7 @@ static int parse_shares(const json_t *o, struct lockfs_record *r)
 			return rc;
 		if ((sh->bound == LOCKFS_BOUND_FD) != (sh->fd_owner[0] != '\0'))
 			return -EINVAL;
-		if ((rc = get_int(e, "fence", 1, INT64_MAX, &v)) < 0)
+		if ((rc = get_fence(e, &v)) < 0)
 			return rc;
 		sh->fence = (uint64_t)v;
 		if ((rc = get_int(e, "acquired_at_ms", INT64_MIN, INT64_MAX, &v)) < 0)
@@ -984,7 +1005,7 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 	} else if (!json_is_null(lease)) {
 		return -EINVAL;
 	}
-	if ((rc = get_int(o, "fence", 1, INT64_MAX, &v)) < 0)
+	if ((rc = get_fence(o, &v)) < 0)
 		return rc;
 	r->fence = (uint64_t)v;
 	if (r->mode == LOCKFS_SHARED && (rc = parse_shares(o, r)) < 0)

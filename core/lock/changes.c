@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "changes.h"
+#include "session.h"
 #include "queue.h"
 
 /* Names held in the set before it gives up on them and says "anything
@@ -25,6 +26,7 @@ struct lockfs_changes {
 	char **names;       /* reported, not yet taken in; protected by mu */
 	size_t n, cap;      /* protected by mu */
 	bool all;           /* every queue is to be tried; protected by mu */
+	bool session;       /* the session changed state; protected by mu */
 };
 
 int lockfs_changes_init(struct lockfs_table *t)
@@ -91,6 +93,8 @@ void lockfs_changes_report(void *arg, enum lockfs_change what, const char *name)
 
 	pthread_mutex_lock(&ch->mu);
 	note_locked(ch, what == LOCKFS_CHANGE_NAME ? name : NULL);
+	if (what == LOCKFS_CHANGE_SESSION)
+		ch->session = true;
 	pthread_mutex_unlock(&ch->mu);
 	lockfs_liveness_kick(t->liveness);
 }
@@ -119,11 +123,13 @@ bool lockfs_changes_drain(struct lockfs_table *t)
 	struct lockfs_changes *ch = t->changes;
 	char *names[SLICE_NAMES];
 	size_t n;
-	bool all, more;
+	bool all, more, session;
 
 	pthread_mutex_lock(&ch->mu);
 	all = ch->all;
 	ch->all = false;
+	session = ch->session;
+	ch->session = false;
 	n = ch->n < SLICE_NAMES ? ch->n : SLICE_NAMES;
 	if (n) { /* (ch->names is NULL until a first name) */
 		memcpy(names, ch->names, n * sizeof(*names));
@@ -132,6 +138,10 @@ bool lockfs_changes_drain(struct lockfs_table *t)
 	}
 	more = ch->n > 0;
 	pthread_mutex_unlock(&ch->mu);
+
+	/* First: locks lost with the session are not tried as held below. */
+	if (session)
+		lockfs_session_check(t);
 
 	if (all) {
 		/* Anything may have changed: every queue is tried (a cached

@@ -69,8 +69,26 @@ static struct lockq *queue_get(struct stripe *s, const char *name)
 	return q;
 }
 
+/* Does the store keep a line of its own that the engine's queue is part
+ * of (places: acquire OR_QUEUE/QUEUE, claim, leave)?  dir does not: the
+ * engine's queue is the whole line there. */
+static bool store_has_line(const struct lockfs_table *t)
+{
+	return (t->be->caps & LOCKFS_BE_SESSIONS) != 0;
+}
+
+/* E's place in the store's line is given up (E leaves, or was granted
+ * another way).  A granted place is never deleted by leave. */
+static void leave_place(const char *name, struct qentry *e)
+{
+	if (e->place.rank && e->be)
+		(void)e->be->ops->leave(e->be, name, &e->place);
+	e->place = (struct lockfs_place){ 0 };
+}
+
 static void queue_unlink(struct lockq *q, struct qentry *e)
 {
+	leave_place(q->name, e);
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -108,6 +126,10 @@ void lockfs_queue_free_all(struct stripe *s)
 	while (s->queues) {
 		struct lockq *q = s->queues;
 
+		/* The store may be closed already: places stay with the
+		 * session, whose end (or the next daemon) removes them. */
+		for (struct qentry *x = q->head; x; x = x->next)
+			x->place = (struct lockfs_place){ 0 };
 		while (q->head)
 			queue_unlink(q, q->head);
 		queue_maybe_free(s, q);
@@ -291,6 +313,79 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct cached *
 	return 0;
 }
 
+/* E takes a place in the store's line (HOW) unless it has one or never
+ * waits.  -EAGAIN always: E waits; a place the store cannot give now
+ * (EIO) is asked for on the next try. */
+static int take_place(struct lockfs_table *t, const char *name, struct qentry *e,
+		      enum lockfs_acquire_how how)
+{
+	struct lockfs_record rec;
+	struct lockfs_grant_src g;
+	struct lockfs_entry_stat st;
+	int rc;
+
+	if (e->place.rank || e->nowait)
+		return -EAGAIN;
+	if (build_fd_record(t, name, e, &rec) < 0)
+		return -EAGAIN;
+	rc = t->be->ops->acquire(t->be, name, how, lockfs_table_grant_src(&g, &rec, 0),
+				 &e->place, &st);
+	lockfs_record_clear(&rec);
+	if (rc == -EINPROGRESS)
+		e->be = t->be;
+	else
+		e->place = (struct lockfs_place){ 0 };
+	return -EAGAIN;
+}
+
+/* E, which has a place in the store's line, claims NAME: 0 (granted,
+ * logged, E's request answered), -EAGAIN (not yet: ahead of it is
+ * somebody, or the store cannot answer now), -errno. */
+static int claim_place(struct lockfs_table *t, struct stripe *s, const char *name,
+		       struct qentry *e)
+{
+	struct lockfs_entry_stat st;
+	struct lockfs_record rec;
+	struct lockfs_grant_src g;
+	int rc = grant_reserve(t, name, e, true);
+
+	if (rc < 0)
+		return rc;
+	rc = build_fd_record(t, name, e, &rec);
+	if (rc < 0)
+		goto out;
+	rc = t->be->ops->claim(t->be, name, &e->place, lockfs_table_grant_src(&g, &rec, 0), &st);
+	if (rc < 0) {
+		lockfs_record_clear(&rec);
+		if (rc == -ENOENT || rc == -ESTALE) {
+			/* The place is gone (expired, broken, a lost session):
+			 * a new one at the tail, asked for now or on the next
+			 * try. */
+			e->place = (struct lockfs_place){ 0 };
+			if (rc == -ENOENT)
+				take_place(t, name, e, LOCKFS_ACQ_QUEUE);
+		}
+		rc = -EAGAIN;
+		goto out;
+	}
+	e->place = (struct lockfs_place){ 0 };
+	lockfs_table_grant_fence(&g, &st);
+	rc = log_granted(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
+	if (rc < 0) {
+		undo_grant_locked(t, s, name, st.identity, &rec, e->owner, rec.fence);
+		goto out;
+	}
+	if (e->w) {
+		complete(s, name, e, 0);
+		e->w = NULL;
+	}
+	lockfs_table_put_new(t, s, name, st.identity, &rec, -1);
+	lockfs_record_clear(&rec);
+out:
+	lockfs_quota_lock_unreserve(t->quota, e->who.uid, true);
+	return rc;
+}
+
 /*
  * Grant E now if NAME's state allows: take the free lock, or join a shared
  * one.  0: granted (E's parked request, if any, answered, and E->w
@@ -303,8 +398,14 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	struct lockfs_grant_src g;
 	struct cached *c;
 	bool foreign;
-	int rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
+	int rc;
 
+	/* A place in the store's line carries E's record: once it is the
+	 * head, the store shows it as held (by E's owner) before the claim
+	 * that issues its fence.  claim decides, never the look of it. */
+	if (store_has_line(t) && e->place.rank)
+		return claim_place(t, s, name, e);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc == 0) {
 		/* Two threads blocked in flock on one descriptor: the second
 		 * finds the lock already its own, as flock(2) would. */
@@ -321,7 +422,7 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 			lockfs_quota_lock_unreserve(t->quota, e->who.uid, true);
 			return rc;
 		}
-		return -EAGAIN;
+		return store_has_line(t) ? take_place(t, name, e, LOCKFS_ACQ_QUEUE) : -EAGAIN;
 	}
 	if (rc == -EIO)
 		return rc; /* the store is broken (the backend said how): fail loudly */
@@ -333,13 +434,30 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	rc = build_fd_record(t, name, e, &rec);
 	if (rc < 0)
 		goto out;
-	rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY, lockfs_table_grant_src(&g, &rec, 0),
-				 NULL, &st);
+	if (store_has_line(t) && !e->nowait) {
+		/* Granted now, or a place at the tail of the store's line. */
+		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_OR_QUEUE,
+					 lockfs_table_grant_src(&g, &rec, 0), &e->place, &st);
+		if (rc == -EINPROGRESS)
+			e->be = t->be;
+		else if (rc < 0)
+			e->place = (struct lockfs_place){ 0 };
+	} else {
+		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+					 lockfs_table_grant_src(&g, &rec, 0), NULL, &st);
+	}
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
-		rc = rc == -EEXIST ? -EAGAIN : rc;
+		rc = rc == -EEXIST || rc == -EINPROGRESS ? -EAGAIN : rc;
+		/* A store with sessions that cannot grant now (uncertain,
+		 * unreachable, a lost session): a waiter stays parked and is
+		 * tried again (each second, and on the next report). */
+		if (store_has_line(t) && !e->nowait && (rc == -EIO || rc == -ESTALE))
+			rc = -EAGAIN;
 		goto out;
 	}
+	e->place = (struct lockfs_place){ 0 }; /* granted: it is the lock now */
+	lockfs_table_grant_fence(&g, &st);
 	/* Its line before its answer: nobody holds a lock the log does not
 	 * show. */
 	rc = log_granted(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
@@ -419,6 +537,7 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 	struct lockfs_grant_src g;
 	struct lockfs_place place = { 0 };
 	char *name;
+	bool from_place;
 	uid_t uid;
 	int rc;
 
@@ -437,10 +556,17 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 		goto unreserve;
 	if (build_fd_record(t, name, e, &rec) < 0)
 		goto unreserve;
-	/* The store has no line of its own here (dir): the engine's queue is
-	 * the whole line, and its head is the place handed to. */
+	/* dir has no line of its own: the engine's queue is the whole line,
+	 * and its head is the place handed to.  etcd: the head's place. */
+	from_place = store_has_line(t) && e->place.rank;
+	if (from_place)
+		place = e->place;
 	rc = t->be->ops->handoff(t->be, name, identity, &place,
 				 lockfs_table_grant_src(&g, &rec, 0), &st);
+	if (rc == 0 && from_place) {
+		e->place = (struct lockfs_place){ 0 }; /* the lock now */
+		lockfs_table_grant_fence(&g, &st);
+	}
 	if (rc == 1) {
 		/* The old grant ended, but a contender ahead of ours in the
 		 * store's line (another host's) is next: the head stays
@@ -543,6 +669,13 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 		if (x->w)
 			ahead++;
 	}
+	e->nowait = !rq->wait;
+	if (kept && kept->place.rank) {
+		/* Its old place in the store's line comes back with it. */
+		e->place = kept->place;
+		e->be = kept->be;
+		kept->place = (struct lockfs_place){ 0 };
+	}
 	if (ahead == 0) {
 		rc = try_grant(t, s, name, e);
 		if (rc != -EAGAIN) {
@@ -570,8 +703,13 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 			queue_maybe_free(s, q);
 		goto out;
 	}
+	if (store_has_line(t) && !e->place.rank)
+		take_place(t, name, e, LOCKFS_ACQ_QUEUE); /* behind local waiters */
 	if (kept) {
 		/* Back in its old place, with its old `since`. */
+		kept->place = e->place;
+		kept->be = e->be;
+		e->place = (struct lockfs_place){ 0 };
 		kept->w = w;
 		kept->uid = e->uid;
 		kept->who = e->who;
@@ -610,6 +748,7 @@ out:
 	if (rc == 0 && rq->via_file)
 		lockfs_fdlock_granted_via(s, name, owner, rq->via_file);
 	if (e) {
+		leave_place(name, e);
 		lockfs_argv_free(e->cmdline);
 		free(e->slug);
 	}
@@ -781,4 +920,34 @@ void lockfs_queue_forget_kept(struct stripe *s, const char *name, const char *ow
 	}
 	if (q)
 		queue_maybe_free(s, q);
+}
+
+void lockfs_queue_rejoin_locked(struct lockfs_table *t, struct stripe *s, int64_t session)
+{
+	for (struct lockq *q = s->queues, *qnext; q; q = qnext) {
+		qnext = q->next;
+		for (struct qentry *e = q->head, *next; e; e = next) {
+			char who[WHO_MAX], uid[16], pid[16], old[24];
+			const char *kv[] = { "uid", uid, "pid", pid, "session", old, NULL };
+
+			next = e->next;
+			if (!e->place.rank || e->place.session == session)
+				continue;
+			snprintf(old, sizeof(old), "%016" PRIx64, (uint64_t)e->place.session);
+			/* The old place went with its session: nothing to leave. */
+			e->place = (struct lockfs_place){ 0 };
+			if (!e->w) {
+				queue_unlink(q, e); /* a kept place of the old session */
+				continue;
+			}
+			take_place(t, q->name, e, LOCKFS_ACQ_QUEUE);
+			lockfs_audit_who(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
+			lockfs_audit_ids(uid, pid, e->who.uid, e->who.pid);
+			lockfs_audit_event(t, who, q->name, kv, "requeued");
+		}
+		if (first_active(q))
+			lockfs_queue_grant_locked(t, s, q->name);
+		else
+			queue_maybe_free(s, q);
+	}
 }

@@ -26,6 +26,12 @@ struct qentry {
 	gid_t gid;
 	int64_t since_ms;        /* wall clock, for `waiters` */
 	int64_t keep_until_ms;   /* boot clock: a kept place's end */
+	bool nowait;             /* LOCK_NB: never takes a place in the store */
+	/* Its place in the store's own line (a backend that orders contenders
+	 * across daemons, etcd): rank 0 while it has none.  BE is the store it
+	 * was taken in, so whoever unlinks the entry can leave it. */
+	struct lockfs_place place;
+	struct lockfs_backend *be;
 };
 
 /* The waiters of one name; exists while it has any. */
@@ -78,6 +84,14 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
  * the store could not answer (recovery.c). */
 void lockfs_queue_poll_locked(struct lockfs_table *t, struct stripe *s);
 /* OWNER lets go of NAME: a place kept for it is no longer wanted. */
+/*
+ * A new session SESSION is live: every entry of S's queues whose place in
+ * the store's line was taken in an earlier session (now gone with it)
+ * takes a new place at the tail, in queue order, logged `requeued`; kept
+ * places of the old session are dropped.
+ */
+void lockfs_queue_rejoin_locked(struct lockfs_table *t, struct stripe *s, int64_t session);
+
 void lockfs_queue_forget_kept(struct stripe *s, const char *name, const char *owner);
 
 /*

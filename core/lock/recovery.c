@@ -28,6 +28,7 @@
 #include "queue.h"
 #include "rebound.h"
 #include "recovery.h"
+#include "session.h"
 #include "table.h"
 
 /* How much queued work the liveness thread does before it looks for
@@ -903,6 +904,9 @@ void lockfs_recovery_tick(void *arg)
 	bool vanished = t->be->ops->check && t->be->ops->check(t->be) < 0;
 
 	lockfs_log_tick(t->log);
+	/* A session lost without a report reaching us (or tombstones whose
+	 * holders exited) is seen within a tick. */
+	lockfs_session_check(t);
 	/* Take in the process events first: a descendant's exit frees its
 	 * holder's lock in the collect() below. */
 	lockfs_descendants_tick(t->descendants);

@@ -502,6 +502,17 @@ const struct lockfs_record_src *lockfs_table_grant_src(struct lockfs_grant_src *
 	return &g->src;
 }
 
+void lockfs_table_grant_fence(struct lockfs_grant_src *g, const struct lockfs_entry_stat *st)
+{
+	if (!st->fence)
+		return;
+	if (g->which == 0 && !g->rec->fence)
+		g->rec->fence = st->fence;
+	else if (g->which >= 1 && g->which <= g->rec->nshares &&
+		 !g->rec->shares[g->which - 1].fence)
+		g->rec->shares[g->which - 1].fence = st->fence;
+}
+
 /* lockfs_table_persist (EDIT) or lockfs_table_persist_grant (GRANT of
  * holder WHICH). */
 static int persist(struct lockfs_table *t, struct stripe *s, struct cached *c,

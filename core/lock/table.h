@@ -87,6 +87,9 @@ struct stripe {
 	struct lockq *queues;    /* protected by mu */
 	struct unlock_retry *retries; /* protected by mu */
 	struct fdlock_via *via_files; /* fdlock.c; protected by mu */
+	struct tombstone *tombstones; /* session.c: locks lost with the
+					 session, for their holders' rmdir;
+					 protected by mu */
 };
 
 /* The watched entries of the cache by holder (pid, start): what a death
@@ -133,6 +136,12 @@ struct lockfs_table {
 	 * store could not answer (EIO) is tried again by then. */
 	int64_t next_queue_retry_ms;
 	struct lockfs_changes *changes; /* changes.c; its own mutex (a leaf) */
+	/* session.c: the store's session as the engine last acted on it.
+	 * session_mu is taken before any stripe mutex, never inside one. */
+	pthread_mutex_t session_mu;
+	int64_t session_id;             /* protected by session_mu; 0: none seen */
+	int64_t session_lost_id;        /* the last session whose locks were
+					   lost; protected by session_mu */
 	struct holder_index holders;    /* its own mutex, inside a stripe's */
 	struct stripe stripes[STRIPES]; /* each its own mutex */
 
@@ -215,6 +224,12 @@ struct lockfs_grant_src {
 };
 const struct lockfs_record_src *lockfs_table_grant_src(struct lockfs_grant_src *g,
 						       struct lockfs_record *rec, size_t which);
+
+/* After a grant the store made from G: a store that issues fences by the
+ * write itself (etcd: the key's create_revision) encoded "fence": null
+ * and names the fence only in ST; take it into G's record, so the cache,
+ * `owner` and the `acquired` line carry it.  No-op when encode had one. */
+void lockfs_table_grant_fence(struct lockfs_grant_src *g, const struct lockfs_entry_stat *st);
 
 /*
  * Run VIEW on NAME's record (C is NULL for a foreign lock) with the stripe

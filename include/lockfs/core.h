@@ -96,9 +96,18 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller, struct lockfs_lock_stat *st);
 
 /* rmdir: release NAME if the caller is its holder or a descendant.
- * 0, -ENOENT (not held), -EPERM (not the holder's), -EACCES, -errno. */
+ * 0, -ENOENT (not held), -EPERM (not the holder's), -EACCES,
+ * -ESTALE (the caller's lock was lost with the daemon's session to the
+ * store: told once, see lockfs_core_lost), -errno. */
 int lockfs_core_release(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller);
+
+/* Was NAME a lock lost with the daemon's session (a store with sessions,
+ * etcd) that a holder has not been told of yet?  The kernel looks a name
+ * up before it sends rmdir, and NAME is gone: on true, the lookup asks
+ * lockfs_core_release with the caller, whose -ESTALE (for the holder)
+ * or -ENOENT is the lookup's answer.  Cheap; false for dir. */
+bool lockfs_core_lost(struct lockfs_core *core, const char *name);
 
 /* Is NAME held?  0 (ST filled), -ENOENT (not held or not a valid name). */
 int lockfs_core_stat(struct lockfs_core *core, const char *name,

@@ -697,7 +697,7 @@ static const struct {
 	{ NULL, "operation", T_STR | T_NULL },
 	{ NULL, "slug", T_STR | T_NULL },
 	{ NULL, "lease", T_NULL | T_OBJ },
-	{ NULL, "fence", T_INT },
+	{ NULL, "fence", T_INT | T_NULL }, /* null: the store issues it (etcd) */
 	{ NULL, "token", T_STR },
 	{ "holder", "pid", T_INT },
 	{ "holder", "ns_pid", T_INT | T_NULL },

@@ -1,0 +1,50 @@
+/*
+ * This daemon's session with the store (session.c): what the engine does
+ * when it is lost (a backend with LOCKFS_BE_SESSIONS, etcd): every lock of
+ * this host is `lost`, its holder signalled and told ESTALE at its rmdir
+ * (a tombstone), and nothing is silently held again; parked waiters take
+ * new places once a new session is live.  The dir store is always LIVE:
+ * none of this runs for it.
+ */
+#ifndef LOCKFS_LOCK_SESSION_H
+#define LOCKFS_LOCK_SESSION_H
+
+#include "caller.h"
+#include "table.h"
+
+/* A lock of this host that was lost with its session, kept for its
+ * holder's rmdir (ESTALE, not ENOENT).  In its stripe, under s->mu. */
+struct tombstone {
+	struct tombstone *next;
+	char *name;
+	uint64_t fence;
+	struct lockfs_holder_ref holder; /* the rmdir rule's view of it */
+	int64_t told_until_ms; /* boot clock: 0 until the holder is told */
+};
+
+/*
+ * Ask the store for this daemon's session and act on a change: a session
+ * LOST (or replaced by a new one) loses every lock of this host that the
+ * store no longer shows on a live session (lockfs_session_lose_all, with
+ * evidence=session-expired); a session LIVE again re-queues parked
+ * waiters whose places were in the old one.  Cheap (session() never
+ * waits); call it with no stripe mutex held.  No-op without
+ * LOCKFS_BE_SESSIONS.
+ */
+void lockfs_session_check(struct lockfs_table *t);
+
+/*
+ * With S's mutex held, after NAME was found not held: was it a lock of
+ * this host lost with its session, and may CALLER act as its holder?
+ * -ESTALE, else -ENOENT.  The holder is told once: its first look and
+ * the kernel's immediate retry of it (within TOLD_MS) say ESTALE, then
+ * the tombstone goes.
+ */
+int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, const char *name,
+				  const struct lockfs_caller *caller);
+
+/* Free S's tombstones (the engine's close). */
+void lockfs_session_free_tombstones(struct stripe *s);
+
+
+#endif

@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""Issue 11: the etcd backend through the mount, one and two daemons.
+
+`lockfs -o backend=etcd,etcd=URL,prefix=/t/,host=hN` on a 1-member cluster
+(etcd_fixtures.py): mkdir/owner/rmdir, EEXIST, ls, fences are revisions,
+flock waiters take places in the store's line (behind an `etcdctl lock`
+holder and another host's waiters, in create_revision order), and two
+daemons with one prefix see each other's locks.  Skipped, with the reason,
+only when the etcd binaries are absent.
+"""
+
+import errno
+import fcntl
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from etcd_fixtures import etcd1, tcp_proxy  # noqa: F401
+from flock_helpers import fpath, read_waiters, wait_waiters
+from lockfs_helpers import log_for, read_owner, wait_until
+
+EX = fcntl.LOCK_EX
+
+
+def _etcd_mount(lockfs_factory, cluster, prefix, host):
+    return lockfs_factory(options=('backend=etcd', f'etcd={cluster.endpoints}',
+                                   f'prefix={prefix}', f'host={host}', 'ttl=4',
+                                   'lock_delay=1'))
+
+
+@pytest.fixture
+def prefix():
+    return f'/t-{uuid.uuid4().hex[:8]}/'
+
+
+@pytest.fixture
+def h1(lockfs_factory, etcd1, prefix):
+    return _etcd_mount(lockfs_factory, etcd1, prefix, 'h1')
+
+
+@pytest.fixture
+def h2(lockfs_factory, etcd1, prefix, h1):
+    return _etcd_mount(lockfs_factory, etcd1, prefix, 'h2')
+
+
+def _keys(cluster, prefix, name):
+    out = cluster.etcdctl('get', '--prefix', f'{prefix}{name}/', '-w', 'json').stdout
+    kvs = json.loads(out).get('kvs', [])
+    return sorted(kvs, key=lambda kv: int(kv['create_revision']))
+
+
+def test_mkdir_owner_rmdir_on_etcd(h1, procs):
+    a = procs.agent()
+    assert a.mkdir(h1.path('x')) == 0
+    o = read_owner(h1.mnt, 'x')
+    assert o['holder']['pid'] == a.pid and o['holder']['host'] == 'h1'
+    assert a.mkdir(h1.path('x')) == errno.EEXIST
+    assert 'x' in os.listdir(h1.mnt)
+    assert a.rmdir(h1.path('x')) == 0
+    assert 'x' not in os.listdir(h1.mnt)
+    ev = [l.event for l in log_for(h1.dir, 'x')]
+    assert ev == ['acquired', 'released']
+
+
+def test_fence_is_the_holders_create_revision(h1, etcd1, prefix, procs):
+    a = procs.agent()
+    fences = []
+    for _ in range(3):
+        assert a.mkdir(h1.path('f')) == 0
+        kvs = _keys(etcd1, prefix, 'f')
+        assert len(kvs) == 1
+        o = read_owner(h1.mnt, 'f')
+        assert o['fence'] == int(kvs[0]['create_revision'])
+        acq = [l for l in log_for(h1.dir, 'f') if l.event == 'acquired'][-1]
+        assert int(acq.details['fence']) == o['fence']
+        fences.append(o['fence'])
+        assert a.rmdir(h1.path('f')) == 0
+    assert fences == sorted(set(fences))
+
+
+def test_flock_waiter_is_granted_on_release(h1, procs):
+    holder, w = procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('q')) == 0
+    fd = w.open(fpath(h1, 'q'))
+    rid = w.flock_start(fd, EX)
+    wait_waiters(h1, 'q', [w.pid])
+    assert w.poll(rid) is None
+    assert holder.rmdir(h1.path('q')) == 0
+    assert 'errno' not in w.wait(rid, 5)
+    assert read_owner(h1.mnt, 'q')['holder']['pid'] == w.pid
+
+
+def test_flock_waiter_takes_a_place_in_the_store_line(h1, etcd1, prefix, procs):
+    holder, w = procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('p')) == 0
+    fd = w.open(fpath(h1, 'p'))
+    rid = w.flock_start(fd, EX)
+    wait_waiters(h1, 'p', [w.pid])
+    wait_until(lambda: len(_keys(etcd1, prefix, 'p')) == 2, what='a place key for the waiter')
+    assert holder.rmdir(h1.path('p')) == 0
+    assert 'errno' not in w.wait(rid, 5)
+    assert w.flock(fd, fcntl.LOCK_UN) == 0
+    wait_until(lambda: _keys(etcd1, prefix, 'p') == [], what='no key left')
+
+
+def test_flock_waiter_queues_behind_an_etcdctl_lock_holder(h1, etcd1, prefix, procs, tmp_path):
+    gate = tmp_path / 'gate'
+    held = tmp_path / 'held'
+    script = tmp_path / 'hold.sh'
+    script.write_text(f'#!/bin/sh\ntouch {held}\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n')
+    script.chmod(0o755)
+    # A script, not `sh -c`: etcdctl would take -c as its own flag.
+    cmd = etcd1.etcdctl_args() + ['lock', f'{prefix}e', str(script)]
+    ctl = procs.popen(cmd, env=dict(os.environ, ETCDCTL_API='3'),
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: held.exists(), timeout=10, what='etcdctl lock held')
+    a = procs.agent()
+    assert a.mkdir(h1.path('e')) == errno.EEXIST
+    o = read_owner(h1.mnt, 'e')
+    assert o['foreign'] is True
+    fd = a.open(fpath(h1, 'e'))
+    rid = a.flock_start(fd, EX)
+    wait_waiters(h1, 'e', [a.pid])
+    assert a.poll(rid) is None
+    gate.touch()
+    ctl.wait(timeout=10)
+    assert 'errno' not in a.wait(rid, 5)
+    assert read_owner(h1.mnt, 'e')['holder']['pid'] == a.pid
+
+
+def test_two_hosts_see_each_others_locks(h1, h2, procs):
+    a, b = procs.agent(), procs.agent()
+    assert a.mkdir(h1.path('s')) == 0
+    wait_until(lambda: 's' in os.listdir(h2.mnt), what='h2 lists h1 lock')
+    assert b.mkdir(h2.path('s')) == errno.EEXIST
+    o = read_owner(h2.mnt, 's')
+    assert o['holder']['host'] == 'h1'
+    assert b.rmdir(h2.path('s')) == errno.EPERM
+    assert any(l.event == 'denied' and l.details.get('reason') == 'other-host'
+               for l in log_for(h2.dir, 's'))
+    assert a.rmdir(h1.path('s')) == 0
+    wait_until(lambda: 's' not in os.listdir(h2.mnt), what='h2 sees the release')
+    assert b.mkdir(h2.path('s')) == 0
+    assert b.rmdir(h2.path('s')) == 0
+
+
+def test_waiters_on_two_hosts_are_granted_in_store_order(h1, h2, procs):
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('o')) == 0
+    wait_until(lambda: 'o' in os.listdir(h2.mnt), what='h2 lists it')
+    ws = []
+    for m in (h2, h1, h2):
+        w = procs.agent()
+        fd = w.open(fpath(m, 'o'))
+        rid = w.flock_start(fd, EX)
+        wait_waiters(m, 'o', [x.pid for x, _, _, mm in ws if mm is m] + [w.pid])
+        ws.append((w, fd, rid, m))
+    assert holder.rmdir(h1.path('o')) == 0
+    for k, (w, fd, rid, m) in enumerate(ws):
+        assert 'errno' not in w.wait(rid, 5), f'waiter {k}'
+        assert all(x.poll(r) is None for x, _, r, _ in ws[k + 1:]), f'out of turn after {k}'
+        assert read_owner(m.mnt, 'o')['holder']['pid'] == w.pid
+        assert w.flock(fd, fcntl.LOCK_UN) == 0
+
+
+# ---- a lost session (issue 11, liveness 3) ----
+
+@pytest.fixture
+def cut_h1(lockfs_factory, etcd1, prefix, tcp_proxy):
+    """h1 reaches etcd only through a proxy the test can pause (ttl=2)."""
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    m = lockfs_factory(options=('backend=etcd', f'etcd={proxy.url}', f'prefix={prefix}',
+                                'host=h1', 'ttl=2', 'lock_delay=0', 'break_signal=USR1'))
+    return m, proxy
+
+
+def test_lost_session_logs_lost_and_the_holders_rmdir_is_estale(cut_h1, procs, tmp_path):
+    m, proxy = cut_h1
+    marker = tmp_path / 'usr1'
+    # The holder notes SIGUSR1 (-o break_signal) and lives on to rmdir.
+    a = procs.agent(setup=('import os, signal\n'
+                           f'_m = os.open({str(marker)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n'
+                           "signal.signal(signal.SIGUSR1, lambda s, f: os.write(_m, b'USR1'))\n"))
+    other = procs.agent()
+    assert a.mkdir(m.path('l')) == 0
+    fence = read_owner(m.mnt, 'l')['fence']
+    proxy.pause()
+    wait_until(lambda: any(l.event == 'lost' for l in log_for(m.dir, 'l')), timeout=10,
+               what='`lost` logged')
+    proxy.resume()
+    lost = [l for l in log_for(m.dir, 'l') if l.event == 'lost'][0]
+    assert lost.details['evidence'] == 'session-expired'
+    assert int(lost.details['fence']) == fence
+    assert int(lost.details['pid']) == a.pid
+    assert len(lost.details['session']) == 16
+    wait_until(lambda: marker.read_bytes() == b'USR1', timeout=2, what='the holder signalled')
+    assert other.rmdir(m.path('l')) == errno.ENOENT
+    assert a.rmdir(m.path('l')) == errno.ESTALE
+    # Told once (the kernel's immediate re-lookup hears it too), then free.
+    wait_until(lambda: a.rmdir(m.path('l')) == errno.ENOENT, timeout=2, what='told once')
+    # Nothing is silently re-held: the name is free once etcd answers.
+    wait_until(lambda: a.mkdir(m.path('l')) == 0, timeout=10, what='mkdir after the new session')
+    assert a.rmdir(m.path('l')) == 0
