@@ -168,3 +168,13 @@ def test_history_command_line(tmp_path):
     no = subprocess.run(['/usr/bin/python3', os.path.join(here, 'history.py'), str(bad)],
                         capture_output=True, text=True, timeout=30)
     assert no.returncode == 1 and 'two holders at once' in no.stdout, no
+
+
+def test_cross_host_lag_is_allowed_only_across_hosts_and_only_as_much_as_asked():
+    # h1's released line was written 7 ms after h2's acquired: a log lag
+    logs = {'h1': L(acq(0, 10), end(507, 10)), 'h2': L(acq(500, 11), end(520, 11))}
+    assert any('two holders at once' in p for p in check_history(logs, held=set()))
+    assert check_history(logs, held=set(), cross_host_ms=10) == []
+    assert check_history(logs, held=set(), cross_host_ms=5) != []
+    same = {'h1': L(acq(0, 10), end(507, 10), acq(500, 11), end(520, 11))}
+    assert check_history(same, held=set(), cross_host_ms=10) != []
