@@ -302,6 +302,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 			.identity = st.identity, .index = i,
 			.event = lockfs_fdlock_release_event(s, name, &c->rec, i) });
+		/* The store refused it (etcd unreachable): the rmdir says EIO,
+		 * and the engine completes the release once the store answers
+		 * (the tick's retries), logged then with retried=1. */
+		if (rc == -EIO && (t->be->caps & LOCKFS_BE_RETRY_RELEASES) &&
+		    (c = lockfs_table_find(s, name)) && i < lockfs_record_holders(&c->rec) &&
+		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD)
+			lockfs_fdlock_retry_add(s, name, "", lockfs_record_fence_at(&c->rec, i), rc,
+						true);
 	}
 out:
 	lockfs_table_unlock(s);
@@ -349,26 +357,29 @@ int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_l
 	return rc;
 }
 
-/* The `owner` view of a lock held without a record lockfs can read. */
-static char *foreign_json(const char *name, const struct lockfs_entry_stat *st, size_t *len)
+/* What the store says of where it keeps NAME's holder (etcd: its key,
+ * lease in 16 hex digits, create_revision), and that the answer is from
+ * the last state it confirmed: added to an `owner` object O.  Nothing for
+ * dir (no key, always confirmed). */
+static void add_store_fields(json_t *o, const struct lockfs_entry_stat *st)
 {
-	char when[32];
-	json_t *o = json_object();
-	char *s;
+	if (st->unconfirmed)
+		json_object_set_new(o, "state", json_string("unconfirmed"));
+	if (st->key[0]) {
+		char lease[24];
 
-	if (!o)
-		return NULL;
-	json_object_set_new(o, "resource", json_string(name));
-	json_object_set_new(o, "holder", json_null());
-	json_object_set_new(o, "acquired_at", json_string(lockfs_format_time(st->mtime_ms, when)));
-	json_object_set_new(o, "acquired_at_ms", json_integer(st->mtime_ms));
-	json_object_set_new(o, "operation", json_null());
-	json_object_set_new(o, "slug", json_null());
-	json_object_set_new(o, "lease", json_null());
-	json_object_set_new(o, "fence", json_null());
-	json_object_set_new(o, "foreign", json_true());
-	s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	json_decref(o);
+		snprintf(lease, sizeof(lease), "%016" PRIx64, (uint64_t)st->lease);
+		json_object_set_new(o, "key", json_string(st->key));
+		json_object_set_new(o, "lease", json_string(lease));
+		json_object_set_new(o, "create_revision", json_integer(st->create_revision));
+	}
+}
+
+/* O as `owner` text: indented, one newline after it.  NULL: no memory. */
+static char *owner_text(json_t *o, size_t *len)
+{
+	char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+
 	if (s) {
 		size_t n = strlen(s);
 		char *t = realloc(s, n + 2);
@@ -382,6 +393,85 @@ static char *foreign_json(const char *name, const struct lockfs_entry_stat *st, 
 		*len = n + 1;
 		s = t;
 	}
+	return s;
+}
+
+/* The `owner` view of NAME in lock-delay (etcd: its holder's session
+ * expired): held by nobody until then. */
+static char *delay_json(const char *name, const struct lockfs_entry_stat *st, size_t *len)
+{
+	char when[32];
+	json_t *o = json_object();
+	char *s;
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "resource", json_string(name));
+	json_object_set_new(o, "holder", json_null());
+	json_object_set_new(o, "lock_delay_until",
+			    json_string(lockfs_format_time(st->delay_until_ms, when)));
+	json_object_set_new(o, "foreign", json_false());
+	if (st->unconfirmed)
+		json_object_set_new(o, "state", json_string("unconfirmed"));
+	s = owner_text(o, len);
+	json_decref(o);
+	return s;
+}
+
+/* The `owner` view of a lock held without a record lockfs can read. */
+static char *foreign_json(const char *name, const struct lockfs_entry_stat *st, size_t *len)
+{
+	char when[32];
+	json_t *o;
+	char *s;
+
+	if (st->delay_until_ms > 0)
+		return delay_json(name, st, len);
+	o = json_object();
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "resource", json_string(name));
+	json_object_set_new(o, "holder", json_null());
+	json_object_set_new(o, "acquired_at", json_string(lockfs_format_time(st->mtime_ms, when)));
+	json_object_set_new(o, "acquired_at_ms", json_integer(st->mtime_ms));
+	json_object_set_new(o, "operation", json_null());
+	json_object_set_new(o, "slug", json_null());
+	json_object_set_new(o, "lease", json_null());
+	json_object_set_new(o, "fence", json_null());
+	json_object_set_new(o, "foreign", json_true());
+	add_store_fields(o, st);
+	s = owner_text(o, len);
+	json_decref(o);
+	return s;
+}
+
+/*
+ * TEXT (C's `owner` view, malloc'd, *LEN) with what a store with sessions
+ * adds: "session" ("live" | "uncertain") for this host's locks, and the
+ * store fields (add_store_fields).  TEXT as it is for dir.  NULL: no
+ * memory (TEXT freed).
+ */
+static char *with_store_fields(struct lockfs_table *t, const struct cached *c,
+			       const struct lockfs_entry_stat *st, char *text, size_t *len)
+{
+	struct lockfs_session sess;
+	json_t *o;
+	char *s;
+
+	if (!text || (!(t->be->caps & LOCKFS_BE_SESSIONS) && !st->unconfirmed && !st->key[0]))
+		return text;
+	o = json_loadb(text, *len, 0, NULL);
+	free(text);
+	if (!o)
+		return NULL;
+	if ((t->be->caps & LOCKFS_BE_SESSIONS) && c->rec.has_holder &&
+	    !lockfs_table_elsewhere(t, &c->rec.holder) &&
+	    t->be->ops->session(t->be, NULL, &sess) == 0)
+		json_object_set_new(o, "session", json_string(
+			sess.state == LOCKFS_SESSION_LIVE ? "live" : "uncertain"));
+	add_store_fields(o, st);
+	s = owner_text(o, len);
+	json_decref(o);
 	return s;
 }
 
@@ -421,7 +511,8 @@ static int view_owner(const char *name, struct cached *c, const struct lockfs_en
 		if (c->rec.holder_exited)
 			/* the ones alive now */
 			lockfs_recovery_descendants_refresh(&o->core->table, c, NULL);
-		*o->text = lockfs_record_view(&c->rec, o->reader, o->len);
+		*o->text = with_store_fields(&o->core->table, c, st,
+					     lockfs_record_view(&c->rec, o->reader, o->len), o->len);
 	}
 	return *o->text ? 0 : -ENOMEM;
 }

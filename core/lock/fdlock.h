@@ -48,6 +48,9 @@ void lockfs_fdlock_free_all(struct stripe *s);
 struct unlock_retry {
 	struct unlock_retry *next;
 	char *name;
+	/* "": an rmdir of a process- or slug-bound holder that the store
+	 * refused (-EIO) with LOCKFS_BE_RETRY_RELEASES: the engine completes
+	 * it, logged `released` with retried=1. */
 	char owner[LOCKFS_FD_OWNER_MAX];
 	uint64_t fence;          /* of that holder: only that grant is ended */
 	bool logged;             /* its `acquired` is in the log */

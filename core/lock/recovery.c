@@ -757,14 +757,20 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 
 		if (rc == 0 && c && lockfs_table_issued_here(c)) {
 			for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++) {
-				if (!lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence))
+				static const char *const retried[] = { "retried", "1", NULL };
+				bool rmdir_retry = !r->owner[0];
+
+				if (rmdir_retry ? lockfs_record_bound_at(&c->rec, i) == LOCKFS_BOUND_FD ||
+						  lockfs_record_fence_at(&c->rec, i) != r->fence
+						: !lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence))
 					continue;
 				/* Nothing was logged at the first try; nothing
 				 * at all for a grant the log refused. */
 				rc = lockfs_queue_let_go_locked(t, s, c,
 					&(struct lockfs_let_go){ .identity = st.identity, .index = i,
 								 .event = r->logged ? "released"
-										    : NULL });
+										    : NULL,
+								 .extra = rmdir_retry ? retried : NULL });
 				done = rc == 0 || rc == -ENOENT;
 				break;
 			}

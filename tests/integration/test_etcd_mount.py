@@ -9,6 +9,7 @@ daemons with one prefix see each other's locks.  Skipped, with the reason,
 only when the etcd binaries are absent.
 """
 
+import base64
 import errno
 import fcntl
 import json
@@ -204,3 +205,76 @@ def test_lost_session_logs_lost_and_the_holders_rmdir_is_estale(cut_h1, procs, t
     # Nothing is silently re-held: the name is free once etcd answers.
     wait_until(lambda: a.mkdir(m.path('l')) == 0, timeout=10, what='mkdir after the new session')
     assert a.rmdir(m.path('l')) == 0
+
+
+# ---- owner on etcd (issue 11: records, interop, liveness 3 and 5) ----
+
+def test_owner_of_this_hosts_lock_shows_session_key_lease_and_revision(h1, etcd1, prefix, procs):
+    a = procs.agent()
+    assert a.mkdir(h1.path('w')) == 0
+    o = read_owner(h1.mnt, 'w')
+    kv = _keys(etcd1, prefix, 'w')[0]
+    assert o['session'] == 'live'
+    assert 'state' not in o
+    assert o['key'] == base64.b64decode(kv['key']).decode()
+    assert o['lease'] == format(int(kv['lease']), '016x')
+    assert o['create_revision'] == int(kv['create_revision']) == o['fence']
+    assert a.rmdir(h1.path('w')) == 0
+
+
+def test_owner_of_an_etcdctl_holder_is_foreign_with_its_key(h1, etcd1, prefix, procs, tmp_path):
+    gate, held = tmp_path / 'gate', tmp_path / 'held'
+    script = tmp_path / 'hold.sh'
+    script.write_text(f'#!/bin/sh\ntouch {held}\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n')
+    script.chmod(0o755)
+    ctl = procs.popen(etcd1.etcdctl_args() + ['lock', f'{prefix}g', str(script)],
+                      env=dict(os.environ, ETCDCTL_API='3'),
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: held.exists(), timeout=10, what='etcdctl lock held')
+    kv = _keys(etcd1, prefix, 'g')[0]
+    o = read_owner(h1.mnt, 'g')
+    gate.touch()
+    ctl.wait(timeout=10)
+    assert o['foreign'] is True and o['holder'] is None
+    assert o['key'] == base64.b64decode(kv['key']).decode()
+    assert o['lease'] == format(int(kv['lease']), '016x')
+    assert o['create_revision'] == int(kv['create_revision'])
+    assert 'session' not in o
+
+
+def test_uncertain_session_owner_says_so_and_mkdir_is_eio(cut_h1, procs):
+    m, proxy = cut_h1
+    a = procs.agent()
+    assert a.mkdir(m.path('u')) == 0
+    proxy.pause()
+    try:
+        wait_until(lambda: read_owner(m.mnt, 'u').get('session') == 'uncertain', timeout=5,
+                   what='owner says uncertain')
+        o = read_owner(m.mnt, 'u')
+        assert o['state'] == 'unconfirmed'
+        assert o['holder']['pid'] == a.pid
+        assert 'u' in os.listdir(m.mnt)            # ls answers from the last state
+        assert a.mkdir(m.path('v')) == errno.EIO   # no grant while uncertain
+    finally:
+        proxy.resume()
+
+
+def test_refused_release_answers_eio_and_is_completed_once_etcd_answers(
+        lockfs_factory, etcd1, prefix, tcp_proxy, procs):
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    m = lockfs_factory(options=('backend=etcd', f'etcd={proxy.url}', f'prefix={prefix}',
+                                'host=h1', 'ttl=8', 'lock_delay=0'))
+    a = procs.agent()
+    assert a.mkdir(m.path('r')) == 0
+    proxy.pause()
+    try:
+        assert a.rmdir(m.path('r')) == errno.EIO
+        assert not [l for l in log_for(m.dir, 'r') if l.event == 'released']
+    finally:
+        proxy.resume()
+    wait_until(lambda: [l for l in log_for(m.dir, 'r') if l.event == 'released'], timeout=10,
+               what='the release completed')
+    rel = [l for l in log_for(m.dir, 'r') if l.event == 'released']
+    assert len(rel) == 1 and rel[0].details.get('retried') == '1'
+    wait_until(lambda: _keys(etcd1, prefix, 'r') == [], what='its key deleted')
+    assert 'r' not in os.listdir(m.mnt)
