@@ -90,9 +90,10 @@ def test_frozen_daemon_loses_its_lock_and_the_holder_gets_estale(etcd1, etcd_mou
     assert lost.details.get('evidence') == 'session-expired', lost
     keys = hosts.lock_keys('x')
     assert len(keys) == 1 and json.loads(keys[0][1])['holder']['pid'] == other.pid, keys
-    assert other.rmdir(h2.path('x')) == 0
-    # the holder learns it: its rmdir is ESTALE, never 0
+    # the holder learns it -- while h2 holds x now: ESTALE, never 0 and
+    # never EPERM (which would say "not yours", not "yours was lost")
     assert holder.rmdir(h1.path('x')) == errno.ESTALE
+    assert other.rmdir(h2.path('x')) == 0
     assert hosts.check_history(held=set()) == []
 
 
@@ -116,9 +117,9 @@ def test_partitioned_daemon_loses_its_lock_and_the_holder_gets_estale(
         # h1 gives up on its own clock, without hearing from etcd
         lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
         assert int(lost.details['fence']) == f1
-        assert other.rmdir(h2.path('x')) == 0
-        # the holder learns it, still cut off: ESTALE, never 0
+        # the holder learns it, still cut off, while h2 holds x: ESTALE
         assert holder.rmdir(h1.path('x')) == errno.ESTALE
+        assert other.rmdir(h2.path('x')) == 0
     finally:
         proxy.resume()
     # connected again: a new session, nothing re-held
