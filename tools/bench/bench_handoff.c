@@ -213,6 +213,8 @@ static int waiter_listed(const char *waiters, pid_t pid)
 	int fd;
 
 	fd = open(waiters, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		return 0; /* M/NAME not there yet: another host's lock, not yet seen */
 	if (fd < 0) {
 		fprintf(stderr, "bench_handoff: open %s: %s\n", waiters,
 			strerror(errno));
@@ -378,10 +380,20 @@ static void waiter_main(const struct ho_lock *lk, struct ho_shared *sh,
 	_exit(c == QUIT ? 0 : 1);
 }
 
-/* The holder: take the lock uncontended. Returns 0 or -1 after a message. */
+/*
+ * The holder: take the lock uncontended. Returns 0 or -1 after a message.
+ * A flock held a moment longer is waited for (untimed): across hosts the
+ * holder's daemon learns of the waiter's unlock from etcd's watch.
+ */
 static int holder_take(const struct ho_lock *lk, int fd)
 {
-	if (lk->poll ? mkdir(lk->path, 0755) : flock(fd, LOCK_EX | LOCK_NB)) {
+	double deadline = now_s() + timeout_s;
+	int r;
+
+	while ((r = lk->poll ? mkdir(lk->path, 0755) : flock(fd, LOCK_EX | LOCK_NB)) != 0 &&
+	       !lk->poll && errno == EWOULDBLOCK && now_s() < deadline)
+		sleep_us(100);
+	if (r != 0) {
 		fprintf(stderr, "bench_handoff: holder %s %s: %s\n",
 			lk->poll ? "mkdir" : "flock(LOCK_EX|LOCK_NB)", lk->path,
 			strerror(errno));
