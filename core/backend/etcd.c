@@ -178,6 +178,13 @@ static void mirror_delete(struct etcd_store *e, const char *key, int64_t rev)
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
+static void mirror_gone_before(struct etcd_store *e, const char *name, int64_t rank, int64_t rev)
+{
+	pthread_mutex_lock(&e->mirror.mu);
+	lockfs_etcdbe_mirror_gone_before_locked(&e->mirror, name, rank, rev);
+	pthread_mutex_unlock(&e->mirror.mu);
+}
+
 /* Session LIVE, its lease into *LEASE: 0; else -EIO (no grants). */
 static int need_live(struct etcd_store *e, int64_t *lease)
 {
@@ -289,6 +296,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	    (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
 	     strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name))) {
 		lockfs_etcd_txn_resp_free(&r);
+		mirror_gone_before(e, name, create, create); /* it is the first */
 		granted_stat(e, key, create, create, lease, (uint64_t)create, st);
 		return 0;
 	}
@@ -347,6 +355,8 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 		return there && head_check ? -EEXIST : -ENOENT;
 	}
 	mirror_put(e, key, json, len, rank, r.revision, lease);
+	if (head_check)
+		mirror_gone_before(e, name, rank, r.revision);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);

@@ -108,6 +108,12 @@ void lockfs_etcdbe_names_free(struct etcd_names *ns);
  * Returns -ENOMEM or 0. */
 int lockfs_etcdbe_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_etcd_kv *kv,
 			   int64_t now_ms, struct etcd_names *changed);
+/* A txn at revision REV proved that no key of NAME created before RANK
+ * exists (TRY's empty range, claim's "K is the first"): the ones the watch
+ * has not yet reported gone are marked gone at REV, so that stat and read
+ * never show a holder older than this daemon's own grant. */
+void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *name,
+					     int64_t rank, int64_t rev);
 int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
 			      int64_t delay_until_ms, struct etcd_names *changed);
 

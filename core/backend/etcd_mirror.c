@@ -359,6 +359,24 @@ int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, i
 	return names_add(changed, name);
 }
 
+void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *name,
+					     int64_t rank, int64_t rev)
+{
+	struct etcd_name *n = find_name(m, name, false);
+
+	for (size_t j = 0; n && j < n->n; j++) {
+		struct etcd_key *k = &n->keys[j];
+
+		if (k->dead || k->create_rev >= rank || k->mod_rev >= rev)
+			continue;
+		k->dead = true;
+		k->mod_rev = rev;
+		free(k->value);
+		k->value = NULL;
+		k->value_len = 0;
+	}
+}
+
 void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 {
 	int64_t now = lockfs_wall_ms();

@@ -357,14 +357,14 @@ static int claim_place(struct lockfs_table *t, struct stripe *s, const char *nam
 	rc = t->be->ops->claim(t->be, name, &e->place, lockfs_table_grant_src(&g, &rec, 0), &st);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
-		if (rc == -ENOENT || rc == -ESTALE) {
-			/* The place is gone (expired, broken, a lost session):
-			 * a new one at the tail, asked for now or on the next
-			 * try. */
+		if (rc == -ENOENT) {
+			/* The place is gone (expired, broken): a new one at
+			 * the tail, asked for now or on the next try. */
 			e->place = (struct lockfs_place){ 0 };
-			if (rc == -ENOENT)
-				take_place(t, name, e, LOCKFS_ACQ_QUEUE);
+			take_place(t, name, e, LOCKFS_ACQ_QUEUE);
 		}
+		/* -ESTALE: it went with a lost session; the new session's
+		 * lockfs_queue_rejoin_locked gives it a new one. */
 		rc = -EAGAIN;
 		goto out;
 	}

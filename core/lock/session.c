@@ -86,8 +86,9 @@ static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, i
 }
 
 /* Is C a lock of this host that the store no longer keeps on a live
- * session of this daemon (LEASE lost)?  With s->mu held. */
-static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t lease)
+ * session of this daemon (LEASE lost)?  ALL: the session is LOST right
+ * now, so every lock of this host is (backend.h).  With s->mu held. */
+static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t lease, bool all)
 {
 	struct lockfs_entry_stat st;
 	int rc;
@@ -95,6 +96,8 @@ static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t le
 	if (!c->rec.has_holder || lockfs_table_elsewhere(t, &c->rec.holder) ||
 	    !lockfs_table_issued_here(c))
 		return false;
+	if (all)
+		return true;
 	rc = t->be->ops->stat(t->be, c->name, &st, true);
 	if (rc == -ENOENT || rc == -ESTALE)
 		return true;
@@ -103,7 +106,7 @@ static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t le
 
 /* Every lock of this host lost with session LEASE: logged, tombstoned,
  * dropped from the cache, and its holders signalled. */
-static void lose_all(struct lockfs_table *t, int64_t lease)
+static void lose_all(struct lockfs_table *t, int64_t lease, bool all)
 {
 	struct signals sg = { 0 };
 
@@ -115,7 +118,7 @@ static void lose_all(struct lockfs_table *t, int64_t lease)
 			size_t n;
 
 			next = c->next;
-			if (!lost_with(t, c, lease))
+			if (!lost_with(t, c, lease, all))
 				continue;
 			n = lockfs_record_holders(&c->rec);
 			for (size_t i = 0; i < n; i++) {
@@ -177,7 +180,7 @@ void lockfs_session_check(struct lockfs_table *t)
 		lost = 0; /* acted on already */
 	if (lost) {
 		t->session_lost_id = lost;
-		lose_all(t, lost);
+		lose_all(t, lost, cur.state == LOCKFS_SESSION_LOST);
 	}
 	if (cur.state == LOCKFS_SESSION_LIVE && cur.id && cur.id != t->session_id) {
 		rejoin = t->session_id != 0;

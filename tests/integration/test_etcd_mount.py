@@ -278,3 +278,28 @@ def test_refused_release_answers_eio_and_is_completed_once_etcd_answers(
     assert len(rel) == 1 and rel[0].details.get('retried') == '1'
     wait_until(lambda: _keys(etcd1, prefix, 'r') == [], what='its key deleted')
     assert 'r' not in os.listdir(m.mnt)
+
+
+def test_waiter_across_a_lost_session_is_requeued_and_granted(cut_h1, lockfs_factory, etcd1,
+                                                              prefix, procs):
+    m, proxy = cut_h1
+    h2 = _etcd_mount(lockfs_factory, etcd1, prefix, 'h2')
+    holder, w = procs.agent(), procs.agent()
+    assert holder.mkdir(h2.path('k')) == 0
+    wait_until(lambda: 'k' in os.listdir(m.mnt), what='h1 lists it')
+    fd = w.open(fpath(m, 'k'))
+    rid = w.flock_start(fd, EX)
+    wait_waiters(m, 'k', [w.pid])
+    proxy.pause()
+    try:
+        # h1's session is lost (ttl=2) and a new one made once it answers.
+        wait_until(lambda: 'is lost' in m.stderr(), timeout=10, what='the session lost')
+    finally:
+        proxy.resume()
+    wait_until(lambda: [l for l in log_for(m.dir, 'k') if l.event == 'requeued'], timeout=10,
+               what='`requeued` logged')
+    assert w.poll(rid) is None
+    assert holder.rmdir(h2.path('k')) == 0
+    assert 'errno' not in w.wait(rid, 10)
+    assert read_owner(m.mnt, 'k')['holder']['pid'] == w.pid
+    assert w.flock(fd, fcntl.LOCK_UN) == 0

@@ -501,6 +501,13 @@ static int fake_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	LEAVE(f, 0);
 }
 
+/* A lock of this backend's session while it is LOST: not its any more,
+ * and shown to nobody here (as etcd's mirror hides keys on a lost lease). */
+static bool lost_here(const struct fake_backend *f, const struct fake_lock *l)
+{
+	return l->session == f->session && f->state.state == LOCKFS_SESSION_LOST;
+}
+
 static int fake_read(struct lockfs_backend *be, const char *name, char **record, size_t *len,
 		     struct lockfs_entry_stat *st)
 {
@@ -511,7 +518,7 @@ static int fake_read(struct lockfs_backend *be, const char *name, char **record,
 	*len = 0;
 	ENTER(f, FAKE_OP_READ);
 	l = find_lock(f->fs, name);
-	if (!l)
+	if (!l || lost_here(f, l))
 		LEAVE(f, -ENOENT);
 	if (l->record) {
 		*record = malloc(l->len + 1);
@@ -533,7 +540,7 @@ static int fake_stat(struct lockfs_backend *be, const char *name, struct lockfs_
 
 	ENTER(f, FAKE_OP_STAT);
 	l = find_lock(f->fs, name);
-	if (!l)
+	if (!l || lost_here(f, l))
 		LEAVE(f, -ENOENT);
 	fill(l, st);
 	if (st)
