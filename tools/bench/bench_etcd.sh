@@ -195,7 +195,13 @@ run() { # OUTFILE CMD...: run a client in the background, wait for it
 	CLIENT_PID=$!
 	wait "$CLIENT_PID" || rc=$?
 	CLIENT_PID=""
-	[ "$rc" = 0 ] || die "$* failed (status $rc); lockfs h1: $(tail -n 3 "$W/h1.err" | tr '\n' ' ')"
+	if [ "$rc" != 0 ]; then
+		for h in h1 h2; do
+			echo "bench_etcd.sh: lockfs $h stderr:" >&2; tail -n 5 "$W/$h.err" >&2
+			echo "bench_etcd.sh: lockfs $h lock.log:" >&2; tail -n 5 "$W/$h.backing/lock.log" >&2
+		done
+		die "$* failed (status $rc)"
+	fi
 }
 
 run_config() { # CONFIG ROUND
