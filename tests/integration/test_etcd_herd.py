@@ -20,7 +20,8 @@ def test_herd_over_three_hosts_never_has_two_holders(etcd3, etcd_mounts, tmp_pat
     hosts = etcd_mounts(etcd3, ttl=10)
     witness = tmp_path / 'witness'
     results = run_herd([(m.mnt, m.host) for m in hosts], 'herd', witness,
-                       agents=AGENTS, rounds=ROUNDS, mode='mix', timeout=240)
+                       agents=AGENTS, rounds=ROUNDS, mode='mix', timeout=240,
+                       tolerant=True)   # EIO: a call past its 1 s bound on a loaded machine
     check_witness(witness, results, ROUNDS)
     # the herd really contended, on every host
     assert sum(r['polls'] for r in results) > 0
