@@ -18,6 +18,9 @@
  *                   lockfs's M/NAME/waiters does: parked once it is not
  *                   empty (the waiter is the only one; a line without the
  *                   waiter's pid is reported once on stderr).
+ *       FILE may be HOLDER_FILE=WAITER_FILE: the waiter opens another path
+ *       of the same lock, e.g. the lock's M/.flock/NAME on another lockfs
+ *       host (issue 11: a hand-off across hosts on one etcd).
  *       With several FILE PARKED pairs (up to 4), each has its own holder
  *       descriptor and waiter process, and the samples alternate between
  *       them one by one (A B, B A, A B, ...), so that they share the same
@@ -72,7 +75,7 @@ static int timeout_s = 30;
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s handoff N SETTLE_US FILE proc|sleep|WAITERS_FILE [FILE PARKED]...\n"
+		"usage: %s handoff N SETTLE_US FILE[=WAITER_FILE] proc|sleep|WAITERS_FILE [FILE PARKED]...\n"
 		"       %s poll LOCKDIR N INTERVAL_MS\n"
 		"       %s herd FILE AGENTS ROUNDS\n",
 		prog, prog, prog);
@@ -210,6 +213,8 @@ static int waiter_listed(const char *waiters, pid_t pid)
 	int fd;
 
 	fd = open(waiters, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		return 0; /* M/NAME not there yet: another host's lock, not yet seen */
 	if (fd < 0) {
 		fprintf(stderr, "bench_handoff: open %s: %s\n", waiters,
 			strerror(errno));
@@ -343,6 +348,7 @@ static int poll_waiter_sample(const char *dir, long interval_us,
 /* The lock in a hand-off run: a flock file or a seed lock directory. */
 struct ho_lock {
 	const char *path;
+	const char *waiter_path; /* flock: the waiter's path of the lock (PATH unless FILE=FILE2) */
 	int poll;         /* seed protocol (mkdir/rmdir) instead of flock */
 	const char *parked; /* flock: proc|sleep|WAITERS path */
 	long settle_us;   /* flock: extra wait once parked */
@@ -358,10 +364,10 @@ static void waiter_main(const struct ho_lock *lk, struct ho_shared *sh,
 	if (child_setup() != 0)
 		_exit(1);
 	if (!lk->poll) {
-		fd = open(lk->path, O_RDWR | O_CLOEXEC);
+		fd = open(lk->waiter_path, O_RDWR | O_CLOEXEC);
 		if (fd < 0) {
 			fprintf(stderr, "bench_handoff: waiter open %s: %s\n",
-				lk->path, strerror(errno));
+				lk->waiter_path, strerror(errno));
 			_exit(1);
 		}
 	}
@@ -374,10 +380,20 @@ static void waiter_main(const struct ho_lock *lk, struct ho_shared *sh,
 	_exit(c == QUIT ? 0 : 1);
 }
 
-/* The holder: take the lock uncontended. Returns 0 or -1 after a message. */
+/*
+ * The holder: take the lock uncontended. Returns 0 or -1 after a message.
+ * A flock held a moment longer is waited for (untimed): across hosts the
+ * holder's daemon learns of the waiter's unlock from etcd's watch.
+ */
 static int holder_take(const struct ho_lock *lk, int fd)
 {
-	if (lk->poll ? mkdir(lk->path, 0755) : flock(fd, LOCK_EX | LOCK_NB)) {
+	double deadline = now_s() + timeout_s;
+	int r;
+
+	while ((r = lk->poll ? mkdir(lk->path, 0755) : flock(fd, LOCK_EX | LOCK_NB)) != 0 &&
+	       !lk->poll && errno == EWOULDBLOCK && now_s() < deadline)
+		sleep_us(100);
+	if (r != 0) {
 		fprintf(stderr, "bench_handoff: holder %s %s: %s\n",
 			lk->poll ? "mkdir" : "flock(LOCK_EX|LOCK_NB)", lk->path,
 			strerror(errno));
@@ -731,7 +747,12 @@ int main(int argc, char *argv[])
 		int np = (argc - 4) / 2;
 
 		for (int k = 0; k < np; k++) {
+			char *sep = strchr(argv[4 + 2 * k], '=');
+
 			pairs[k].lk.path = argv[4 + 2 * k];
+			pairs[k].lk.waiter_path = sep ? sep + 1 : pairs[k].lk.path;
+			if (sep)
+				*sep = '\0';
 			pairs[k].lk.parked = argv[5 + 2 * k];
 			pairs[k].lk.settle_us = settle;
 		}

@@ -1,0 +1,227 @@
+"""Issue 11, liveness and failure: what each host sees when a daemon dies,
+freezes, is cut off from etcd, when the etcd leader dies, and when all of
+etcd is gone (docs/etcd.md, "Failures")."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from etcd_fixtures import etcd1, etcd3, tcp_proxy  # noqa: F401
+from etcd_mounts import etcd_mounts  # noqa: F401
+from lockfs_helpers import wait_until
+from witness_herd import check_witness, run_herd
+
+TTL = 2
+LOCK_DELAY = 1
+
+
+def fence_of(hosts, m, name):
+    return int(hosts.wait_log(m, name, 'acquired')[-1].details['fence'])
+
+
+def lease_left(hosts, host):
+    """(monotonic time of the question, whole seconds left) of HOST's session
+    lease, asked of etcd: the lease cannot expire before time + seconds
+    (etcd rounds the remaining TTL down)."""
+    key = hosts.prefix + '.hosts/' + host
+    lease = next(k[3] for k in hosts.keys() if k[0] == key)
+    t = time.monotonic()
+    out = hosts.cluster.etcdctl('lease', 'timetolive', f'{lease:x}', '-w', 'json').stdout
+    return t, int(json.loads(out)['ttl'])
+
+
+def first_success(fn, timeout, interval=0.02):
+    """Call FN until it returns 0; the monotonic time it did."""
+    return wait_until(lambda: fn() == 0 and time.monotonic(), timeout=timeout,
+                      interval=interval, what='success')
+
+
+@pytest.mark.slow
+def test_killed_daemon_frees_its_lock_only_after_ttl_and_lock_delay(etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    f1 = fence_of(hosts, h1, 'x')
+    other = procs.agent()
+    assert other.mkdir(h2.path('x')) == errno.EEXIST
+
+    asked, left = lease_left(hosts, 'h1')
+    killed = time.monotonic()
+    h1.kill9()
+    # h2 polls: refused while the lease lives and for lock_delay after it
+    # expired, granted afterwards (ttl + lock_delay + a loaded machine).
+    t_ok = first_success(lambda: other.mkdir(h2.path('x')), timeout=TTL + LOCK_DELAY + 15)
+    assert t_ok >= asked + left + LOCK_DELAY, \
+        f'h2 got x {t_ok - killed:.2f} s after the kill: before the lease ({left} s) ' \
+        f'and lock_delay ({LOCK_DELAY} s) were over'
+    assert holder.proc.poll() is None     # the holder lived on: only its daemon died
+    f2 = fence_of(hosts, h2, 'x')
+    assert f2 > f1
+    assert other.rmdir(h2.path('x')) == 0
+
+
+@pytest.mark.slow
+def test_frozen_daemon_loses_its_lock_and_the_holder_gets_estale(etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    f1 = fence_of(hosts, h1, 'x')
+    other = procs.agent()
+
+    asked, left = lease_left(hosts, 'h1')
+    os.kill(h1.pid, signal.SIGSTOP)
+    try:
+        t_ok = first_success(lambda: other.mkdir(h2.path('x')), timeout=TTL + LOCK_DELAY + 15)
+    finally:
+        os.kill(h1.pid, signal.SIGCONT)
+    assert t_ok >= asked + left + LOCK_DELAY, 'h2 was granted x before h1\'s lease expired'
+
+    # h1 wakes up: its session is lost; nothing re-held: x is h2's alone
+    lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+    assert int(lost.details['fence']) == f1
+    assert lost.details.get('evidence') == 'session-expired', lost
+    keys = hosts.lock_keys('x')
+    assert len(keys) == 1 and json.loads(keys[0][1])['holder']['pid'] == other.pid, keys
+    assert other.rmdir(h2.path('x')) == 0
+    # the holder learns it (once h1 saw h2's release): ESTALE, never 0
+    wait_until(lambda: 'x' not in hosts.listed(h1), timeout=5, what='h1 sees x free')
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE
+    assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.skip(reason='needs the engine side of issue 11 (task Y)')
+@pytest.mark.slow
+def test_lost_holders_rmdir_is_estale_while_another_host_holds_the_name(
+        etcd1, etcd_mounts, procs):
+    # Not EPERM, which would say "not yours", where the truth is "yours was
+    # lost": the tombstone must answer before the other host's hold does.
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holder, other = procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    os.kill(h1.pid, signal.SIGSTOP)
+    try:
+        first_success(lambda: other.mkdir(h2.path('x')), timeout=TTL + LOCK_DELAY + 15)
+    finally:
+        os.kill(h1.pid, signal.SIGCONT)
+    hosts.wait_log(h1, 'x', 'lost', timeout=10)
+    wait_until(lambda: 'x' in hosts.listed(h1), timeout=5, what="h1 sees h2's x")
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE
+    assert other.rmdir(h2.path('x')) == 0
+
+
+@pytest.mark.slow
+def test_partitioned_daemon_loses_its_lock_and_the_holder_gets_estale(
+        etcd1, tcp_proxy, etcd_mounts, procs):
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY,
+                        endpoints={'h1': proxy.url})
+    h1, h2 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    f1 = fence_of(hosts, h1, 'x')
+    other = procs.agent()
+
+    asked, left = lease_left(hosts, 'h1')
+    proxy.pause()
+    try:
+        t_ok = first_success(lambda: other.mkdir(h2.path('x')), timeout=TTL + LOCK_DELAY + 15)
+        assert t_ok >= asked + left + LOCK_DELAY, 'h2 was granted x before h1\'s lease expired'
+        # h1 gives up on its own clock, without hearing from etcd
+        lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+        assert int(lost.details['fence']) == f1
+        # the holder learns it, still cut off, while h2 holds x: ESTALE
+        assert holder.rmdir(h1.path('x')) == errno.ESTALE
+        assert other.rmdir(h2.path('x')) == 0
+    finally:
+        proxy.resume()
+    # connected again: a new session, nothing re-held
+    again = procs.agent()
+    wait_until(lambda: again.mkdir(h1.path('x')) == 0, timeout=15,
+               what='h1 grants again on a new session')
+    assert again.rmdir(h1.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.slow
+def test_leader_killed_no_double_grant_and_progress_resumes(etcd3, etcd_mounts, tmp_path):
+    hosts = etcd_mounts(etcd3, ttl=10)
+    witness = tmp_path / 'witness'
+    box = {}
+
+    def herd():
+        try:
+            box['results'] = run_herd([(m.mnt, m.host) for m in hosts], 'x', witness,
+                                      agents=6, rounds=15, mode='mkdir', timeout=180,
+                                      tolerant=True)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            box['error'] = e
+    t = threading.Thread(target=herd)
+    t.start()
+    try:
+        wait_until(lambda: len(hosts.grants('x')) >= 15, timeout=60, what='15 grants')
+        leader = etcd3.leader()
+        assert leader is not None
+        killed_at = time.time()
+        leader.kill9()
+        etcd3.wait_leader(timeout=30, exclude=leader)
+    finally:
+        t.join(200)
+    assert 'error' not in box, box.get('error')
+    check_witness(witness, box['results'], 15)
+    grants = hosts.grants('x')
+    assert len(grants) == 6 * 15
+    assert sum(1 for g in grants if g.t > killed_at) > 0, 'no progress after the leader died'
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=15, what='x free in etcd')
+    # an rmdir that answered EIO during the election is completed (and
+    # logged, released retried=1) by its daemon's next tick
+    try:
+        wait_until(lambda: hosts.check_history(held=set()) == [], timeout=15,
+                   what='every grant ended in the logs')
+    except AssertionError:
+        pass
+    assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.slow
+def test_etcd_outage_mkdir_eio_views_unconfirmed_release_completed_after(
+        etcd1, etcd_mounts, procs):
+    # ttl 15: the outage stays well inside the session (uncertain at 10 s)
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=15, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fence = fence_of(hosts, h1, 'x')
+    etcd1.members[0].stop()
+    try:
+        # mkdir fails with EIO and returns (the bound is 1 s; not timed here)
+        a = procs.agent()
+        ans = a.wait(a.start('mkdir', path=os.fsencode(h1.path('y')).hex()), timeout=10)
+        assert ans.get('errno') == errno.EIO, ans
+        # ls and owner answer from the last known state, marked unconfirmed
+        ls = subprocess.run(['ls', h1.mnt], capture_output=True, text=True, timeout=10)
+        assert ls.returncode == 0 and ls.stdout.split() == ['x'], ls
+        rec = a.owner(h1.mnt, 'x')
+        assert rec.get('state') == 'unconfirmed', rec
+        assert rec['holder']['pid'] == holder.pid
+        # the holder's rmdir is refused with EIO ...
+        assert holder.rmdir(h1.path('x')) == errno.EIO
+    finally:
+        etcd1.members[0].start()
+    etcd1.members[0].wait_healthy()
+    # ... and completed once etcd answers, logged
+    rel = hosts.wait_log(h1, 'x', 'released', timeout=20)[0]
+    assert int(rel.details['fence']) == fence and rel.details.get('retried') == '1', rel
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x free in etcd')
+    b = procs.agent()
+    wait_until(lambda: b.mkdir(h2.path('x')) == 0, timeout=10, what='h2 gets x')
+    assert b.rmdir(h2.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
