@@ -21,7 +21,7 @@ import pytest
 
 from conftest import stderr_problems
 from lockfs_helpers import (LOCKFS_BIN, fusermount_u, is_lockfs_mounted, mount_entry,
-                            wait_until)
+                            rmtree_unguarded, wait_until)
 from service_helpers import (BUILD, DgramSocket, NsAgent, daemon_pid, parse_syslog,
                              unit_settings, unit_value)
 
@@ -39,7 +39,8 @@ def work():
     mnt = os.path.join(d, 'mnt')
     if mount_entry(mnt) is not None:
         fusermount_u(mnt)
-    shutil.rmtree(d, ignore_errors=True)
+    rmtree_unguarded(d)   # the daemon made mnt immutable (its guard)
+    assert not os.path.exists(d), f'{d} is left behind'
 
 
 # --------------------------------------------------------------------------
