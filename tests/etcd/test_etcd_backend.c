@@ -33,7 +33,10 @@
 #include "lockfs/backend.h"
 #include "lockfs/etcd.h"
 
-#define WAIT_MS 8000   /* the longest any awaited event may take */
+/* The longest any awaited event may take: a watch that reconnects after a
+ * dropped connection can need several of its retries under ASan on a loaded
+ * machine. */
+#define WAIT_MS 20000
 
 static const char *etcd_url;
 
