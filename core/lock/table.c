@@ -513,23 +513,55 @@ void lockfs_table_grant_fence(struct lockfs_grant_src *g, const struct lockfs_en
 		g->rec->shares[g->which - 1].fence = st->fence;
 }
 
+/* Where holder WHICH's fence lives (0 = the lock's own, i >= 1 = share i-1). */
+static uint64_t *grant_fence(struct lockfs_record *rec, size_t which)
+{
+	return which == 0 ? &rec->fence : &rec->shares[which - 1].fence;
+}
+
+/*
+ * A store that issues a grant's fence only in the write itself (etcd: the
+ * revision of the txn) wrote the record with null for it.  Take the fence
+ * into the cache and write the record once more, so that `owner` and the
+ * stored record (what another host or `etcdctl get` reads) both carry it.
+ * If that second write fails, the grant stands (the store has it) and the
+ * cache keeps the fence: the record's next write carries it.
+ */
+static void persist_issued_fence(struct lockfs_table *t, struct cached *c,
+				 struct lockfs_entry_stat *st, size_t which)
+{
+	struct lockfs_entry_stat again;
+	struct lockfs_grant_src g;
+
+	*grant_fence(&c->rec, which) = st->fence;
+	if (t->be->ops->update(t->be, c->name, st->identity, LOCKFS_UPD_EDIT,
+			       lockfs_table_grant_src(&g, &c->rec, which), &again) == 0) {
+		c->identity = again.identity;
+		st->identity = again.identity;
+	}
+}
+
 /* lockfs_table_persist (EDIT) or lockfs_table_persist_grant (GRANT of
  * holder WHICH). */
 static int persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
 		   struct lockfs_entry_stat *st, enum lockfs_update_how how, size_t which)
 {
 	struct lockfs_grant_src g;
+	bool fenceless;
 	int rc;
 
+	fenceless = how == LOCKFS_UPD_GRANT && !*grant_fence(&c->rec, which);
 	rc = t->be->ops->update(t->be, c->name, st->identity, how,
 				lockfs_table_grant_src(&g, &c->rec, which), st);
-	if (rc == 0) {
-		c->identity = st->identity;
-		lockfs_table_note_due(s, c); /* a lease may have been set or renewed */
-	} else {
+	if (rc < 0) {
 		restore_locked(t, s, c, rc);
+		return rc;
 	}
-	return rc;
+	c->identity = st->identity;
+	lockfs_table_note_due(s, c); /* a lease may have been set or renewed */
+	if (fenceless && !*grant_fence(&c->rec, which) && st->fence)
+		persist_issued_fence(t, c, st, which);
+	return 0;
 }
 
 int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
