@@ -1419,6 +1419,26 @@ out:
 	return rc;
 }
 
+/*
+ * The tail of a `broken` line, from KV[N] on: across hosts (a store that
+ * names keys, etcd) the breaking host and the broken key, since the
+ * holder's own host logs its side apart (as `lost`); then the reason.  KV
+ * has room for N + 7 entries.
+ */
+static void put_break_place(const struct lockfs_table *t, const struct lockfs_entry_stat *st,
+			    const char *why, const char **kv, size_t n)
+{
+	if (st->key[0]) {
+		kv[n++] = "host";
+		kv[n++] = t->be->host;
+		kv[n++] = "key";
+		kv[n++] = st->key;
+	}
+	kv[n++] = "reason";
+	kv[n++] = why;
+	kv[n] = NULL;
+}
+
 int lockfs_core_break(struct lockfs_core *core, const char *name,
 		      const struct lockfs_caller *caller, const char *reason, size_t len)
 {
@@ -1450,18 +1470,19 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_reload(t, s, name, &st, &foreign, &c);
 	if (rc == 0 && c) {
-		const char *extra[] = { "by", by, "by_uid", by_uid, "by_pid", by_pid,
-					"reason", why, NULL };
+		const char *extra[11] = { "by", by, "by_uid", by_uid, "by_pid", by_pid };
 
+		put_break_place(t, &st, why, extra, 6);
 		pid = c->rec.holder.pid;
 		start = c->rec.holder.start_time;
 		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 			.identity = st.identity, .all = true, .event = "broken", .extra = extra });
 	} else if (rc == 0) {
 		/* A foreign lock: uid= owns DIR/NAME.lock, no process known. */
-		const char *kv[] = { "uid", uid, "pid", none, "by", by, "by_uid", by_uid,
-				     "by_pid", by_pid, "reason", why, NULL };
+		const char *kv[15] = { "uid", uid, "pid", none, "by", by, "by_uid", by_uid,
+				       "by_pid", by_pid };
 
+		put_break_place(t, &st, why, kv, 10);
 		lockfs_audit_ids(uid, none, st.uid, 0);
 		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
 		rc = t->be->ops->release(t->be, name, st.identity);

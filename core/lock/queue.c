@@ -520,7 +520,7 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
  * and the let-go's EXTRA. */
 struct end_line {
 	char who[WHO_MAX], fence[24], uid[16], pid[16];
-	const char *kv[16];
+	const char *kv[24]; /* fence=, uid=, pid=, up to 8 extras, NULL */
 };
 
 /* Give C's lock (being released, store identity IDENTITY) straight to the
@@ -795,7 +795,7 @@ static void end_line_of(struct end_line *l, const struct lockfs_record *r, size_
 	l->kv[3] = l->uid;
 	l->kv[4] = "pid";
 	l->kv[5] = l->pid;
-	for (; extra && *extra && n < 14; extra++)
+	for (; extra && *extra && n < (int)(sizeof(l->kv) / sizeof(l->kv[0])) - 2; extra++)
 		l->kv[n++] = *extra;
 	l->kv[n] = NULL;
 }
