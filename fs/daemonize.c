@@ -42,9 +42,13 @@ static void __attribute__((noreturn)) parent_wait(int fd, pid_t child)
 		got += (size_t)n;
 	}
 	if (got < sizeof(err)) {
-		/* It ended without a word: its own messages say why (the
-		 * terminal, or syslog once it switched). */
-		if (waitpid(child, &status, 0) == child && WIFSIGNALED(status))
+		/* It ended without a word.  A start that failed said why on
+		 * the stderr we share, in its one line, and exited with its
+		 * status: pass that on without a second line. */
+		if (waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+		    WEXITSTATUS(status) != 0)
+			_exit(WEXITSTATUS(status));
+		if (WIFSIGNALED(status))
 			fprintf(stderr, "lockfs: the daemon was killed by signal %d while "
 				"starting\n", WTERMSIG(status));
 		else
@@ -88,11 +92,17 @@ int lockfs_daemonize(void)
 	 * and no signal meant for its process group.  A fresh child is no
 	 * group leader, so this cannot fail. */
 	(void)setsid();
+	return 0;
+}
+
+void lockfs_daemonize_leave_cwd(void)
+{
+	if (child_end < 0)
+		return;
 	/* Keep no directory busy (the caller's cwd could not be unmounted). */
 	if (chdir("/") < 0)
 		fprintf(stderr, "lockfs: warning: cannot leave the working directory: %s\n",
 			strerror(errno));
-	return 0;
 }
 
 void lockfs_daemonize_done(int err)

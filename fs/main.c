@@ -500,6 +500,17 @@ int main(int argc, char *argv[])
 	raise_fd_limit();
 
 	fs.proc_foreign = !proc_is_ours();
+	/* Detach before the store opens: its threads (etcd's keepalive and
+	 * watch) and the session it registers must be the serving process's.
+	 * `lockfs` returns only once the child has recorded its pid and
+	 * serves, or failed and said why (daemonize.c). */
+	if (!opts.foreground) {
+		rc = lockfs_daemonize();
+		if (rc < 0) {
+			fprintf(stderr, "lockfs: cannot detach: %s\n", strerror(-rc));
+			goto out_args;
+		}
+	}
 	/* The store's checks and its one-daemon lock (dir: DIR/.lockfs). */
 	if (open_store(kind, &o, &be) < 0)
 		goto out_args;
@@ -572,14 +583,8 @@ int main(int argc, char *argv[])
 		if (mnt_abs && lockfs_mount_dev(mnt_abs, &dev) == 0)
 			lockfs_core_set_mount_dev(fs.core, dev);
 	}
-	/* Detach only now, and `lockfs` returns only once the child has
-	 * recorded its pid and serves (daemonize.c). */
 	if (!opts.foreground) {
-		rc = lockfs_daemonize();
-		if (rc < 0) {
-			fprintf(stderr, "lockfs: cannot detach: %s\n", strerror(-rc));
-			goto out_unmount;
-		}
+		lockfs_daemonize_leave_cwd();
 		if (lockfs_errlog_detach() == 0)
 			fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
 				opts.mountpoint, be->source);
