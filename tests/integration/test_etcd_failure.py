@@ -97,7 +97,6 @@ def test_frozen_daemon_loses_its_lock_and_the_holder_gets_estale(etcd1, etcd_mou
     assert hosts.check_history(held=set()) == []
 
 
-@pytest.mark.skip(reason='needs the engine side of issue 11 (task Y)')
 @pytest.mark.slow
 def test_lost_holders_rmdir_is_estale_while_another_host_holds_the_name(
         etcd1, etcd_mounts, procs):
