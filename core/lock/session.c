@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "audit.h"
 #include "caller.h"
+#include "fdlock.h"
 #include "queue.h"
 #include "session.h"
 #include "table.h"
@@ -220,6 +221,23 @@ void lockfs_session_check(struct lockfs_table *t)
 		prune_tombstones(t);
 }
 
+/* Does a release of C's that the store refused wait in S's retries (an
+ * rmdir or fd unlock answered EIO)?  Then C's key may be gone by that very
+ * write, applied late: this daemon's own, not a loss.  With s->mu held. */
+static bool release_pending(const struct stripe *s, const struct cached *c)
+{
+	size_t n = lockfs_record_holders(&c->rec);
+
+	for (const struct unlock_retry *r = s->retries; r; r = r->next) {
+		if (strcmp(r->name, c->name) != 0)
+			continue;
+		for (size_t i = 0; i < n; i++)
+			if (lockfs_record_fence_at(&c->rec, i) == r->fence)
+				return true;
+	}
+	return false;
+}
+
 void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
 				    const char *token)
 {
@@ -229,7 +247,7 @@ void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, st
 	const char *evidence = "removed-in-store";
 
 	if (!c || !(t->be->caps & LOCKFS_BE_SESSIONS) || !ours_here(t, c) ||
-	    (token && strcmp(token, c->issued) == 0))
+	    (token && strcmp(token, c->issued) == 0) || release_pending(s, c))
 		return;
 	/* Gone because the session went (its keys read as absent before the
 	 * session report is taken in) or behind a live session's back. */

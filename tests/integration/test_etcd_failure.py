@@ -117,6 +117,70 @@ def test_lost_holders_rmdir_is_estale_while_another_host_holds_the_name(
     assert other.rmdir(h2.path('x')) == 0
 
 
+# ---- removed behind a live holder (etcdctl del, a break from another host) ----
+
+def usr1_marker_setup(marker):
+    """Agent setup: a SIGUSR1 handler that appends USR1 to MARKER, so the
+    holder notes -o break_signal and lives on to rmdir."""
+    return ('import os, signal\n'
+            f'_m = os.open({str(marker)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n'
+            "signal.signal(signal.SIGUSR1, lambda s, f: os.write(_m, b'USR1'))\n")
+
+
+def read_marker(path):
+    return path.read_bytes() if path.exists() else b''
+
+
+def test_key_deleted_in_etcd_is_lost_and_the_holders_rmdir_is_estale(
+        etcd1, etcd_mounts, procs, tmp_path):
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=TTL, lock_delay=LOCK_DELAY,
+                        options=('break_signal=USR1',))
+    h1, = hosts
+    marker = tmp_path / 'usr1'
+    holder, other = procs.agent(setup=usr1_marker_setup(marker)), procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    f1 = fence_of(hosts, h1, 'x')
+    assert read_marker(marker) == b''   # control
+    (key, _, _, _), = hosts.lock_keys('x')
+    hosts.cluster.etcdctl('del', key)
+    # the session is live: the key went behind its holder's back
+    lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+    assert lost.details.get('evidence') == 'removed-in-store', lost
+    assert int(lost.details['fence']) == f1 and int(lost.details['pid']) == holder.pid
+    wait_until(lambda: read_marker(marker) == b'USR1', timeout=5, what='the holder signalled')
+    assert 'x' not in hosts.listed(h1)
+    assert other.rmdir(h1.path('x')) == errno.ENOENT
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE   # never 0: it was not exclusive
+    assert holder.proc.poll() is None
+    assert [l for l in hosts.log_lines(h1, 'x') if l.event == 'released'] == []
+    # nothing re-held: x is free, and the session lives on
+    assert other.mkdir(h1.path('x')) == 0
+    assert other.rmdir(h1.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
+
+
+def test_break_from_another_host_is_lost_on_the_holders_host(etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holder, root2, taker, bystander = (procs.agent() for _ in range(4))
+    assert holder.mkdir(h1.path('x')) == 0
+    f1 = fence_of(hosts, h1, 'x')
+    wait_until(lambda: 'x' in hosts.listed(h2), timeout=5, what="h2 sees h1's x")
+    assert root2.write(h2.path('x', 'break'), b'wedged on h1\n') == 0
+    hosts.wait_log(h2, 'x', 'broken')
+    lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+    assert lost.details.get('evidence') == 'removed-in-store', lost
+    assert int(lost.details['fence']) == f1
+    # h2 takes x (a break is no expiry: no lock-delay); on h1 the old
+    # holder hears "yours was lost", anybody else "not yours"
+    wait_until(lambda: taker.mkdir(h2.path('x')) == 0, timeout=5, what='h2 takes x')
+    wait_until(lambda: 'x' in hosts.listed(h1), timeout=5, what="h1 sees h2's x")
+    assert bystander.rmdir(h1.path('x')) == errno.EPERM
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE
+    assert taker.rmdir(h2.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
+
+
 @pytest.mark.slow
 def test_partitioned_daemon_loses_its_lock_and_the_holder_gets_estale(
         etcd1, tcp_proxy, etcd_mounts, procs):
