@@ -266,6 +266,24 @@ void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, st
 	free(sg.v);
 }
 
+void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s)
+{
+	if (!(t->be->caps & LOCKFS_BE_SESSIONS))
+		return;
+	for (struct cached *c = s->head, *next; c; c = next) {
+		struct lockfs_entry_stat st;
+		struct cached *now;
+		bool foreign;
+		char *name;
+
+		next = c->next; /* a load of C's name changes only C's entry */
+		if (!ours_here(t, c) || !(name = strdup(c->name)))
+			continue;
+		(void)lockfs_table_load(t, s, name, &st, &foreign, &now);
+		free(name);
+	}
+}
+
 void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c)
 {
 	const struct lockfs_holder *h;

@@ -58,6 +58,12 @@ int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, cons
 void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
 				    const char *token);
 
+/* With S's mutex held, after the store said "anything may have changed"
+ * (a resync: CHANGE_ALL): each cached lock of this host is looked up in
+ * the store, so one removed meanwhile is lost now, not when someone next
+ * looks.  No-op without LOCKFS_BE_SESSIONS. */
+void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s);
+
 /* With S's mutex held: C's lock was just granted on this host.  Its
  * holder's tombstones of that name go: it holds the name again, so
  * there is no loss left to tell it of. */

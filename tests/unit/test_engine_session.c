@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "engine_harness.h"
 #include "fake_backend.h"
+#include "lock/changes.h"
 
 static struct engine_harness H;
 
@@ -211,6 +212,23 @@ static void test_removal_met_by_a_lookup_first_is_lost_all_the_same(void **state
 	engine_changed(&H, "x");
 	assert_int_equal(logged("x", "lost", NULL), 1);
 	assert_int_equal(release(holder, "x"), -ESTALE);
+}
+
+static void test_removal_during_a_resync_is_lost_at_once(void **state)
+{
+	pid_t holder = engine_proc(&H, NULL), other = engine_proc(&H, NULL);
+
+	(void)state;
+	assert_int_equal(acquire(holder, "x"), 0);
+	assert_int_equal(acquire(other, "y"), 0);
+	assert_int_equal(fake_backend_remove(H.be, "x"), 0);
+	/* The store lost track (a compacted watch): it says "anything". */
+	lockfs_changes_report(H.t, LOCKFS_CHANGE_ALL, NULL);
+	engine_work(&H);
+	assert_int_equal(logged("x", "lost", "evidence=removed-in-store"), 1);
+	assert_int_equal(logged("y", "lost", NULL), 0);
+	assert_int_equal(release(holder, "x"), -ESTALE);
+	assert_int_equal(release(other, "y"), 0);
 }
 
 static void test_lock_replaced_in_store_by_another_host_is_lost(void **state)
@@ -478,6 +496,7 @@ int main(void)
 		SESSION_TEST(test_tombstone_goes_when_its_holder_takes_the_name_again),
 		SESSION_TEST(test_lock_removed_in_store_is_lost_with_that_evidence),
 		SESSION_TEST(test_removal_met_by_a_lookup_first_is_lost_all_the_same),
+		SESSION_TEST(test_removal_during_a_resync_is_lost_at_once),
 		SESSION_TEST(test_lock_replaced_in_store_by_another_host_is_lost),
 		SESSION_TEST(test_own_release_and_rewrite_are_not_lost),
 		SESSION_TEST(test_uncertain_session_refuses_grants_and_owner_says_so),
