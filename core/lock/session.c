@@ -87,14 +87,15 @@ static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, i
 	lockfs_audit_event(t, who, c->name, kv, "lost");
 }
 
-/* Is C a lock this host's daemon issued to a holder on this host?  Only
- * such a lock can be lost: another host's ends by its own session, and a
- * record rewritten behind our back (another token) is not ours to judge
- * (with s->mu held). */
+/* Is C a lock this host's daemon granted to a holder on this host?  Only
+ * such a lock can be lost: another host's ends by its own session, a
+ * record rewritten behind our back (another token) is not ours to judge,
+ * and a waiter's place that the store shows at the head is not held
+ * until claimed (with s->mu held). */
 static bool ours_here(struct lockfs_table *t, const struct cached *c)
 {
-	return c->rec.has_holder && !lockfs_table_elsewhere(t, &c->rec.holder) &&
-	       lockfs_table_issued_here(c);
+	return c->granted && c->rec.has_holder &&
+	       !lockfs_table_elsewhere(t, &c->rec.holder) && lockfs_table_issued_here(c);
 }
 
 /* C lost (EVIDENCE, session LEASE): every holder of it logged `lost`,

@@ -321,8 +321,10 @@ static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint
 		c->next = s->head;
 		s->head = c;
 		memcpy(c->issued, rec->token, sizeof(c->issued));
+		c->granted = ours || t->starting;
 	} else if (!same_holder(&c->rec, rec) || strcmp(c->rec.token, rec->token) != 0) {
 		/* Another acquisition under the same name: start afresh. */
+		c->granted = t->starting;
 		lockfs_table_unwatch(t, c);
 		c->holder_gone = false;
 		c->expired_logged = false;
@@ -479,6 +481,7 @@ static void restore_locked(struct lockfs_table *t, struct stripe *s, struct cach
 			c->next_check_boot_ms = kept.next_check_boot_ms;
 			c->next_rebound_boot_ms = kept.next_rebound_boot_ms;
 			c->unlogged = kept.unlogged;
+			c->granted = kept.granted;
 		}
 	}
 	if (desc_held)

@@ -261,6 +261,23 @@ static void test_own_release_and_rewrite_are_not_lost(void **state)
 	assert_int_equal(logged("x", "released", NULL), 1);
 }
 
+static void test_record_this_daemon_never_granted_is_not_lost_when_it_goes(void **state)
+{
+	pid_t waiter = engine_proc(&H, NULL);
+
+	(void)state;
+	/* What etcd shows of a waiter's place of this host that reached the
+	 * head before its claim (or before an older key's event came in):
+	 * this host's record, never granted by this daemon. */
+	engine_plant(&H, "x", waiter, NULL, NULL);
+	engine_changed(&H, "x");
+	assert_int_equal(lockfs_core_stat(H.core, "x", NULL), 0);
+	assert_int_equal(fake_backend_remove(H.be, "x"), 0);
+	engine_changed(&H, "x");
+	assert_int_equal(logged("x", "lost", NULL), 0);
+	assert_int_equal(release(waiter, "x"), -ENOENT);
+}
+
 /* ---- uncertain, unconfirmed, lock-delay ---- */
 
 static void test_uncertain_session_refuses_grants_and_owner_says_so(void **state)
@@ -499,6 +516,7 @@ int main(void)
 		SESSION_TEST(test_removal_during_a_resync_is_lost_at_once),
 		SESSION_TEST(test_lock_replaced_in_store_by_another_host_is_lost),
 		SESSION_TEST(test_own_release_and_rewrite_are_not_lost),
+		SESSION_TEST(test_record_this_daemon_never_granted_is_not_lost_when_it_goes),
 		SESSION_TEST(test_uncertain_session_refuses_grants_and_owner_says_so),
 		SESSION_TEST(test_unconfirmed_view_when_the_store_cannot_be_reached),
 		SESSION_TEST(test_lock_delay_view_holds_the_name_for_nobody),
