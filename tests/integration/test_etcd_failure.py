@@ -288,3 +288,32 @@ def test_etcd_outage_mkdir_eio_views_unconfirmed_release_completed_after(
     wait_until(lambda: b.mkdir(h2.path('x')) == 0, timeout=10, what='h2 gets x')
     assert b.rmdir(h2.path('x')) == 0
     assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.slow
+def test_holder_dead_while_its_refused_rmdir_waits_ends_once_as_released(
+        etcd1, etcd_mounts, procs):
+    # ttl 15: the outage stays well inside the session
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=15, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fence = fence_of(hosts, h1, 'x')
+    etcd1.members[0].stop()
+    try:
+        assert holder.rmdir(h1.path('x')) == errno.EIO
+        holder.kill()       # dies before etcd answers again
+    finally:
+        etcd1.members[0].start()
+    etcd1.members[0].wait_healthy()
+    # its rmdir is what ends the grant, once: not a recovery besides
+    rel = hosts.wait_log(h1, 'x', 'released', timeout=20)[0]
+    assert int(rel.details['fence']) == fence and rel.details.get('retried') == '1', rel
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x free in etcd')
+    b = procs.agent()
+    assert b.mkdir(h1.path('x')) == 0     # a round trip after: anything due is logged
+    assert b.rmdir(h1.path('x')) == 0
+    ends = [l for l in hosts.log_lines(h1, 'x') if l.event in ('released', 'recovered', 'lost')
+            and int(l.details['fence']) == fence]
+    assert len(ends) == 1, ends
+    assert hosts.check_history(held=set()) == []
