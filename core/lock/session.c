@@ -253,12 +253,14 @@ void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, st
 	/* Gone because the session went (its keys read as absent before the
 	 * session report is taken in) or behind a live session's back. */
 	if (t->be->ops->session(t->be, NULL, &cur) == 0) {
-		if (cur.state == LOCKFS_SESSION_LOST)
-			evidence = "session-expired", lease = cur.id;
-		else if (known && cur.id != known)
+		if (cur.state == LOCKFS_SESSION_LOST) {
 			evidence = "session-expired";
-		else
 			lease = cur.id;
+		} else if (known && cur.id != known) {
+			evidence = "session-expired"; /* LEASE: the one the engine knew */
+		} else {
+			lease = cur.id;
+		}
 	}
 	lose_locked(t, s, c, lease, evidence, &sg);
 	/* (the liveness mutex is a leaf: taken inside a stripe's) */
