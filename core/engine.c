@@ -229,6 +229,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	 * never shows two holders at once. */
 	pthread_mutex_lock(&s->mu);
 	lockfs_table_put_new(t, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1);
+	lockfs_session_tombstone_forget(s, lockfs_table_find(s, name)); /* it has NAME again */
 	{
 		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, NULL };
 
@@ -287,6 +288,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 			lockfs_caller_ref_at(&h, c ? &c->rec : NULL, i);
 			rc = lockfs_caller_check(t, &h, caller);
 		} while (rc == -EPERM && ++i < n);
+		/* The caller's own lock was lost, and NAME was taken since
+		 * (here, on another host, by a foreign client): the answer is
+		 * "yours was lost" (ESTALE), asked before "not yours" (EPERM). */
+		if (rc < 0 && s->tombstones &&
+		    lockfs_session_tombstone_take(t, s, name, caller) == -ESTALE) {
+			rc = -ESTALE;
+			goto out;
+		}
 		if (rc < 0) {
 			lockfs_table_unlock(s);
 			lockfs_caller_denied(t, name, caller, foreign ? "foreign-lock" :

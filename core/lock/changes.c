@@ -213,11 +213,14 @@ bool lockfs_changes_drain(struct lockfs_table *t)
 
 	if (all) {
 		/* Anything may have changed: every queue is tried (a cached
-		 * record is checked by the next request's stat anyway). */
+		 * record is checked by the next request's stat anyway; on a
+		 * store with sessions this host's locks are checked now, so
+		 * one removed behind its holder is lost at once). */
 		for (int i = 0; i < STRIPES; i++) {
 			struct stripe *s = &t->stripes[i];
 
 			pthread_mutex_lock(&s->mu);
+			lockfs_session_recheck_locked(t, s);
 			lockfs_queue_poll_locked(t, s);
 			lockfs_table_unlock(s);
 		}

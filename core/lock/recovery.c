@@ -224,6 +224,17 @@ static struct todo *todo_next(struct recovery_work *rw)
 	return todo;
 }
 
+/* Does an rmdir of C's holder that the store refused wait in S's retries?
+ * Then that rmdir ends the grant once the store answers (logged `released
+ * retried=1`), whatever the holder does meanwhile: it is no recovery. */
+static bool rmdir_pending(const struct stripe *s, const struct cached *c)
+{
+	for (const struct unlock_retry *r = s->retries; r; r = r->next)
+		if (!r->owner[0] && r->fence == c->rec.fence && strcmp(r->name, c->name) == 0)
+			return true;
+	return false;
+}
+
 /*
  * Recover NAME if the store still shows the acquisition TOKEN names: log
  * `recovered` with EXTRA as evidence, remove it, tell the mount, and
@@ -241,7 +252,7 @@ static void recover(struct lockfs_table *t, const char *name, const char *token,
 
 	pthread_mutex_lock(&s->mu);
 	if (lockfs_table_reload(t, s, name, &st, &foreign, &c) == 0 && c &&
-	    strcmp(c->rec.token, token) == 0) {
+	    strcmp(c->rec.token, token) == 0 && !rmdir_pending(s, c)) {
 		bool shared = c->rec.nshares > 0;
 
 		pid = c->rec.holder.pid;

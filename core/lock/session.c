@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "audit.h"
 #include "caller.h"
+#include "fdlock.h"
 #include "queue.h"
 #include "session.h"
 #include "table.h"
@@ -70,19 +71,50 @@ static void tombstone_add(struct stripe *s, const struct cached *c, size_t i)
 	s->tombstones = ts;
 }
 
-/* Log holder I of C `lost` (session= the lost lease, in hex). */
-static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, int64_t lease)
+/* Log holder I of C `lost` (EVIDENCE; session= LEASE, in hex). */
+static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, int64_t lease,
+		     const char *evidence)
 {
 	const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
 	char who[WHO_MAX], fence[24], uid[16], pid[16], session[24];
 	const char *kv[] = { "fence", fence, "uid", uid, "pid", pid,
-			     "evidence", "session-expired", "session", session, NULL };
+			     "evidence", evidence, "session", session, NULL };
 
 	lockfs_audit_who(who, sizeof(who), i == 0 ? c->rec.slug : NULL, h->comm, h->pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, lockfs_record_fence_at(&c->rec, i));
 	lockfs_audit_ids(uid, pid, h->uid, h->pid);
 	snprintf(session, sizeof(session), "%016" PRIx64, (uint64_t)lease);
 	lockfs_audit_event(t, who, c->name, kv, "lost");
+}
+
+/* Is C a lock this host's daemon granted to a holder on this host?  Only
+ * such a lock can be lost: another host's ends by its own session, a
+ * record rewritten behind our back (another token) is not ours to judge,
+ * and a waiter's place that the store shows at the head is not held
+ * until claimed (with s->mu held). */
+static bool ours_here(struct lockfs_table *t, const struct cached *c)
+{
+	return c->granted && c->rec.has_holder &&
+	       !lockfs_table_elsewhere(t, &c->rec.holder) && lockfs_table_issued_here(c);
+}
+
+/* C lost (EVIDENCE, session LEASE): every holder of it logged `lost`,
+ * tombstoned for its rmdir and, with -o break_signal, put into SG; then
+ * C is dropped from the cache.  With s->mu held. */
+static void lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+			int64_t lease, const char *evidence, struct signals *sg)
+{
+	size_t n = lockfs_record_holders(&c->rec);
+
+	for (size_t i = 0; i < n; i++) {
+		const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
+
+		log_lost(t, c, i, lease, evidence);
+		tombstone_add(s, c, i);
+		if (t->break_signal && h->pid > 0)
+			signals_add(sg, h->pid, h->start_time);
+	}
+	lockfs_table_drop(t, s, c->name);
 }
 
 /* Is C a lock of this host that the store no longer keeps on a live
@@ -93,8 +125,7 @@ static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t le
 	struct lockfs_entry_stat st;
 	int rc;
 
-	if (!c->rec.has_holder || lockfs_table_elsewhere(t, &c->rec.holder) ||
-	    !lockfs_table_issued_here(c))
+	if (!ours_here(t, c))
 		return false;
 	if (all)
 		return true;
@@ -114,21 +145,9 @@ static void lose_all(struct lockfs_table *t, int64_t lease, bool all, struct sig
 
 		pthread_mutex_lock(&s->mu);
 		for (struct cached *c = s->head, *next; c; c = next) {
-			size_t n;
-
 			next = c->next;
-			if (!lost_with(t, c, lease, all))
-				continue;
-			n = lockfs_record_holders(&c->rec);
-			for (size_t i = 0; i < n; i++) {
-				const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
-
-				log_lost(t, c, i, lease);
-				tombstone_add(s, c, i);
-				if (t->break_signal && h->pid > 0)
-					signals_add(sg, h->pid, h->start_time);
-			}
-			lockfs_table_drop(t, s, c->name);
+			if (lost_with(t, c, lease, all))
+				lose_locked(t, s, c, lease, "session-expired", sg);
 		}
 		lockfs_table_unlock(s);
 	}
@@ -181,7 +200,8 @@ void lockfs_session_check(struct lockfs_table *t)
 	}
 	if (cur.state == LOCKFS_SESSION_LIVE && cur.id && cur.id != t->session_id) {
 		rejoin = t->session_id != 0;
-		t->session_id = cur.id;
+		/* (read without session_mu by lockfs_session_vanished_locked) */
+		__atomic_store_n(&t->session_id, cur.id, __ATOMIC_RELAXED);
 	}
 	for (int k = 0; k < STRIPES && !tombs; k++)
 		tombs = t->stripes[k].tombstones != NULL; /* racy read: a hint */
@@ -200,6 +220,95 @@ void lockfs_session_check(struct lockfs_table *t)
 	}
 	if (tombs)
 		prune_tombstones(t);
+}
+
+/* Does a release of C's that the store refused wait in S's retries (an
+ * rmdir or fd unlock answered EIO)?  Then C's key may be gone by that very
+ * write, applied late: this daemon's own, not a loss.  With s->mu held. */
+static bool release_pending(const struct stripe *s, const struct cached *c)
+{
+	size_t n = lockfs_record_holders(&c->rec);
+
+	for (const struct unlock_retry *r = s->retries; r; r = r->next) {
+		if (strcmp(r->name, c->name) != 0)
+			continue;
+		for (size_t i = 0; i < n; i++)
+			if (lockfs_record_fence_at(&c->rec, i) == r->fence)
+				return true;
+	}
+	return false;
+}
+
+void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+				    const char *token)
+{
+	struct lockfs_session cur;
+	struct signals sg = { 0 };
+	int64_t known = __atomic_load_n(&t->session_id, __ATOMIC_RELAXED), lease = known;
+	const char *evidence = "removed-in-store";
+
+	if (!c || !(t->be->caps & LOCKFS_BE_SESSIONS) || !ours_here(t, c) ||
+	    (token && strcmp(token, c->issued) == 0) || release_pending(s, c))
+		return;
+	/* Gone because the session went (its keys read as absent before the
+	 * session report is taken in) or behind a live session's back. */
+	if (t->be->ops->session(t->be, NULL, &cur) == 0) {
+		if (cur.state == LOCKFS_SESSION_LOST) {
+			evidence = "session-expired";
+			lease = cur.id;
+		} else if (known && cur.id != known) {
+			evidence = "session-expired"; /* LEASE: the one the engine knew */
+		} else {
+			lease = cur.id;
+		}
+	}
+	lose_locked(t, s, c, lease, evidence, &sg);
+	/* (the liveness mutex is a leaf: taken inside a stripe's) */
+	for (size_t i = 0; i < sg.n; i++)
+		lockfs_liveness_signal(t->liveness, sg.v[i].pid, sg.v[i].start, t->break_signal);
+	free(sg.v);
+}
+
+void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s)
+{
+	if (!(t->be->caps & LOCKFS_BE_SESSIONS))
+		return;
+	for (struct cached *c = s->head, *next; c; c = next) {
+		struct lockfs_entry_stat st;
+		struct cached *now;
+		bool foreign;
+		char *name;
+
+		next = c->next; /* a load of C's name changes only C's entry */
+		if (!ours_here(t, c) || !(name = strdup(c->name)))
+			continue;
+		(void)lockfs_table_load(t, s, name, &st, &foreign, &now);
+		free(name);
+	}
+}
+
+void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c)
+{
+	const struct lockfs_holder *h;
+
+	if (!s->tombstones || !c || !c->rec.has_holder)
+		return;
+	h = &c->rec.holder;
+	for (struct tombstone **pp = &s->tombstones; *pp;) {
+		struct tombstone *ts = *pp;
+		bool same = strcmp(ts->name, c->name) == 0 && ts->holder.bound == c->rec.bound &&
+			    (c->rec.bound == LOCKFS_BOUND_SLUG
+			     ? ts->holder.uid == h->uid && strcmp(ts->holder.slug, c->rec.slug) == 0
+			     : ts->holder.pid == h->pid && ts->holder.start == h->start_time);
+
+		if (!same) {
+			pp = &ts->next;
+			continue;
+		}
+		*pp = ts->next;
+		free(ts->name);
+		free(ts);
+	}
 }
 
 int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, const char *name,

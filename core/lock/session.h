@@ -43,6 +43,32 @@ void lockfs_session_check(struct lockfs_table *t);
 int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, const char *name,
 				  const struct lockfs_caller *caller);
 
+/*
+ * With S's mutex held, as the store's answer for C's name is about to
+ * replace the cached lock C (lockfs_table_load): the store no longer
+ * shows C -- its name is free (TOKEN NULL) or held by another acquisition
+ * (TOKEN, that record's token) -- and this daemon did not write that
+ * (its own writes update or drop the cache under the same mutex first).
+ * For a lock of this host on a store with LOCKFS_BE_SESSIONS, the lock
+ * is lost: logged `lost` (evidence=removed-in-store, or session-expired
+ * when the session is not the live one the engine knows), its holders
+ * signalled (-o break_signal) and tombstoned, and C dropped.  Anything
+ * else: nothing (the caller drops or replaces C as before).
+ */
+void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+				    const char *token);
+
+/* With S's mutex held, after the store said "anything may have changed"
+ * (a resync: CHANGE_ALL): each cached lock of this host is looked up in
+ * the store, so one removed meanwhile is lost now, not when someone next
+ * looks.  No-op without LOCKFS_BE_SESSIONS. */
+void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s);
+
+/* With S's mutex held: C's lock was just granted on this host.  Its
+ * holder's tombstones of that name go: it holds the name again, so
+ * there is no loss left to tell it of. */
+void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c);
+
 /* Free S's tombstones (the engine's close). */
 void lockfs_session_free_tombstones(struct stripe *s);
 

@@ -11,6 +11,7 @@
 
 #include "lockfs/name.h"
 #include "base/clock.h"
+#include "session.h"
 #include "table.h"
 
 struct stripe *lockfs_table_stripe(struct lockfs_table *t, const char *name)
@@ -320,8 +321,10 @@ static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint
 		c->next = s->head;
 		s->head = c;
 		memcpy(c->issued, rec->token, sizeof(c->issued));
+		c->granted = ours || t->starting;
 	} else if (!same_holder(&c->rec, rec) || strcmp(c->rec.token, rec->token) != 0) {
 		/* Another acquisition under the same name: start afresh. */
+		c->granted = t->starting;
 		lockfs_table_unwatch(t, c);
 		c->holder_gone = false;
 		c->expired_logged = false;
@@ -363,10 +366,13 @@ bool lockfs_table_issued_here(const struct cached *c)
 	return strcmp(c->issued, c->rec.token) == 0;
 }
 
-/* lockfs_table_load, or (FRESH) lockfs_table_reload. */
+/* lockfs_table_load, or (FRESH) lockfs_table_reload.  A cached lock of
+ * this host that the store no longer shows, where this daemon did not
+ * write that, is lost on a store with sessions (session.h). */
 static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct cached **c)
 {
+	struct cached *was = lockfs_table_find(s, name);
 	struct lockfs_record rec;
 	char *buf = NULL;
 	size_t len = 0;
@@ -375,21 +381,26 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 	*c = NULL;
 	*foreign = false;
 	if (!fresh) {
-		*c = lockfs_table_find(s, name);
+		*c = was;
 		rc = t->be->ops->stat(t->be, name, st, *c != NULL);
 		if (rc < 0) {
-			if (rc == -ENOENT)
+			if (rc == -ENOENT) {
+				lockfs_session_vanished_locked(t, s, was, NULL);
 				lockfs_table_drop(t, s, name);
+			}
 			*c = NULL;
 			return rc;
 		}
 		if (*c && (*c)->identity == st->identity)
 			return 0;
+		*c = NULL;
 	}
 	rc = t->be->ops->read(t->be, name, &buf, &len, st);
 	if (rc < 0) {
-		if (rc == -ENOENT)
+		if (rc == -ENOENT) {
+			lockfs_session_vanished_locked(t, s, was, NULL);
 			lockfs_table_drop(t, s, name);
+		}
 		return rc;
 	}
 	memset(&rec, 0, sizeof(rec));
@@ -398,6 +409,7 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		/* Held, but not by a record we can read: a foreign lock. */
 		lockfs_record_clear(&rec);
 		free(buf);
+		lockfs_session_vanished_locked(t, s, was, NULL);
 		lockfs_table_drop(t, s, name);
 		*foreign = true;
 		return 0;
@@ -410,10 +422,12 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		rec.fence = st->fence;
 	if (!rec.fence) {
 		lockfs_record_clear(&rec);
+		lockfs_session_vanished_locked(t, s, was, NULL);
 		lockfs_table_drop(t, s, name);
 		*foreign = true;
 		return 0;
 	}
+	lockfs_session_vanished_locked(t, s, was, rec.token);
 	lockfs_table_put_read(t, s, name, st->identity, &rec);
 	*c = lockfs_table_find(s, name);
 	return *c ? 0 : -ENOMEM;
@@ -467,6 +481,7 @@ static void restore_locked(struct lockfs_table *t, struct stripe *s, struct cach
 			c->next_check_boot_ms = kept.next_check_boot_ms;
 			c->next_rebound_boot_ms = kept.next_rebound_boot_ms;
 			c->unlogged = kept.unlogged;
+			c->granted = kept.granted;
 		}
 	}
 	if (desc_held)

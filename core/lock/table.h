@@ -58,6 +58,10 @@ struct cached {
 				would not take back: its end is not logged
 				either (the log never showed this holder) */
 	bool queued;         /* a todo for it waits in t->work (recovery.c) */
+	bool granted;        /* this daemon granted it (or took it over at start-up):
+				only such a lock can be lost (session.h); a waiter's
+				place that the store shows at the head is no grant
+				until claimed */
 	/* In t->holders while watched, until its holder's death is seen
 	 * (protected by t->holders.mu, not by the stripe mutex): */
 	bool indexed;

@@ -97,8 +97,10 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 
 /* rmdir: release NAME if the caller is its holder or a descendant.
  * 0, -ENOENT (not held), -EPERM (not the holder's), -EACCES,
- * -ESTALE (the caller's lock was lost with the daemon's session to the
- * store: told once, see lockfs_core_lost), -errno. */
+ * -ESTALE (the caller's lock was lost -- with the daemon's session to
+ * the store, or removed from the store behind it -- whether NAME is free
+ * or held by someone else since: told once, see lockfs_core_lost),
+ * -errno. */
 int lockfs_core_release(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller);
 

@@ -15,6 +15,10 @@ etcd prefix -- and checks, for each lock name:
      ESTALE), or both are holders of one shared lock;
   3. every `acquired` has exactly one end, or the lock is still held at the
      end of the run (the caller says which names are, or which grants).
+     One more line may end it too: a `lost evidence=removed-in-store` on
+     the grant's own host is that daemon noticing the store dropped the
+     lock, which the host that dropped it (root's `break` there) logged as
+     the end already; that other host's line is the end then.
 
 A grant is one `acquired` line, identified by (name, fence): fences are
 unique per name across hosts (the dir store's counter, etcd's revision).
@@ -78,6 +82,13 @@ class Grant:
         end = f'{self.end[1].event}@{self.end[0]} {self.end[1].timestamp}' if self.end else 'open'
         return (f'<{self.name.decode("utf-8", "replace")} fence={self.fence} '
                 f'{self.line.who}@{self.host} acquired {self.line.timestamp}, {end}>')
+
+
+def _removal_noted(g, host, line):
+    """Is LINE (on HOST) G's own daemon noticing that the store dropped G's
+    lock behind its back (`lost evidence=removed-in-store`)?"""
+    return line.event == 'lost' and line.details.get('evidence') == 'removed-in-store' \
+        and host == g.host
 
 
 def parse_lines(text):
@@ -147,6 +158,10 @@ def check_history(logs, held=None, cross_host_ms=0):
             problems.append(f'{_name(line.name)}: {line.event} of fence {key[1]} on {host} '
                             f'without an acquired line: {line.raw!r}')
             continue
+        if g.end is not None and _removal_noted(g, host, line) and g.end[0] != g.host:
+            continue        # the holder's host noticed the other host's break
+        if g.end is not None and _removal_noted(g, *g.end) and host != g.host:
+            g.end = None    # the other host's break is the end; see below
         if g.end is not None:
             problems.append(f'{_name(line.name)}: fence {key[1]} ended twice: '
                             f'{g.end[1].raw!r} on {g.end[0]} and {line.raw!r} on {host}')

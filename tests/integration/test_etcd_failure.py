@@ -97,7 +97,6 @@ def test_frozen_daemon_loses_its_lock_and_the_holder_gets_estale(etcd1, etcd_mou
     assert hosts.check_history(held=set()) == []
 
 
-@pytest.mark.skip(reason='needs the engine side of issue 11 (task Y)')
 @pytest.mark.slow
 def test_lost_holders_rmdir_is_estale_while_another_host_holds_the_name(
         etcd1, etcd_mounts, procs):
@@ -116,6 +115,70 @@ def test_lost_holders_rmdir_is_estale_while_another_host_holds_the_name(
     wait_until(lambda: 'x' in hosts.listed(h1), timeout=5, what="h1 sees h2's x")
     assert holder.rmdir(h1.path('x')) == errno.ESTALE
     assert other.rmdir(h2.path('x')) == 0
+
+
+# ---- removed behind a live holder (etcdctl del, a break from another host) ----
+
+def usr1_marker_setup(marker):
+    """Agent setup: a SIGUSR1 handler that appends USR1 to MARKER, so the
+    holder notes -o break_signal and lives on to rmdir."""
+    return ('import os, signal\n'
+            f'_m = os.open({str(marker)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n'
+            "signal.signal(signal.SIGUSR1, lambda s, f: os.write(_m, b'USR1'))\n")
+
+
+def read_marker(path):
+    return path.read_bytes() if path.exists() else b''
+
+
+def test_key_deleted_in_etcd_is_lost_and_the_holders_rmdir_is_estale(
+        etcd1, etcd_mounts, procs, tmp_path):
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=TTL, lock_delay=LOCK_DELAY,
+                        options=('break_signal=USR1',))
+    h1, = hosts
+    marker = tmp_path / 'usr1'
+    holder, other = procs.agent(setup=usr1_marker_setup(marker)), procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    f1 = fence_of(hosts, h1, 'x')
+    assert read_marker(marker) == b''   # control
+    (key, _, _, _), = hosts.lock_keys('x')
+    hosts.cluster.etcdctl('del', key)
+    # the session is live: the key went behind its holder's back
+    lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+    assert lost.details.get('evidence') == 'removed-in-store', lost
+    assert int(lost.details['fence']) == f1 and int(lost.details['pid']) == holder.pid
+    wait_until(lambda: read_marker(marker) == b'USR1', timeout=5, what='the holder signalled')
+    assert 'x' not in hosts.listed(h1)
+    assert other.rmdir(h1.path('x')) == errno.ENOENT
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE   # never 0: it was not exclusive
+    assert holder.proc.poll() is None
+    assert [l for l in hosts.log_lines(h1, 'x') if l.event == 'released'] == []
+    # nothing re-held: x is free, and the session lives on
+    assert other.mkdir(h1.path('x')) == 0
+    assert other.rmdir(h1.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
+
+
+def test_break_from_another_host_is_lost_on_the_holders_host(etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holder, root2, taker, bystander = (procs.agent() for _ in range(4))
+    assert holder.mkdir(h1.path('x')) == 0
+    f1 = fence_of(hosts, h1, 'x')
+    wait_until(lambda: 'x' in hosts.listed(h2), timeout=5, what="h2 sees h1's x")
+    assert root2.write(h2.path('x', 'break'), b'wedged on h1\n') == 0
+    hosts.wait_log(h2, 'x', 'broken')
+    lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+    assert lost.details.get('evidence') == 'removed-in-store', lost
+    assert int(lost.details['fence']) == f1
+    # h2 takes x (a break is no expiry: no lock-delay); on h1 the old
+    # holder hears "yours was lost", anybody else "not yours"
+    wait_until(lambda: taker.mkdir(h2.path('x')) == 0, timeout=5, what='h2 takes x')
+    wait_until(lambda: 'x' in hosts.listed(h1), timeout=5, what="h1 sees h2's x")
+    assert bystander.rmdir(h1.path('x')) == errno.EPERM
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE
+    assert taker.rmdir(h2.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
 
 
 @pytest.mark.slow
@@ -224,4 +287,33 @@ def test_etcd_outage_mkdir_eio_views_unconfirmed_release_completed_after(
     b = procs.agent()
     wait_until(lambda: b.mkdir(h2.path('x')) == 0, timeout=10, what='h2 gets x')
     assert b.rmdir(h2.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.slow
+def test_holder_dead_while_its_refused_rmdir_waits_ends_once_as_released(
+        etcd1, etcd_mounts, procs):
+    # ttl 15: the outage stays well inside the session
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=15, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fence = fence_of(hosts, h1, 'x')
+    etcd1.members[0].stop()
+    try:
+        assert holder.rmdir(h1.path('x')) == errno.EIO
+        holder.kill()       # dies before etcd answers again
+    finally:
+        etcd1.members[0].start()
+    etcd1.members[0].wait_healthy()
+    # its rmdir is what ends the grant, once: not a recovery besides
+    rel = hosts.wait_log(h1, 'x', 'released', timeout=20)[0]
+    assert int(rel.details['fence']) == fence and rel.details.get('retried') == '1', rel
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x free in etcd')
+    b = procs.agent()
+    assert b.mkdir(h1.path('x')) == 0     # a round trip after: anything due is logged
+    assert b.rmdir(h1.path('x')) == 0
+    ends = [l for l in hosts.log_lines(h1, 'x') if l.event in ('released', 'recovered', 'lost')
+            and int(l.details['fence']) == fence]
+    assert len(ends) == 1, ends
     assert hosts.check_history(held=set()) == []

@@ -49,6 +49,28 @@ def test_a_lost_grant_may_overlap_its_successor():
     assert check_history(logs, held=set()) == []
 
 
+def test_a_break_from_another_host_and_the_holders_lost_end_one_grant():
+    # root broke h1's x on h2; h1's daemon saw the key go and logged `lost`
+    lost = f'{T(40)} a[1] x fence=5 uid=0 pid=1 evidence=removed-in-store session=1 lost'
+    brk = f'{T(30)} a[1] x fence=5 uid=0 pid=1 by=r[2] by_uid=0 by_pid=2 reason=r broken'
+    for h1 in (L(acq(0, 5), lost), L(acq(0, 5), lost, acq(60, 9), end(70, 9))):
+        logs = {'h1': h1, 'h2': L(brk, acq(35, 7), end(50, 7))}
+        assert check_history(logs, held=set()) == []
+        # the logs of the hosts come in either order
+        assert check_history(dict(reversed(list(logs.items()))), held=set()) == []
+
+
+def test_a_removed_in_store_lost_is_no_excuse_for_a_second_end_on_its_own_host():
+    lost = f'{T(40)} a[1] x fence=5 uid=0 pid=1 evidence=removed-in-store session=1 lost'
+    logs = {'h1': L(acq(0, 5), end(30, 5), lost)}
+    assert any('ended twice' in p for p in check_history(logs, held=set()))
+    # and a break on another host after which h2 was granted before the
+    # break: still two holders at once
+    brk = f'{T(30)} a[1] x fence=5 uid=0 pid=1 by=r[2] by_uid=0 by_pid=2 reason=r broken'
+    logs = {'h1': L(acq(0, 5), lost), 'h2': L(acq(20, 7), brk, end(50, 7))}
+    assert any('two holders' in p for p in check_history(logs, held=set()))
+
+
 def test_shared_holders_may_overlap_each_other():
     sh = 'bound=fd mode=shared '
     logs = {'h1': L(acq(0, 5, extra=sh), acq(1, 6, extra=sh), end(10, 5), end(12, 6),

@@ -80,6 +80,7 @@ void engine_open(struct engine_harness *h, const struct engine_options *o)
 	assert_non_null(h->store);
 	assert_int_equal(fake_backend_open(h->store, &h->be), 0);
 	h->be->stale_s = o->stale_s;
+	h->be->caps = o->caps;
 	assert_int_equal(lockfs_core_open(&h->core, &(struct lockfs_core_config){
 		.backend = h->be,
 		.helpers = "",        /* every caller holds for itself */

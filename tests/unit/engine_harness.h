@@ -29,6 +29,7 @@ struct engine_options {
 	uint32_t lease_s;  /* of slug-bound locks; 0: the engine's 600 */
 	uint32_t stale_s;  /* be->stale_s: foreign locks may go stale (the fake
 			      calls them stale once 1 s old) */
+	unsigned caps;     /* be->caps (LOCKFS_BE_SESSIONS...: a store like etcd) */
 };
 
 struct engine_harness {

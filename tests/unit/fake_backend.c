@@ -28,6 +28,7 @@ struct fake_lock {
 	int64_t mtime_ms;
 	int64_t session;     /* the backend session that took it (0: none) */
 	char host[LOCKFS_HOST_MAX];
+	int64_t delay_until_ms; /* > 0: a lock-delay mark (no record, no fence) */
 };
 
 struct fake_place {
@@ -67,6 +68,7 @@ struct fake_backend {
 	int fail_err[FAKE_OP_COUNT];
 	int fail_count[FAKE_OP_COUNT];
 	struct lockfs_session state;
+	bool unconfirmed;                /* read and stat say so */
 	/* Change reporting: a queue drained by the thread. */
 	pthread_mutex_t cq_mu;
 	pthread_cond_t cq_cv;
@@ -247,6 +249,7 @@ static void fill(const struct fake_lock *l, struct lockfs_entry_stat *st)
 	st->uid = getuid();
 	st->gid = getgid();
 	st->mtime_ms = l->mtime_ms;
+	st->delay_until_ms = l->delay_until_ms;
 }
 
 /* An injected failure of OP due now: its -errno (fs->mu held). */
@@ -529,6 +532,8 @@ static int fake_read(struct lockfs_backend *be, const char *name, char **record,
 		*len = l->len;
 	}
 	fill(l, st);
+	if (st)
+		st->unconfirmed = f->unconfirmed;
 	LEAVE(f, 0);
 }
 
@@ -543,8 +548,10 @@ static int fake_stat(struct lockfs_backend *be, const char *name, struct lockfs_
 	if (!l || lost_here(f, l))
 		LEAVE(f, -ENOENT);
 	fill(l, st);
-	if (st)
+	if (st) {
 		st->fence = 0; /* as dir: stat gives no fence */
+		st->unconfirmed = f->unconfirmed;
+	}
 	LEAVE(f, 0);
 }
 
@@ -812,4 +819,58 @@ void fake_backend_session(struct lockfs_backend *be, enum lockfs_session_state s
 void fake_backend_change(struct lockfs_backend *be, enum lockfs_change what, const char *name)
 {
 	queue_change(to_fake(be), what, name);
+}
+
+void fake_backend_new_session(struct lockfs_backend *be)
+{
+	struct fake_backend *f = to_fake(be);
+	int64_t old = f->session;
+
+	pthread_mutex_lock(&f->fs->mu);
+	/* The old session's revoke: its locks and places go with it. */
+	for (struct fake_lock *l = f->fs->locks, *next; l; l = next) {
+		next = l->next;
+		if (l->session == old)
+			remove_lock(f->fs, l);
+	}
+	for (struct fake_place **pp = &f->fs->places; *pp;) {
+		struct fake_place *p = *pp;
+
+		if (p->session == old) {
+			*pp = p->next;
+			free(p->name);
+			free(p);
+		} else {
+			pp = &p->next;
+		}
+	}
+	f->session = ++f->fs->last_session;
+	f->state = (struct lockfs_session){ LOCKFS_SESSION_LIVE, now_ms(), f->session };
+	pthread_mutex_unlock(&f->fs->mu);
+	queue_change(f, LOCKFS_CHANGE_SESSION, NULL);
+}
+
+void fake_backend_unconfirmed(struct lockfs_backend *be, bool unconfirmed)
+{
+	struct fake_backend *f = to_fake(be);
+
+	pthread_mutex_lock(&f->fs->mu);
+	f->unconfirmed = unconfirmed;
+	pthread_mutex_unlock(&f->fs->mu);
+}
+
+int fake_backend_delay(struct lockfs_backend *be, const char *name, int64_t until_ms)
+{
+	struct fake_backend *f = to_fake(be);
+	int rc = plant(f, name, "", NULL, now_ms());
+	struct fake_lock *l;
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&f->fs->mu);
+	l = find_lock(f->fs, name);
+	if (l)
+		l->delay_until_ms = until_ms;
+	pthread_mutex_unlock(&f->fs->mu);
+	return 0;
 }

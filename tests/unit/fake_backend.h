@@ -14,6 +14,7 @@
 #ifndef LOCKFS_TEST_FAKE_BACKEND_H
 #define LOCKFS_TEST_FAKE_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "lockfs/backend.h"
@@ -57,6 +58,20 @@ int fake_backend_remove(struct lockfs_backend *be, const char *name);
  * it is not LIVE, ops that grant return -EIO; while LOST, every change of
  * a lock or place of this backend returns -ESTALE. */
 void fake_backend_session(struct lockfs_backend *be, enum lockfs_session_state state);
+
+/* After a LOST session, a new one, as etcd's after its revoke: the old
+ * session's locks and places are gone, the new one is LIVE with a new
+ * id (reported as CHANGE_SESSION). */
+void fake_backend_new_session(struct lockfs_backend *be);
+
+/* read and stat answer "unconfirmed" (the store cannot be reached; the
+ * answer is the last state it confirmed) while UNCONFIRMED. */
+void fake_backend_unconfirmed(struct lockfs_backend *be, bool unconfirmed);
+
+/* NAME in lock-delay until UNTIL_MS (wall clock), as etcd's after a
+ * holder's session expired: held by nobody, no record, TRY gets -EEXIST.
+ * 0; -EEXIST; -ENOMEM. */
+int fake_backend_delay(struct lockfs_backend *be, const char *name, int64_t until_ms);
 
 /* Report a change through start()'s callback, as the store's watch would
  * (from the fake's own thread, after the ones queued before it). */
