@@ -3,7 +3,8 @@
 #
 #   tools/bench/bench_handoff.sh [--rounds N] [--samples N] [--poll-samples N]
 #                          [--agents N] [--per-agent N] [--settle US]
-#                          [--timeout S] [--without-lockfs] [--smoke] [BUILD_DIR]
+#                          [--timeout S] [--without-lockfs] [--base BASE_BUILD]
+#                          [--smoke] [BUILD_DIR]
 #
 # Side by side in one run, in rounds:
 #   hand-off latency, holder releases -> the parked waiter's flock returns;
@@ -24,6 +25,12 @@
 # p50/p99 are taken per round, ratios lockfs/kernel round by round (pair by
 # pair), and the summary shows their medians over the rounds, plus pooled
 # percentiles over all samples.
+#
+# --base BASE_BUILD: A/B.  A second lockfs daemon, BASE_BUILD/lockfs (e.g. main
+# built in another directory), is mounted beside BUILD_DIR's on a backing dir
+# of its own in the same tmpfs, and joins the hand-off samples as "base"
+# (base, lockfs and kernel alternate sample by sample); the summary adds the
+# ratios lockfs / base round by round.  The herd runs lockfs and kernel only.
 #
 # --settle US: extra wait after the waiter is seen parked, before the release
 # (default 1000).  --without-lockfs measures only kernel flock and polling
@@ -47,6 +54,7 @@ PER_AGENT=100
 SETTLE=1000
 TIMEOUT=120
 WITH_LOCKFS=1
+BASE=""
 SMOKE=0
 BUILD=./build
 PY=/usr/bin/python3
@@ -66,6 +74,7 @@ while [ $# -gt 0 ]; do
 	--settle) SETTLE=${2:?}; shift 2 ;;
 	--timeout) TIMEOUT=${2:?}; shift 2 ;;
 	--without-lockfs) WITH_LOCKFS=0; shift ;;
+	--base) BASE=${2:?}; shift 2 ;;
 	--smoke) ROUNDS=1; SAMPLES=20; POLL_SAMPLES=2; AGENTS=8; PER_AGENT=5; SMOKE=1; shift ;;
 	-h|--help) usage ;;
 	-*) echo "bench_handoff.sh: unknown option $1" >&2; usage ;;
@@ -91,6 +100,8 @@ if [ "$WITH_LOCKFS" = 1 ]; then
 	[ -x "$LOCKFS" ] || die "$LOCKFS not found: build first"
 	command -v fusermount3 >/dev/null || die "fusermount3 not found"
 fi
+[ -z "$BASE" ] || [ "$WITH_LOCKFS" = 1 ] || die "--base needs lockfs (not --without-lockfs)"
+[ -z "$BASE" ] || [ -x "$BASE/lockfs" ] || die "$BASE/lockfs not found: build the base first"
 [ -x "$PY" ] || die "$PY not found"
 export LOCKFS_BENCH_TIMEOUT=$TIMEOUT
 
@@ -99,6 +110,8 @@ W=""            # work dir under /var/tmp
 T=""            # our private tmpfs, $W/tmpfs
 M=""            # the lockfs mount point, once mounted
 DAEMON_PID=""   # the lockfs daemon we started
+MB=""           # the base lockfs's mount point (--base), once mounted
+BASE_PID=""     # the base lockfs daemon
 CLIENT_PID=""   # the bench_handoff run in progress (its children die with it)
 
 is_mounted() { # MOUNTPOINT
@@ -113,18 +126,21 @@ cleanup() {
 		kill -KILL "$CLIENT_PID"
 		wait "$CLIENT_PID" 2>/dev/null
 	fi
-	if [ -n "$M" ] && is_mounted "$M"; then
-		fusermount3 -u "$M" 2>/dev/null || fusermount3 -u -z "$M" 2>/dev/null
-	fi
-	if [ -n "$DAEMON_PID" ]; then
-		for i in $(seq 50); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$DAEMON_PID" 2>/dev/null; then
-			kill -TERM "$DAEMON_PID"
-			for i in $(seq 30); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-			kill -0 "$DAEMON_PID" 2>/dev/null && kill -KILL "$DAEMON_PID"
+	for mp in "$M" "$MB"; do
+		if [ -n "$mp" ] && is_mounted "$mp"; then
+			fusermount3 -u "$mp" 2>/dev/null || fusermount3 -u -z "$mp" 2>/dev/null
 		fi
-		wait "$DAEMON_PID" 2>/dev/null || echo "bench_handoff.sh: lockfs daemon exited with status $?" >&2
-	fi
+	done
+	for pid in "$DAEMON_PID" "$BASE_PID"; do
+		[ -n "$pid" ] || continue
+		for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$pid" 2>/dev/null; then
+			kill -TERM "$pid"
+			for i in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+			kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+		fi
+		wait "$pid" 2>/dev/null || echo "bench_handoff.sh: lockfs daemon $pid exited with status $?" >&2
+	done
 	if [ -n "$T" ] && is_mounted "$T"; then
 		umount "$T" 2>/dev/null || umount -l "$T"
 	fi
@@ -134,6 +150,7 @@ cleanup() {
 		else
 			# lockfs made its mount point immutable (the guard)
 			[ -z "$M" ] || chattr -i "$M" 2>/dev/null
+			[ -z "$MB" ] || chattr -i "$MB" 2>/dev/null
 			rm -rf --one-file-system "$W"
 		fi
 	fi
@@ -154,18 +171,30 @@ mkdir -m 0700 "$DIR"
 : > "$T/kflock-handoff"
 : > "$T/kflock-herd"
 
-if [ "$WITH_LOCKFS" = 1 ]; then
-	mkdir "$W/m"
-	"$LOCKFS" -f -o backing="$DIR" ${LOCKFS_OPTS:-} "$W/m" 2>"$W/lockfs.err" &
-	DAEMON_PID=$!
-	M=$W/m
+mount_lockfs() { # BINARY BACKING MOUNTPOINT ERRFILE: start it, wait for the mount; sets STARTED_PID
+	mkdir "$3"
+	"$1" -f -o backing="$2" ${LOCKFS_OPTS:-} "$3" 2>"$4" &
+	STARTED_PID=$!
 	for i in $(seq 100); do
-		is_mounted "$M" && break
-		kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$W/lockfs.err" >&2; die "lockfs died before mounting"; }
+		is_mounted "$3" && break
+		kill -0 "$STARTED_PID" 2>/dev/null || { cat "$4" >&2; die "$1 died before mounting"; }
 		sleep 0.1
 	done
-	is_mounted "$M" || die "lockfs did not mount $M within 10 s"
-	[ -d "$M/.flock" ] || die "$M/.flock does not exist: this lockfs has no flock waiting (issue 4)"
+	is_mounted "$3" || die "$1 did not mount $3 within 10 s"
+	[ -d "$3/.flock" ] || die "$3/.flock does not exist: this lockfs has no flock waiting (issue 4)"
+}
+
+if [ "$WITH_LOCKFS" = 1 ]; then
+	M=$W/m
+	mount_lockfs "$LOCKFS" "$DIR" "$M" "$W/lockfs.err"
+	DAEMON_PID=$STARTED_PID
+fi
+if [ -n "$BASE" ]; then
+	DIRB=$T/backing-base
+	mkdir -m 0700 "$DIRB"
+	MB=$W/mb
+	mount_lockfs "$BASE/lockfs" "$DIRB" "$MB" "$W/base.err"
+	BASE_PID=$STARTED_PID
 fi
 
 RES=$W/results.tsv
@@ -180,18 +209,20 @@ client() { # OUTFILE ARGS...: run bench_handoff in the background, wait for it
 	CLIENT_PID=""
 	[ "$rc" = 0 ] || die "bench_handoff $* failed (status $rc)${M:+; lockfs stderr: $(tail -n 5 "$W/lockfs.err" | tr '\n' ' ')}"
 	[ -z "$M" ] || : > "$DIR/lock.log"
+	[ -z "$MB" ] || : > "$DIRB/lock.log"
 }
 
 run_handoff() { # ROUND: lockfs and kernel flock, alternating sample by sample
 	local out=$W/out args=() c
-	for c in "${CONFIGS[@]}"; do
+	for c in "${HANDOFF_CONFIGS[@]}"; do
 		case "$c" in
 		lockfs) args+=("$M/.flock/handoff" "$M/handoff/waiters") ;;
+		base) args+=("$MB/.flock/handoff" "$MB/handoff/waiters") ;;
 		kernel) args+=("$T/kflock-handoff" proc) ;;
 		esac
 	done
 	client "$out" handoff "$SAMPLES" "$SETTLE" "${args[@]}"
-	awk -v r="$1" -v cfgs="${CONFIGS[*]}" '
+	awk -v r="$1" -v cfgs="${HANDOFF_CONFIGS[*]}" '
 		BEGIN { n = split(cfgs, c, " ") }
 		{ for (i = 1; i <= n; i++) print "handoff\t" c[i] "\t" r "\t" $i }' "$out" >> "$RES"
 }
@@ -212,9 +243,11 @@ run_herd() { # CONFIG ROUND
 }
 
 if [ "$WITH_LOCKFS" = 1 ]; then CONFIGS=(lockfs kernel); else CONFIGS=(kernel); fi
+HANDOFF_CONFIGS=("${CONFIGS[@]}")
+[ -z "$BASE" ] || HANDOFF_CONFIGS=(base lockfs kernel)
 COMMIT=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "bench_handoff.sh: $ROUNDS rounds, $SAMPLES hand-offs per run, $POLL_SAMPLES polling hand-offs," \
-	"herd $AGENTS x $PER_AGENT; $(nproc) CPUs, $(uname -r), commit $COMMIT" >&2
+	"herd $AGENTS x $PER_AGENT; $(nproc) CPUs, $(uname -r), commit $COMMIT${BASE:+, base $BASE}; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for ((r = 1; r <= ROUNDS; r++)); do
 	echo "bench_handoff.sh: round $r/$ROUNDS" >&2
 	if (( r % 2 )); then order=("${CONFIGS[@]}")
@@ -232,6 +265,11 @@ if [ -n "$M" ]; then
 	left=$(ls -A "$M/.flock")
 	[ -z "$left" ] || die "$M/.flock still lists: $left"
 fi
+if [ -n "$MB" ]; then
+	left=$(find "$MB" -mindepth 1 -maxdepth 1 ! -name '.*' -printf '%f ')
+	[ -z "$left" ] || die "locks left behind in $MB: $left"
+fi
+echo "bench_handoff.sh: load at the end $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 "$PY" - "$RES" "$ROUNDS" "$SAMPLES" "$POLL_SAMPLES" "$AGENTS" "$PER_AGENT" "$SETTLE" <<'EOF'
 import sys, math, statistics as st, collections
@@ -247,7 +285,7 @@ for line in open(res):
         herd[f[1]][int(f[2])] = (float(v[0]), [int(x) for x in v[1:]])
 R = range(1, rounds + 1)
 med = st.median
-cfgs = [c for c in ('lockfs', 'kernel') if c in lat]
+cfgs = [c for c in ('base', 'lockfs', 'kernel') if c in lat]
 
 def pct(xs, q):  # nearest rank
     s = sorted(xs)
@@ -281,14 +319,23 @@ if 'lockfs' in lat:
     print(row("hand-off p50 ratio", r50, '{:9.2f}'))
     print(row("hand-off p99 ratio", r99, '{:9.2f}'))
     goals.append(("hand-off p99 <= 6x kernel flock p99", f"{med(r99):.2f}x (rounds {min(r99):.2f}-{max(r99):.2f})", med(r99) <= 6))
+    if 'base' in lat:
+        b99 = [pct(lat['base'][r], 99) / pct(lat['kernel'][r], 99) for r in R]
+        b50 = [pct(lat['base'][r], 50) / pct(lat['kernel'][r], 50) for r in R]
+        print(row("base / kernel p50 ratio", b50, '{:9.2f}'))
+        print(row("base / kernel p99 ratio", b99, '{:9.2f}'))
+        print("\nA/B: lockfs / base, round by round (median / min / max)")
+        print(row("hand-off p50, lockfs / base", [pct(lat['lockfs'][r], 50) / pct(lat['base'][r], 50) for r in R], '{:9.2f}'))
+        print(row("hand-off p99, lockfs / base", [pct(lat['lockfs'][r], 99) / pct(lat['base'][r], 99) for r in R], '{:9.2f}'))
     if 'poll' in pooled:
         print(f"  poll p50 / lockfs p50 (pooled): {pct(pooled['poll'], 50) / pct(pooled['lockfs'], 50):.0f}x")
 
 print(f"\nherd: {agents} agents x {per_agent} rounds; first quarter = first {agents * per_agent // 4} grants")
 print(f"  {'':30}{'median':>9}{'min':>9}{'max':>9}")
-for c in cfgs:
+hcfgs = [c for c in cfgs if c in herd]
+for c in hcfgs:
     print(row(f"{c} total ms", [herd[c][r][0] for r in R]))
-for c in cfgs:
+for c in hcfgs:
     zs = [sum(1 for x in herd[c][r][1] if x == 0) for r in R]
     print(f"  {c} first-quarter grants per agent (min/median/max, agents with 0), per round:")
     print("    " + "  ".join(f"{min(herd[c][r][1])}/{med(herd[c][r][1]):g}/{max(herd[c][r][1])},{z}"
