@@ -185,6 +185,15 @@ static void mirror_gone_before(struct etcd_store *e, const char *name, int64_t r
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
+/* This daemon's own write at REV, in the mirror already, left NAME
+ * uncontended: its watch echo is only a hint (CHANGE_OWN). */
+static void note_own(struct etcd_store *e, const char *name, int64_t rev)
+{
+	pthread_mutex_lock(&e->mirror.mu);
+	lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, rev);
+	pthread_mutex_unlock(&e->mirror.mu);
+}
+
 /* Session LIVE, its lease into *LEASE: 0; else -EIO (no grants). */
 static int need_live(struct etcd_store *e, int64_t *lease)
 {
@@ -297,6 +306,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	     strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name))) {
 		lockfs_etcd_txn_resp_free(&r);
 		mirror_gone_before(e, name, create, create); /* it is the first */
+		note_own(e, name, create);
 		granted_stat(e, key, create, create, lease, (uint64_t)create, st);
 		return 0;
 	}
@@ -357,6 +367,7 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 	mirror_put(e, key, json, len, rank, r.revision, lease);
 	if (head_check)
 		mirror_gone_before(e, name, rank, r.revision);
+	note_own(e, name, r.revision);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -437,7 +448,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = 2, .success = ops,
 				       .n_success = 2 };
 	struct lockfs_etcd_txn_resp r;
-	int64_t lease, began = lockfs_boot_ms();
+	int64_t lease, deleted, began = lockfs_boot_ms();
 	bool next_is_place;
 	int rc;
 
@@ -459,6 +470,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 		return -ENOENT;
 	}
 	mirror_delete(e, old.key, r.revision);
+	deleted = r.revision;
 	contender_key(e, name, place->session, place->seq, key);
 	next_is_place = r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
 			strcmp(r.ops[1].kvs[0].key, key) == 0;
@@ -473,6 +485,10 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	if (lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
 		return 1;
 	rc = grant_place(e, e->client_short, name, key, place->rank, lease, false, src, st);
+	/* Only a hand-off that granted made the delete its own business: when
+	 * PLACE stays in line, the echo of the delete brings the engine back. */
+	if (rc == 0)
+		note_own(e, name, deleted);
 	return rc == -ENOENT || rc == -EIO ? 1 : rc;
 }
 
@@ -537,6 +553,7 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 	mirror_put(e, h.key, json, len, h.create_rev, r.revision, h.lease);
 	if (how == LOCKFS_UPD_GRANT)
 		lockfs_etcdbe_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
+	note_own(e, name, r.revision);
 	if (!st)
 		st = &tmp;
 	granted_stat(e, h.key, h.create_rev, r.revision, h.lease, 0, st);
@@ -578,8 +595,10 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 		return store_error(e, rc);
 	lockfs_etcdbe_say_reachable(e);
 	rc = r.succeeded ? 0 : -ENOENT;
-	if (r.succeeded)
+	if (r.succeeded) {
 		mirror_delete(e, h.key, r.revision);
+		note_own(e, name, r.revision);
+	}
 	lockfs_etcd_txn_resp_free(&r);
 	return rc;
 }
@@ -633,6 +652,7 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	}
 	mirror_put(e, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
 		   lease);
+	note_own(e, name, r.revision);
 	if (st) {
 		struct etcd_head now;
 
@@ -748,7 +768,9 @@ void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool
 			e->change(e->change_arg, LOCKFS_CHANGE_ALL, NULL);
 		else
 			for (size_t i = 0; i < changed->n; i++)
-				e->change(e->change_arg, LOCKFS_CHANGE_NAME, changed->v[i]);
+				e->change(e->change_arg,
+					  changed->own ? LOCKFS_CHANGE_OWN : LOCKFS_CHANGE_NAME,
+					  changed->v[i]);
 		if (session_changed)
 			e->change(e->change_arg, LOCKFS_CHANGE_SESSION, NULL);
 	}
@@ -766,7 +788,7 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 {
 	struct etcd_store *e = arg;
 	struct etcd_mirror *m = &e->mirror;
-	struct etcd_names changed = { 0 };
+	struct etcd_names changed = { 0 }, own = { .own = true };
 	int64_t now = now_ms();
 
 	switch (msg->kind) {
@@ -794,10 +816,14 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 		pthread_mutex_lock(&m->mu);
 		for (size_t i = 0; i < msg->n_events; i++) {
 			const struct lockfs_etcd_event *ev = &msg->events[i];
+			/* The echo of this daemon's own uncontended write: the
+			 * mirror and the engine have it already. */
+			struct etcd_names *to = lockfs_etcdbe_mirror_is_own_locked(m, ev->kv.mod_revision)
+						? &own : &changed;
 			int64_t delay = 0;
 
 			if (ev->type == LOCKFS_ETCD_EVENT_PUT) {
-				(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, &changed);
+				(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, to);
 				continue;
 			}
 			for (size_t g = 0; g < n_gone && ev->has_prev_kv && e->lock_delay_s; g++)
@@ -805,7 +831,7 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 				    gone[g].rev == ev->kv.mod_revision)
 					delay = now + e->lock_delay_s * 1000;
 			(void)lockfs_etcdbe_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision, delay,
-							&changed);
+							to);
 		}
 		if (msg->next_revision > m->next_rev)
 			m->next_rev = msg->next_revision;
@@ -831,6 +857,10 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 		lockfs_etcdbe_report(e, &changed, false);
 	else
 		lockfs_etcdbe_names_free(&changed);
+	if (own.n || own.all)
+		lockfs_etcdbe_report(e, &own, false);
+	else
+		lockfs_etcdbe_names_free(&own);
 }
 
 int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from)

@@ -377,9 +377,37 @@ void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *
 	}
 }
 
+void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name, int64_t rev)
+{
+	struct etcd_name *n = find_name(m, name, false);
+	size_t live = 0;
+
+	for (size_t i = 0; n && i < n->n; i++)
+		live += !n->keys[i].dead;
+	if (live > 1 || rev < m->next_rev || m->n_own_revs == MIRROR_OWN_REVS)
+		return;
+	m->own_revs[m->n_own_revs++] = rev;
+}
+
+bool lockfs_etcdbe_mirror_is_own_locked(const struct etcd_mirror *m, int64_t rev)
+{
+	for (size_t i = 0; i < m->n_own_revs; i++)
+		if (m->own_revs[i] == rev)
+			return true;
+	return false;
+}
+
 void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 {
 	int64_t now = lockfs_wall_ms();
+	size_t kept = 0;
+
+	/* An own revision the watch has passed was delivered (or lies before
+	 * a fresh read): it cannot come again. */
+	for (size_t i = 0; i < m->n_own_revs; i++)
+		if (m->own_revs[i] >= m->next_rev)
+			m->own_revs[kept++] = m->own_revs[i];
+	m->n_own_revs = kept;
 
 	for (size_t b = 0; b < MIRROR_BUCKETS; b++) {
 		struct etcd_name *n = m->buckets[b], *next;

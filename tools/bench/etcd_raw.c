@@ -296,13 +296,14 @@ static void report(const char *label, struct series *s)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [URL]\n");
+	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [URL]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	const char *url = getenv("LOCKFS_ETCD_URL");
+	const char *prefix = NULL;
 	int rounds = 5, pairs = 1000;
 	struct lockfs_etcd_config cfg = { .timeout_ms = 5000 };
 	struct lockfs_etcd *c;
@@ -319,6 +320,8 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) {
 			pairs = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) {
+			prefix = argv[++i];
 		} else if (argv[i][0] == '-') {
 			usage();
 		} else {
@@ -335,7 +338,10 @@ int main(int argc, char **argv)
 	rc = lockfs_etcd_lease_grant(c, 60, 0, &nm.lease, NULL);
 	if (rc)
 		die("cannot grant a lease", strerror(-rc));
-	snprintf(nm.range, sizeof(nm.range), "/lockfs-bench-%d/bench/", (int)getpid());
+	if (prefix)
+		snprintf(nm.range, sizeof(nm.range), "%sbench-raw-%d/", prefix, (int)getpid());
+	else
+		snprintf(nm.range, sizeof(nm.range), "/lockfs-bench-%d/bench/", (int)getpid());
 	snprintf(nm.key, sizeof(nm.key), "%s%016" PRIx64 "-1", nm.range, (uint64_t)nm.lease);
 	nm.range_end[lockfs_etcd_prefix_end(nm.range, strlen(nm.range), nm.range_end)] = '\0';
 	raw_init(&raw, url, &nm);
