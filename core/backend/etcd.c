@@ -802,18 +802,31 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 		size_t n_gone = 0;
 		char host[LOCKFS_HOST_MAX];
 
+		pthread_mutex_lock(&m->mu);
 		/* An expired session deletes its host key and every key of its
-		 * lease in one revision: its head keys start lock-delay. */
+		 * lease in one revision: its head keys start lock-delay.  The
+		 * watch carries no prev_kv (it would cost etcd a read and every
+		 * watching daemon a record per delete): a deleted key's lease is
+		 * the one the mirror has for it, or the one a PUT earlier in
+		 * this message gave it. */
 		for (size_t i = 0; i < msg->n_events && n_gone < 16; i++) {
 			const struct lockfs_etcd_event *ev = &msg->events[i];
+			int64_t lease = 0;
+			size_t j = i;
 
-			if (ev->type == LOCKFS_ETCD_EVENT_DELETE && ev->has_prev_kv &&
-			    ev->prev_kv.lease &&
-			    lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) == 2)
-				gone[n_gone++] = (struct gone_host){ ev->prev_kv.lease,
-								     ev->kv.mod_revision };
+			if (ev->type != LOCKFS_ETCD_EVENT_DELETE ||
+			    lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) != 2)
+				continue;
+			while (j > 0 && !(msg->events[j - 1].type == LOCKFS_ETCD_EVENT_PUT &&
+					  strcmp(msg->events[j - 1].kv.key, ev->kv.key) == 0))
+				j--;
+			if (j > 0)
+				lease = msg->events[j - 1].kv.lease;
+			else
+				(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
+			if (lease)
+				gone[n_gone++] = (struct gone_host){ lease, ev->kv.mod_revision };
 		}
-		pthread_mutex_lock(&m->mu);
 		for (size_t i = 0; i < msg->n_events; i++) {
 			const struct lockfs_etcd_event *ev = &msg->events[i];
 			/* The echo of this daemon's own uncontended write: the
@@ -826,10 +839,15 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 				(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, to);
 				continue;
 			}
-			for (size_t g = 0; g < n_gone && ev->has_prev_kv && e->lock_delay_s; g++)
-				if (gone[g].lease == ev->prev_kv.lease &&
-				    gone[g].rev == ev->kv.mod_revision)
-					delay = now + e->lock_delay_s * 1000;
+			if (n_gone && e->lock_delay_s) {
+				int64_t lease = 0;
+
+				(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
+				for (size_t g = 0; g < n_gone && lease; g++)
+					if (gone[g].lease == lease &&
+					    gone[g].rev == ev->kv.mod_revision)
+						delay = now + e->lock_delay_s * 1000;
+			}
 			(void)lockfs_etcdbe_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision, delay,
 							to);
 		}
@@ -866,7 +884,7 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from)
 {
 	struct lockfs_etcd_watch_req req = {
-		.key = e->prefix, .prefix = true, .prev_kv = true, .progress_notify = true,
+		.key = e->prefix, .prefix = true, .progress_notify = true,
 		.idle_timeout_ms = (int)(e->ttl_s * 1000 / 3),
 	};
 	int rc;

@@ -144,6 +144,10 @@ int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv
  * the set is full, REV is simply not remembered (CHANGE_NAME: safe).
  */
 void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name, int64_t rev);
+/* The lease of KEY (a contender key, or a host key) as the mirror has it
+ * while KEY lives, into *LEASE: 0; -ENOENT (not there, or deleted).  With
+ * MIRROR_MU held.  What a DELETE event without prev_kv deleted. */
+int lockfs_etcdbe_mirror_lease_locked(struct etcd_mirror *m, const char *key, int64_t *lease);
 /* Is REV one of this daemon's remembered own writes?  MIRROR_MU held. */
 bool lockfs_etcdbe_mirror_is_own_locked(const struct etcd_mirror *m, int64_t rev);
 

@@ -389,6 +389,32 @@ void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *nam
 	m->own_revs[m->n_own_revs++] = rev;
 }
 
+int lockfs_etcdbe_mirror_lease_locked(struct etcd_mirror *m, const char *key, int64_t *lease)
+{
+	char name[LOCKFS_STORE_KEY_MAX];
+	struct etcd_name *n;
+	struct etcd_key *k;
+
+	switch (lockfs_etcdbe_mirror_classify(m, key, name, sizeof(name))) {
+	case 2:
+		for (struct etcd_host *h = m->hosts; h; h = h->next)
+			if (strcmp(h->host, name) == 0) {
+				*lease = h->lease;
+				return 0;
+			}
+		return -ENOENT;
+	case 1:
+		n = find_name(m, name, false);
+		k = n ? find_key(n, key) : NULL;
+		if (!k || k->dead)
+			return -ENOENT;
+		*lease = k->lease;
+		return 0;
+	default:
+		return -ENOENT;
+	}
+}
+
 bool lockfs_etcdbe_mirror_is_own_locked(const struct etcd_mirror *m, int64_t rev)
 {
 	for (size_t i = 0; i < m->n_own_revs; i++)
