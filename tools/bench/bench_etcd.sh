@@ -30,6 +30,11 @@
 # lockfs, on a prefix of their own, the same etcd) and (a) and (c) through
 # them too ("etcd-mount-base", "base hand-off"), interleaved in the same
 # rounds; the clients are this build's.  Ratios this/base are per round.
+# Beside the wall-clock figures, the CPU time per pair that etcd (a local
+# member found by its client port) and the two daemons of (a) spent in each
+# of (a), (b raw: etcd only), (e) and the base's (a): on a shared 2-CPU
+# machine these are steadier than the wall clock, and a pair through the
+# mount waits for all of it.
 # Ratios are taken round by round, then their median; the goal of issue 11 is
 # (a) / (b raw) <= 1.2.  The load average is printed at the start and the end
 # (figures taken on a loaded machine are noisy).
@@ -223,8 +228,29 @@ run() { # OUTFILE CMD...: run a client in the background, wait for it
 	fi
 }
 
+# CPU accounting: clock ticks (utime+stime) of etcd and the daemons.
+ETCD_PID=$(ss -ltnpH "sport = :${LOCKFS_ETCD_URL##*:}" 2>/dev/null |
+	grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+ticks() { # PID: its utime+stime, 0 when unknown
+	[ -n "$1" ] && [ -r "/proc/$1/stat" ] || { echo 0; return; }
+	sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+}
+cpu_snap() { # DAEMON_PIDS...: "etcd daemons" ticks now
+	local d=0 p
+	for p in "$@"; do d=$((d + $(ticks "$p"))); done
+	echo "$(ticks "$ETCD_PID") $d"
+}
+cpu_row() { # CONFIG ROUND N "BEFORE" "AFTER": the µs of CPU per pair
+	local a=($4) b=($5)
+	printf 'cpu\t%s\t%s\t%s %s\n' "$1" "$2" \
+		"$(( (b[0] - a[0]) * TICK_US / $3 ))" "$(( (b[1] - a[1]) * TICK_US / $3 ))" >> "$RES"
+}
+
 run_config() { # CONFIG ROUND
-	local out=$W/out
+	local out=$W/out c0 h=("${PIDS[0]}" "${PIDS[1]}")
+	[ "$1" = etcd-mount-base ] && h=("${PIDS[3]}" "${PIDS[4]}")
+	c0=$(cpu_snap "${h[@]}")
 	case "$1" in
 	etcd-mount)
 		run "$out" "$PAIRS_BIN" pairs "$M1" "$PAIRS"
@@ -245,6 +271,11 @@ run_config() { # CONFIG ROUND
 		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" --prefix "$PREFIX" "${LOCKFS_ETCD_URL}"
 		awk -v r="$2" '$1 == "raw" {
 			print "pair\tetcd-raw-watched\t" r "\t" 1e6 / $(NF - 1) }' "$out" >> "$RES" ;;
+	esac
+	# etcd_raw runs two clients (raw, client) with a warm-up each
+	case "$1" in
+	etcd-raw*) cpu_row "$1" "$2" $((2 * (PAIRS + 20))) "$c0" "$(cpu_snap "${h[@]}")" ;;
+	etcd-mount*) cpu_row "$1" "$2" "$PAIRS" "$c0" "$(cpu_snap "${h[@]}")" ;;
 	esac
 }
 
@@ -285,15 +316,21 @@ res, rounds, pairs, samples = sys.argv[1], *map(int, sys.argv[2:5])
 load0, load1, members, base = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 pair = collections.defaultdict(dict)      # config -> round -> µs per pair (mean)
 rawp50 = collections.defaultdict(dict)    # config -> round -> pair p50 µs
+cpu = collections.defaultdict(dict)       # config -> round -> (etcd, daemons) µs per pair
 ho = collections.defaultdict(list)        # round -> [µs]
 hob = collections.defaultdict(list)       # round -> [µs], base's
 for line in open(res):
     kind, cfg, r, v = line.rstrip('\n').split('\t')
+    if kind == 'cpu':
+        cpu[cfg][int(r)] = tuple(map(float, v.split()))
+        continue
     r, v = int(r), float(v)
     if kind == 'pair':
         pair[cfg][r] = v
     elif kind == 'rawp50':
         rawp50[cfg][r] = v
+    elif kind == 'cpu':
+        pass
     elif kind == 'handoff-base':
         hob[r].append(v)
     else:
@@ -318,6 +355,17 @@ for c in ('etcd-mount', 'etcd-mount-base', 'etcd-raw', 'etcd-client', 'etcd-raw-
           'dir-mount'):
     if c in pair:
         print(row(c, [pair[c][r] for r in R]))
+if cpu:
+    print("\nCPU per pair, µs (etcd; the two daemons of that prefix), per round")
+    for c in ('etcd-mount', 'etcd-mount-base', 'etcd-raw', 'etcd-raw-watched'):
+        if c in cpu:
+            print(row(c + " etcd", [cpu[c][r][0] for r in R]))
+            if c != 'etcd-raw':
+                print(row(c + " daemons", [cpu[c][r][1] for r in R]))
+    if 'etcd-mount-base' in cpu:
+        tot = lambda c, r: cpu[c][r][0] + cpu[c][r][1]
+        print(row("total CPU, etcd-mount / base", [tot('etcd-mount', r) / tot('etcd-mount-base', r)
+                                                   for r in R], '{:9.2f}'))
 print("\ncross-host hand-off (h1 releases -> h2's waiter granted), µs, per round")
 for q in (50, 99):
     print(row(f"hand-off p{q}", [pct(ho[r], q) for r in R]))
