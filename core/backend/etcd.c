@@ -185,12 +185,12 @@ static void mirror_gone_before(struct etcd_store *e, const char *name, int64_t r
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
-/* This daemon's own write at REV, in the mirror already, left NAME
- * uncontended: its watch echo is only a hint (CHANGE_OWN). */
-static void note_own(struct etcd_store *e, const char *name, int64_t rev)
+/* This daemon's own write of KEY at REV, in the mirror already: when it
+ * left NAME uncontended, its watch echo is only a hint (CHANGE_OWN). */
+static void note_own(struct etcd_store *e, const char *name, const char *key, int64_t rev)
 {
 	pthread_mutex_lock(&e->mirror.mu);
-	lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, rev);
+	lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, rev);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
@@ -306,7 +306,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	     strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name))) {
 		lockfs_etcd_txn_resp_free(&r);
 		mirror_gone_before(e, name, create, create); /* it is the first */
-		note_own(e, name, create);
+		note_own(e, name, key, create);
 		granted_stat(e, key, create, create, lease, (uint64_t)create, st);
 		return 0;
 	}
@@ -367,7 +367,7 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 	mirror_put(e, key, json, len, rank, r.revision, lease);
 	if (head_check)
 		mirror_gone_before(e, name, rank, r.revision);
-	note_own(e, name, r.revision);
+	note_own(e, name, key, r.revision);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -488,7 +488,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	/* Only a hand-off that granted made the delete its own business: when
 	 * PLACE stays in line, the echo of the delete brings the engine back. */
 	if (rc == 0)
-		note_own(e, name, deleted);
+		note_own(e, name, key, deleted);
 	return rc == -ENOENT || rc == -EIO ? 1 : rc;
 }
 
@@ -553,7 +553,7 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 	mirror_put(e, h.key, json, len, h.create_rev, r.revision, h.lease);
 	if (how == LOCKFS_UPD_GRANT)
 		lockfs_etcdbe_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
-	note_own(e, name, r.revision);
+	note_own(e, name, h.key, r.revision);
 	if (!st)
 		st = &tmp;
 	granted_stat(e, h.key, h.create_rev, r.revision, h.lease, 0, st);
@@ -597,7 +597,7 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded) {
 		mirror_delete(e, h.key, r.revision);
-		note_own(e, name, r.revision);
+		note_own(e, name, h.key, r.revision);
 	}
 	lockfs_etcd_txn_resp_free(&r);
 	return rc;
@@ -652,7 +652,7 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	}
 	mirror_put(e, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
 		   lease);
-	note_own(e, name, r.revision);
+	note_own(e, name, h.key, r.revision);
 	if (st) {
 		struct etcd_head now;
 

@@ -135,15 +135,17 @@ int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv
 		     int64_t rev, int64_t now_ms);
 
 /*
- * This daemon's own write at revision REV, already applied to the mirror,
- * left NAME with at most one live key (its own acquire or update with
- * nobody waiting, its release with nobody behind): remember REV, so that
- * the watch's echo of it is reported as CHANGE_OWN, which wakes nobody.
- * A write that leaves others in NAME's line is not remembered: its echo
- * stays CHANGE_NAME, for the engine's queue.  With MIRROR_MU held; when
- * the set is full, REV is simply not remembered (CHANGE_NAME: safe).
+ * This daemon's own write of KEY at revision REV, already applied to the
+ * mirror, left no live key in NAME's line but KEY (its acquire or update
+ * with nobody waiting, its release with nobody behind): remember REV, so
+ * that the watch's echo of it is reported as CHANGE_OWN, which wakes
+ * nobody.  A write that leaves others in NAME's line is not remembered:
+ * its echo stays CHANGE_NAME, for the engine's queue.  With MIRROR_MU
+ * held; when the set is full, REV is simply not remembered (CHANGE_NAME:
+ * safe).
  */
-void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name, int64_t rev);
+void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name,
+					  const char *key, int64_t rev);
 /* The lease of KEY (a contender key, or a host key) as the mirror has it
  * while KEY lives, into *LEASE: 0; -ENOENT (not there, or deleted).  With
  * MIRROR_MU held.  What a DELETE event without prev_kv deleted. */

@@ -377,14 +377,15 @@ void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *
 	}
 }
 
-void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name, int64_t rev)
+void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name,
+					  const char *key, int64_t rev)
 {
 	struct etcd_name *n = find_name(m, name, false);
-	size_t live = 0;
 
 	for (size_t i = 0; n && i < n->n; i++)
-		live += !n->keys[i].dead;
-	if (live > 1 || rev < m->next_rev || m->n_own_revs == MIRROR_OWN_REVS)
+		if (!n->keys[i].dead && strcmp(n->keys[i].key, key) != 0)
+			return;  /* someone else is in NAME's line */
+	if (rev < m->next_rev || m->n_own_revs == MIRROR_OWN_REVS)
 		return;
 	m->own_revs[m->n_own_revs++] = rev;
 }
