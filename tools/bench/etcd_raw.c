@@ -2,7 +2,7 @@
  * etcd_raw: the raw etcd baseline for issue 11's "an uncontended mkdir+rmdir
  * through the mount costs at most 1.2x the raw etcd pair".
  *
- *   etcd_raw [--smoke] [--rounds R] [--pairs N] [URL]
+ *   etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [URL]
  *
  * A pair is the two transactions the etcd backend issues for an
  * uncontended mkdir + rmdir (core/backend/etcd.c, docs/etcd.md), the same
@@ -25,6 +25,9 @@
  * exit status 1, so an error path is never timed.
  *
  * --smoke: one round of 20 pairs (for CI: does it still run?).
+ * --prefix P: the keys go under P "bench-raw-<pid>/" instead of a prefix of
+ * their own, so that daemons watching P get every event (bench_etcd.sh's
+ * etcd-raw-watched: what etcd's watch fan-out costs by itself).
  * URL defaults to $LOCKFS_ETCD_URL.  Run against a fresh etcd:
  *   tests/integration/etcd_fixtures.py exec -- build/tools/bench/etcd_raw
  */
