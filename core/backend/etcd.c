@@ -155,10 +155,18 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, const cha
 	st->create_revision = h->create_rev;
 }
 
-/* What an op's own write made of KEY: into the mirror before the op
- * returns, so that its own stat/read sees it at once. */
-static void mirror_put(struct etcd_store *e, const char *key, const char *value, size_t len,
-		       int64_t create_rev, int64_t mod_rev, int64_t lease)
+/*
+ * What an op's own write made of KEY (of NAME) at MOD_REV: into the mirror
+ * before the op returns, so that its own stat/read sees it at once.
+ * FIRST_RANK > 0: the txn also proved that no key of NAME created before
+ * FIRST_RANK lives (lockfs_etcdbe_mirror_gone_before_locked).  OWN: the
+ * write's echo may be CHANGE_OWN when it left NAME uncontended
+ * (lockfs_etcdbe_mirror_note_own_locked) -- decided in the same critical
+ * section, so that the watch cannot bring the echo in between.
+ */
+static void mirror_put(struct etcd_store *e, const char *name, const char *key,
+		       const char *value, size_t len, int64_t create_rev, int64_t mod_rev,
+		       int64_t lease, int64_t first_rank, bool own)
 {
 	struct lockfs_etcd_kv kv = {
 		.key = (char *)key, .key_len = strlen(key), .value = (char *)value,
@@ -168,25 +176,27 @@ static void mirror_put(struct etcd_store *e, const char *key, const char *value,
 
 	pthread_mutex_lock(&e->mirror.mu);
 	(void)lockfs_etcdbe_mirror_put_locked(&e->mirror, &kv, now_ms(), NULL);
+	if (first_rank > 0)
+		lockfs_etcdbe_mirror_gone_before_locked(&e->mirror, name, first_rank, mod_rev);
+	if (own)
+		lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, mod_rev);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
-static void mirror_delete(struct etcd_store *e, const char *key, int64_t rev)
+/* An op's own delete of KEY (of NAME) at REV, as mirror_put. */
+static void mirror_delete(struct etcd_store *e, const char *name, const char *key, int64_t rev,
+			  bool own)
 {
 	pthread_mutex_lock(&e->mirror.mu);
 	(void)lockfs_etcdbe_mirror_delete_locked(&e->mirror, key, rev, 0, NULL);
-	pthread_mutex_unlock(&e->mirror.mu);
-}
-
-static void mirror_gone_before(struct etcd_store *e, const char *name, int64_t rank, int64_t rev)
-{
-	pthread_mutex_lock(&e->mirror.mu);
-	lockfs_etcdbe_mirror_gone_before_locked(&e->mirror, name, rank, rev);
+	if (own)
+		lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, rev);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
 /* This daemon's own write of KEY at REV, in the mirror already: when it
- * left NAME uncontended, its watch echo is only a hint (CHANGE_OWN). */
+ * left NAME uncontended, its watch echo is only a hint (CHANGE_OWN) --
+ * unless the watch brought it already. */
 static void note_own(struct etcd_store *e, const char *name, const char *key, int64_t rev)
 {
 	pthread_mutex_lock(&e->mirror.mu);
@@ -250,6 +260,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	int64_t lease, create;
 	char *json = NULL;
 	size_t len = 0;
+	bool granted;
 	int rc;
 
 	if (how != LOCKFS_ACQ_TRY && !place)
@@ -299,14 +310,14 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		return -EEXIST;
 	}
 	create = r.revision;
-	mirror_put(e, key, json, len, create, create, lease);
+	granted = how == LOCKFS_ACQ_TRY ||
+		  (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
+		   strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name));
+	/* Granted: it is the first. */
+	mirror_put(e, name, key, json, len, create, create, lease, granted ? create : 0, granted);
 	free(json);
-	if (how == LOCKFS_ACQ_TRY ||
-	    (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
-	     strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name))) {
+	if (granted) {
 		lockfs_etcd_txn_resp_free(&r);
-		mirror_gone_before(e, name, create, create); /* it is the first */
-		note_own(e, name, key, create);
 		granted_stat(e, key, create, create, lease, (uint64_t)create, st);
 		return 0;
 	}
@@ -364,10 +375,7 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 		free(json);
 		return there && head_check ? -EEXIST : -ENOENT;
 	}
-	mirror_put(e, key, json, len, rank, r.revision, lease);
-	if (head_check)
-		mirror_gone_before(e, name, rank, r.revision);
-	note_own(e, name, key, r.revision);
+	mirror_put(e, name, key, json, len, rank, r.revision, lease, head_check ? rank : 0, true);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -423,7 +431,7 @@ static int etcd_leave(struct lockfs_backend *be, const char *name,
 		return store_error(e, rc);
 	}
 	if (r.succeeded)
-		mirror_delete(e, key, r.revision);
+		mirror_delete(e, name, key, r.revision, false);
 	lockfs_etcd_txn_resp_free(&r);
 	return 0;
 }
@@ -469,7 +477,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 		lockfs_etcd_txn_resp_free(&r);
 		return -ENOENT;
 	}
-	mirror_delete(e, old.key, r.revision);
+	mirror_delete(e, name, old.key, r.revision, false);
 	deleted = r.revision;
 	contender_key(e, name, place->session, place->seq, key);
 	next_is_place = r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
@@ -550,10 +558,9 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 		free(json);
 		return how == LOCKFS_UPD_GRANT && there ? -EAGAIN : -ENOENT;
 	}
-	mirror_put(e, h.key, json, len, h.create_rev, r.revision, h.lease);
+	mirror_put(e, name, h.key, json, len, h.create_rev, r.revision, h.lease, 0, true);
 	if (how == LOCKFS_UPD_GRANT)
 		lockfs_etcdbe_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
-	note_own(e, name, h.key, r.revision);
 	if (!st)
 		st = &tmp;
 	granted_stat(e, h.key, h.create_rev, r.revision, h.lease, 0, st);
@@ -596,8 +603,7 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	lockfs_etcdbe_say_reachable(e);
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded) {
-		mirror_delete(e, h.key, r.revision);
-		note_own(e, name, h.key, r.revision);
+		mirror_delete(e, name, h.key, r.revision, true);
 	}
 	lockfs_etcd_txn_resp_free(&r);
 	return rc;
@@ -650,9 +656,8 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		free(h.value);
 		return -ENOENT;
 	}
-	mirror_put(e, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
-		   lease);
-	note_own(e, name, h.key, r.revision);
+	mirror_put(e, name, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
+		   lease, 0, true);
 	if (st) {
 		struct etcd_head now;
 
