@@ -155,10 +155,18 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, const cha
 	st->create_revision = h->create_rev;
 }
 
-/* What an op's own write made of KEY: into the mirror before the op
- * returns, so that its own stat/read sees it at once. */
-static void mirror_put(struct etcd_store *e, const char *key, const char *value, size_t len,
-		       int64_t create_rev, int64_t mod_rev, int64_t lease)
+/*
+ * What an op's own write made of KEY (of NAME) at MOD_REV: into the mirror
+ * before the op returns, so that its own stat/read sees it at once.
+ * FIRST_RANK > 0: the txn also proved that no key of NAME created before
+ * FIRST_RANK lives (lockfs_etcdbe_mirror_gone_before_locked).  OWN: the
+ * write's echo may be CHANGE_OWN when it left NAME uncontended
+ * (lockfs_etcdbe_mirror_note_own_locked) -- decided in the same critical
+ * section, so that the watch cannot bring the echo in between.
+ */
+static void mirror_put(struct etcd_store *e, const char *name, const char *key,
+		       const char *value, size_t len, int64_t create_rev, int64_t mod_rev,
+		       int64_t lease, int64_t first_rank, bool own)
 {
 	struct lockfs_etcd_kv kv = {
 		.key = (char *)key, .key_len = strlen(key), .value = (char *)value,
@@ -168,20 +176,31 @@ static void mirror_put(struct etcd_store *e, const char *key, const char *value,
 
 	pthread_mutex_lock(&e->mirror.mu);
 	(void)lockfs_etcdbe_mirror_put_locked(&e->mirror, &kv, now_ms(), NULL);
+	if (first_rank > 0)
+		lockfs_etcdbe_mirror_gone_before_locked(&e->mirror, name, first_rank, mod_rev);
+	if (own)
+		lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, mod_rev);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
-static void mirror_delete(struct etcd_store *e, const char *key, int64_t rev)
+/* An op's own delete of KEY (of NAME) at REV, as mirror_put. */
+static void mirror_delete(struct etcd_store *e, const char *name, const char *key, int64_t rev,
+			  bool own)
 {
 	pthread_mutex_lock(&e->mirror.mu);
 	(void)lockfs_etcdbe_mirror_delete_locked(&e->mirror, key, rev, 0, NULL);
+	if (own)
+		lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, rev);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
-static void mirror_gone_before(struct etcd_store *e, const char *name, int64_t rank, int64_t rev)
+/* This daemon's own write of KEY at REV, in the mirror already: when it
+ * left NAME uncontended, its watch echo is only a hint (CHANGE_OWN) --
+ * unless the watch brought it already. */
+static void note_own(struct etcd_store *e, const char *name, const char *key, int64_t rev)
 {
 	pthread_mutex_lock(&e->mirror.mu);
-	lockfs_etcdbe_mirror_gone_before_locked(&e->mirror, name, rank, rev);
+	lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, rev);
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
@@ -241,6 +260,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	int64_t lease, create;
 	char *json = NULL;
 	size_t len = 0;
+	bool granted;
 	int rc;
 
 	if (how != LOCKFS_ACQ_TRY && !place)
@@ -290,13 +310,14 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		return -EEXIST;
 	}
 	create = r.revision;
-	mirror_put(e, key, json, len, create, create, lease);
+	granted = how == LOCKFS_ACQ_TRY ||
+		  (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
+		   strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name));
+	/* Granted: it is the first. */
+	mirror_put(e, name, key, json, len, create, create, lease, granted ? create : 0, granted);
 	free(json);
-	if (how == LOCKFS_ACQ_TRY ||
-	    (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
-	     strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name))) {
+	if (granted) {
 		lockfs_etcd_txn_resp_free(&r);
-		mirror_gone_before(e, name, create, create); /* it is the first */
 		granted_stat(e, key, create, create, lease, (uint64_t)create, st);
 		return 0;
 	}
@@ -354,9 +375,7 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 		free(json);
 		return there && head_check ? -EEXIST : -ENOENT;
 	}
-	mirror_put(e, key, json, len, rank, r.revision, lease);
-	if (head_check)
-		mirror_gone_before(e, name, rank, r.revision);
+	mirror_put(e, name, key, json, len, rank, r.revision, lease, head_check ? rank : 0, true);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -412,7 +431,7 @@ static int etcd_leave(struct lockfs_backend *be, const char *name,
 		return store_error(e, rc);
 	}
 	if (r.succeeded)
-		mirror_delete(e, key, r.revision);
+		mirror_delete(e, name, key, r.revision, false);
 	lockfs_etcd_txn_resp_free(&r);
 	return 0;
 }
@@ -437,7 +456,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = 2, .success = ops,
 				       .n_success = 2 };
 	struct lockfs_etcd_txn_resp r;
-	int64_t lease, began = lockfs_boot_ms();
+	int64_t lease, deleted, began = lockfs_boot_ms();
 	bool next_is_place;
 	int rc;
 
@@ -458,7 +477,8 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 		lockfs_etcd_txn_resp_free(&r);
 		return -ENOENT;
 	}
-	mirror_delete(e, old.key, r.revision);
+	mirror_delete(e, name, old.key, r.revision, false);
+	deleted = r.revision;
 	contender_key(e, name, place->session, place->seq, key);
 	next_is_place = r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
 			strcmp(r.ops[1].kvs[0].key, key) == 0;
@@ -473,6 +493,10 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	if (lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
 		return 1;
 	rc = grant_place(e, e->client_short, name, key, place->rank, lease, false, src, st);
+	/* Only a hand-off that granted made the delete its own business: when
+	 * PLACE stays in line, the echo of the delete brings the engine back. */
+	if (rc == 0)
+		note_own(e, name, key, deleted);
 	return rc == -ENOENT || rc == -EIO ? 1 : rc;
 }
 
@@ -534,7 +558,7 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 		free(json);
 		return how == LOCKFS_UPD_GRANT && there ? -EAGAIN : -ENOENT;
 	}
-	mirror_put(e, h.key, json, len, h.create_rev, r.revision, h.lease);
+	mirror_put(e, name, h.key, json, len, h.create_rev, r.revision, h.lease, 0, true);
 	if (how == LOCKFS_UPD_GRANT)
 		lockfs_etcdbe_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
 	if (!st)
@@ -578,8 +602,9 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 		return store_error(e, rc);
 	lockfs_etcdbe_say_reachable(e);
 	rc = r.succeeded ? 0 : -ENOENT;
-	if (r.succeeded)
-		mirror_delete(e, h.key, r.revision);
+	if (r.succeeded) {
+		mirror_delete(e, name, h.key, r.revision, true);
+	}
 	lockfs_etcd_txn_resp_free(&r);
 	return rc;
 }
@@ -631,8 +656,8 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		free(h.value);
 		return -ENOENT;
 	}
-	mirror_put(e, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
-		   lease);
+	mirror_put(e, name, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
+		   lease, 0, true);
 	if (st) {
 		struct etcd_head now;
 
@@ -748,7 +773,9 @@ void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool
 			e->change(e->change_arg, LOCKFS_CHANGE_ALL, NULL);
 		else
 			for (size_t i = 0; i < changed->n; i++)
-				e->change(e->change_arg, LOCKFS_CHANGE_NAME, changed->v[i]);
+				e->change(e->change_arg,
+					  changed->own ? LOCKFS_CHANGE_OWN : LOCKFS_CHANGE_NAME,
+					  changed->v[i]);
 		if (session_changed)
 			e->change(e->change_arg, LOCKFS_CHANGE_SESSION, NULL);
 	}
@@ -766,7 +793,7 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 {
 	struct etcd_store *e = arg;
 	struct etcd_mirror *m = &e->mirror;
-	struct etcd_names changed = { 0 };
+	struct etcd_names changed = { 0 }, own = { .own = true };
 	int64_t now = now_ms();
 
 	switch (msg->kind) {
@@ -780,32 +807,54 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 		size_t n_gone = 0;
 		char host[LOCKFS_HOST_MAX];
 
+		pthread_mutex_lock(&m->mu);
 		/* An expired session deletes its host key and every key of its
-		 * lease in one revision: its head keys start lock-delay. */
+		 * lease in one revision: its head keys start lock-delay.  The
+		 * watch carries no prev_kv (it would cost etcd a read and every
+		 * watching daemon a record per delete): a deleted key's lease is
+		 * the one the mirror has for it, or the one a PUT earlier in
+		 * this message gave it. */
 		for (size_t i = 0; i < msg->n_events && n_gone < 16; i++) {
 			const struct lockfs_etcd_event *ev = &msg->events[i];
+			int64_t lease = 0;
+			size_t j = i;
 
-			if (ev->type == LOCKFS_ETCD_EVENT_DELETE && ev->has_prev_kv &&
-			    ev->prev_kv.lease &&
-			    lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) == 2)
-				gone[n_gone++] = (struct gone_host){ ev->prev_kv.lease,
-								     ev->kv.mod_revision };
+			if (ev->type != LOCKFS_ETCD_EVENT_DELETE ||
+			    lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) != 2)
+				continue;
+			while (j > 0 && !(msg->events[j - 1].type == LOCKFS_ETCD_EVENT_PUT &&
+					  strcmp(msg->events[j - 1].kv.key, ev->kv.key) == 0))
+				j--;
+			if (j > 0)
+				lease = msg->events[j - 1].kv.lease;
+			else
+				(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
+			if (lease)
+				gone[n_gone++] = (struct gone_host){ lease, ev->kv.mod_revision };
 		}
-		pthread_mutex_lock(&m->mu);
 		for (size_t i = 0; i < msg->n_events; i++) {
 			const struct lockfs_etcd_event *ev = &msg->events[i];
+			/* The echo of this daemon's own uncontended write: the
+			 * mirror and the engine have it already. */
+			struct etcd_names *to = lockfs_etcdbe_mirror_is_own_locked(m, ev->kv.mod_revision)
+						? &own : &changed;
 			int64_t delay = 0;
 
 			if (ev->type == LOCKFS_ETCD_EVENT_PUT) {
-				(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, &changed);
+				(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, to);
 				continue;
 			}
-			for (size_t g = 0; g < n_gone && ev->has_prev_kv && e->lock_delay_s; g++)
-				if (gone[g].lease == ev->prev_kv.lease &&
-				    gone[g].rev == ev->kv.mod_revision)
-					delay = now + e->lock_delay_s * 1000;
+			if (n_gone && e->lock_delay_s) {
+				int64_t lease = 0;
+
+				(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
+				for (size_t g = 0; g < n_gone && lease; g++)
+					if (gone[g].lease == lease &&
+					    gone[g].rev == ev->kv.mod_revision)
+						delay = now + e->lock_delay_s * 1000;
+			}
 			(void)lockfs_etcdbe_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision, delay,
-							&changed);
+							to);
 		}
 		if (msg->next_revision > m->next_rev)
 			m->next_rev = msg->next_revision;
@@ -831,12 +880,16 @@ static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
 		lockfs_etcdbe_report(e, &changed, false);
 	else
 		lockfs_etcdbe_names_free(&changed);
+	if (own.n || own.all)
+		lockfs_etcdbe_report(e, &own, false);
+	else
+		lockfs_etcdbe_names_free(&own);
 }
 
 int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from)
 {
 	struct lockfs_etcd_watch_req req = {
-		.key = e->prefix, .prefix = true, .prev_kv = true, .progress_notify = true,
+		.key = e->prefix, .prefix = true, .progress_notify = true,
 		.idle_timeout_ms = (int)(e->ttl_s * 1000 / 3),
 	};
 	int rc;

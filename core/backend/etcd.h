@@ -64,6 +64,8 @@ struct etcd_host {
 };
 
 #define MIRROR_BUCKETS 1024
+/* Own write revisions remembered until the watch brings them back. */
+#define MIRROR_OWN_REVS 64
 
 struct etcd_mirror {
 	pthread_mutex_t mu;      /* leaf: everything below */
@@ -73,6 +75,11 @@ struct etcd_mirror {
 	struct etcd_host *hosts;
 	int64_t next_rev;        /* every event before it is applied */
 	bool watching;           /* the watch runs and is confirmed */
+	/* Revisions of this daemon's own uncontended writes (see
+	 * lockfs_etcdbe_mirror_note_own_locked), not yet delivered by the
+	 * watch: their events are reported as CHANGE_OWN.  Unordered. */
+	int64_t own_revs[MIRROR_OWN_REVS];
+	size_t n_own_revs;
 };
 
 /* A copy of what a name's head says, for an op to use unlocked. */
@@ -99,6 +106,8 @@ struct etcd_names {
 	char **v;
 	size_t n, cap;
 	bool all;                /* report "anything may have changed" */
+	bool own;                /* only this daemon's own writes changed them
+				    (reported as CHANGE_OWN, unless ALL) */
 };
 void lockfs_etcdbe_names_free(struct etcd_names *ns);
 
@@ -125,7 +134,27 @@ void lockfs_etcdbe_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, str
 int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs, size_t n,
 		     int64_t rev, int64_t now_ms);
 
-/* Forget dead keys the watch has passed (with MIRROR_MU held). */
+/*
+ * This daemon's own write of KEY at revision REV, already applied to the
+ * mirror, left no live key in NAME's line but KEY (its acquire or update
+ * with nobody waiting, its release with nobody behind): remember REV, so
+ * that the watch's echo of it is reported as CHANGE_OWN, which wakes
+ * nobody.  A write that leaves others in NAME's line is not remembered:
+ * its echo stays CHANGE_NAME, for the engine's queue.  With MIRROR_MU
+ * held; when the set is full, REV is simply not remembered (CHANGE_NAME:
+ * safe).
+ */
+void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name,
+					  const char *key, int64_t rev);
+/* The lease of KEY (a contender key, or a host key) as the mirror has it
+ * while KEY lives, into *LEASE: 0; -ENOENT (not there, or deleted).  With
+ * MIRROR_MU held.  What a DELETE event without prev_kv deleted. */
+int lockfs_etcdbe_mirror_lease_locked(struct etcd_mirror *m, const char *key, int64_t *lease);
+/* Is REV one of this daemon's remembered own writes?  MIRROR_MU held. */
+bool lockfs_etcdbe_mirror_is_own_locked(const struct etcd_mirror *m, int64_t rev);
+
+/* Forget dead keys the watch has passed, and own revisions it delivered
+ * (with MIRROR_MU held). */
 void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m);
 
 /* NAME's head (first live key, or lock-delay) into *H; with WANT_VALUE a

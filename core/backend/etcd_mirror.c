@@ -377,9 +377,64 @@ void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *
 	}
 }
 
+void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name,
+					  const char *key, int64_t rev)
+{
+	struct etcd_name *n = find_name(m, name, false);
+
+	for (size_t i = 0; n && i < n->n; i++)
+		if (!n->keys[i].dead && strcmp(n->keys[i].key, key) != 0)
+			return;  /* someone else is in NAME's line */
+	if (rev < m->next_rev || m->n_own_revs == MIRROR_OWN_REVS)
+		return;
+	m->own_revs[m->n_own_revs++] = rev;
+}
+
+int lockfs_etcdbe_mirror_lease_locked(struct etcd_mirror *m, const char *key, int64_t *lease)
+{
+	char name[LOCKFS_STORE_KEY_MAX];
+	struct etcd_name *n;
+	struct etcd_key *k;
+
+	switch (lockfs_etcdbe_mirror_classify(m, key, name, sizeof(name))) {
+	case 2:
+		for (struct etcd_host *h = m->hosts; h; h = h->next)
+			if (strcmp(h->host, name) == 0) {
+				*lease = h->lease;
+				return 0;
+			}
+		return -ENOENT;
+	case 1:
+		n = find_name(m, name, false);
+		k = n ? find_key(n, key) : NULL;
+		if (!k || k->dead)
+			return -ENOENT;
+		*lease = k->lease;
+		return 0;
+	default:
+		return -ENOENT;
+	}
+}
+
+bool lockfs_etcdbe_mirror_is_own_locked(const struct etcd_mirror *m, int64_t rev)
+{
+	for (size_t i = 0; i < m->n_own_revs; i++)
+		if (m->own_revs[i] == rev)
+			return true;
+	return false;
+}
+
 void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 {
 	int64_t now = lockfs_wall_ms();
+	size_t kept = 0;
+
+	/* An own revision the watch has passed was delivered (or lies before
+	 * a fresh read): it cannot come again. */
+	for (size_t i = 0; i < m->n_own_revs; i++)
+		if (m->own_revs[i] >= m->next_rev)
+			m->own_revs[kept++] = m->own_revs[i];
+	m->n_own_revs = kept;
 
 	for (size_t b = 0; b < MIRROR_BUCKETS; b++) {
 		struct etcd_name *n = m->buckets[b], *next;

@@ -763,14 +763,19 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 	for (struct unlock_retry **pp = &s->retries, *r; (r = *pp);) {
 		struct lockfs_entry_stat st;
 		struct cached *c;
-		bool foreign, done = true;
+		bool foreign, done = true, gone = false;
 		int rc = lockfs_table_load(t, s, r->name, &st, &foreign, &c);
 
 		if (rc == 0 && c && lockfs_table_issued_here(c)) {
+			/* A cached lock without R's grant (fence) in it: the
+			 * name was granted anew meanwhile, so R's grant ended. */
+			gone = true;
 			for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++) {
 				static const char *const retried[] = { "retried", "1", NULL };
 				bool rmdir_retry = !r->owner[0];
 
+				if (lockfs_record_fence_at(&c->rec, i) == r->fence)
+					gone = false;
 				if (rmdir_retry ? lockfs_record_bound_at(&c->rec, i) == LOCKFS_BOUND_FD ||
 						  lockfs_record_fence_at(&c->rec, i) != r->fence
 						: !lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence))
@@ -783,11 +788,17 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 										    : NULL,
 								 .extra = rmdir_retry ? retried : NULL });
 				done = rc == 0 || rc == -ENOENT;
+				/* -ENOENT: the store no longer has it (the
+				 * refused delete was applied after all). */
+				gone = rc == -ENOENT;
 				break;
 			}
 		} else if (rc < 0 && rc != -ENOENT) {
 			done = false; /* the store cannot tell yet */
-		} else if (rc == -ENOENT && !r->owner[0] && r->who[0]) {
+		} else if (rc == -ENOENT) {
+			gone = true;
+		}
+		if (gone && !r->owner[0] && r->who[0]) {
 			/* The refused rmdir was applied after all (the store
 			 * resolved its unknown outcome): it is the release. */
 			char fence[24], uid[16], pid[16];

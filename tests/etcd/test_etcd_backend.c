@@ -467,6 +467,96 @@ static int seen_all(struct seen *s)
 	return n;
 }
 
+/* CHANGE_OWN and CHANGE_NAME reports per name, for the echo test. */
+struct echoes {
+	pthread_mutex_t mu;
+	char names[8][32];
+	int own[8], outside[8];
+};
+
+static void on_echo(void *arg, enum lockfs_change what, const char *name)
+{
+	struct echoes *e = arg;
+
+	if (!name || (what != LOCKFS_CHANGE_OWN && what != LOCKFS_CHANGE_NAME))
+		return;
+	pthread_mutex_lock(&e->mu);
+	for (int i = 0; i < 8; i++) {
+		if (!e->names[i][0])
+			snprintf(e->names[i], sizeof(e->names[i]), "%s", name);
+		if (strcmp(e->names[i], name) == 0) {
+			if (what == LOCKFS_CHANGE_OWN)
+				e->own[i]++;
+			else
+				e->outside[i]++;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* How many reports NAME got: OWN ones, else CHANGE_NAME ones. */
+static int echoes_of(struct echoes *e, const char *name, bool own)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&e->mu);
+	for (int i = 0; i < 8; i++)
+		if (strcmp(e->names[i], name) == 0)
+			n = own ? e->own[i] : e->outside[i];
+	pthread_mutex_unlock(&e->mu);
+	return n;
+}
+
+/* The watch brings this daemon's own writes back: uncontended ones come
+ * as CHANGE_OWN (a hint that wakes nobody), everything the engine must
+ * act on as CHANGE_NAME: another daemon's change, and our release while
+ * another daemon waits in the line.  (An echo that the watch delivers
+ * before the op has put its own answer into the mirror is CHANGE_NAME:
+ * safe, and why a few pairs are made.) */
+static void test_own_uncontended_writes_echo_as_own_the_rest_as_changes(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *a, *b;
+	struct lockfs_entry_stat st, bst, ost;
+	struct lockfs_place place;
+	struct echoes ec = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+	NEED_ETCD();
+	a = must_open(w, &(struct opts){ .host = "o1" });
+	b = must_open(w, &(struct opts){ .host = "o2" });
+	assert_int_equal(a->ops->start(a, on_echo, &ec), 0);
+	/* Ours, alone: acquire and release echo as CHANGE_OWN. */
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(try_lock(a, "solo", &st), 0);
+		assert_int_equal(a->ops->release(a, "solo", st.identity), 0);
+	}
+	AWAIT(echoes_of(&ec, "solo", true) >= 1, "the echo of our own writes as CHANGE_OWN");
+	/* Another daemon's lock: CHANGE_NAME, never CHANGE_OWN. */
+	assert_int_equal(try_lock(b, "other", &ost), 0);
+	AWAIT(echoes_of(&ec, "other", false) >= 1, "another daemon's lock as CHANGE_NAME");
+	/* Our release with another daemon's waiter behind: CHANGE_NAME. */
+	assert_int_equal(try_lock(a, "line", &st), 0);
+	assert_int_equal(b->ops->acquire(b, "line", LOCKFS_ACQ_OR_QUEUE, SRC("w"), &place, &bst),
+			 -EINPROGRESS);
+	AWAIT(echoes_of(&ec, "line", false) >= 1, "the waiter's key as CHANGE_NAME");
+	{
+		int before = echoes_of(&ec, "line", false);
+
+		assert_int_equal(a->ops->release(a, "line", st.identity), 0);
+		AWAIT(echoes_of(&ec, "line", false) > before,
+		      "our release with a waiter behind as CHANGE_NAME");
+	}
+	/* Probed last, after the later events passed: never CHANGE_OWN for
+	 * another daemon's write. */
+	assert_int_equal(echoes_of(&ec, "other", true), 0);
+	AWAIT(b->ops->claim(b, "line", &place, SRC("w"), &bst) == 0, "the waiter granted");
+	assert_int_equal(b->ops->release(b, "line", bst.identity), 0);
+	assert_int_equal(b->ops->release(b, "other", ost.identity), 0);
+	b->ops->close(b);
+	a->ops->close(a);
+}
+
 /* ---- Interop with etcdctl lock (concurrency.Mutex) ---- */
 
 /* `etcdctl lock KEY CMD...` in the background, its stdout in *OUT. */
@@ -770,6 +860,8 @@ int main(int argc, char *argv[])
 		cmocka_unit_test_setup_teardown(
 			test_compaction_during_a_broken_watch_resyncs_and_the_waiter_is_granted,
 			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_own_uncontended_writes_echo_as_own_the_rest_as_changes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_acquire_through_a_partition_leaves_no_key_once_it_heals,
 						setup, teardown),
 	};

@@ -2,7 +2,7 @@
 # tools/bench/bench_etcd.sh: the issue-11 benchmark (the etcd backend), as root.
 #
 #   tools/bench/bench_etcd.sh [--rounds N] [--pairs N] [--samples N] [--members N]
-#                             [--smoke] [BUILD_DIR]
+#                             [--base BASE_BUILD_DIR] [--smoke] [BUILD_DIR]
 #
 # Starts its own etcd on free 127.0.0.1 ports (tests/integration/etcd_fixtures.py
 # exec; --members, default 1), two lockfs daemons on it (hosts h1 and h2, one
@@ -22,6 +22,19 @@
 #                   round trips (the raw pair of (b))
 #   (d) dir-mount   mkdir+rmdir through a dir-backend mount (backing dir on a
 #                   private tmpfs), for scale
+#   (e) etcd-raw-watched  the raw pair of (b) with its keys under h1's and
+#                   h2's prefix, so that etcd sends both daemons' watches
+#                   its events, as it does for (a): the floor of a namespace
+#                   that other hosts watch (not the goal's baseline)
+# --base BASE_BUILD_DIR: A/B.  Two more daemons (hosts h1 and h2 of BASE's
+# lockfs, on a prefix of their own, the same etcd) and (a) and (c) through
+# them too ("etcd-mount-base", "base hand-off"), interleaved in the same
+# rounds; the clients are this build's.  Ratios this/base are per round.
+# Beside the wall-clock figures, the CPU time per pair that etcd (a local
+# member found by its client port) and the two daemons of (a) spent in each
+# of (a), (b raw: etcd only), (e) and the base's (a): on a shared 2-CPU
+# machine these are steadier than the wall clock, and a pair through the
+# mount waits for all of it.
 # Ratios are taken round by round, then their median; the goal of issue 11 is
 # (a) / (b raw) <= 1.2.  The load average is printed at the start and the end
 # (figures taken on a loaded machine are noisy).
@@ -43,6 +56,7 @@ MEMBERS=1
 SETTLE=1000
 SMOKE=0
 BUILD=./build
+BASE=""
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 FIXTURES=$HERE/../../tests/integration/etcd_fixtures.py
@@ -59,6 +73,7 @@ while [ $# -gt 0 ]; do
 	--pairs) PAIRS=${2:?}; shift 2 ;;
 	--samples) SAMPLES=${2:?}; shift 2 ;;
 	--members) MEMBERS=${2:?}; shift 2 ;;
+	--base) BASE=${2:?}; shift 2 ;;
 	--smoke) ROUNDS=1; PAIRS=50; SAMPLES=10; SMOKE=1; shift ;;
 	-h|--help) usage ;;
 	-*) echo "bench_etcd.sh: unknown option $1" >&2; usage ;;
@@ -82,6 +97,7 @@ RAW_BIN=$BUILD/tools/bench/etcd_raw
 for b in "$LOCKFS" "$PAIRS_BIN" "$HANDOFF_BIN"; do
 	[ -x "$b" ] || die "$b not found: build first (meson setup build && meson compile -C build)"
 done
+[ -z "$BASE" ] || [ -x "$BASE/lockfs" ] || die "$BASE/lockfs not found: build the base first"
 [ -x "$RAW_BIN" ] || skip "$RAW_BIN not built (lockfs built without libcurl: -Detcd=disabled)"
 [ -x "$PY" ] || die "$PY not found"
 command -v fusermount3 >/dev/null || die "fusermount3 not found"
@@ -154,14 +170,15 @@ mount -t tmpfs -o size=64m,mode=0700 tmpfs "$T"
 PREFIX=/bench-$$-$RANDOM/
 
 mount_one() { # NAME OPTIONS...: mount lockfs on $W/NAME with -o OPTIONS; echoes nothing
-	local name=$1 m=$W/$1 b=$W/$1.backing i
+	local name=$1 m=$W/$1 b=$W/$1.backing i bin=$LOCKFS
 	shift
+	case "$name" in base-*) bin=$BASE/lockfs ;; esac
 	mkdir "$m"
 	case "$name" in dir) b=$T/backing ;; esac
 	mkdir -m 0700 "$b"
 	local opts=(-o "backing=$b")
 	for o in "$@"; do opts+=(-o "$o"); done
-	"$LOCKFS" -f "${opts[@]}" "$m" 2>"$W/$name.err" &
+	"$bin" -f "${opts[@]}" "$m" 2>"$W/$name.err" &
 	PIDS+=($!)
 	MOUNTS+=("$m")
 	for i in $(seq 100); do
@@ -183,6 +200,13 @@ for h in h1 h2; do
 done
 mount_one dir
 M1=$W/h1 M2=$W/h2 MD=$W/dir
+if [ -n "$BASE" ]; then
+	for h in h1 h2; do
+		mount_one "base-$h" backend=etcd "etcd=$LOCKFS_ETCD_ENDPOINTS" "host=$h" \
+			"prefix=${PREFIX%/}-base/" ttl=10
+	done
+fi
+MB1=$W/base-h1 MB2=$W/base-h2
 
 RES=$W/results.tsv
 : > "$RES"
@@ -204,8 +228,29 @@ run() { # OUTFILE CMD...: run a client in the background, wait for it
 	fi
 }
 
+# CPU accounting: clock ticks (utime+stime) of etcd and the daemons.
+ETCD_PID=$(ss -ltnpH "sport = :${LOCKFS_ETCD_URL##*:}" 2>/dev/null |
+	grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+ticks() { # PID: its utime+stime, 0 when unknown
+	[ -n "$1" ] && [ -r "/proc/$1/stat" ] || { echo 0; return; }
+	sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+}
+cpu_snap() { # DAEMON_PIDS...: "etcd daemons" ticks now
+	local d=0 p
+	for p in "$@"; do d=$((d + $(ticks "$p"))); done
+	echo "$(ticks "$ETCD_PID") $d"
+}
+cpu_row() { # CONFIG ROUND N "BEFORE" "AFTER": the µs of CPU per pair
+	local a=($4) b=($5)
+	printf 'cpu\t%s\t%s\t%s %s\n' "$1" "$2" \
+		"$(( (b[0] - a[0]) * TICK_US / $3 ))" "$(( (b[1] - a[1]) * TICK_US / $3 ))" >> "$RES"
+}
+
 run_config() { # CONFIG ROUND
-	local out=$W/out
+	local out=$W/out c0 h=("${PIDS[0]}" "${PIDS[1]}")
+	[ "$1" = etcd-mount-base ] && h=("${PIDS[3]}" "${PIDS[4]}")
+	c0=$(cpu_snap "${h[@]}")
 	case "$1" in
 	etcd-mount)
 		run "$out" "$PAIRS_BIN" pairs "$M1" "$PAIRS"
@@ -213,23 +258,37 @@ run_config() { # CONFIG ROUND
 	dir-mount)
 		run "$out" "$PAIRS_BIN" pairs "$MD" "$PAIRS"
 		printf 'pair\tdir-mount\t%s\t%s\n' "$2" "$(cat "$out")" >> "$RES" ;;
+	etcd-mount-base)
+		run "$out" "$PAIRS_BIN" pairs "$MB1" "$PAIRS"
+		printf 'pair\tetcd-mount-base\t%s\t%s\n' "$2" "$(cat "$out")" >> "$RES" ;;
 	etcd-raw)
 		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" "${LOCKFS_ETCD_URL}"
 		# "raw acquire p50 A p99 B | release p50 C p99 D | pair p50 E p99 F us | R pairs/s"
 		awk -v r="$2" '$1 == "raw" || $1 == "client" {
 			print "pair\tetcd-" $1 "\t" r "\t" 1e6 / $(NF - 1)
 			print "rawp50\tetcd-" $1 "\t" r "\t" $16 }' "$out" >> "$RES" ;;
+	etcd-raw-watched)
+		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" --prefix "$PREFIX" "${LOCKFS_ETCD_URL}"
+		awk -v r="$2" '$1 == "raw" {
+			print "pair\tetcd-raw-watched\t" r "\t" 1e6 / $(NF - 1) }' "$out" >> "$RES" ;;
+	esac
+	# etcd_raw runs two clients (raw, client) with a warm-up each
+	case "$1" in
+	etcd-raw*) cpu_row "$1" "$2" $((2 * (PAIRS + 20))) "$c0" "$(cpu_snap "${h[@]}")" ;;
+	etcd-mount*) cpu_row "$1" "$2" "$PAIRS" "$c0" "$(cpu_snap "${h[@]}")" ;;
 	esac
 }
 
-run_handoff() { # ROUND
-	local out=$W/out
+run_handoff() { # ROUND [base]
+	local out=$W/out a=$M1 b=$M2 kind=handoff
+	[ "${2:-}" = base ] && { a=$MB1; b=$MB2; kind=handoff-base; }
 	LOCKFS_BENCH_TIMEOUT=60 run "$out" "$HANDOFF_BIN" handoff "$SAMPLES" "$SETTLE" \
-		"$M1/.flock/handoff=$M2/.flock/handoff" "$M2/handoff/waiters"
-	awk -v r="$1" '{ print "handoff\tcross-host\t" r "\t" $1 }' "$out" >> "$RES"
+		"$a/.flock/handoff=$b/.flock/handoff" "$b/handoff/waiters"
+	awk -v r="$1" -v k="$kind" '{ print k "\tcross-host\t" r "\t" $1 }' "$out" >> "$RES"
 }
 
-CONFIGS=(etcd-mount etcd-raw dir-mount)
+CONFIGS=(etcd-mount etcd-raw etcd-raw-watched dir-mount)
+[ -z "$BASE" ] || CONFIGS=(etcd-mount etcd-mount-base etcd-raw etcd-raw-watched dir-mount)
 COMMIT=$(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "bench_etcd.sh: $ROUNDS rounds, $PAIRS pairs and $SAMPLES hand-offs per round," \
 	"etcd $MEMBERS member(s) at $LOCKFS_ETCD_ENDPOINTS; $(nproc) CPUs, load $LOAD0, commit $COMMIT" >&2
@@ -239,28 +298,41 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	else order=(); for ((i = ${#CONFIGS[@]} - 1; i >= 0; i--)); do order+=("${CONFIGS[i]}"); done
 	fi
 	for c in "${order[@]}"; do run_config "$c" "$r"; done
+	if [ -n "$BASE" ] && (( r % 2 == 0 )); then run_handoff "$r" base; fi
 	run_handoff "$r"
+	if [ -n "$BASE" ] && (( r % 2 )); then run_handoff "$r" base; fi
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
-for m in "$M1" "$M2" "$MD"; do
+LEFT=("$M1" "$M2" "$MD")
+[ -z "$BASE" ] || LEFT+=("$MB1" "$MB2")
+for m in "${LEFT[@]}"; do
 	left=$(find "$m" -mindepth 1 -maxdepth 1 ! -name '.*' -printf '%f ')
 	[ -z "$left" ] || die "locks left behind in $m: $left"
 done
 
-"$PY" - "$RES" "$ROUNDS" "$PAIRS" "$SAMPLES" "$LOAD0" "$LOAD1" "$MEMBERS" <<'EOF'
+"$PY" - "$RES" "$ROUNDS" "$PAIRS" "$SAMPLES" "$LOAD0" "$LOAD1" "$MEMBERS" "$BASE" <<'EOF'
 import sys, math, statistics as st, collections
 res, rounds, pairs, samples = sys.argv[1], *map(int, sys.argv[2:5])
-load0, load1, members = sys.argv[5], sys.argv[6], sys.argv[7]
+load0, load1, members, base = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 pair = collections.defaultdict(dict)      # config -> round -> µs per pair (mean)
 rawp50 = collections.defaultdict(dict)    # config -> round -> pair p50 µs
+cpu = collections.defaultdict(dict)       # config -> round -> (etcd, daemons) µs per pair
 ho = collections.defaultdict(list)        # round -> [µs]
+hob = collections.defaultdict(list)       # round -> [µs], base's
 for line in open(res):
     kind, cfg, r, v = line.rstrip('\n').split('\t')
+    if kind == 'cpu':
+        cpu[cfg][int(r)] = tuple(map(float, v.split()))
+        continue
     r, v = int(r), float(v)
     if kind == 'pair':
         pair[cfg][r] = v
     elif kind == 'rawp50':
         rawp50[cfg][r] = v
+    elif kind == 'cpu':
+        pass
+    elif kind == 'handoff-base':
+        hob[r].append(v)
     else:
         ho[r].append(v)
 R = range(1, rounds + 1)
@@ -279,11 +351,26 @@ print(f"\nissue-11 benchmark: {rounds} rounds interleaved, {pairs} pairs and {sa
       f"cross-host hand-offs per round; etcd {members} member(s); load {load0} -> {load1}")
 print("\nmkdir+rmdir pair, µs (mean per pair in a round; median / min / max over rounds, then each round)")
 print(f"  {'':34}{'median':>9}{'min':>9}{'max':>9}")
-for c in ('etcd-mount', 'etcd-raw', 'etcd-client', 'dir-mount'):
-    print(row(c, [pair[c][r] for r in R]))
+for c in ('etcd-mount', 'etcd-mount-base', 'etcd-raw', 'etcd-client', 'etcd-raw-watched',
+          'dir-mount'):
+    if c in pair:
+        print(row(c, [pair[c][r] for r in R]))
+if cpu:
+    print("\nCPU per pair, µs (etcd; the two daemons of that prefix), per round")
+    for c in ('etcd-mount', 'etcd-mount-base', 'etcd-raw', 'etcd-raw-watched'):
+        if c in cpu:
+            print(row(c + " etcd", [cpu[c][r][0] for r in R]))
+            if c != 'etcd-raw':
+                print(row(c + " daemons", [cpu[c][r][1] for r in R]))
+    if 'etcd-mount-base' in cpu:
+        tot = lambda c, r: cpu[c][r][0] + cpu[c][r][1]
+        print(row("total CPU, etcd-mount / base", [tot('etcd-mount', r) / tot('etcd-mount-base', r)
+                                                   for r in R], '{:9.2f}'))
 print("\ncross-host hand-off (h1 releases -> h2's waiter granted), µs, per round")
 for q in (50, 99):
     print(row(f"hand-off p{q}", [pct(ho[r], q) for r in R]))
+    if base:
+        print(row(f"base hand-off p{q}", [pct(hob[r], q) for r in R]))
 print(row("two raw round trips (raw pair p50)", [rawp50['etcd-raw'][r] for r in R]))
 print("\nratios, round by round (median / min / max)")
 ra = [pair['etcd-mount'][r] / pair['etcd-raw'][r] for r in R]
@@ -291,8 +378,22 @@ rc = [pair['etcd-client'][r] / pair['etcd-raw'][r] for r in R]
 rh = [pct(ho[r], 50) / rawp50['etcd-raw'][r] for r in R]
 rd = [pair['etcd-mount'][r] / pair['dir-mount'][r] for r in R]
 print(row("etcd-mount / etcd-raw", ra, '{:9.2f}'))
+if base:
+    rb = [pair['etcd-mount-base'][r] / pair['etcd-raw'][r] for r in R]
+    print(row("etcd-mount-base / etcd-raw", rb, '{:9.2f}'))
+    print(row("etcd-mount / etcd-mount-base", [pair['etcd-mount'][r] / pair['etcd-mount-base'][r]
+                                               for r in R], '{:9.2f}'))
+print(row("etcd-mount / etcd-raw-watched",
+          [pair['etcd-mount'][r] / pair['etcd-raw-watched'][r] for r in R], '{:9.2f}'))
+print(row("etcd-raw-watched / etcd-raw",
+          [pair['etcd-raw-watched'][r] / pair['etcd-raw'][r] for r in R], '{:9.2f}'))
 print(row("etcd-client / etcd-raw", rc, '{:9.2f}'))
 print(row("hand-off p50 / raw pair p50", rh, '{:9.2f}'))
+if base:
+    print(row("hand-off p50 / base hand-off p50",
+              [pct(ho[r], 50) / pct(hob[r], 50) for r in R], '{:9.2f}'))
+    print(row("hand-off p99 / base hand-off p99",
+              [pct(ho[r], 99) / pct(hob[r], 99) for r in R], '{:9.2f}'))
 print(row("etcd-mount / dir-mount", rd, '{:9.1f}'))
 allho = [x for r in R for x in ho[r]]
 print(f"\npooled hand-offs: n {len(allho)}, p50 {pct(allho, 50):.0f} µs, p99 {pct(allho, 99):.0f} µs")

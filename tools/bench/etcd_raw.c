@@ -2,7 +2,7 @@
  * etcd_raw: the raw etcd baseline for issue 11's "an uncontended mkdir+rmdir
  * through the mount costs at most 1.2x the raw etcd pair".
  *
- *   etcd_raw [--smoke] [--rounds R] [--pairs N] [URL]
+ *   etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [URL]
  *
  * A pair is the two transactions the etcd backend issues for an
  * uncontended mkdir + rmdir (core/backend/etcd.c, docs/etcd.md), the same
@@ -25,6 +25,9 @@
  * exit status 1, so an error path is never timed.
  *
  * --smoke: one round of 20 pairs (for CI: does it still run?).
+ * --prefix P: the keys go under P "bench-raw-<pid>/" instead of a prefix of
+ * their own, so that daemons watching P get every event (bench_etcd.sh's
+ * etcd-raw-watched: what etcd's watch fan-out costs by itself).
  * URL defaults to $LOCKFS_ETCD_URL.  Run against a fresh etcd:
  *   tests/integration/etcd_fixtures.py exec -- build/tools/bench/etcd_raw
  */
@@ -296,13 +299,14 @@ static void report(const char *label, struct series *s)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [URL]\n");
+	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [URL]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	const char *url = getenv("LOCKFS_ETCD_URL");
+	const char *prefix = NULL;
 	int rounds = 5, pairs = 1000;
 	struct lockfs_etcd_config cfg = { .timeout_ms = 5000 };
 	struct lockfs_etcd *c;
@@ -319,6 +323,8 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) {
 			pairs = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) {
+			prefix = argv[++i];
 		} else if (argv[i][0] == '-') {
 			usage();
 		} else {
@@ -335,7 +341,10 @@ int main(int argc, char **argv)
 	rc = lockfs_etcd_lease_grant(c, 60, 0, &nm.lease, NULL);
 	if (rc)
 		die("cannot grant a lease", strerror(-rc));
-	snprintf(nm.range, sizeof(nm.range), "/lockfs-bench-%d/bench/", (int)getpid());
+	if (prefix)
+		snprintf(nm.range, sizeof(nm.range), "%sbench-raw-%d/", prefix, (int)getpid());
+	else
+		snprintf(nm.range, sizeof(nm.range), "/lockfs-bench-%d/bench/", (int)getpid());
 	snprintf(nm.key, sizeof(nm.key), "%s%016" PRIx64 "-1", nm.range, (uint64_t)nm.lease);
 	nm.range_end[lockfs_etcd_prefix_end(nm.range, strlen(nm.range), nm.range_end)] = '\0';
 	raw_init(&raw, url, &nm);
