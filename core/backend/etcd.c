@@ -604,6 +604,7 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		return -ENOENT;
 	rc = need_live(e, &lease);
 	if (rc) {
+		e->adopt_failed = true;
 		free(h.value);
 		return rc;
 	}
@@ -623,10 +624,15 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	put.lease = lease;
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	if (rc) {
+		/* Not moved (or, unknown, moved: then start() keeping the old
+		 * lease costs nothing). */
+		e->adopt_failed = true;
 		free(h.value);
 		return store_error(e, rc);
 	}
 	if (!r.succeeded) {
+		/* Gone (the earlier session expired) or changed: never
+		 * re-created. */
 		lockfs_etcd_txn_resp_free(&r);
 		free(h.value);
 		return -ENOENT;
@@ -882,7 +888,11 @@ static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 	old = e->session.predecessor;
 	e->session.predecessor = 0;
 	pthread_mutex_unlock(&e->session.mu);
-	if (old) {
+	if (old && e->adopt_failed) {
+		fprintf(stderr, "lockfs: etcd: some locks of the earlier daemon's session %016"
+			PRIx64 " could not be adopted (etcd did not answer): they end with that "
+			"session, in at most %" PRId64 " s\n", (uint64_t)old, e->ttl_s);
+	} else if (old) {
 		int rc = lockfs_etcd_lease_revoke(e->client, old);
 
 		if (rc && rc != -ENOENT)

@@ -216,6 +216,11 @@ struct etcd_store {
 	void *change_arg;
 
 	bool unreachable;             /* said "no endpoint answers" (__atomic) */
+	/* adopt() could not move a key of the earlier daemon (etcd did not
+	 * answer): start() keeps its lease, so that lock ends with it rather
+	 * than now.  Set and read during the startup scan and start() only,
+	 * on the thread that opens the mount. */
+	bool adopt_failed;
 };
 
 /* Report CHANGED (and free it) and WHAT=SESSION when SESSION_CHANGED, to

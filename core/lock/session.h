@@ -43,6 +43,16 @@ void lockfs_session_check(struct lockfs_table *t);
 int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, const char *name,
 				  const struct lockfs_caller *caller);
 
+/*
+ * With S's mutex held: C, a lock of this host, was lost with session
+ * LEASE outside a session change (a restarted daemon found the earlier
+ * daemon's key gone before it could adopt it, startup.c).  As for a lost
+ * session: each holder logged `lost`, signalled (-o break_signal) and
+ * kept as a tombstone for its rmdir (ESTALE); C is dropped from the cache.
+ */
+void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+				int64_t lease);
+
 /* Free S's tombstones (the engine's close). */
 void lockfs_session_free_tombstones(struct stripe *s);
 

@@ -19,7 +19,6 @@ def one_line(err):
     return lines[0]
 
 
-@pytest.mark.skip(reason='needs the engine side of issue 11 (task Y)')
 @pytest.mark.slow
 def test_restarted_daemon_readopts_live_holders_and_releases_dead_ones(
         etcd1, etcd_mounts, procs, tmp_path):
@@ -49,7 +48,13 @@ def test_restarted_daemon_readopts_live_holders_and_releases_dead_ones(
     assert (k[0].rsplit('/', 1)[0], k[2]) == (key.rsplit('/', 1)[0], rev), k
     assert line_within(p, 0.5) is None and p.poll() is None, 'etcdctl got x during the restart'
     assert procs.agent().owner(n.mnt, 'x')['holder']['pid'] == live.pid
-    hosts.wait_log(n, 'y', 'recovered')
+    [ad] = hosts.wait_log(n, 'x', 'adopted')
+    assert (ad.details['key'], ad.details['fence'], ad.details['pid']) == \
+        (key, str(rev), str(live.pid)), ad.raw
+    assert (int(ad.details['from'], 16), int(ad.details['session'], 16)) == (lease, k[3]), ad.raw
+    [rec] = hosts.wait_log(n, 'y', 'recovered')
+    assert rec.details['evidence'] == 'exited-while-down', rec.raw
+    assert hosts.log_lines(n, 'y', 'adopted') == []
 
     # the holder releases through the new daemon; etcdctl gets x after it
     assert live.rmdir(n.path('x')) == 0
