@@ -3,6 +3,8 @@ live holders' keys without a moment in which the lock is free and releases
 its dead holders'; a second daemon with a used host name is refused; a
 daemon that cannot reach etcd fails at once."""
 
+import errno
+import fcntl
 import os
 
 import pytest
@@ -61,6 +63,59 @@ def test_restarted_daemon_readopts_live_holders_and_releases_dead_ones(
     line = line_within(p, 10)
     assert line and int(line.split()[1]) > rev, line
     assert p.wait(15) == 0
+
+
+@pytest.mark.slow
+def test_restarted_daemon_rebinds_and_adopts_an_fd_lock_held_across_the_crash(
+        etcd1, etcd_mounts, procs):
+    """flock(2) on M/.flock/x: the new daemon binds the lock to the process
+    that still holds its old descriptor (as on dir), adopts its key, and
+    releases it once that descriptor is closed."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=10)
+    h1 = hosts[0]
+    lk = procs.agent()
+    fd = lk.take(h1.path('.flock', 'x'))
+    [(key, _, rev, lease)] = hosts.lock_keys('x')
+
+    h1.kill9(lazy=True)
+    n = hosts.restart(h1)
+    hosts.wait_log(n, 'x', 'rebound')
+    [ad] = hosts.wait_log(n, 'x', 'adopted')
+    [k] = hosts.lock_keys('x')
+    assert (k[0], k[2]) == (key, rev) and k[3] != lease, (k, key, rev, lease)
+    assert int(ad.details['session'], 16) == k[3], ad.raw
+    assert procs.agent().owner(n.mnt, 'x')['holder']['pid'] == lk.pid
+
+    # the close the old mount cannot carry is seen in /proc: released
+    assert lk.close(fd) == errno.ENOTCONN
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x released')
+    [rec] = hosts.wait_log(n, 'x', 'recovered')
+    assert rec.details['evidence'] == 'closed', rec.raw
+
+
+@pytest.mark.slow
+def test_restarted_daemon_deletes_the_places_of_its_dead_waiters(etcd1, etcd_mounts, procs):
+    """A flock waiter's request dies with the daemon: its key in x's line
+    goes at the restart, the holder's key stays (adopted)."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=10)
+    h1 = hosts[0]
+    holder, waiter = procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fd = waiter.open(h1.path('.flock', 'x'))
+    rid = waiter.flock_start(fd, fcntl.LOCK_EX)
+    wait_until(lambda: len(hosts.lock_keys('x')) == 2, timeout=10, what="the waiter's key")
+    [(key, _, rev, lease), place] = hosts.lock_keys('x')
+    assert place[3] == lease
+
+    h1.kill9(lazy=True)
+    assert waiter.wait(rid, 10).get('errno') in (errno.ECONNABORTED, errno.ENOTCONN)
+    n = hosts.restart(h1)
+    hosts.wait_log(n, 'x', 'adopted')
+    wait_until(lambda: len(hosts.lock_keys('x')) == 1, timeout=10, what="the place's delete")
+    [k] = hosts.lock_keys('x')
+    assert (k[0], k[2]) == (key, rev) and k[3] != lease, (k, key, rev, lease)
+    assert holder.rmdir(n.path('x')) == 0
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x released')
 
 
 @pytest.mark.slow
