@@ -881,6 +881,14 @@ static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 	e->change = fn;
 	e->change_arg = arg;
 	pthread_mutex_unlock(&e->report_mu);
+	/* The scan is over: an expired session's keys were shown to it
+	 * only (etcd_expired.c). */
+	if (e->n_expired) {
+		struct etcd_names changed = { 0 };
+
+		lockfs_etcdbe_drop_expired(e, &changed);
+		lockfs_etcdbe_report(e, &changed, false);
+	}
 	/* What the earlier daemon of this host left and the startup scan did
 	 * not adopt goes with its lease (its host key moved already, so this
 	 * starts no lock-delay elsewhere). */
@@ -959,6 +967,7 @@ static void open_pair_remove(const char *prefix, const char *host)
 
 static void etcd_free(struct etcd_store *e)
 {
+	lockfs_etcdbe_free_expired(e);
 	free(e->endpoints);
 	free(e->prefix);
 	free(e->source);
@@ -1308,6 +1317,10 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		    strerror(-rc));
 		goto fail;
 	}
+	/* No earlier daemon's session to adopt from: it may have expired
+	 * with locks whose holders live on (into the mirror, for the scan). */
+	if (!e->session.predecessor)
+		lockfs_etcdbe_find_expired(e, e->session.lease);
 	rc = lockfs_etcdbe_session_start(e);
 	if (rc) {
 		say(cfg, "cannot start the etcd session thread: %s", strerror(-rc));

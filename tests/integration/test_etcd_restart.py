@@ -57,6 +57,7 @@ def test_restarted_daemon_readopts_live_holders_and_releases_dead_ones(
     [rec] = hosts.wait_log(n, 'y', 'recovered')
     assert rec.details['evidence'] == 'exited-while-down', rec.raw
     assert hosts.log_lines(n, 'y', 'adopted') == []
+    assert 'lockfs: etcd' not in n.stderr(), n.stderr()
 
     # the holder releases through the new daemon; etcdctl gets x after it
     assert live.rmdir(n.path('x')) == 0
@@ -116,6 +117,33 @@ def test_restarted_daemon_deletes_the_places_of_its_dead_waiters(etcd1, etcd_mou
     assert (k[0], k[2]) == (key, rev) and k[3] != lease, (k, key, rev, lease)
     assert holder.rmdir(n.path('x')) == 0
     wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x released')
+
+
+@pytest.mark.slow
+def test_restart_after_the_old_session_expired_tells_the_live_holder_its_lock_was_lost(
+        etcd1, etcd_mounts, procs):
+    """Too late to adopt: the keys went with the lease.  The holder is told
+    as for a lost session (`lost`, rmdir ESTALE), never that it holds x."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=2)
+    h1 = hosts[0]
+    live = procs.agent()
+    assert live.mkdir(h1.path('x')) == 0
+    [(key, _, rev, lease)] = hosts.lock_keys('x')
+
+    h1.kill9()
+    wait_until(lambda: hosts.keys() == [], timeout=10, what='the old lease to expire')
+    n = hosts.restart(h1)
+    [lost] = hosts.wait_log(n, 'x', 'lost')
+    assert (lost.details['evidence'], lost.details['fence'], lost.details['pid'],
+            int(lost.details['session'], 16)) == ('session-expired', str(rev), str(live.pid),
+                                                  lease), lost.raw
+    assert live.rmdir(n.path('x')) == errno.ESTALE
+    assert hosts.log_lines(n, 'x', 'adopted') == []
+    assert 'lockfs: etcd' not in n.stderr(), n.stderr()
+    # x is free: nothing of the old session is held again
+    other = procs.agent()
+    assert other.mkdir(n.path('x')) == 0
+    assert other.rmdir(n.path('x')) == 0
 
 
 @pytest.mark.slow
