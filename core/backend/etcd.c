@@ -1088,7 +1088,8 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = e->host_key };
 	struct lockfs_etcd_op_resp r;
 	json_t *v = NULL;
-	const char *machine = "", *boot = "";
+	const char *machine = "", *boot = "", *state = "";
+	char own_state[48] = "";
 	json_int_t pid = 0;
 	unsigned long long start_time = 0, now_start = 0;
 	int64_t old_lease;
@@ -1106,6 +1107,9 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 			continue;  /* gone meanwhile: try again */
 		}
 		old_lease = r.kvs[0].lease;
+		machine = boot = state = "";  /* nothing of an earlier attempt's */
+		pid = 0;
+		start_time = 0;
 		v = json_loadb(r.kvs[0].value, r.kvs[0].value_len, 0, NULL);
 		lockfs_etcd_op_resp_free(&r);
 		if (v) {
@@ -1113,6 +1117,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 
 			machine = json_string_value(json_object_get(v, "machine_id")) ?: "";
 			boot = json_string_value(json_object_get(v, "boot_id")) ?: "";
+			state = json_string_value(json_object_get(v, "state_dir")) ?: "";
 			pid = json_integer_value(json_object_get(v, "pid"));
 			start_time = json_is_integer(st) ? (unsigned long long)json_integer_value(st)
 							 : 0;
@@ -1124,6 +1129,11 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 			json_decref(v);
 			return -EBUSY;
 		}
+		/* Its backing directory is ours: we hold its pid lock, so that
+		 * daemon is gone (even if /proc still shows it, unreaped). */
+		if (*state && lockfs_etcdbe_state_id(e, own_state) == 0 &&
+		    strcmp(state, own_state) == 0 && pid != getpid())
+			pid = 0;
 		if (strcmp(boot, e->boot_id) == 0 && pid > 0 &&
 		    ((pid == getpid() && !open_pair_add(e->prefix, e->base.host)) ||
 		     (pid != getpid() &&

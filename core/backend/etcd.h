@@ -268,6 +268,10 @@ void lockfs_etcdbe_session_destroy(struct etcd_store *e);
 /* Put the host key on LEASE, if it does not exist (OLD 0) or is on lease
  * OLD.  0; -EEXIST: it exists otherwise; or the client's errors. */
 int lockfs_etcdbe_session_put_host(struct etcd_store *e, int64_t lease, int64_t old);
+/* The backing directory's "DEV:INO" into OUT (the host key's state_dir):
+ * a daemon that finds it in the host key holds that directory's pid lock
+ * now, so the daemon that wrote it is gone.  0 or -errno. */
+int lockfs_etcdbe_state_id(struct etcd_store *e, char out[48]);
 /* This daemon's session state and lease, as ops see them. */
 enum lockfs_session_state lockfs_etcdbe_session_state(struct etcd_store *e, int64_t *lease);
 /* This daemon's session as session() reports it. */

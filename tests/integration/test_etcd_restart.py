@@ -6,13 +6,15 @@ daemon that cannot reach etcd fails at once."""
 import errno
 import fcntl
 import os
+import signal
 
 import pytest
 
 from etcd_fixtures import etcd1, free_ports  # noqa: F401
 from etcd_mounts import (HOLD, etcd_mounts, etcd_options, etcdctl_lock,  # noqa: F401
                          line_within, start_refused)
-from lockfs_helpers import wait_until
+from flock_helpers import proc_state
+from lockfs_helpers import fusermount_u, wait_until
 
 
 def one_line(err):
@@ -144,6 +146,29 @@ def test_restart_after_the_old_session_expired_tells_the_live_holder_its_lock_wa
     other = procs.agent()
     assert other.mkdir(n.path('x')) == 0
     assert other.rmdir(n.path('x')) == 0
+
+
+@pytest.mark.slow
+def test_restart_while_the_old_daemon_is_not_yet_reaped_is_not_refused(
+        etcd1, etcd_mounts, procs):
+    """/proc still shows the old daemon (a zombie) with the pid and start
+    time its host key names; the pid lock of the backing dir, which the new
+    daemon holds, says it is gone: a restart, not a second daemon."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=10)
+    h1 = hosts[0]
+    live = procs.agent()
+    assert live.mkdir(h1.path('x')) == 0
+    os.kill(h1.pid, signal.SIGKILL)
+    try:
+        wait_until(lambda: proc_state(h1.pid) == 'Z', timeout=10, what='the daemon a zombie')
+        fusermount_u(h1.mnt)
+        h1.stopped = True
+        n = hosts.restart(h1)
+        hosts.wait_log(n, 'x', 'adopted')
+        assert proc_state(h1.pid) == 'Z'
+    finally:
+        h1.proc.wait(10)
+    assert live.rmdir(n.path('x')) == 0
 
 
 @pytest.mark.slow
