@@ -68,8 +68,9 @@ static void adopt_locked(struct lockfs_table *t, struct stripe *s, struct cached
 		lockfs_session_lose_locked(t, s, c, before.lease);
 		return;
 	}
-	if (rc < 0 || after.identity == c->identity)
-		return; /* kept as it is, or this daemon's already */
+	/* Kept as it is (the store said why), or this daemon's already. */
+	if (rc < 0 || (after.identity == c->identity && after.lease == before.lease))
+		return;
 	c->identity = after.identity;
 	log_adopted(t, c, before.lease, &after);
 }
