@@ -1,7 +1,9 @@
 """Issue 11, daemon restarts and start-up: a restarted daemon re-adopts its
-live holders' keys without a moment in which the lock is free and releases
-its dead holders'; a second daemon with a used host name is refused; a
-daemon that cannot reach etcd fails at once."""
+live holders' keys (fd locks too) without a moment in which the lock is
+free, releases its dead holders' and drops its dead waiters' places; one
+restarted after its old session expired tells the live holders their locks
+were lost; a restart is told from a second daemon with a used host name
+(refused); a daemon that cannot reach etcd fails at once."""
 
 import errno
 import fcntl
