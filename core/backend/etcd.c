@@ -629,6 +629,7 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		return -ENOENT;
 	rc = need_live(e, &lease);
 	if (rc) {
+		e->adopt_failed = true;
 		free(h.value);
 		return rc;
 	}
@@ -648,10 +649,15 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	put.lease = lease;
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	if (rc) {
+		/* Not moved (or, unknown, moved: then start() keeping the old
+		 * lease costs nothing). */
+		e->adopt_failed = true;
 		free(h.value);
 		return store_error(e, rc);
 	}
 	if (!r.succeeded) {
+		/* Gone (the earlier session expired) or changed: never
+		 * re-created. */
 		lockfs_etcd_txn_resp_free(&r);
 		free(h.value);
 		return -ENOENT;
@@ -928,6 +934,14 @@ static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 	e->change = fn;
 	e->change_arg = arg;
 	pthread_mutex_unlock(&e->report_mu);
+	/* The scan is over: an expired session's keys were shown to it
+	 * only (etcd_expired.c). */
+	if (e->n_expired) {
+		struct etcd_names changed = { 0 };
+
+		lockfs_etcdbe_drop_expired(e, &changed);
+		lockfs_etcdbe_report(e, &changed, false);
+	}
 	/* What the earlier daemon of this host left and the startup scan did
 	 * not adopt goes with its lease (its host key moved already, so this
 	 * starts no lock-delay elsewhere). */
@@ -935,7 +949,11 @@ static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 	old = e->session.predecessor;
 	e->session.predecessor = 0;
 	pthread_mutex_unlock(&e->session.mu);
-	if (old) {
+	if (old && e->adopt_failed) {
+		fprintf(stderr, "lockfs: etcd: some locks of the earlier daemon's session %016"
+			PRIx64 " could not be adopted (etcd did not answer): they end with that "
+			"session, in at most %" PRId64 " s\n", (uint64_t)old, e->ttl_s);
+	} else if (old) {
 		int rc = lockfs_etcd_lease_revoke(e->client, old);
 
 		if (rc && rc != -ENOENT)
@@ -1002,6 +1020,7 @@ static void open_pair_remove(const char *prefix, const char *host)
 
 static void etcd_free(struct etcd_store *e)
 {
+	lockfs_etcdbe_free_expired(e);
 	free(e->endpoints);
 	free(e->prefix);
 	free(e->source);
@@ -1122,7 +1141,8 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = e->host_key };
 	struct lockfs_etcd_op_resp r;
 	json_t *v = NULL;
-	const char *machine = "", *boot = "";
+	const char *machine = "", *boot = "", *state = "";
+	char own_state[48] = "";
 	json_int_t pid = 0;
 	unsigned long long start_time = 0, now_start = 0;
 	int64_t old_lease;
@@ -1140,6 +1160,9 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 			continue;  /* gone meanwhile: try again */
 		}
 		old_lease = r.kvs[0].lease;
+		machine = boot = state = "";  /* nothing of an earlier attempt's */
+		pid = 0;
+		start_time = 0;
 		v = json_loadb(r.kvs[0].value, r.kvs[0].value_len, 0, NULL);
 		lockfs_etcd_op_resp_free(&r);
 		if (v) {
@@ -1147,6 +1170,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 
 			machine = json_string_value(json_object_get(v, "machine_id")) ?: "";
 			boot = json_string_value(json_object_get(v, "boot_id")) ?: "";
+			state = json_string_value(json_object_get(v, "state_dir")) ?: "";
 			pid = json_integer_value(json_object_get(v, "pid"));
 			start_time = json_is_integer(st) ? (unsigned long long)json_integer_value(st)
 							 : 0;
@@ -1158,6 +1182,11 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 			json_decref(v);
 			return -EBUSY;
 		}
+		/* Its backing directory is ours: we hold its pid lock, so that
+		 * daemon is gone (even if /proc still shows it, unreaped). */
+		if (*state && lockfs_etcdbe_state_id(e, own_state) == 0 &&
+		    strcmp(state, own_state) == 0 && pid != getpid())
+			pid = 0;
 		if (strcmp(boot, e->boot_id) == 0 && pid > 0 &&
 		    ((pid == getpid() && !open_pair_add(e->prefix, e->base.host)) ||
 		     (pid != getpid() &&
@@ -1351,6 +1380,10 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		    strerror(-rc));
 		goto fail;
 	}
+	/* No earlier daemon's session to adopt from: it may have expired
+	 * with locks whose holders live on (into the mirror, for the scan). */
+	if (!e->session.predecessor)
+		lockfs_etcdbe_find_expired(e, e->session.lease);
 	rc = lockfs_etcdbe_session_start(e);
 	if (rc) {
 		say(cfg, "cannot start the etcd session thread: %s", strerror(-rc));

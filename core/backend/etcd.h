@@ -216,6 +216,21 @@ struct etcd_session {
 	pthread_t thread;
 };
 
+/* ---- An earlier session that expired before this daemon (etcd_expired.c) ---- */
+
+struct etcd_store;
+/* At open, when the host key was free (OWN_LEASE: the lease this daemon
+ * put it on): find in etcd's history the session of this host, machine
+ * and boot that ended last, and show its locks to the startup scan as
+ * they were (the mirror, E->expired).  Says on stderr when history cannot
+ * tell. */
+void lockfs_etcdbe_find_expired(struct etcd_store *e, int64_t own_lease);
+/* In start(): take those keys out of the mirror again (their names to
+ * CHANGED), and free the list. */
+void lockfs_etcdbe_drop_expired(struct etcd_store *e, struct etcd_names *changed);
+/* Free the list (close, a failed open). */
+void lockfs_etcdbe_free_expired(struct etcd_store *e);
+
 /* ---- The store ---- */
 
 struct etcd_store {
@@ -245,6 +260,18 @@ struct etcd_store {
 	void *change_arg;
 
 	bool unreachable;             /* said "no endpoint answers" (__atomic) */
+	/* adopt() could not move a key of the earlier daemon (etcd did not
+	 * answer): start() keeps its lease, so that lock ends with it rather
+	 * than now.  Set and read during the startup scan and start() only,
+	 * on the thread that opens the mount. */
+	bool adopt_failed;
+	/* The keys of an earlier session of this host that expired before
+	 * this daemon started, shown to the startup scan (etcd_expired.c);
+	 * deleted from the mirror at EXPIRED_REV by start().  Same thread
+	 * rule as ADOPT_FAILED. */
+	char **expired;
+	size_t n_expired, cap_expired;
+	int64_t expired_rev;
 };
 
 /* Report CHANGED (and free it) and WHAT=SESSION when SESSION_CHANGED, to
@@ -270,6 +297,10 @@ void lockfs_etcdbe_session_destroy(struct etcd_store *e);
 /* Put the host key on LEASE, if it does not exist (OLD 0) or is on lease
  * OLD.  0; -EEXIST: it exists otherwise; or the client's errors. */
 int lockfs_etcdbe_session_put_host(struct etcd_store *e, int64_t lease, int64_t old);
+/* The backing directory's "DEV:INO" into OUT (the host key's state_dir):
+ * a daemon that finds it in the host key holds that directory's pid lock
+ * now, so the daemon that wrote it is gone.  0 or -errno. */
+int lockfs_etcdbe_state_id(struct etcd_store *e, char out[48]);
 /* This daemon's session state and lease, as ops see them. */
 enum lockfs_session_state lockfs_etcdbe_session_state(struct etcd_store *e, int64_t *lease);
 /* This daemon's session as session() reports it. */

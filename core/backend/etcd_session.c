@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,18 +126,31 @@ void lockfs_etcdbe_session_watch_ended(struct etcd_store *e, bool resync, int64_
 	pthread_mutex_unlock(&s->mu);
 }
 
+int lockfs_etcdbe_state_id(struct etcd_store *e, char out[48])
+{
+	struct stat st;
+
+	if (fstat(e->sd.dirfd, &st) < 0)
+		return -errno;
+	snprintf(out, 48, "%ju:%ju", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino);
+	return 0;
+}
+
 /* The host key's value for LEASE. */
 static int host_value(struct etcd_store *e, int64_t lease)
 {
 	unsigned long long start = 0;
+	char state[48] = "";
 	char *v;
 
 	if (lockfs_proc_start_time(getpid(), &start) < 0)
 		start = 0;
+	(void)lockfs_etcdbe_state_id(e, state);
 	if (asprintf(&v, "{\"host\": \"%s\", \"machine_id\": \"%s\", \"boot_id\": \"%s\", "
-		     "\"pid\": %d, \"start_time\": %llu, \"lease\": \"%016" PRIx64 "\"}",
+		     "\"pid\": %d, \"start_time\": %llu, \"lease\": \"%016" PRIx64 "\", "
+		     "\"state_dir\": \"%s\"}",
 		     e->base.host, e->machine_id, e->boot_id, (int)getpid(), start,
-		     (uint64_t)lease) < 0)
+		     (uint64_t)lease, state) < 0)
 		return -ENOMEM;
 	free(e->host_value);
 	e->host_value = v;

@@ -153,6 +153,24 @@ static void lose_all(struct lockfs_table *t, int64_t lease, bool all, struct sig
 	}
 }
 
+void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+				int64_t lease)
+{
+	size_t n = lockfs_record_holders(&c->rec);
+
+	for (size_t i = 0; i < n; i++) {
+		const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
+
+		log_lost(t, c, i, lease, "session-expired");
+		tombstone_add(s, c, i);
+		/* The liveness mutex is a leaf: taken inside a stripe's. */
+		if (t->break_signal && h->pid > 0)
+			(void)lockfs_liveness_signal(t->liveness, h->pid, h->start_time,
+						     t->break_signal);
+	}
+	lockfs_table_drop(t, s, c->name);
+}
+
 /* Drop tombstones whose holder is gone: nobody is left to tell. */
 static void prune_tombstones(struct lockfs_table *t)
 {

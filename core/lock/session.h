@@ -69,6 +69,16 @@ void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s);
  * there is no loss left to tell it of. */
 void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c);
 
+/*
+ * With S's mutex held: C, a lock of this host, was lost with session
+ * LEASE outside a session change (a restarted daemon found the earlier
+ * daemon's key gone before it could adopt it, startup.c).  As for a lost
+ * session: each holder logged `lost`, signalled (-o break_signal) and
+ * kept as a tombstone for its rmdir (ESTALE); C is dropped from the cache.
+ */
+void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+				int64_t lease);
+
 /* Free S's tombstones (the engine's close). */
 void lockfs_session_free_tombstones(struct stripe *s);
 

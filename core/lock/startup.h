@@ -2,7 +2,8 @@
  * The startup scan (startup.c): every lock the store holds when the
  * daemon starts is read, cached and watched; fd locks are rebound to the
  * processes holding their old descriptors (rebound.h); then what died
- * meanwhile is recovered (recovery.h).
+ * meanwhile is recovered (recovery.h); then, with a store of sessions
+ * (etcd), what lives on is adopted into this daemon's session.
  */
 #ifndef LOCKFS_LOCK_STARTUP_H
 #define LOCKFS_LOCK_STARTUP_H

@@ -218,8 +218,10 @@ struct lockfs_backend_ops {
 	 * (the startup scan found its holder alive): make it this daemon's,
 	 * keeping its place and fence.  0 (ST: its identity now); -ENOENT.
 	 * A backend whose locks hang on a daemon's session (etcd) releases in
-	 * start() every lock of the earlier daemon that was not adopted; dir
-	 * has no sessions: adopt does nothing and start releases nothing.
+	 * start() every lock of the earlier daemon that was not adopted (unless
+	 * an adopt could not reach the store: then they end with that session);
+	 * dir has no sessions: adopt does nothing and start releases nothing,
+	 * and the engine does not call it (startup.c).
 	 */
 	int (*adopt)(struct lockfs_backend *be, const char *name, uint64_t identity,
 		     struct lockfs_entry_stat *st);

@@ -1,16 +1,22 @@
 """Issue 11, daemon restarts and start-up: a restarted daemon re-adopts its
-live holders' keys without a moment in which the lock is free and releases
-its dead holders'; a second daemon with a used host name is refused; a
-daemon that cannot reach etcd fails at once."""
+live holders' keys (fd locks too) without a moment in which the lock is
+free, releases its dead holders' and drops its dead waiters' places; one
+restarted after its old session expired tells the live holders their locks
+were lost; a restart is told from a second daemon with a used host name
+(refused); a daemon that cannot reach etcd fails at once."""
 
+import errno
+import fcntl
 import os
+import signal
 
 import pytest
 
 from etcd_fixtures import etcd1, free_ports  # noqa: F401
 from etcd_mounts import (HOLD, etcd_mounts, etcd_options, etcdctl_lock,  # noqa: F401
                          line_within, start_refused)
-from lockfs_helpers import wait_until
+from flock_helpers import proc_state
+from lockfs_helpers import fusermount_u, wait_until
 
 
 def one_line(err):
@@ -19,7 +25,6 @@ def one_line(err):
     return lines[0]
 
 
-@pytest.mark.skip(reason='needs the engine side of issue 11 (task Y)')
 @pytest.mark.slow
 def test_restarted_daemon_readopts_live_holders_and_releases_dead_ones(
         etcd1, etcd_mounts, procs, tmp_path):
@@ -49,13 +54,123 @@ def test_restarted_daemon_readopts_live_holders_and_releases_dead_ones(
     assert (k[0].rsplit('/', 1)[0], k[2]) == (key.rsplit('/', 1)[0], rev), k
     assert line_within(p, 0.5) is None and p.poll() is None, 'etcdctl got x during the restart'
     assert procs.agent().owner(n.mnt, 'x')['holder']['pid'] == live.pid
-    hosts.wait_log(n, 'y', 'recovered')
+    [ad] = hosts.wait_log(n, 'x', 'adopted')
+    assert (ad.details['key'], ad.details['fence'], ad.details['pid']) == \
+        (key, str(rev), str(live.pid)), ad.raw
+    assert (int(ad.details['from'], 16), int(ad.details['session'], 16)) == (lease, k[3]), ad.raw
+    [rec] = hosts.wait_log(n, 'y', 'recovered')
+    assert rec.details['evidence'] == 'exited-while-down', rec.raw
+    assert hosts.log_lines(n, 'y', 'adopted') == []
+    assert 'lockfs: etcd' not in n.stderr(), n.stderr()
 
     # the holder releases through the new daemon; etcdctl gets x after it
     assert live.rmdir(n.path('x')) == 0
     line = line_within(p, 10)
     assert line and int(line.split()[1]) > rev, line
     assert p.wait(15) == 0
+
+
+@pytest.mark.slow
+def test_restarted_daemon_rebinds_and_adopts_an_fd_lock_held_across_the_crash(
+        etcd1, etcd_mounts, procs):
+    """flock(2) on M/.flock/x: the new daemon binds the lock to the process
+    that still holds its old descriptor (as on dir), adopts its key, and
+    releases it once that descriptor is closed."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=10)
+    h1 = hosts[0]
+    lk = procs.agent()
+    fd = lk.take(h1.path('.flock', 'x'))
+    [(key, _, rev, lease)] = hosts.lock_keys('x')
+
+    h1.kill9(lazy=True)
+    n = hosts.restart(h1)
+    hosts.wait_log(n, 'x', 'rebound')
+    [ad] = hosts.wait_log(n, 'x', 'adopted')
+    [k] = hosts.lock_keys('x')
+    assert (k[0], k[2]) == (key, rev) and k[3] != lease, (k, key, rev, lease)
+    assert int(ad.details['session'], 16) == k[3], ad.raw
+    assert procs.agent().owner(n.mnt, 'x')['holder']['pid'] == lk.pid
+
+    # the close the old mount cannot carry is seen in /proc: released
+    assert lk.close(fd) == errno.ENOTCONN
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x released')
+    [rec] = hosts.wait_log(n, 'x', 'recovered')
+    assert rec.details['evidence'] == 'closed', rec.raw
+
+
+@pytest.mark.slow
+def test_restarted_daemon_deletes_the_places_of_its_dead_waiters(etcd1, etcd_mounts, procs):
+    """A flock waiter's request dies with the daemon: its key in x's line
+    goes at the restart, the holder's key stays (adopted)."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=10)
+    h1 = hosts[0]
+    holder, waiter = procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fd = waiter.open(h1.path('.flock', 'x'))
+    rid = waiter.flock_start(fd, fcntl.LOCK_EX)
+    wait_until(lambda: len(hosts.lock_keys('x')) == 2, timeout=10, what="the waiter's key")
+    [(key, _, rev, lease), place] = hosts.lock_keys('x')
+    assert place[3] == lease
+
+    h1.kill9(lazy=True)
+    assert waiter.wait(rid, 10).get('errno') in (errno.ECONNABORTED, errno.ENOTCONN)
+    n = hosts.restart(h1)
+    hosts.wait_log(n, 'x', 'adopted')
+    wait_until(lambda: len(hosts.lock_keys('x')) == 1, timeout=10, what="the place's delete")
+    [k] = hosts.lock_keys('x')
+    assert (k[0], k[2]) == (key, rev) and k[3] != lease, (k, key, rev, lease)
+    assert holder.rmdir(n.path('x')) == 0
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x released')
+
+
+@pytest.mark.slow
+def test_restart_after_the_old_session_expired_tells_the_live_holder_its_lock_was_lost(
+        etcd1, etcd_mounts, procs):
+    """Too late to adopt: the keys went with the lease.  The holder is told
+    as for a lost session (`lost`, rmdir ESTALE), never that it holds x."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=2)
+    h1 = hosts[0]
+    live = procs.agent()
+    assert live.mkdir(h1.path('x')) == 0
+    [(key, _, rev, lease)] = hosts.lock_keys('x')
+
+    h1.kill9()
+    wait_until(lambda: hosts.keys() == [], timeout=10, what='the old lease to expire')
+    n = hosts.restart(h1)
+    [lost] = hosts.wait_log(n, 'x', 'lost')
+    assert (lost.details['evidence'], lost.details['fence'], lost.details['pid'],
+            int(lost.details['session'], 16)) == ('session-expired', str(rev), str(live.pid),
+                                                  lease), lost.raw
+    assert live.rmdir(n.path('x')) == errno.ESTALE
+    assert hosts.log_lines(n, 'x', 'adopted') == []
+    assert 'lockfs: etcd' not in n.stderr(), n.stderr()
+    # x is free: nothing of the old session is held again
+    other = procs.agent()
+    assert other.mkdir(n.path('x')) == 0
+    assert other.rmdir(n.path('x')) == 0
+
+
+@pytest.mark.slow
+def test_restart_while_the_old_daemon_is_not_yet_reaped_is_not_refused(
+        etcd1, etcd_mounts, procs):
+    """/proc still shows the old daemon (a zombie) with the pid and start
+    time its host key names; the pid lock of the backing dir, which the new
+    daemon holds, says it is gone: a restart, not a second daemon."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=10)
+    h1 = hosts[0]
+    live = procs.agent()
+    assert live.mkdir(h1.path('x')) == 0
+    os.kill(h1.pid, signal.SIGKILL)
+    try:
+        wait_until(lambda: proc_state(h1.pid) == 'Z', timeout=10, what='the daemon a zombie')
+        fusermount_u(h1.mnt)
+        h1.stopped = True
+        n = hosts.restart(h1)
+        hosts.wait_log(n, 'x', 'adopted')
+        assert proc_state(h1.pid) == 'Z'
+    finally:
+        h1.proc.wait(10)
+    assert live.rmdir(n.path('x')) == 0
 
 
 @pytest.mark.slow
