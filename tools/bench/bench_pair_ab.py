@@ -7,7 +7,9 @@ Mounts BUILD_A/lockfs and BUILD_B/lockfs, each on its own private tmpfs
 backing dir, and runs BUILD_B/tools/bench/bench_pairs (mkdir+rmdir of one name,
 the mean µs per pair over --pairs pairs) against them in alternating
 order (A B, B A, ...) for --rounds rounds.  Prints the median µs of each
-and the median of the per-round ratios B/A: what a change costs the pair.
+and the median of the per-round ratios B/A: what a change costs the pair;
+and the same for each daemon's CPU time per pair (all its threads, from
+/proc/PID/stat), which the machine's other load moves less.
 --smoke: 2 rounds of 200 pairs.  Run as root.
 """
 import argparse
@@ -35,6 +37,13 @@ def mount(build, top, tag):
             raise SystemExit(f'{build}/lockfs did not mount')
         time.sleep(0.01)
     return d, back, mnt
+
+
+def daemon_cpu_s(pid):
+    """User + system CPU seconds of process PID, all its threads."""
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
 def unmount(d, back, mnt):
@@ -66,13 +75,16 @@ def main():
     top = tempfile.mkdtemp(prefix='lockfs-ab-')
     mounts = {}
     res = {'a': [], 'b': []}
+    cpu = {'a': [], 'b': []}
     try:
         for tag, build in (('a', a.a), ('b', a.b)):
             mounts[tag] = mount(build, top, tag)
         for r in range(a.rounds):
             for tag in ('a', 'b') if r % 2 == 0 else ('b', 'a'):
+                cpu0 = daemon_cpu_s(mounts[tag][0].pid)
                 out = subprocess.run([client, 'pairs', mounts[tag][2], str(a.pairs)],
                                      stdout=subprocess.PIPE, check=True).stdout
+                cpu[tag].append((daemon_cpu_s(mounts[tag][0].pid) - cpu0) * 1e6 / a.pairs)
                 res[tag].append(float(out))
                 with open(os.path.join(mounts[tag][1], 'lock.log'), 'w'):
                     pass  # keep the log from growing between runs
@@ -86,6 +98,15 @@ def main():
     print(f'  B {a.b}: {statistics.median(res["b"]):.1f}')
     print(f'  B/A per round: median {statistics.median(ratios):.3f}, '
           f'min {min(ratios):.3f}, max {max(ratios):.3f}')
+    # The client's warm-up pairs count too: slightly more than per pair.
+    ratios = [b / x for x, b in zip(cpu['a'], cpu['b']) if x > 0]
+    print('daemon CPU µs per pair (median):')
+    print(f'  A: {statistics.median(cpu["a"]):.1f}')
+    print(f'  B: {statistics.median(cpu["b"]):.1f}')
+    if ratios:
+        print(f'  B/A per round: median {statistics.median(ratios):.3f}, '
+              f'min {min(ratios):.3f}, max {max(ratios):.3f}')
+    print(f'load average at the end: {os.getloadavg()[0]:.1f}')
 
 
 if __name__ == '__main__':
