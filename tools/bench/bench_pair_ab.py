@@ -10,6 +10,9 @@ order (A B, B A, ...) for --rounds rounds.  Prints the median µs of each
 and the median of the per-round ratios B/A: what a change costs the pair;
 and the same for each daemon's CPU time per pair (all its threads, from
 /proc/PID/stat), which the machine's other load moves less.
+--scaling N: also, every round, each build's aggregate rate with 1 and
+with N clients on distinct names (2 s each), and its N-client rate over
+its own 1-client rate (issue 10's "no collapse under concurrency").
 --smoke: 2 rounds of 200 pairs.  Run as root.
 """
 import argparse
@@ -65,6 +68,7 @@ def main():
     ap.add_argument('b')
     ap.add_argument('--rounds', type=int, default=11)
     ap.add_argument('--pairs', type=int, default=2000)
+    ap.add_argument('--scaling', type=int, default=0, metavar='N')
     ap.add_argument('--smoke', action='store_true')
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -76,6 +80,7 @@ def main():
     mounts = {}
     res = {'a': [], 'b': []}
     cpu = {'a': [], 'b': []}
+    scale = {'a': [], 'b': []}
     try:
         for tag, build in (('a', a.a), ('b', a.b)):
             mounts[tag] = mount(build, top, tag)
@@ -86,6 +91,11 @@ def main():
                                      stdout=subprocess.PIPE, check=True).stdout
                 cpu[tag].append((daemon_cpu_s(mounts[tag][0].pid) - cpu0) * 1e6 / a.pairs)
                 res[tag].append(float(out))
+                if a.scaling:
+                    r1, rn = (float(subprocess.run(
+                        [client, 'rate', mounts[tag][2], str(n), '1' if a.smoke else '2'],
+                        stdout=subprocess.PIPE, check=True).stdout) for n in (1, a.scaling))
+                    scale[tag].append(rn / r1)
                 with open(os.path.join(mounts[tag][1], 'lock.log'), 'w'):
                     pass  # keep the log from growing between runs
     finally:
@@ -106,6 +116,11 @@ def main():
     if ratios:
         print(f'  B/A per round: median {statistics.median(ratios):.3f}, '
               f'min {min(ratios):.3f}, max {max(ratios):.3f}')
+    if a.scaling:
+        print(f'{a.scaling}-client rate / own 1-client rate, per round (median, min, max):')
+        for tag in ('a', 'b'):
+            print(f'  {tag.upper()}: {statistics.median(scale[tag]):.2f} '
+                  f'({min(scale[tag]):.2f}-{max(scale[tag]):.2f})')
     print(f'load average at the end: {os.getloadavg()[0]:.1f}')
 
 
