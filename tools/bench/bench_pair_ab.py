@@ -9,7 +9,8 @@ the mean µs per pair over --pairs pairs) against them in alternating
 order (A B, B A, ...) for --rounds rounds.  Prints the median µs of each
 and the median of the per-round ratios B/A: what a change costs the pair;
 and the same for each daemon's CPU time per pair (all its threads, from
-/proc/PID/stat), which the machine's other load moves less.
+/proc/PID/stat), which the machine's other load moves less, and its
+voluntary context switches per pair.
 --scaling N: also, every round, each build's aggregate rate with 1 and
 with N clients on distinct names (2 s each), and its N-client rate over
 its own 1-client rate (issue 10's "no collapse under concurrency").
@@ -49,6 +50,20 @@ def daemon_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
+def daemon_switches(pid):
+    """Voluntary context switches of process PID, all its threads."""
+    n = 0
+    for tid in os.listdir(f'/proc/{pid}/task'):
+        try:
+            with open(f'/proc/{pid}/task/{tid}/status') as f:
+                for line in f:
+                    if line.startswith('voluntary_ctxt_switches:'):
+                        n += int(line.split()[1])
+        except OSError:
+            pass  # a thread that just ended
+    return n
+
+
 def unmount(d, back, mnt):
     subprocess.call(['fusermount3', '-u', mnt])
     try:
@@ -80,6 +95,7 @@ def main():
     mounts = {}
     res = {'a': [], 'b': []}
     cpu = {'a': [], 'b': []}
+    sw = {'a': [], 'b': []}
     scale = {'a': [], 'b': []}
     try:
         for tag, build in (('a', a.a), ('b', a.b)):
@@ -87,9 +103,11 @@ def main():
         for r in range(a.rounds):
             for tag in ('a', 'b') if r % 2 == 0 else ('b', 'a'):
                 cpu0 = daemon_cpu_s(mounts[tag][0].pid)
+                sw0 = daemon_switches(mounts[tag][0].pid)
                 out = subprocess.run([client, 'pairs', mounts[tag][2], str(a.pairs)],
                                      stdout=subprocess.PIPE, check=True).stdout
                 cpu[tag].append((daemon_cpu_s(mounts[tag][0].pid) - cpu0) * 1e6 / a.pairs)
+                sw[tag].append((daemon_switches(mounts[tag][0].pid) - sw0) / a.pairs)
                 res[tag].append(float(out))
                 if a.scaling:
                     r1, rn = (float(subprocess.run(
@@ -116,6 +134,8 @@ def main():
     if ratios:
         print(f'  B/A per round: median {statistics.median(ratios):.3f}, '
               f'min {min(ratios):.3f}, max {max(ratios):.3f}')
+    print(f'daemon context switches per pair (median): A {statistics.median(sw["a"]):.2f}, '
+          f'B {statistics.median(sw["b"]):.2f}')
     if a.scaling:
         print(f'{a.scaling}-client rate / own 1-client rate, per round (median, min, max):')
         for tag in ('a', 'b'):
