@@ -139,6 +139,8 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	struct lockfs_record rec;
 	struct lockfs_proc holder;
 	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
+	char **argv = NULL; /* the holder's, when lockfs_caller_identify read it */
+	bool bad_slug;
 	struct stripe *s;
 	int rc;
 
@@ -159,19 +161,18 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		return -EEXIST;
 	}
 	lockfs_table_unlock(s);
-	if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) < 0) {
-		lockfs_audit_who(who, sizeof(who), NULL, "?", caller->tid);
-		lockfs_audit_refusal(t, caller->uid, caller->tid, who, name, "bad-slug");
-		return -EINVAL;
-	}
 	/* With a pidfd opened before the holder's facts were read, watching
 	 * it needs no second look at /proc -- unless the caller is watched
 	 * already (a process that takes locks again and again), when the
 	 * watch is simply shared. */
-	rc = lockfs_holder_resolve(t->procs, caller->tid, caller->uid, &t->helpers,
-				   LOCKFS_PROC_NS |
-				   (lockfs_liveness_watches_pid(t->liveness, caller->tid)
-				    ? 0 : LOCKFS_PROC_PIDFD), &holder);
+	rc = lockfs_caller_identify(t, caller, LOCKFS_PROC_NS |
+				    (lockfs_liveness_watches_pid(t->liveness, caller->tid)
+				     ? 0 : LOCKFS_PROC_PIDFD), &holder, slug, &argv, &bad_slug);
+	if (bad_slug) {
+		lockfs_audit_who(who, sizeof(who), NULL, "?", caller->tid);
+		lockfs_audit_refusal(t, caller->uid, caller->tid, who, name, "bad-slug");
+		return -EINVAL;
+	}
 	/* A helper that stops the walk at a uid boundary (`setpriv --reuid=U
 	 * mkdir`) would hold the lock only until it exits, at once: nobody
 	 * believable holds it.  A slug lock is (uid, slug)'s, not a process's. */
@@ -185,6 +186,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			lockfs_audit_refusal(t, caller->uid, caller->tid, who, name,
 					     "holder-unknown");
 		}
+		lockfs_argv_free(argv);
 		/* A caller gone before we could read it gets no answer anyway. */
 		return rc == -ESRCH ? -EACCES : rc;
 	}
@@ -205,10 +207,11 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			lockfs_audit_who(who, sizeof(who), slug, holder.comm, holder.pid);
 			lockfs_caller_refuse(t, holder.uid, why, name, who, holder.pid);
 			lockfs_proc_put(&holder);
+			lockfs_argv_free(argv);
 			return rc;
 		}
 	}
-	rc = lockfs_caller_record(t, name, &holder, slug, &rec, NULL);
+	rc = lockfs_caller_record(t, name, &holder, slug, &rec, &argv);
 	if (rc < 0)
 		goto unreserve;
 	rc = acquire_or_stale(core, name, &rec, &st);
@@ -244,6 +247,7 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 unreserve:
 	lockfs_quota_lock_unreserve(t->quota, holder.uid, true);
 	lockfs_proc_put(&holder);
+	lockfs_argv_free(argv);
 	return rc;
 }
 
@@ -829,6 +833,7 @@ static int descendants_open(struct lockfs_core *core, bool scan_only)
 {
 	struct lockfs_event_source events;
 	char why[160];
+	int rc;
 
 	if (!scan_only) {
 		if (lockfs_procevents_open(&core->procevents, why, sizeof(why)) == 0)
@@ -838,8 +843,13 @@ static int descendants_open(struct lockfs_core *core, bool scan_only)
 				"descendants are found by scanning /proc for its session, which "
 				"misses those that left it (docs/holder.md)\n", why);
 	}
-	return lockfs_descendants_new(&core->table.descendants,
-				      core->procevents ? &events : NULL, NULL);
+	rc = lockfs_descendants_new(&core->table.descendants,
+				    core->procevents ? &events : NULL, NULL);
+	/* The same events keep repeat requesters' /proc facts exact. */
+	if (rc == 0 && core->procevents && lockfs_requesters_new(&core->table.requesters) == 0)
+		lockfs_descendants_observe(core->table.descendants, lockfs_requesters_event,
+					   core->table.requesters);
+	return rc;
 }
 
 /* A cap from the configuration: 0 is DEFAULT, LOCKFS_NO_LIMIT none. */
@@ -1053,6 +1063,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	}
 	lockfs_liveness_free(t->liveness);
 	lockfs_descendants_free(t->descendants);
+	lockfs_requesters_free(t->requesters);
 	lockfs_procevents_close(core->procevents);
 	lockfs_recovery_fini(t);
 	lockfs_quota_free(t->quota);

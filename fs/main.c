@@ -35,6 +35,7 @@
 #include "daemonize.h"
 #include "fs.h"
 #include "guard.h"
+#include "loop.h"
 #include "stop.h"
 #include "takeover.h"
 #include "service.h"
@@ -606,6 +607,10 @@ int main(int argc, char *argv[])
 	lockfs_daemonize_done(0);
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
+	} else if (!opts.clone_fd && opts.max_idle_threads > 100000) {
+		/* Ours: one hot reader (fs/loop.c).  libfuse's for the
+		 * options only it has. */
+		rc = lockfs_loop_run(fs.se, opts.max_threads <= 100000 ? opts.max_threads : 0);
 	} else {
 		loop_cfg = fuse_loop_cfg_create();
 		if (!loop_cfg) {

@@ -132,6 +132,81 @@ int lockfs_caller_slug(const struct lockfs_proc_source *src, pid_t tid, char *bu
 	return 0;
 }
 
+/* The full reads of lockfs_caller_identify; with a TICKET (claimed
+ * before them) what they learn of process PID is kept for next time. */
+static int identify_reading(struct lockfs_table *t, const struct lockfs_caller *caller,
+			    unsigned want, struct lockfs_proc *holder, char *slug,
+			    char ***cmdline, bool *bad_slug, pid_t pid, uint64_t ticket)
+{
+	struct lockfs_requester facts;
+	int rc;
+
+	if (lockfs_caller_slug(t->procs, caller->tid, slug, LOCKFS_SLUG_MAX) < 0) {
+		*bad_slug = true; /* not kept: the claim stays unready */
+		return -EINVAL;
+	}
+	rc = lockfs_holder_resolve(t->procs, caller->tid, caller->uid, &t->helpers, want,
+				   holder);
+	if (rc < 0 || !ticket)
+		return rc;
+	/* Only a process that holds for itself is kept: a helper's walk to
+	 * its parent depends on more than one process, and a multi-call
+	 * binary's applet on its comm, which changes without an exec. */
+	if (holder->pid != pid || holder->multicall[0] ||
+	    lockfs_helpers_contains(&t->helpers, holder->exe))
+		return 0;
+	if (lockfs_procs_cmdline(t->procs, holder->pid, CMDLINE_MAX, cmdline) < 0)
+		return 0; /* lockfs_caller_record tries again */
+	memset(&facts, 0, sizeof(facts));
+	snprintf(facts.exe, sizeof(facts.exe), "%s", holder->exe);
+	snprintf(facts.slug, sizeof(facts.slug), "%s", slug);
+	facts.cmdline = *cmdline;
+	(void)lockfs_requesters_put(t->requesters, pid, ticket, &facts);
+	return 0;
+}
+
+int lockfs_caller_identify(struct lockfs_table *t, const struct lockfs_caller *caller,
+			   unsigned want, struct lockfs_proc *holder, char *slug,
+			   char ***cmdline, bool *bad_slug)
+{
+	struct lockfs_requester facts;
+	struct lockfs_proc p;
+	uint64_t ticket;
+	int rc;
+
+	*cmdline = NULL;
+	*bad_slug = false;
+	/* Without the connector's events an exec would go unseen: read all. */
+	if (!t->requesters || caller->tid <= 0 || !lockfs_descendants_sync(t->descendants))
+		return identify_reading(t, caller, want, holder, slug, cmdline, bad_slug, 0, 0);
+	/* Who it is now (pid, start time; a pidfd opened before, if asked):
+	 * always read, as are comm and session, which change without an
+	 * exec. */
+	rc = t->procs->read_tid(t->procs->ctx, caller->tid, want & LOCKFS_PROC_PIDFD, &p);
+	if (rc < 0)
+		return rc == -ENOENT ? -ESRCH : rc;
+	if (lockfs_requesters_get(t->requesters, p.pid, p.start_time, &facts) == 0) {
+		snprintf(p.exe, sizeof(p.exe), "%s", facts.exe);
+		p.multicall[0] = '\0';
+		p.at_uid_boundary = false;
+		p.ns_pid = 0;
+		p.container[0] = '\0';
+		if ((want & LOCKFS_PROC_NS) && t->procs->read_ns &&
+		    t->procs->read_ns(t->procs->ctx, p.pid, &p) < 0) {
+			p.ns_pid = 0;
+			p.container[0] = '\0';
+		}
+		snprintf(slug, LOCKFS_SLUG_MAX, "%s", facts.slug);
+		*cmdline = facts.cmdline;
+		*holder = p;
+		return 0;
+	}
+	lockfs_proc_put(&p);
+	/* Claimed before the first read: an exec from here on voids it. */
+	ticket = lockfs_requesters_claim(t->requesters, p.pid, p.start_time);
+	return identify_reading(t, caller, want, holder, slug, cmdline, bad_slug, p.pid, ticket);
+}
+
 pid_t lockfs_caller_who(struct lockfs_table *t, pid_t tid, char *buf, size_t size)
 {
 	struct lockfs_proc p;

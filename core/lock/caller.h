@@ -16,6 +16,19 @@
  * BUF; "" when unset or unreadable.  Returns 0, or -EINVAL for a slug that
  * is too long, not UTF-8, or has a control character. */
 int lockfs_caller_slug(const struct lockfs_proc_source *src, pid_t tid, char *buf, size_t size);
+/*
+ * The holder-to-be of CALLER's mkdir (lockfs_holder_resolve with WANT),
+ * its LOCKFS_SLUG into SLUG (LOCKFS_SLUG_MAX bytes) and, when known, its
+ * command line into *CMDLINE (malloc'd, for lockfs_caller_record; NULL
+ * when not read).  A process that holds for itself and comes back is
+ * read in full once per exec (requesters.h); its pid, start time, comm
+ * and session are read every time.  Returns 0, or -EINVAL with *BAD_SLUG
+ * set for a slug lockfs_caller_slug refuses (nothing else is then
+ * filled), or lockfs_holder_resolve's -errno.
+ */
+int lockfs_caller_identify(struct lockfs_table *t, const struct lockfs_caller *caller,
+			   unsigned want, struct lockfs_proc *holder, char *slug,
+			   char ***cmdline, bool *bad_slug);
 /* WHO for the process of thread TID: its resolved holder's comm[pid] or
  * its LOCKFS_SLUG.  Returns the pid WHO stands for: the resolved process,
  * else TID (0 = not visible).  Reads /proc: best without a stripe mutex. */

@@ -27,6 +27,7 @@
 #include "lockfs/record.h"
 #include "lockfs/backend.h"
 #include "proc/descendants.h"
+#include "proc/requesters.h"
 #include "proc/liveness.h"
 #include "quota.h"
 
@@ -121,6 +122,9 @@ struct lockfs_table {
 	struct lockfs_log *log;         /* the audit log; its own mutex */
 	struct lockfs_liveness *liveness;       /* its own mutex */
 	struct lockfs_descendants *descendants; /* its own mutex */
+	/* Repeat requesters' /proc facts (caller.c), kept exact by the
+	 * descendants tracker's events; NULL without them.  Its own mutex. */
+	struct lockfs_requesters *requesters;
 	struct quota *quota;            /* what each uid holds; its own mutex */
 	struct lockfs_helpers helpers;  /* read-only */
 	const struct lockfs_proc_source *procs; /* read-only */

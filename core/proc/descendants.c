@@ -85,6 +85,9 @@ struct lockfs_descendants {
 	size_t ndead;             /* listed roots whose holder exited */
 	bool scan_pending;        /* some root has scan_pending */
 	bool lost;                /* events were lost: scan before answering */
+	/* lockfs_descendants_observe's: set before use, then read-only */
+	void (*observer)(void *ctx, const struct lockfs_proc_event *ev);
+	void *observer_ctx;
 	int64_t next_check_ms;
 	pid_t self;               /* our own pid, during a scan: never counted */
 };
@@ -509,6 +512,8 @@ static void on_sid_event(struct lockfs_descendants *d, const struct lockfs_proc_
 void lockfs_descendants_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
 {
 	pthread_mutex_lock(&d->mu);
+	if (d->observer)
+		d->observer(d->observer_ctx, ev);
 	if (ev->kind == LOCKFS_PROC_FORK)
 		on_fork_event(d, ev);
 	else if (ev->kind == LOCKFS_PROC_EXIT)
@@ -804,17 +809,23 @@ static void drain(struct lockfs_descendants *d)
 
 		if (n == -ENOBUFS) {
 			d->lost = true;
+			if (d->observer)
+				d->observer(d->observer_ctx, NULL);
 			continue;
 		}
 		if (n < 0 && n != -EINTR && n != -EAGAIN) {
 			/* The source is broken: from now on scans answer. */
 			d->has_events = false;
 			d->lost = true;
+			if (d->observer)
+				d->observer(d->observer_ctx, NULL);
 			break;
 		}
 		if (n <= 0)
 			break;
 		for (int i = 0; i < n; i++) {
+			if (d->observer)
+				d->observer(d->observer_ctx, &evs[i]);
 			if (evs[i].kind == LOCKFS_PROC_FORK)
 				on_fork_event(d, &evs[i]);
 			else if (evs[i].kind == LOCKFS_PROC_EXIT)
@@ -890,6 +901,27 @@ void lockfs_descendants_free(struct lockfs_descendants *d)
 	free(d->entries);
 	pthread_mutex_destroy(&d->mu);
 	free(d);
+}
+
+void lockfs_descendants_observe(struct lockfs_descendants *d,
+				void (*fn)(void *ctx, const struct lockfs_proc_event *ev),
+				void *ctx)
+{
+	pthread_mutex_lock(&d->mu);
+	d->observer = fn;
+	d->observer_ctx = ctx;
+	pthread_mutex_unlock(&d->mu);
+}
+
+bool lockfs_descendants_sync(struct lockfs_descendants *d)
+{
+	bool exact;
+
+	pthread_mutex_lock(&d->mu);
+	drain(d);
+	exact = d->has_events;
+	pthread_mutex_unlock(&d->mu);
+	return exact;
 }
 
 const char *lockfs_descendants_mechanism(const struct lockfs_descendants *d)

@@ -61,6 +61,8 @@ enum lockfs_proc_event_kind {
 	LOCKFS_PROC_EXIT,     /* a task exits: a thread-group leader when pid == tgid */
 	LOCKFS_PROC_SID,      /* a process starts a session of its own (setsid(2)):
 			       * the new session's id is its tgid */
+	LOCKFS_PROC_EXEC,     /* process TGID runs a new program (execve(2));
+			       * not used here, passed to the observer */
 };
 
 struct lockfs_proc_event {
@@ -168,6 +170,26 @@ bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
  * source: scan for them again).
  */
 void lockfs_descendants_tick(struct lockfs_descendants *d);
+
+/*
+ * Another user of the same events (requesters.c): FN(CTX, EV) is called,
+ * under the tracker's mutex, for every event taken in, and FN(CTX, NULL)
+ * when events were lost or the source broke (whatever FN learned from
+ * them may be out of date).  FN must not call back into D.  Set once,
+ * before other threads use D.
+ */
+void lockfs_descendants_observe(struct lockfs_descendants *d,
+				void (*fn)(void *ctx, const struct lockfs_proc_event *ev),
+				void *ctx);
+
+/*
+ * Take in every pending event now.  Returns true when the events are
+ * complete up to this call (an event source, still working): then every
+ * exec, exit and setsid that happened before the call has reached the
+ * observer (after a loss, its FN(CTX, NULL) came first).  False: there
+ * are no events to go by.
+ */
+bool lockfs_descendants_sync(struct lockfs_descendants *d);
 
 /* Take in one event by hand (unit tests; the drain uses the same path). */
 void lockfs_descendants_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev);

@@ -122,8 +122,8 @@ int lockfs_procevents_open(struct lockfs_procevents **out, char *why, size_t why
 {
 	struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC };
 	struct proc_input_filter filter = { PROC_CN_MCAST_LISTEN,
-					    PROC_EVENT_FORK | PROC_EVENT_EXIT |
-					    PROC_EVENT_SID };
+					    PROC_EVENT_FORK | PROC_EVENT_EXEC |
+					    PROC_EVENT_EXIT | PROC_EVENT_SID };
 	uint32_t listen = PROC_CN_MCAST_LISTEN;
 	struct lockfs_procevents *pe = calloc(1, sizeof(*pe));
 	int size = RCVBUF, rc;
@@ -174,8 +174,8 @@ fail:
 	return rc;
 }
 
-/* Turn the message at H into *EV.  Returns 1 for a fork, exit or sid event, 0
- * for anything else (answers to subscriptions, other kinds). */
+/* Turn the message at H into *EV.  Returns 1 for a fork, exec, exit or sid
+ * event, 0 for anything else (answers to subscriptions, other kinds). */
 static int parse(const struct nlmsghdr *h, struct lockfs_proc_event *ev)
 {
 	const struct cn_msg *cn = NULL;
@@ -188,6 +188,13 @@ static int parse(const struct nlmsghdr *h, struct lockfs_proc_event *ev)
 		ev->parent_tgid = pev.event_data.fork.parent_tgid;
 		ev->pid = pev.event_data.fork.child_pid;
 		ev->tgid = pev.event_data.fork.child_tgid;
+		return 1;
+	}
+	if (pev.what == PROC_EVENT_EXEC && have >= EVENT_UPTO(event_data.exec)) {
+		ev->kind = LOCKFS_PROC_EXEC;
+		ev->parent_tgid = 0;
+		ev->pid = pev.event_data.exec.process_pid;
+		ev->tgid = pev.event_data.exec.process_tgid;
 		return 1;
 	}
 	if (pev.what == PROC_EVENT_EXIT && have >= EVENT_UPTO(event_data.exit)) {

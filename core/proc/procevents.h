@@ -1,10 +1,12 @@
 /*
  * The kernel's process-event connector (netlink NETLINK_CONNECTOR,
  * CN_IDX_PROC): a FORK and an EXIT event for every task on the machine,
- * and a SID event for every process that starts a session of its own,
- * as a struct lockfs_event_source for descendants.c.
+ * an EXEC event for every execve(2) (queued during the execve itself, so
+ * it is readable before the new program can make a request), and a SID
+ * event for every process that starts a session of its own, as a struct
+ * lockfs_event_source for descendants.c.
  *
- * Only fork, exit and sid events are asked for (kernels from 6.6 filter the
+ * Only fork, exec, exit and sid events are asked for (kernels from 6.6 filter the
  * rest out before they are sent).  The socket's buffer is made large, and
  * a full one loses events: the next read says -ENOBUFS once.
  */

@@ -21,6 +21,8 @@
 
 #include "../../core/proc/descendants.h"
 #include "../../core/proc/procevents.h"
+#include "../../core/proc/requesters.h"
+#include "lockfs/holder.h"
 
 /* ---- a fake process table ---------------------------------------------- */
 
@@ -460,14 +462,117 @@ static void test_untracked_processes_cost_no_proc_read(void **state)
 	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 0);
 }
 
+/* ---- repeat requesters (requesters.c), fed through the tracker ------------ */
+
+static struct lockfs_requester facts_of(const char *exe, const char *slug, char **argv)
+{
+	struct lockfs_requester f;
+
+	memset(&f, 0, sizeof(f));
+	snprintf(f.exe, sizeof(f.exe), "%s", exe);
+	snprintf(f.slug, sizeof(f.slug), "%s", slug);
+	f.cmdline = argv;
+	return f;
+}
+
+/* An event for process PID, taken in as a request would (a sync). */
+static void feed(enum lockfs_proc_event_kind kind, pid_t pid, pid_t tgid)
+{
+	queue[qtail++] = (struct lockfs_proc_event){ kind, pid, tgid, 0, now_ns() };
+	assert_true(lockfs_descendants_sync(d));
+}
+
+/* A cache fed by the tracker D (made by setup). */
+static struct lockfs_requesters *observed(void)
+{
+	struct lockfs_requesters *r;
+
+	assert_int_equal(lockfs_requesters_new(&r), 0);
+	lockfs_descendants_observe(d, lockfs_requesters_event, r);
+	return r;
+}
+
+static void test_requesters_keep_a_process_until_it_execs(void **state)
+{
+	struct lockfs_requesters *r = observed();
+	char a0[] = "agent", a1[] = "--task", *argv[] = { a0, a1, NULL };
+	struct lockfs_requester f = facts_of("python3", "s1", argv), got;
+
+	(void)state;
+	assert_true(lockfs_requesters_put(r, 100, lockfs_requesters_claim(r, 100, 5), &f));
+	assert_int_equal(lockfs_requesters_get(r, 100, 5, &got), 0);
+	assert_string_equal(got.exe, "python3");
+	assert_string_equal(got.slug, "s1");
+	assert_string_equal(got.cmdline[1], "--task");
+	assert_null(got.cmdline[2]);
+	lockfs_argv_free(got.cmdline);
+	/* Another start time is another process on the same pid. */
+	assert_int_equal(lockfs_requesters_get(r, 100, 6, &got), -ENOENT);
+	/* Someone else's exec or fork changes nothing. */
+	feed(LOCKFS_PROC_EXEC, 356, 356);
+	feed(LOCKFS_PROC_FORK, 101, 100);
+	assert_int_equal(lockfs_requesters_get(r, 100, 5, &got), 0);
+	lockfs_argv_free(got.cmdline);
+	feed(LOCKFS_PROC_EXEC, 100, 100);
+	assert_int_equal(lockfs_requesters_get(r, 100, 5, &got), -ENOENT);
+	lockfs_descendants_observe(d, NULL, NULL);
+	lockfs_requesters_free(r);
+}
+
+static void test_requesters_forget_an_exited_process_and_all_after_a_loss(void **state)
+{
+	struct lockfs_requesters *r = observed();
+	char a0[] = "x", *argv[] = { a0, NULL };
+	struct lockfs_requester f = facts_of("x", "", argv), got;
+
+	(void)state;
+	assert_true(lockfs_requesters_put(r, 100, lockfs_requesters_claim(r, 100, 5), &f));
+	assert_true(lockfs_requesters_put(r, 200, lockfs_requesters_claim(r, 200, 7), &f));
+	/* A thread's exit is not its process's. */
+	feed(LOCKFS_PROC_EXIT, 101, 100);
+	assert_int_equal(lockfs_requesters_get(r, 100, 5, &got), 0);
+	lockfs_argv_free(got.cmdline);
+	feed(LOCKFS_PROC_EXIT, 100, 100);
+	assert_int_equal(lockfs_requesters_get(r, 100, 5, &got), -ENOENT);
+	assert_int_equal(lockfs_requesters_get(r, 200, 7, &got), 0);
+	lockfs_argv_free(got.cmdline);
+	lose_next = true; /* the socket overflowed */
+	assert_true(lockfs_descendants_sync(d));
+	assert_int_equal(lockfs_requesters_get(r, 200, 7, &got), -ENOENT);
+	lockfs_descendants_observe(d, NULL, NULL);
+	lockfs_requesters_free(r);
+}
+
+/* An exec between the claim (before the /proc reads) and the put (after
+ * them) voids the claim: the reads may have seen the old program. */
+static void test_requesters_exec_during_the_reads_voids_the_claim(void **state)
+{
+	struct lockfs_requesters *r = observed();
+	char a0[] = "old", *argv[] = { a0, NULL };
+	struct lockfs_requester f = facts_of("old", "", argv), got;
+	uint64_t ticket = lockfs_requesters_claim(r, 100, 5), later;
+
+	(void)state;
+	feed(LOCKFS_PROC_EXEC, 100, 100);
+	assert_false(lockfs_requesters_put(r, 100, ticket, &f));
+	assert_int_equal(lockfs_requesters_get(r, 100, 5, &got), -ENOENT);
+	/* A newer claim of the slot wins over an older one. */
+	ticket = lockfs_requesters_claim(r, 100, 5);
+	later = lockfs_requesters_claim(r, 100, 5);
+	assert_false(lockfs_requesters_put(r, 100, ticket, &f));
+	assert_true(lockfs_requesters_put(r, 100, later, &f));
+	lockfs_descendants_observe(d, NULL, NULL);
+	lockfs_requesters_free(r);
+}
+
 /* ---- the kernel's connector ------------------------------------------------ */
 
-static void test_connector_reports_our_fork_setsid_and_exit(void **state)
+static void test_connector_reports_our_fork_setsid_exec_and_exit(void **state)
 {
 	struct lockfs_procevents *pe;
 	struct lockfs_event_source src;
 	struct lockfs_proc_event evs[64];
-	bool forked = false, left = false, gone = false;
+	bool forked = false, left = false, execd = false, gone = false;
 	char why[160];
 	pid_t child;
 
@@ -478,12 +583,16 @@ static void test_connector_reports_our_fork_setsid_and_exit(void **state)
 	src = lockfs_procevents_source(pe);
 	child = fork();
 	assert_true(child >= 0);
-	if (child == 0)
-		_exit(setsid() < 0);
+	if (child == 0) {
+		if (setsid() < 0)
+			_exit(1);
+		execl("/bin/true", "true", (char *)NULL);
+		_exit(1);
+	}
 	assert_int_equal(waitpid(child, NULL, 0), child);
 	/* Both events were queued before waitpid returned; other processes'
 	 * may come first. */
-	for (int round = 0; round < 1000 && !(forked && left && gone); round++) {
+	for (int round = 0; round < 1000 && !(forked && left && execd && gone); round++) {
 		int n = src.read(src.ctx, evs, 64);
 
 		assert_true(n >= 0 || n == -ENOBUFS);
@@ -493,11 +602,13 @@ static void test_connector_reports_our_fork_setsid_and_exit(void **state)
 			forked |= evs[i].kind == LOCKFS_PROC_FORK && evs[i].pid == child &&
 				  evs[i].tgid == child && evs[i].parent_tgid == getpid();
 			left |= evs[i].kind == LOCKFS_PROC_SID && evs[i].tgid == child;
+			execd |= evs[i].kind == LOCKFS_PROC_EXEC && evs[i].tgid == child;
 			gone |= evs[i].kind == LOCKFS_PROC_EXIT && evs[i].tgid == child;
 		}
 	}
 	assert_true(forked);
 	assert_true(left);
+	assert_true(execd);
 	assert_true(gone);
 	lockfs_procevents_close(pe);
 }
@@ -561,7 +672,10 @@ int main(void)
 		T(test_scan_that_cannot_look_proves_nothing),
 		T(test_unwatched_holder_is_looked_for),
 		T(test_untracked_processes_cost_no_proc_read),
-		cmocka_unit_test(test_connector_reports_our_fork_setsid_and_exit),
+		cmocka_unit_test_setup_teardown(test_requesters_keep_a_process_until_it_execs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_requesters_forget_an_exited_process_and_all_after_a_loss, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_requesters_exec_during_the_reads_voids_the_claim, setup, teardown),
+		cmocka_unit_test(test_connector_reports_our_fork_setsid_exec_and_exit),
 		cmocka_unit_test(test_connector_refused_in_a_child_pid_namespace),
 #undef T
 	};

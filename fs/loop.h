@@ -1,0 +1,16 @@
+/* The multi-threaded request loop with one hot reader (loop.c). */
+#ifndef LOCKFS_FS_LOOP_H
+#define LOCKFS_FS_LOOP_H
+
+#include <fuse_lowlevel.h>
+
+/*
+ * Serve SE until it exits (unmount, fuse_session_exit from a signal), with
+ * at most MAX_THREADS threads taking requests (0: the default, 10).  Call
+ * it from the thread that lockfs_stop_start() kicks: that thread only
+ * waits, and wakes on the kick.  Returns 0, or -errno when reading
+ * /dev/fuse failed.
+ */
+int lockfs_loop_run(struct fuse_session *se, unsigned max_threads);
+
+#endif
