@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "fdlock.h"
 
 void lockfs_fdlock_granted_via(struct stripe *s, const char *name, const char *owner, uint64_t file)
@@ -120,6 +121,8 @@ void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *own
 		return;
 	}
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
+	if (!owner[0])
+		lockfs_format_time(lockfs_wall_ms(), r->asked);
 	r->fence = fence;
 	r->logged = logged;
 	r->next = s->retries;

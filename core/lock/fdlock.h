@@ -60,6 +60,10 @@ struct unlock_retry {
 	char who[WHO_MAX];
 	uid_t uid;
 	pid_t pid;
+	/* owner "": when the refused rmdir came (the log's time format), for
+	 * the `released` line's asked=: the holder's critical section ended
+	 * then, whenever the store applied the delete. */
+	char asked[32];
 };
 
 /* Is holder I of REC OWNER's fd grant?  FENCE 0: any of OWNER's grants. */

@@ -771,7 +771,8 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 			 * name was granted anew meanwhile, so R's grant ended. */
 			gone = true;
 			for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++) {
-				static const char *const retried[] = { "retried", "1", NULL };
+				const char *const retried[] = { "retried", "1", "asked", r->asked,
+								NULL };
 				bool rmdir_retry = !r->owner[0];
 
 				if (lockfs_record_fence_at(&c->rec, i) == r->fence)
@@ -803,7 +804,7 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 			 * resolved its unknown outcome): it is the release. */
 			char fence[24], uid[16], pid[16];
 			const char *kv[] = { "fence", fence, "uid", uid, "pid", pid,
-					     "retried", "1", NULL };
+					     "retried", "1", "asked", r->asked, NULL };
 
 			snprintf(fence, sizeof(fence), "%" PRIu64, r->fence);
 			lockfs_audit_ids(uid, pid, r->uid, r->pid);

@@ -170,6 +170,11 @@ def check_history(logs, held=None, cross_host_ms=0):
         if t < g.t:
             problems.append(f'{_name(line.name)}: fence {key[1]} ended before it was '
                             f'acquired: {line.raw!r}')
+        # A release the store refused at first and the daemon completed
+        # later (`retried=1`) names when the holder asked (`asked=`): its
+        # critical section ended then, whenever the store applied it.
+        if line.event == 'released' and 'asked' in line.details:
+            t = min(t, max(g.t, parse_rfc3339_ms(line.details['asked'])))
         g.end, g.end_t = (host, line), t
 
     held_names, held_pairs = set(), set()

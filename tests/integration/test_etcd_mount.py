@@ -10,6 +10,7 @@ only when the etcd binaries are absent.
 """
 
 import base64
+import datetime
 import errno
 import fcntl
 import json
@@ -21,6 +22,7 @@ import pytest
 
 from etcd_fixtures import etcd1, tcp_proxy  # noqa: F401
 from flock_helpers import fpath, read_waiters, wait_waiters
+from history import parse_rfc3339_ms
 from lockfs_helpers import log_for, read_owner, wait_until
 
 EX = fcntl.LOCK_EX
@@ -259,6 +261,11 @@ def test_uncertain_session_owner_says_so_and_mkdir_is_eio(cut_h1, procs):
         proxy.resume()
 
 
+def _now_rfc3339():
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime('%Y-%m-%dT%H:%M:%S.') + f'{now.microsecond // 1000:03d}Z'
+
+
 def test_refused_release_answers_eio_and_is_completed_once_etcd_answers(
         lockfs_factory, etcd1, prefix, tcp_proxy, procs):
     proxy = tcp_proxy(etcd1.members[0].client_port)
@@ -268,7 +275,9 @@ def test_refused_release_answers_eio_and_is_completed_once_etcd_answers(
     assert a.mkdir(m.path('r')) == 0
     proxy.pause()
     try:
+        asked = parse_rfc3339_ms(_now_rfc3339())
         assert a.rmdir(m.path('r')) == errno.EIO
+        refused = parse_rfc3339_ms(_now_rfc3339())
         assert not [l for l in log_for(m.dir, 'r') if l.event == 'released']
     finally:
         proxy.resume()
@@ -276,6 +285,8 @@ def test_refused_release_answers_eio_and_is_completed_once_etcd_answers(
                what='the release completed')
     rel = [l for l in log_for(m.dir, 'r') if l.event == 'released']
     assert len(rel) == 1 and rel[0].details.get('retried') == '1'
+    # asked= says when the holder's rmdir came (its critical section ended)
+    assert asked <= parse_rfc3339_ms(rel[0].details['asked']) <= refused, rel[0]
     wait_until(lambda: _keys(etcd1, prefix, 'r') == [], what='its key deleted')
     assert 'r' not in os.listdir(m.mnt)
 

@@ -71,6 +71,25 @@ def test_a_removed_in_store_lost_is_no_excuse_for_a_second_end_on_its_own_host()
     assert any('two holders' in p for p in check_history(logs, held=set()))
 
 
+def test_a_retried_release_ends_when_its_holder_asked():
+    # h1's rmdir was refused during an election (EIO) at 10 ms; etcd had
+    # applied the delete, h2 was granted at 20 ms, and h1's daemon logged
+    # the completed release at 900 ms with asked= the refused rmdir's time.
+    retried = f'{T(900)} a[1] x fence=5 uid=0 pid=1 retried=1 asked={T(10)} released'
+    logs = {'h1': L(acq(0, 5), retried), 'h2': L(acq(20, 7), end(30, 7))}
+    assert check_history(logs, held=set()) == []
+    # without asked= the same line is an overlap
+    plain = f'{T(900)} a[1] x fence=5 uid=0 pid=1 retried=1 released'
+    problems = check_history({'h1': L(acq(0, 5), plain), 'h2': L(acq(20, 7), end(30, 7))},
+                             held=set())
+    assert any('two holders at once' in p for p in problems), problems
+    # asked= after the next grant is still an overlap
+    late = f'{T(900)} a[1] x fence=5 uid=0 pid=1 retried=1 asked={T(25)} released'
+    problems = check_history({'h1': L(acq(0, 5), late), 'h2': L(acq(20, 7), end(30, 7))},
+                             held=set())
+    assert any('two holders at once' in p for p in problems), problems
+
+
 def test_shared_holders_may_overlap_each_other():
     sh = 'bound=fd mode=shared '
     logs = {'h1': L(acq(0, 5, extra=sh), acq(1, 6, extra=sh), end(10, 5), end(12, 6),
