@@ -1439,11 +1439,14 @@ out:
 	return rc;
 }
 
+/* Entries put_break_place adds after KV[N], its NULL included. */
+#define BREAK_PLACE_MAX 7
+
 /*
  * The tail of a `broken` line, from KV[N] on: across hosts (a store that
  * names keys, etcd) the breaking host and the broken key, since the
  * holder's own host logs its side apart (as `lost`); then the reason.  KV
- * has room for N + 7 entries.
+ * has room for N + BREAK_PLACE_MAX entries.
  */
 static void put_break_place(const struct lockfs_table *t, const struct lockfs_entry_stat *st,
 			    const char *why, const char **kv, size_t n)
@@ -1490,7 +1493,8 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_reload(t, s, name, &st, &foreign, &c);
 	if (rc == 0 && c) {
-		const char *extra[11] = { "by", by, "by_uid", by_uid, "by_pid", by_pid };
+		const char *extra[6 + BREAK_PLACE_MAX] = { "by", by, "by_uid", by_uid,
+							   "by_pid", by_pid };
 
 		put_break_place(t, &st, why, extra, 6);
 		pid = c->rec.holder.pid;
@@ -1499,8 +1503,8 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 			.identity = st.identity, .all = true, .event = "broken", .extra = extra });
 	} else if (rc == 0) {
 		/* A foreign lock: uid= owns DIR/NAME.lock, no process known. */
-		const char *kv[15] = { "uid", uid, "pid", none, "by", by, "by_uid", by_uid,
-				       "by_pid", by_pid };
+		const char *kv[10 + BREAK_PLACE_MAX] = { "uid", uid, "pid", none, "by", by,
+							 "by_uid", by_uid, "by_pid", by_pid };
 
 		put_break_place(t, &st, why, kv, 10);
 		lockfs_audit_ids(uid, none, st.uid, 0);
