@@ -5,7 +5,6 @@ moment `lockfs` returns; a start that fails still says why and exits
 non-zero."""
 
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -13,7 +12,7 @@ import tempfile
 import pytest
 
 from lockfs_helpers import (LOCKFS_BIN, fusermount_u, is_lockfs_mounted, mount_entry,
-                            read_owner, wait_until)
+                            read_owner, rmtree_unguarded, wait_until)
 
 ROUNDS = 5          # the race it guards against was lost about every other time
 
@@ -28,7 +27,8 @@ def work():
     mnt = os.path.join(d, 'mnt')
     if mount_entry(mnt) is not None:
         fusermount_u(mnt)
-    shutil.rmtree(d, ignore_errors=True)
+    rmtree_unguarded(d)   # the daemon made mnt immutable (its guard)
+    assert not os.path.exists(d), f'{d} left behind'
 
 
 def _live_lockfs(pid):

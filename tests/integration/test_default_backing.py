@@ -7,13 +7,12 @@ Run in a private mount namespace with a tmpfs of its own on /run, so the
 host's /run/lockfs is never touched."""
 
 import os
-import shutil
 import subprocess
 import tempfile
 
 import pytest
 
-from lockfs_helpers import LOCKFS_BIN
+from lockfs_helpers import LOCKFS_BIN, rmtree_unguarded
 
 # $1 lockfs, $2 mount point, $3 the mode to make /run/lockfs with first
 # ('' for none).  Prints the mode of /run/lockfs while the daemon serves.
@@ -40,7 +39,8 @@ def mnt():
     os.chmod(d, 0o755)
     os.mkdir(os.path.join(d, 'mnt'))
     yield os.path.join(d, 'mnt')
-    shutil.rmtree(d, ignore_errors=True)
+    rmtree_unguarded(d)   # the daemon made mnt immutable (its guard)
+    assert not os.path.exists(d), f'{d} left behind'
 
 
 def _serve_default(mnt, premade=''):
