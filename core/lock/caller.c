@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "lockfs/utf8.h"
 #include "base/clock.h"
@@ -161,7 +162,33 @@ static int identify_reading(struct lockfs_table *t, const struct lockfs_caller *
 	snprintf(facts.exe, sizeof(facts.exe), "%s", holder->exe);
 	snprintf(facts.slug, sizeof(facts.slug), "%s", slug);
 	facts.cmdline = *cmdline;
+	facts.start = holder->start_time;
+	facts.ppid = holder->ppid;
+	facts.sid = holder->sid;
+	snprintf(facts.comm, sizeof(facts.comm), "%s", holder->comm);
 	(void)lockfs_requesters_put(t->requesters, pid, ticket, &facts);
+	return 0;
+}
+
+/* The holder *HOLDER is P, a process whose kept FACTS answer for the
+ * rest (its cmdline moves to *CMDLINE).  Returns 0. */
+static int known_requester(struct lockfs_table *t, unsigned want, struct lockfs_proc *p,
+			   struct lockfs_requester *facts, struct lockfs_proc *holder,
+			   char *slug, char ***cmdline)
+{
+	snprintf(p->exe, sizeof(p->exe), "%s", facts->exe);
+	p->multicall[0] = '\0';
+	p->at_uid_boundary = false;
+	p->ns_pid = 0;
+	p->container[0] = '\0';
+	if ((want & LOCKFS_PROC_NS) && t->procs->read_ns &&
+	    t->procs->read_ns(t->procs->ctx, p->pid, p) < 0) {
+		p->ns_pid = 0;
+		p->container[0] = '\0';
+	}
+	snprintf(slug, LOCKFS_SLUG_MAX, "%s", facts->slug);
+	*cmdline = facts->cmdline;
+	*holder = *p;
 	return 0;
 }
 
@@ -172,35 +199,47 @@ int lockfs_caller_identify(struct lockfs_table *t, const struct lockfs_caller *c
 	struct lockfs_requester facts;
 	struct lockfs_proc p;
 	uint64_t ticket;
-	int rc;
+	int pidfd, rc;
 
 	*cmdline = NULL;
 	*bad_slug = false;
-	/* Without the connector's events an exec would go unseen: read all. */
-	if (!t->requesters || caller->tid <= 0 || !lockfs_descendants_sync(t->descendants))
+	if (!t->requesters || caller->tid <= 0)
 		return identify_reading(t, caller, want, holder, slug, cmdline, bad_slug, 0, 0);
+	/* A pidfd wanted is opened before anything kept is trusted: had the
+	 * pid changed hands before, the old process's exit is among the
+	 * events the sync takes in, and its entry is gone (requesters.h). */
+	pidfd = (want & LOCKFS_PROC_PIDFD) && lockfs_requesters_known(t->requesters, caller->tid)
+		? lockfs_procs_pidfd_open(t->procs, caller->tid) : -1;
+	/* Without the connector's events an exec would go unseen: read all. */
+	if (!lockfs_descendants_sync(t->descendants)) {
+		if (pidfd >= 0)
+			close(pidfd);
+		return identify_reading(t, caller, want, holder, slug, cmdline, bad_slug, 0, 0);
+	}
+	/* A repeat requester's own thread (its leader: the pidfd opened, or
+	 * an entry answers to its id): nothing to read. */
+	if ((pidfd >= 0 || !(want & LOCKFS_PROC_PIDFD)) &&
+	    lockfs_requesters_current(t->requesters, caller->tid, &facts) == 0) {
+		memset(&p, 0, sizeof(p));
+		p.pid = caller->tid;
+		p.ppid = facts.ppid;
+		p.sid = facts.sid;
+		p.start_time = facts.start;
+		snprintf(p.comm, sizeof(p.comm), "%s", facts.comm);
+		p.has_pidfd = pidfd >= 0;
+		p.pidfd = pidfd;
+		return known_requester(t, want, &p, &facts, holder, slug, cmdline);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
 	/* Who it is now (pid, start time; a pidfd opened before, if asked):
-	 * always read, as are comm and session, which change without an
-	 * exec. */
+	 * read, as are comm and session, for a thread that is not its
+	 * process's leader. */
 	rc = t->procs->read_tid(t->procs->ctx, caller->tid, want & LOCKFS_PROC_PIDFD, &p);
 	if (rc < 0)
 		return rc == -ENOENT ? -ESRCH : rc;
-	if (lockfs_requesters_get(t->requesters, p.pid, p.start_time, &facts) == 0) {
-		snprintf(p.exe, sizeof(p.exe), "%s", facts.exe);
-		p.multicall[0] = '\0';
-		p.at_uid_boundary = false;
-		p.ns_pid = 0;
-		p.container[0] = '\0';
-		if ((want & LOCKFS_PROC_NS) && t->procs->read_ns &&
-		    t->procs->read_ns(t->procs->ctx, p.pid, &p) < 0) {
-			p.ns_pid = 0;
-			p.container[0] = '\0';
-		}
-		snprintf(slug, LOCKFS_SLUG_MAX, "%s", facts.slug);
-		*cmdline = facts.cmdline;
-		*holder = p;
-		return 0;
-	}
+	if (lockfs_requesters_get(t->requesters, p.pid, p.start_time, &facts) == 0)
+		return known_requester(t, want, &p, &facts, holder, slug, cmdline);
 	lockfs_proc_put(&p);
 	/* Claimed before the first read: an exec from here on voids it. */
 	ticket = lockfs_requesters_claim(t->requesters, p.pid, p.start_time);

@@ -63,6 +63,9 @@ enum lockfs_proc_event_kind {
 			       * the new session's id is its tgid */
 	LOCKFS_PROC_EXEC,     /* process TGID runs a new program (execve(2));
 			       * not used here, passed to the observer */
+	LOCKFS_PROC_COMM,     /* task PID of process TGID was renamed (prctl(2)
+			       * PR_SET_NAME, a write to /proc/PID/comm); not
+			       * used here, passed to the observer */
 };
 
 struct lockfs_proc_event {

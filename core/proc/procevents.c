@@ -123,7 +123,8 @@ int lockfs_procevents_open(struct lockfs_procevents **out, char *why, size_t why
 	struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC };
 	struct proc_input_filter filter = { PROC_CN_MCAST_LISTEN,
 					    PROC_EVENT_FORK | PROC_EVENT_EXEC |
-					    PROC_EVENT_EXIT | PROC_EVENT_SID };
+					    PROC_EVENT_EXIT | PROC_EVENT_SID |
+					    PROC_EVENT_COMM };
 	uint32_t listen = PROC_CN_MCAST_LISTEN;
 	struct lockfs_procevents *pe = calloc(1, sizeof(*pe));
 	int size = RCVBUF, rc;
@@ -202,6 +203,13 @@ static int parse(const struct nlmsghdr *h, struct lockfs_proc_event *ev)
 		ev->parent_tgid = 0;
 		ev->pid = pev.event_data.exit.process_pid;
 		ev->tgid = pev.event_data.exit.process_tgid;
+		return 1;
+	}
+	if (pev.what == PROC_EVENT_COMM && have >= EVENT_UPTO(event_data.comm)) {
+		ev->kind = LOCKFS_PROC_COMM;
+		ev->parent_tgid = 0;
+		ev->pid = pev.event_data.comm.process_pid;
+		ev->tgid = pev.event_data.comm.process_tgid;
 		return 1;
 	}
 	if (pev.what == PROC_EVENT_SID && have >= EVENT_UPTO(event_data.sid)) {

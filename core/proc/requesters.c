@@ -83,14 +83,26 @@ void lockfs_requesters_event(void *ctx, const struct lockfs_proc_event *ev)
 	if (!ev) {
 		for (size_t i = 0; i < SLOTS; i++)
 			slot_clear(&r->slots[i]);
-	} else if (ev->kind == LOCKFS_PROC_EXEC ||
+	} else if (ev->kind == LOCKFS_PROC_EXEC || ev->kind == LOCKFS_PROC_COMM ||
+		   ev->kind == LOCKFS_PROC_SID ||
 		   (ev->kind == LOCKFS_PROC_EXIT && ev->pid == ev->tgid)) {
 		struct slot *s = &r->slots[(size_t)ev->tgid % SLOTS];
 
 		/* A claim is voided too: its reads may have seen the old
-		 * program. */
+		 * program, name or session. */
 		if (s->pid == ev->tgid)
 			slot_clear(s);
+	}
+	if (ev && ev->kind == LOCKFS_PROC_EXIT) {
+		/* Its children get another parent (any task's exit may be
+		 * the last of its process).  A claim in progress may have
+		 * read the old one: voided too, it is read again. */
+		for (size_t i = 0; i < SLOTS; i++) {
+			struct slot *s = &r->slots[i];
+
+			if (s->pid && (!s->ready || s->facts.ppid == ev->tgid))
+				slot_clear(s);
+		}
 	}
 	pthread_mutex_unlock(&r->mu);
 }
@@ -109,6 +121,33 @@ int lockfs_requesters_get(struct lockfs_requesters *r, pid_t pid, unsigned long 
 	}
 	pthread_mutex_unlock(&r->mu);
 	return rc;
+}
+
+int lockfs_requesters_current(struct lockfs_requesters *r, pid_t pid,
+			      struct lockfs_requester *out)
+{
+	struct slot *s = &r->slots[(size_t)pid % SLOTS];
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&r->mu);
+	if (pid > 0 && s->pid == pid && s->ready && s->facts.start) {
+		*out = s->facts;
+		out->cmdline = argv_dup(s->facts.cmdline);
+		rc = out->cmdline ? 0 : -ENOMEM;
+	}
+	pthread_mutex_unlock(&r->mu);
+	return rc;
+}
+
+bool lockfs_requesters_known(struct lockfs_requesters *r, pid_t pid)
+{
+	struct slot *s = &r->slots[(size_t)pid % SLOTS];
+	bool known;
+
+	pthread_mutex_lock(&r->mu);
+	known = pid > 0 && s->pid == pid && s->ready;
+	pthread_mutex_unlock(&r->mu);
+	return known;
 }
 
 uint64_t lockfs_requesters_claim(struct lockfs_requesters *r, pid_t pid,
@@ -137,7 +176,8 @@ bool lockfs_requesters_put(struct lockfs_requesters *r, pid_t pid, uint64_t tick
 	if (!argv)
 		return false;
 	pthread_mutex_lock(&r->mu);
-	if (pid > 0 && s->pid == pid && s->ticket == ticket && !s->ready) {
+	if (pid > 0 && s->pid == pid && s->ticket == ticket && !s->ready &&
+	    (!facts->start || facts->start == s->start)) {
 		s->facts = *facts;
 		s->facts.cmdline = argv;
 		s->ready = true;

@@ -3,12 +3,19 @@
  * and what stays the same until the process runs another program -- the
  * executable, LOCKFS_SLUG (from the environment it was exec'd with) and
  * the command line -- kept per process (pid, start time), so that a
- * process taking lock after lock is read in full once per exec.
+ * process taking lock after lock is read in full once per exec.  With
+ * them its identity as /proc/PID/stat showed it (start time, parent,
+ * session, comm), which the events below also cover, so that a repeat
+ * requester's lock request reads nothing of /proc at all.
  *
  * Exact only together with the process-event connector: an entry is
  * dropped when its process execs (the EXEC event is queued during
  * execve(2) itself, so it is read before the new program can make a
- * request) or exits, and everything is dropped when events are lost.
+ * request), exits, renames itself (COMM), starts a session (SID) or
+ * loses its parent (the parent's EXIT: it is re-parented), and
+ * everything is dropped when events are lost.  A process's exit is
+ * queued before its pid can be freed, so a pid that changed hands is
+ * never taken for its old owner once pending events are taken in.
  * The caller takes in pending events (lockfs_descendants_sync, which
  * feeds lockfs_requesters_event) before it trusts an entry, and without
  * working events it must not use this at all.
@@ -38,6 +45,11 @@ struct lockfs_requester {
 	char exe[256];               /* as lockfs_proc.exe: not a helper's */
 	char slug[LOCKFS_SLUG_MAX];  /* LOCKFS_SLUG, "" when unset (never a bad one) */
 	char **cmdline;              /* NULL-terminated argv (malloc'd) */
+	/* As lockfs_proc's, read after the claim (0/"" when not known:
+	 * then lockfs_requesters_current does not answer). */
+	unsigned long long start;
+	pid_t ppid, sid;
+	char comm[64];
 };
 
 /* A new, empty cache.  0 or -ENOMEM. */
@@ -56,6 +68,20 @@ void lockfs_requesters_event(void *ctx, const struct lockfs_proc_event *ev);
  */
 int lockfs_requesters_get(struct lockfs_requesters *r, pid_t pid, unsigned long long start,
 			  struct lockfs_requester *out);
+
+/*
+ * The facts of process PID, whatever its start time, with its identity
+ * (OUT->start, ppid, sid, comm): for a request from thread PID, known to
+ * be the process's leader when an entry answers.  Only exact after the
+ * caller took in pending events, and with a pidfd of PID opened before
+ * that when one is wanted.  Returns 0, -ENOENT (not known, or known
+ * without its identity), -ENOMEM.
+ */
+int lockfs_requesters_current(struct lockfs_requesters *r, pid_t pid,
+			      struct lockfs_requester *out);
+
+/* Is there an entry for PID (a hint: lockfs_requesters_current decides)? */
+bool lockfs_requesters_known(struct lockfs_requesters *r, pid_t pid);
 
 /* Begin to learn (PID, START): returns the ticket for lockfs_requesters_put
  * (never 0). */

@@ -93,3 +93,44 @@ def test_a_repeat_requester_is_still_shown_as_itself(mnt):
             os.rmdir(mnt.path('x'))
     assert seen[0][0] == os.getpid()
     assert len(set(seen)) == 1, seen
+
+
+# A process that takes and releases lock A (so that it is known), then
+# changes what /proc/PID/stat shows of it without an exec -- HOW is
+# "rename" (prctl PR_SET_NAME) or "setsid" -- and prints the owner record
+# of lock B taken afterwards.
+_THEN_CHANGE = r'''
+import ctypes, os, sys
+m, how = sys.argv[1], sys.argv[2]
+for i in range(3):
+    os.mkdir(os.path.join(m, 'a'))
+    os.rmdir(os.path.join(m, 'a'))
+if how == 'rename':
+    assert ctypes.CDLL(None, use_errno=True).prctl(15, b'renamed-agent', 0, 0, 0) == 0
+else:
+    os.setsid()
+os.mkdir(os.path.join(m, 'b'))
+with open(os.path.join(m, 'b', 'owner')) as f:
+    print(f.read(), flush=True)
+os.rmdir(os.path.join(m, 'b'))
+'''
+
+
+def _then_change(mnt, how):
+    p = subprocess.Popen([PYTHON, '-c', _THEN_CHANGE, mnt.mnt, how], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=_env())
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    return p.pid, json.loads(out)
+
+
+def test_a_repeat_requester_that_renames_itself_is_shown_by_its_new_name(mnt):
+    pid, owner = _then_change(mnt, 'rename')
+    assert owner['holder']['pid'] == pid
+    assert owner['holder']['comm'] == 'renamed-agent', owner['holder']
+
+
+def test_a_repeat_requester_that_starts_a_session_is_shown_in_it(mnt):
+    pid, owner = _then_change(mnt, 'setsid')
+    assert owner['holder']['pid'] == pid
+    assert owner.get('holder_session') == pid, owner

@@ -565,6 +565,92 @@ static void test_requesters_exec_during_the_reads_voids_the_claim(void **state)
 	lockfs_requesters_free(r);
 }
 
+/* A process known with its identity: asked by its id alone, it answers
+ * for a request that reads nothing of /proc (lockfs_requesters_current). */
+static struct lockfs_requester identified(char **argv, unsigned long long start, pid_t ppid,
+					  pid_t sid, const char *comm)
+{
+	struct lockfs_requester f = facts_of("agent", "", argv);
+
+	f.start = start;
+	f.ppid = ppid;
+	f.sid = sid;
+	snprintf(f.comm, sizeof(f.comm), "%s", comm);
+	return f;
+}
+
+static void test_requesters_answer_a_known_leader_with_its_identity(void **state)
+{
+	struct lockfs_requesters *r = observed();
+	char a0[] = "agent", *argv[] = { a0, NULL };
+	struct lockfs_requester f = identified(argv, 5, 50, 60, "agent"), got;
+	struct lockfs_requester bare = facts_of("x", "", argv);
+
+	(void)state;
+	assert_true(lockfs_requesters_put(r, 100, lockfs_requesters_claim(r, 100, 5), &f));
+	assert_true(lockfs_requesters_known(r, 100));
+	assert_int_equal(lockfs_requesters_current(r, 100, &got), 0);
+	assert_int_equal(got.start, 5);
+	assert_int_equal(got.ppid, 50);
+	assert_int_equal(got.sid, 60);
+	assert_string_equal(got.comm, "agent");
+	lockfs_argv_free(got.cmdline);
+	assert_int_equal(lockfs_requesters_current(r, 101, &got), -ENOENT);
+	/* Facts kept without the identity never answer by id alone. */
+	assert_true(lockfs_requesters_put(r, 200, lockfs_requesters_claim(r, 200, 7), &bare));
+	assert_int_equal(lockfs_requesters_current(r, 200, &got), -ENOENT);
+	/* Nor facts read of another start than the claim's (a pid that
+	 * changed hands between the reads). */
+	f.start = 6;
+	assert_false(lockfs_requesters_put(r, 300, lockfs_requesters_claim(r, 300, 5), &f));
+	lockfs_descendants_observe(d, NULL, NULL);
+	lockfs_requesters_free(r);
+}
+
+/* What /proc/PID/stat would show differently without an exec: its name
+ * (COMM, also from one of its threads), its session (SID), its parent
+ * (re-parented when that exits, from whichever of its tasks). */
+static void test_requesters_forget_a_rename_a_new_session_and_a_lost_parent(void **state)
+{
+	struct lockfs_requesters *r = observed();
+	char a0[] = "agent", *argv[] = { a0, NULL };
+	struct lockfs_requester f = identified(argv, 5, 50, 60, "agent"), got;
+
+	(void)state;
+	assert_true(lockfs_requesters_put(r, 100, lockfs_requesters_claim(r, 100, 5), &f));
+	feed(LOCKFS_PROC_COMM, 102, 100);
+	assert_int_equal(lockfs_requesters_current(r, 100, &got), -ENOENT);
+	assert_true(lockfs_requesters_put(r, 100, lockfs_requesters_claim(r, 100, 5), &f));
+	feed(LOCKFS_PROC_SID, 100, 100);
+	assert_int_equal(lockfs_requesters_current(r, 100, &got), -ENOENT);
+	assert_true(lockfs_requesters_put(r, 100, lockfs_requesters_claim(r, 100, 5), &f));
+	feed(LOCKFS_PROC_EXIT, 77, 77); /* someone else's */
+	feed(LOCKFS_PROC_COMM, 78, 78);
+	assert_int_equal(lockfs_requesters_current(r, 100, &got), 0);
+	lockfs_argv_free(got.cmdline);
+	feed(LOCKFS_PROC_EXIT, 51, 50); /* a thread of its parent, maybe the last */
+	assert_int_equal(lockfs_requesters_current(r, 100, &got), -ENOENT);
+	lockfs_descendants_observe(d, NULL, NULL);
+	lockfs_requesters_free(r);
+}
+
+/* Any exit between the claim and the put voids the claim: the reads may
+ * have seen a parent that is gone by the put. */
+static void test_requesters_an_exit_during_the_reads_voids_the_claim(void **state)
+{
+	struct lockfs_requesters *r = observed();
+	char a0[] = "agent", *argv[] = { a0, NULL };
+	struct lockfs_requester f = identified(argv, 5, 50, 60, "agent"), got;
+	uint64_t ticket = lockfs_requesters_claim(r, 100, 5);
+
+	(void)state;
+	feed(LOCKFS_PROC_EXIT, 90, 90);
+	assert_false(lockfs_requesters_put(r, 100, ticket, &f));
+	assert_int_equal(lockfs_requesters_current(r, 100, &got), -ENOENT);
+	lockfs_descendants_observe(d, NULL, NULL);
+	lockfs_requesters_free(r);
+}
+
 /* ---- the kernel's connector ------------------------------------------------ */
 
 static void test_connector_reports_our_fork_setsid_exec_and_exit(void **state)
@@ -675,6 +761,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_requesters_keep_a_process_until_it_execs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_requesters_forget_an_exited_process_and_all_after_a_loss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_requesters_exec_during_the_reads_voids_the_claim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_requesters_answer_a_known_leader_with_its_identity, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_requesters_forget_a_rename_a_new_session_and_a_lost_parent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_requesters_an_exit_during_the_reads_voids_the_claim, setup, teardown),
 		cmocka_unit_test(test_connector_reports_our_fork_setsid_exec_and_exit),
 		cmocka_unit_test(test_connector_refused_in_a_child_pid_namespace),
 #undef T
