@@ -498,12 +498,13 @@ if any(c == 'lockfs-nice' for (c, _) in rate):
         print(f"  {n:7}{med(v):9.0f}{med(q):9.2f}{min(q):7.2f}{max(q):7.2f}{med(k):7.2f}{min(k):7.2f}{max(k):7.2f}")
 
 r1 = ratios[('lockfs-tmpfs', 'minfs')]
-print("\ngoals (issue 2)")
+print("\ngoals (issue 2, restated by issue 10 section 4)")
 print(f"  lockfs(tmpfs)/minfs per pair <= 2.0 (stretch 1.5): {r1:.2f} -> "
       + ("met, stretch met" if r1 <= 1.5 else "met" if r1 <= 2.0 else "NOT met"))
 if 8 in rate_ratio:
-    print(f"  lockfs/minfs rate with 8 clients >= 0.90: {rate_ratio[8]:.2f} -> "
-          + ("met" if rate_ratio[8] >= 0.9 else "NOT met"))
+    # Issue 10 replaced this goal: the kernel's per-directory lock makes
+    # it unreachable.  Shown for comparison only.
+    print(f"  (withdrawn) lockfs/minfs rate with 8 clients: {rate_ratio[8]:.2f}")
 if ('lockfs-tmpfs', 8) in scaling:
     v = scaling[('lockfs-tmpfs', 8)]
     print(f"  issue 10: lockfs 8-client rate >= 0.90 x its own 1-client rate: {v:.2f} -> "
