@@ -175,8 +175,17 @@ fail:
 	return rc;
 }
 
-/* Turn the message at H into *EV.  Returns 1 for a fork, exec, exit or sid
- * event, 0 for anything else (answers to subscriptions, other kinds). */
+/* An event of one process (exec, exit, comm, sid): the kernel's structs
+ * for them all begin with process_pid, process_tgid. */
+#define PROCESS_EVENT(pev, have, what_, member, kind_, ev) \
+	((pev).what == (what_) && (have) >= EVENT_UPTO(event_data.member) \
+	 ? ((ev)->kind = (kind_), (ev)->parent_tgid = 0, \
+	    (ev)->pid = (pev).event_data.member.process_pid, \
+	    (ev)->tgid = (pev).event_data.member.process_tgid, 1) : 0)
+
+/* Turn the message at H into *EV.  Returns 1 for a fork, exec, exit, comm
+ * or sid event, 0 for anything else (answers to subscriptions, other
+ * kinds). */
 static int parse(const struct nlmsghdr *h, struct lockfs_proc_event *ev)
 {
 	const struct cn_msg *cn = NULL;
@@ -191,35 +200,10 @@ static int parse(const struct nlmsghdr *h, struct lockfs_proc_event *ev)
 		ev->tgid = pev.event_data.fork.child_tgid;
 		return 1;
 	}
-	if (pev.what == PROC_EVENT_EXEC && have >= EVENT_UPTO(event_data.exec)) {
-		ev->kind = LOCKFS_PROC_EXEC;
-		ev->parent_tgid = 0;
-		ev->pid = pev.event_data.exec.process_pid;
-		ev->tgid = pev.event_data.exec.process_tgid;
-		return 1;
-	}
-	if (pev.what == PROC_EVENT_EXIT && have >= EVENT_UPTO(event_data.exit)) {
-		ev->kind = LOCKFS_PROC_EXIT;
-		ev->parent_tgid = 0;
-		ev->pid = pev.event_data.exit.process_pid;
-		ev->tgid = pev.event_data.exit.process_tgid;
-		return 1;
-	}
-	if (pev.what == PROC_EVENT_COMM && have >= EVENT_UPTO(event_data.comm)) {
-		ev->kind = LOCKFS_PROC_COMM;
-		ev->parent_tgid = 0;
-		ev->pid = pev.event_data.comm.process_pid;
-		ev->tgid = pev.event_data.comm.process_tgid;
-		return 1;
-	}
-	if (pev.what == PROC_EVENT_SID && have >= EVENT_UPTO(event_data.sid)) {
-		ev->kind = LOCKFS_PROC_SID;
-		ev->parent_tgid = 0;
-		ev->pid = pev.event_data.sid.process_pid;
-		ev->tgid = pev.event_data.sid.process_tgid;
-		return 1;
-	}
-	return 0;
+	return PROCESS_EVENT(pev, have, PROC_EVENT_EXEC, exec, LOCKFS_PROC_EXEC, ev) ||
+	       PROCESS_EVENT(pev, have, PROC_EVENT_EXIT, exit, LOCKFS_PROC_EXIT, ev) ||
+	       PROCESS_EVENT(pev, have, PROC_EVENT_COMM, comm, LOCKFS_PROC_COMM, ev) ||
+	       PROCESS_EVENT(pev, have, PROC_EVENT_SID, sid, LOCKFS_PROC_SID, ev);
 }
 
 static int read_events(void *ctx, struct lockfs_proc_event *evs, int max)

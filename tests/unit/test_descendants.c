@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -653,12 +654,12 @@ static void test_requesters_an_exit_during_the_reads_voids_the_claim(void **stat
 
 /* ---- the kernel's connector ------------------------------------------------ */
 
-static void test_connector_reports_our_fork_setsid_exec_and_exit(void **state)
+static void test_connector_reports_our_fork_setsid_rename_exec_and_exit(void **state)
 {
 	struct lockfs_procevents *pe;
 	struct lockfs_event_source src;
 	struct lockfs_proc_event evs[64];
-	bool forked = false, left = false, execd = false, gone = false;
+	bool forked = false, left = false, renamed = false, execd = false, gone = false;
 	char why[160];
 	pid_t child;
 
@@ -670,7 +671,7 @@ static void test_connector_reports_our_fork_setsid_exec_and_exit(void **state)
 	child = fork();
 	assert_true(child >= 0);
 	if (child == 0) {
-		if (setsid() < 0)
+		if (setsid() < 0 || prctl(PR_SET_NAME, "renamed", 0, 0, 0) < 0)
 			_exit(1);
 		execl("/bin/true", "true", (char *)NULL);
 		_exit(1);
@@ -678,7 +679,8 @@ static void test_connector_reports_our_fork_setsid_exec_and_exit(void **state)
 	assert_int_equal(waitpid(child, NULL, 0), child);
 	/* Both events were queued before waitpid returned; other processes'
 	 * may come first. */
-	for (int round = 0; round < 1000 && !(forked && left && execd && gone); round++) {
+	for (int round = 0; round < 1000 && !(forked && left && renamed && execd && gone);
+	     round++) {
 		int n = src.read(src.ctx, evs, 64);
 
 		assert_true(n >= 0 || n == -ENOBUFS);
@@ -688,12 +690,14 @@ static void test_connector_reports_our_fork_setsid_exec_and_exit(void **state)
 			forked |= evs[i].kind == LOCKFS_PROC_FORK && evs[i].pid == child &&
 				  evs[i].tgid == child && evs[i].parent_tgid == getpid();
 			left |= evs[i].kind == LOCKFS_PROC_SID && evs[i].tgid == child;
+			renamed |= evs[i].kind == LOCKFS_PROC_COMM && evs[i].tgid == child;
 			execd |= evs[i].kind == LOCKFS_PROC_EXEC && evs[i].tgid == child;
 			gone |= evs[i].kind == LOCKFS_PROC_EXIT && evs[i].tgid == child;
 		}
 	}
 	assert_true(forked);
 	assert_true(left);
+	assert_true(renamed);
 	assert_true(execd);
 	assert_true(gone);
 	lockfs_procevents_close(pe);
@@ -764,7 +768,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_requesters_answer_a_known_leader_with_its_identity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_requesters_forget_a_rename_a_new_session_and_a_lost_parent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_requesters_an_exit_during_the_reads_voids_the_claim, setup, teardown),
-		cmocka_unit_test(test_connector_reports_our_fork_setsid_exec_and_exit),
+		cmocka_unit_test(test_connector_reports_our_fork_setsid_rename_exec_and_exit),
 		cmocka_unit_test(test_connector_refused_in_a_child_pid_namespace),
 #undef T
 	};
