@@ -123,6 +123,30 @@ struct lockfs_caller engine_caller(pid_t pid)
 	return (struct lockfs_caller){ .tid = pid, .uid = 1000, .gid = 1000 };
 }
 
+int engine_acquire(struct engine_harness *h, pid_t pid, const char *name)
+{
+	struct lockfs_caller c = engine_caller(pid);
+
+	return lockfs_core_acquire(h->core, name, &c, NULL);
+}
+
+int engine_release(struct engine_harness *h, pid_t pid, const char *name)
+{
+	struct lockfs_caller c = engine_caller(pid);
+
+	return lockfs_core_release(h->core, name, &c);
+}
+
+char *engine_owner(struct engine_harness *h, const char *name)
+{
+	char *json = NULL;
+	size_t len = 0;
+
+	if (lockfs_core_owner(h->core, name, 0, &json, &len) < 0)
+		return NULL;
+	return json;
+}
+
 void engine_advance(struct engine_harness *h, int64_t ms)
 {
 	h->offset_ms += ms;

@@ -56,6 +56,13 @@ pid_t engine_proc(struct engine_harness *h, const char *slug);
 /* The request of process PID, as FUSE would report it. */
 struct lockfs_caller engine_caller(pid_t pid);
 
+/* mkdir and rmdir of NAME by process PID: lockfs_core_acquire/release's
+ * answer (0 or -errno). */
+int engine_acquire(struct engine_harness *h, pid_t pid, const char *name);
+int engine_release(struct engine_harness *h, pid_t pid, const char *name);
+/* NAME's `owner` text (malloc'd), or NULL when it is not held. */
+char *engine_owner(struct engine_harness *h, const char *name);
+
 /* Move the fake clock (wall and boot) on by MS. */
 void engine_advance(struct engine_harness *h, int64_t ms);
 /* One tick of the liveness thread, then its queued work to the end. */

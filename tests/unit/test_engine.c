@@ -51,33 +51,16 @@ static bool held(const char *name)
 /* The pid of NAME's holder in its record, 0 when not held. */
 static pid_t holder_pid(const char *name)
 {
-	char *json;
-	size_t len;
-	pid_t pid = 0;
-	const char *p;
+	char *json = engine_owner(&H, name);
+	const char *p = json ? strstr(json, "\"pid\":") : NULL;
+	pid_t pid = p ? (pid_t)atol(p + 6) : 0;
 
-	if (lockfs_core_owner(H.core, name, 0, &json, &len) < 0)
-		return 0;
-	p = strstr(json, "\"pid\":");
-	if (p)
-		pid = (pid_t)atol(p + 6);
 	free(json);
 	return pid;
 }
 
-static int acquire(pid_t pid, const char *name)
-{
-	struct lockfs_caller c = engine_caller(pid);
-
-	return lockfs_core_acquire(H.core, name, &c, NULL);
-}
-
-static int release(pid_t pid, const char *name)
-{
-	struct lockfs_caller c = engine_caller(pid);
-
-	return lockfs_core_release(H.core, name, &c);
-}
+#define acquire(pid, name) engine_acquire(&H, (pid), (name))
+#define release(pid, name) engine_release(&H, (pid), (name))
 
 /* ---- fd-lock waiters ---- */
 

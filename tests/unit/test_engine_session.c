@@ -50,30 +50,9 @@ static int teardown(void **state)
 	return 0;
 }
 
-static int acquire(pid_t pid, const char *name)
-{
-	struct lockfs_caller c = engine_caller(pid);
-
-	return lockfs_core_acquire(H.core, name, &c, NULL);
-}
-
-static int release(pid_t pid, const char *name)
-{
-	struct lockfs_caller c = engine_caller(pid);
-
-	return lockfs_core_release(H.core, name, &c);
-}
-
-/* NAME's `owner` text (malloc'd), or NULL when not held. */
-static char *owner_of(const char *name)
-{
-	char *json = NULL;
-	size_t len = 0;
-
-	if (lockfs_core_owner(H.core, name, 0, &json, &len) < 0)
-		return NULL;
-	return json;
-}
+#define acquire(pid, name) engine_acquire(&H, (pid), (name))
+#define release(pid, name) engine_release(&H, (pid), (name))
+#define owner_of(name) engine_owner(&H, (name))
 
 /* Does NAME's `owner` contain TEXT? */
 static bool owner_says(const char *name, const char *text)
