@@ -31,6 +31,13 @@
 #                   nobody watches (b)'s.  The like-for-like row for the
 #                   goal: (a) also pays etcd's fan-out to h2, which is there
 #                   only for (c)
+#   (g) etcd-raw-paced  a diagnostic, never the floor: (b)'s clients
+#                   pausing after each transaction for as long as (f)'s
+#                   daemon takes between its two (half of (f) - (b) in
+#                   that round), the pauses left out of the figure (pair
+#                   p50).  What etcd's answer and CPU per pair become when
+#                   its client thinks between calls, as any daemon does:
+#                   run last in each round
 # --base BASE_BUILD_DIR: A/B.  Two more daemons (hosts h1 and h2 of BASE's
 # lockfs, on a prefix of their own, the same etcd) and (a) and (c) through
 # them too ("etcd-mount-base", "base hand-off"), interleaved in the same
@@ -278,6 +285,14 @@ run_config() { # CONFIG ROUND
 		awk -v r="$2" '$1 == "raw" || $1 == "client" {
 			print "pair\tetcd-" $1 "\t" r "\t" 1e6 / $(NF - 1)
 			print "rawp50\tetcd-" $1 "\t" r "\t" $16 }' "$out" >> "$RES" ;;
+	etcd-raw-paced)
+		local gap
+		gap=$(awk -v r="$2" '$1 == "pair" && $3 == r { v[$2] = $4 }
+			END { g = (v["etcd-mount-solo"] - v["etcd-raw"]) / 2; printf "%d", (g > 0 ? g : 0) }' "$RES")
+		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" --gap-us "$gap" "${LOCKFS_ETCD_URL}"
+		awk -v r="$2" -v g="$gap" '$1 == "raw" {
+			print "rawp50\tetcd-raw-paced\t" r "\t" $16
+			print "gap\tetcd-raw-paced\t" r "\t" g }' "$out" >> "$RES" ;;
 	etcd-raw-watched)
 		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" --prefix "$PREFIX" "${LOCKFS_ETCD_URL}"
 		awk -v r="$2" '$1 == "raw" {
@@ -309,6 +324,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	else order=(); for ((i = ${#CONFIGS[@]} - 1; i >= 0; i--)); do order+=("${CONFIGS[i]}"); done
 	fi
 	for c in "${order[@]}"; do run_config "$c" "$r"; done
+	run_config etcd-raw-paced "$r"
 	if [ -n "$BASE" ] && (( r % 2 == 0 )); then run_handoff "$r" base; fi
 	run_handoff "$r"
 	if [ -n "$BASE" ] && (( r % 2 )); then run_handoff "$r" base; fi
@@ -328,6 +344,7 @@ load0, load1, members, base = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 pair = collections.defaultdict(dict)      # config -> round -> µs per pair (mean)
 rawp50 = collections.defaultdict(dict)    # config -> round -> pair p50 µs
 cpu = collections.defaultdict(dict)       # config -> round -> (etcd, daemons) µs per pair
+gap = {}                                  # round -> etcd-raw-paced's pause, µs
 ho = collections.defaultdict(list)        # round -> [µs]
 hob = collections.defaultdict(list)       # round -> [µs], base's
 for line in open(res):
@@ -340,6 +357,8 @@ for line in open(res):
         pair[cfg][r] = v
     elif kind == 'rawp50':
         rawp50[cfg][r] = v
+    elif kind == 'gap':
+        gap[r] = v
     elif kind == 'cpu':
         pass
     elif kind == 'handoff-base':
@@ -368,15 +387,23 @@ for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-raw', 'etcd-
         print(row(c, [pair[c][r] for r in R]))
 if cpu:
     print("\nCPU per pair, µs (etcd; the two daemons of that prefix), per round")
-    for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-raw', 'etcd-raw-watched'):
+    for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-raw', 'etcd-raw-watched',
+              'etcd-raw-paced'):
         if c in cpu:
             print(row(c + " etcd", [cpu[c][r][0] for r in R]))
-            if c != 'etcd-raw':
+            if c not in ('etcd-raw', 'etcd-raw-paced'):
                 print(row(c + " daemons", [cpu[c][r][1] for r in R]))
     if 'etcd-mount-base' in cpu:
         tot = lambda c, r: cpu[c][r][0] + cpu[c][r][1]
         print(row("total CPU, etcd-mount / base", [tot('etcd-mount', r) / tot('etcd-mount-base', r)
                                                    for r in R], '{:9.2f}'))
+print("\ndiagnostic: the raw pair with its client pausing between transactions (pair p50, µs,"
+      " pauses left out)")
+print(row("etcd-raw pair p50", [rawp50['etcd-raw'][r] for r in R]))
+print(row("etcd-raw-paced pair p50", [rawp50['etcd-raw-paced'][r] for r in R]))
+print(row("pause after each txn", [gap[r] for r in R]))
+print(row("etcd-raw-paced / etcd-raw (p50)", [rawp50['etcd-raw-paced'][r] / rawp50['etcd-raw'][r]
+                                               for r in R], '{:9.2f}'))
 print("\ncross-host hand-off (h1 releases -> h2's waiter granted), µs, per round")
 for q in (50, 99):
     print(row(f"hand-off p{q}", [pct(ho[r], q) for r in R]))
