@@ -107,17 +107,16 @@ static int64_t now_ms(void)
 	return lockfs_wall_ms();
 }
 
-/* The fence a key's record stands for: the record's own when it has one,
- * else this daemon's update(GRANT) revision while the key is unchanged
- * since, else the key's create_revision.  0 for a foreign key. */
-static uint64_t head_fence(const struct etcd_head *h, const char *record, size_t len)
+/* The fence a key's record stands for: the record's own when it has one
+ * (the mirror parsed it once per value: etcd_head.record_fence), else this
+ * daemon's update(GRANT) revision while the key is unchanged since, else
+ * the key's create_revision.  0 for a foreign key. */
+static uint64_t head_fence(const struct etcd_head *h)
 {
-	uint64_t fence;
-
 	if (h->value_empty)
 		return 0;
-	if (record && lockfs_record_peek_fence(record, len, &fence) == 0 && fence)
-		return fence;
+	if (h->record_fence)
+		return h->record_fence;
 	if (h->grant_rev)
 		return (uint64_t)h->grant_rev;
 	return (uint64_t)h->create_rev;
@@ -133,8 +132,7 @@ static bool unconfirmed(struct etcd_store *e)
 	return !watching || lockfs_etcdbe_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
 }
 
-static void fill_stat(struct etcd_store *e, const struct etcd_head *h, const char *record,
-		      size_t len, struct lockfs_entry_stat *st)
+static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lockfs_entry_stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->uid = geteuid();
@@ -148,7 +146,7 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, const cha
 		return;
 	}
 	st->identity = lockfs_etcdbe_identity(h->create_rev, h->mod_rev);
-	st->fence = h->delay_until_ms ? 0 : head_fence(h, record, len);
+	st->fence = h->delay_until_ms ? 0 : head_fence(h);
 	st->mtime_ms = h->seen_ms;
 	snprintf(st->key, sizeof(st->key), "%s", h->key);
 	st->lease = h->lease;
@@ -571,7 +569,7 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 
 		st->fence = lockfs_etcdbe_mirror_find_identity(&e->mirror, name, st->identity, false,
 						      &now) == 0 ?
-			    head_fence(&now, json, len) : (uint64_t)h.create_rev;
+			    head_fence(&now) : (uint64_t)h.create_rev;
 	}
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -636,7 +634,7 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	if (h.lease == lease) {
 		/* Ours already. */
 		if (st)
-			fill_stat(e, &h, h.value, h.value_len, st);
+			fill_stat(e, &h, st);
 		free(h.value);
 		return 0;
 	}
@@ -670,10 +668,10 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		if (lockfs_etcdbe_mirror_find_identity(&e->mirror, name,
 					      lockfs_etcdbe_identity(h.create_rev, r.revision), false,
 					      &now) == 0)
-			fill_stat(e, &now, h.value, h.value_len, st);
+			fill_stat(e, &now, st);
 		else
 			granted_stat(e, h.key, h.create_rev, r.revision, lease,
-				     head_fence(&h, h.value, h.value_len), st);
+				     head_fence(&h), st);
 	}
 	lockfs_etcd_txn_resp_free(&r);
 	free(h.value);
@@ -698,7 +696,7 @@ static int etcd_read(struct lockfs_backend *be, const char *name, char **record,
 		return -ENOENT;
 	}
 	if (st)
-		fill_stat(e, &h, h.value, h.value_len, st);
+		fill_stat(e, &h, st);
 	*record = h.value;
 	*len = h.value ? h.value_len : 0;
 	return 0;
@@ -709,7 +707,8 @@ static int etcd_stat(struct lockfs_backend *be, const char *name,
 {
 	struct etcd_store *e = to_etcd(be);
 	struct etcd_head h;
-	int rc = lockfs_etcdbe_mirror_head(&e->mirror, name, st != NULL, now_ms(), &h);
+	/* No copy of the record: the stat needs only its fence. */
+	int rc = lockfs_etcdbe_mirror_head(&e->mirror, name, false, now_ms(), &h);
 
 	if (rc)
 		return rc;
@@ -718,7 +717,7 @@ static int etcd_stat(struct lockfs_backend *be, const char *name,
 		return -ENOENT;
 	}
 	if (st)
-		fill_stat(e, &h, h.value, h.value_len, st);
+		fill_stat(e, &h, st);
 	free(h.value);
 	return 0;
 }

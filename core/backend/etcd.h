@@ -35,6 +35,10 @@ struct etcd_key {
 	char *key;               /* the whole key */
 	char *value;             /* its value (NUL-terminated; "" for etcdctl's) */
 	size_t value_len;
+	/* The value's own "fence" (lockfs_record_peek_fence; 0: none), parsed
+	 * once per value when a head is first copied out, not at every stat. */
+	uint64_t record_fence;
+	bool record_fence_known; /* record_fence is the current value's */
 	int64_t create_rev;
 	int64_t mod_rev;
 	int64_t lease;
@@ -72,6 +76,9 @@ struct etcd_mirror {
 	const char *prefix;      /* the store's (not owned) */
 	size_t prefix_len;
 	struct etcd_name *buckets[MIRROR_BUCKETS];
+	/* Buckets that may hold a dead key or an empty name, one bit each:
+	 * the only ones a sweep visits (it runs after every watch message). */
+	uint64_t to_sweep[MIRROR_BUCKETS / 64];
 	struct etcd_host *hosts;
 	int64_t next_rev;        /* every event before it is applied */
 	bool watching;           /* the watch runs and is confirmed */
@@ -92,6 +99,7 @@ struct etcd_head {
 	char *value;              /* with WANT_VALUE: malloc'd copy, else NULL */
 	size_t value_len;
 	bool value_empty;
+	uint64_t record_fence;    /* the value's own "fence", 0 when none */
 };
 
 void lockfs_etcdbe_mirror_init(struct etcd_mirror *m, const char *prefix);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lockfs/record.h"
 #include "base/clock.h"
 #include "etcd.h"
 
@@ -155,6 +156,11 @@ static size_t hash_name(const char *name)
 	return h % MIRROR_BUCKETS;
 }
 
+static void mark_sweep(struct etcd_mirror *m, size_t b)
+{
+	m->to_sweep[b / 64] |= (uint64_t)1 << (b % 64);
+}
+
 static struct etcd_name *find_name(struct etcd_mirror *m, const char *name, bool create)
 {
 	size_t b = hash_name(name);
@@ -172,6 +178,7 @@ static struct etcd_name *find_name(struct etcd_mirror *m, const char *name, bool
 	}
 	n->next = m->buckets[b];
 	m->buckets[b] = n;
+	mark_sweep(m, b);  /* empty until a key comes */
 	return n;
 }
 
@@ -189,6 +196,14 @@ static struct etcd_key *first_live(struct etcd_name *n)
 		if (!n->keys[i].dead)
 			return &n->keys[i];
 	return NULL;
+}
+
+static bool has_dead(const struct etcd_name *n)
+{
+	for (size_t i = 0; i < n->n; i++)
+		if (n->keys[i].dead)
+			return true;
+	return false;
 }
 
 /* Drop NAME when nothing is left of it. */
@@ -217,6 +232,7 @@ static int set_value(struct etcd_key *k, const struct lockfs_etcd_kv *kv)
 	free(k->value);
 	k->value = v;
 	k->value_len = kv->value_len;
+	k->record_fence_known = false;
 	return 0;
 }
 
@@ -352,10 +368,12 @@ int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, i
 	if (delay_until_ms && first_live(n) == k && n->delay_until_ms < delay_until_ms)
 		n->delay_until_ms = delay_until_ms;
 	k->dead = true;
+	mark_sweep(m, hash_name(name));
 	k->mod_rev = rev;
 	free(k->value);
 	k->value = NULL;
 	k->value_len = 0;
+	k->record_fence_known = false;
 	return names_add(changed, name);
 }
 
@@ -370,10 +388,12 @@ void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *
 		if (k->dead || k->create_rev >= rank || k->mod_rev >= rev)
 			continue;
 		k->dead = true;
+		mark_sweep(m, hash_name(name));
 		k->mod_rev = rev;
 		free(k->value);
 		k->value = NULL;
 		k->value_len = 0;
+		k->record_fence_known = false;
 	}
 }
 
@@ -436,10 +456,15 @@ void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 			m->own_revs[kept++] = m->own_revs[i];
 	m->n_own_revs = kept;
 
+	/* Only the marked buckets: the others hold no dead key and no
+	 * empty name.  A bucket stays marked while one is left in it. */
 	for (size_t b = 0; b < MIRROR_BUCKETS; b++) {
-		struct etcd_name *n = m->buckets[b], *next;
+		struct etcd_name *n, *next;
+		bool left = false;
 
-		for (; n; n = next) {
+		if (!(m->to_sweep[b / 64] >> (b % 64) & 1))
+			continue;
+		for (n = m->buckets[b]; n; n = next) {
 			size_t j = 0;
 
 			next = n->next;
@@ -452,6 +477,10 @@ void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 			n->n = j;
 			maybe_drop_name(m, n, now);
 		}
+		for (n = m->buckets[b]; n && !left; n = n->next)
+			left = !n->n || has_dead(n);
+		if (!left)
+			m->to_sweep[b / 64] &= ~((uint64_t)1 << (b % 64));
 	}
 }
 
@@ -516,6 +545,7 @@ int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv
 		memcpy(m->buckets, fresh.buckets, sizeof(m->buckets));
 		m->hosts = fresh.hosts;
 		memset(fresh.buckets, 0, sizeof(fresh.buckets));
+		memset(m->to_sweep, 0xff, sizeof(m->to_sweep));  /* look at all once */
 		fresh.hosts = NULL;
 		if (m->next_rev < rev + 1)
 			m->next_rev = rev + 1;
@@ -525,7 +555,21 @@ int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv
 	return rc;
 }
 
-static int fill_head(const struct etcd_key *k, bool want_value, struct etcd_head *h)
+/* K's record fence, parsed at most once per value (with MIRROR_MU held). */
+static uint64_t record_fence(struct etcd_key *k)
+{
+	if (!k->record_fence_known) {
+		uint64_t fence;
+
+		k->record_fence = k->value_len &&
+				  lockfs_record_peek_fence(k->value, k->value_len, &fence) == 0 ?
+				  fence : 0;
+		k->record_fence_known = true;
+	}
+	return k->record_fence;
+}
+
+static int fill_head(struct etcd_key *k, bool want_value, struct etcd_head *h)
 {
 	snprintf(h->key, sizeof(h->key), "%s", k->key);
 	h->has_key = true;
@@ -535,6 +579,7 @@ static int fill_head(const struct etcd_key *k, bool want_value, struct etcd_head
 	h->seen_ms = k->seen_ms;
 	h->grant_rev = k->grant_rev == k->mod_rev ? k->grant_rev : 0;
 	h->value_empty = k->value_len == 0;
+	h->record_fence = record_fence(k);
 	if (want_value && k->value_len) {
 		h->value = malloc(k->value_len + 1);
 		if (!h->value)

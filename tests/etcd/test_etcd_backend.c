@@ -800,6 +800,62 @@ static void test_compaction_during_a_broken_watch_resyncs_and_the_waiter_is_gran
 	holder->ops->close(holder);
 }
 
+/* ---- Fences from the mirror ---- */
+
+/* A record whose "fence" is *(uint64_t *)ARG whatever the write asks. */
+static int fixed_fence_encode(void *arg, uint64_t fence, char **json, size_t *len)
+{
+	int n = asprintf(json, "{\"fence\": %" PRIu64 ", \"tag\": \"edit\"}",
+			 *(const uint64_t *)arg);
+
+	(void)fence;
+	if (n < 0)
+		return -ENOMEM;
+	*len = (size_t)n;
+	return 0;
+}
+
+/* The fence of NAME as BE's stat says it (0 when NAME is not held). */
+static uint64_t stat_fence(struct lockfs_backend *be, const char *name)
+{
+	struct lockfs_entry_stat st;
+
+	return be->ops->stat(be, name, &st, true) == 0 ? st.fence : 0;
+}
+
+/* The mirror parses a record's fence once per value: a stat must still
+ * show the fence of the record there now, on the writing host and on
+ * another, after every rewrite. */
+static void test_stat_shows_the_fence_of_the_current_record_on_both_hosts(void **state)
+{
+	struct world *w = *state;
+	struct lockfs_backend *a, *b;
+	struct lockfs_entry_stat st, st2;
+	uint64_t fences[2] = { 777777, 888888 };
+
+	NEED_ETCD();
+	a = must_open(w, &(struct opts){ .host = "fa" });
+	b = must_open(w, &(struct opts){ .host = "fb" });
+	assert_int_equal(try_lock(a, "fz", &st), 0);
+	/* The record says "fence": 0: the key's create_revision stands. */
+	assert_int_equal(stat_fence(a, "fz"), st.fence);
+	AWAIT(stat_fence(b, "fz") == st.fence, "the other host sees the first fence");
+	for (size_t i = 0; i < 2; i++) {
+		struct lockfs_record_src src = { .encode = fixed_fence_encode, .arg = &fences[i] };
+
+		assert_int_equal(a->ops->update(a, "fz", st.identity, LOCKFS_UPD_EDIT, &src, &st2),
+				 0);
+		assert_int_equal(st2.fence, fences[i]);
+		assert_int_equal(stat_fence(a, "fz"), fences[i]);
+		AWAIT(stat_fence(b, "fz") == fences[i], "the other host sees the rewritten fence");
+		st = st2;
+	}
+	assert_int_equal(a->ops->release(a, "fz", st.identity), 0);
+	AWAIT(b->ops->stat(b, "fz", NULL, false) == -ENOENT, "the other host sees it free");
+	b->ops->close(b);
+	a->ops->close(a);
+}
+
 /* ---- Unknown outcomes ---- */
 
 static void test_failed_acquire_through_a_partition_leaves_no_key_once_it_heals(void **state)
@@ -849,6 +905,9 @@ int main(int argc, char *argv[])
 			test_restarted_daemon_adopts_a_live_holder_without_a_gap, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_second_daemon_with_the_same_host_or_another_machine_is_refused, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(
+			test_stat_shows_the_fence_of_the_current_record_on_both_hosts, setup,
 			teardown),
 		cmocka_unit_test_setup_teardown(test_open_fails_fast_with_one_line, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tls_with_a_client_certificate_works, setup,

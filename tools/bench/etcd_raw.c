@@ -2,7 +2,7 @@
  * etcd_raw: the raw etcd baseline for issue 11's "an uncontended mkdir+rmdir
  * through the mount costs at most 1.2x the raw etcd pair".
  *
- *   etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [URL]
+ *   etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [--gap-us G] [URL]
  *
  * A pair is the two transactions the etcd backend issues for an
  * uncontended mkdir + rmdir (core/backend/etcd.c, docs/etcd.md), the same
@@ -25,6 +25,11 @@
  * exit status 1, so an error path is never timed.
  *
  * --smoke: one round of 20 pairs (for CI: does it still run?).
+ * --gap-us G: the client pauses G µs after each transaction, outside the
+ * times taken (a diagnostic, never the floor: what etcd's own work per
+ * transaction becomes when its client thinks between calls, as a daemon
+ * does; on a small machine etcd's idle-to-busy wake-ups cost CPU).  The
+ * pairs/s then count the pauses; the p50s do not.
  * --prefix P: the keys go under P "bench-raw-<pid>/" instead of a prefix of
  * their own, so that daemons watching P get every event (bench_etcd.sh's
  * etcd-raw-watched: what etcd's watch fan-out costs by itself).
@@ -45,6 +50,9 @@
 #include "lockfs/etcd.h"
 
 #define WARMUP 20
+
+/* --gap-us: the pause after each transaction (0: none, the floor). */
+static long gap_us;
 #define NAME_MAX_KEY 128
 
 static const char RECORD[] =
@@ -63,6 +71,20 @@ static double now_us(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* The --gap-us pause; returns the time it took (µs), to leave out. */
+static double pause_gap(void)
+{
+	struct timespec g = { gap_us / 1000000, gap_us % 1000000 * 1000 };
+	double t0;
+
+	if (!gap_us)
+		return 0;
+	t0 = now_us();
+	while (nanosleep(&g, &g) == -1 && errno == EINTR)
+		;
+	return now_us() - t0;
 }
 
 static void die(const char *what, const char *detail)
@@ -192,7 +214,7 @@ static void raw_pair(struct raw *r, double *t_acq, double *t_rel)
 	bool won, released;
 	int64_t rev, rev2;
 	json_t *j;
-	double t0 = now_us(), t1;
+	double t0 = now_us(), t1, paused;
 
 	raw_txn(r, r->acquire_body, &won, &rev, &j);
 	t1 = now_us();
@@ -205,12 +227,14 @@ static void raw_pair(struct raw *r, double *t_acq, double *t_rel)
 		 "\"create_revision\":\"%" PRId64 "\"}],"
 		 "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}}]}",
 		 r->key_b64, rev, r->key_b64);
+	paused = pause_gap();
 	raw_txn(r, body, &released, &rev2, &j);
 	json_decref(j);
 	if (!released)
 		die("raw release did not delete the key", NULL);
 	*t_acq = t1 - t0;
-	*t_rel = now_us() - t1;
+	*t_rel = now_us() - t1 - paused;
+	(void)pause_gap();
 }
 
 static void raw_free(struct raw *r)
@@ -243,7 +267,7 @@ static void client_pair(struct lockfs_etcd *c, const struct names *nm, double *t
 	};
 	struct lockfs_etcd_txn release = { .compare = &mine, .n_compare = 1, .success = &del, .n_success = 1 };
 	struct lockfs_etcd_txn_resp r;
-	double t0 = now_us(), t1;
+	double t0 = now_us(), t1, paused;
 	int rc;
 
 	rc = lockfs_etcd_txn(c, &acquire, &r);
@@ -254,6 +278,7 @@ static void client_pair(struct lockfs_etcd *c, const struct names *nm, double *t
 		die("client acquire did not win (is another run using this etcd?)", NULL);
 	mine.number = r.revision;
 	lockfs_etcd_txn_resp_free(&r);
+	paused = pause_gap();
 	rc = lockfs_etcd_txn(c, &release, &r);
 	if (rc)
 		die("client release failed", strerror(-rc));
@@ -261,7 +286,8 @@ static void client_pair(struct lockfs_etcd *c, const struct names *nm, double *t
 		die("client release did not delete the key", NULL);
 	lockfs_etcd_txn_resp_free(&r);
 	*t_acq = t1 - t0;
-	*t_rel = now_us() - t1;
+	*t_rel = now_us() - t1 - paused;
+	(void)pause_gap();
 }
 
 /* ---- figures ---- */
@@ -299,7 +325,7 @@ static void report(const char *label, struct series *s)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [URL]\n");
+	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [--gap-us G] [URL]\n");
 	exit(2);
 }
 
@@ -325,6 +351,10 @@ int main(int argc, char **argv)
 			pairs = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) {
 			prefix = argv[++i];
+		} else if (!strcmp(argv[i], "--gap-us") && i + 1 < argc) {
+			gap_us = atol(argv[++i]);
+			if (gap_us < 0 || gap_us > 1000000)
+				usage();
 		} else if (argv[i][0] == '-') {
 			usage();
 		} else {
