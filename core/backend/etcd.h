@@ -196,12 +196,22 @@ uint64_t lockfs_etcdbe_identity(int64_t create_rev, int64_t mod_rev);
 
 /* ---- The session (etcd_session.c) ---- */
 
-/* A write whose outcome is unknown, to undo once etcd answers. */
+/*
+ * A write whose outcome is unknown, to undo once etcd answers -- and again
+ * whenever the watch shows KEY after all: a request held up on the way
+ * (a partition, a proxy) can still be applied long after etcd answered
+ * the first undo.  KEY is never written again by anyone else (a contender
+ * key carries a sequence number of this daemon), so deleting it later is
+ * always safe.  Kept until a delete took it out, or its lease is no longer
+ * this daemon's (the key went with it); one with a known create_rev (a
+ * place) only until etcd answered once: that key cannot come back.
+ */
 struct etcd_pending {
 	char *key;
 	int64_t lease;           /* delete KEY only while on this lease */
 	int64_t create_rev;      /* and, when known, created at this revision */
 	bool place_only;         /* and only while unwritten since (a place) */
+	bool tried;              /* one delete was answered (KEY was not there) */
 	struct etcd_pending *next;
 };
 

@@ -208,16 +208,31 @@ int lockfs_etcdbe_session_init(struct etcd_store *e)
 	return 0;
 }
 
-/* Try to undo the pending writes (see struct etcd_pending).  Runs on the
- * session thread only. */
+/* Is KEY in the mirror (the watch showed it, not deleted since)? */
+static bool mirror_has(struct etcd_store *e, const char *key)
+{
+	int64_t lease;
+	bool has;
+
+	pthread_mutex_lock(&e->mirror.mu);
+	has = lockfs_etcdbe_mirror_lease_locked(&e->mirror, key, &lease) == 0;
+	pthread_mutex_unlock(&e->mirror.mu);
+	return has;
+}
+
+/* Try to undo the pending writes (see struct etcd_pending): each once,
+ * then again only when the mirror shows its key.  Runs on the session
+ * thread only. */
 static void resolve_pending(struct etcd_store *e)
 {
 	struct etcd_session *s = &e->session;
 	struct etcd_pending *list, **pp;
+	int64_t lease;
 
 	pthread_mutex_lock(&s->mu);
 	list = s->pending;
 	s->pending = NULL;
+	lease = s->lease;
 	pthread_mutex_unlock(&s->mu);
 	for (pp = &list; *pp;) {
 		struct etcd_pending *p = *pp;
@@ -238,15 +253,40 @@ static void resolve_pending(struct etcd_store *e)
 					.target = LOCKFS_ETCD_MOD, .number = p->create_rev };
 		}
 		txn.n_compare = n;
+		/* Its lease is gone (renewed after a loss): so is the key. */
+		if (p->lease != lease) {
+			*pp = p->next;
+			free(p->key);
+			free(p);
+			continue;
+		}
+		if (p->tried && !mirror_has(e, p->key)) {
+			pp = &p->next;
+			continue;
+		}
 		rc = lockfs_etcd_txn(e->client, &txn, &r);
-		if (rc == 0) {
+		if (rc == 0 && r.succeeded) {
+			/* Deleted: it had been made after all. */
 			lockfs_etcd_txn_resp_free(&r);
 			*pp = p->next;
 			free(p->key);
 			free(p);
-		} else {
-			pp = &p->next;
+			continue;
 		}
+		if (rc == 0 && p->create_rev) {
+			/* Not there at that revision, or written since: that
+			 * key can never come back. */
+			lockfs_etcd_txn_resp_free(&r);
+			*pp = p->next;
+			free(p->key);
+			free(p);
+			continue;
+		}
+		if (rc == 0) {
+			lockfs_etcd_txn_resp_free(&r);
+			p->tried = true;
+		}
+		pp = &p->next;
 	}
 	if (list) {
 		pthread_mutex_lock(&s->mu);
