@@ -51,6 +51,13 @@
 # (f) / (b raw) <= 1.2 (and (a) / (b raw) is printed beside it).  The load average is printed at the start and the end
 # (figures taken on a loaded machine are noisy).
 #
+# --pin: etcd on CPU 1 alone, everything else (daemons, clients) on CPU 0
+# (taskset; needs 2 CPUs and one member).  On a 2-CPU machine etcd, the
+# daemons and the clients otherwise compete for the same CPUs, so that
+# every microsecond of a daemon's CPU also delays etcd's answers: pinned,
+# etcd stands apart as it would on a host of its own, and (f) / (b) shows
+# what the daemon adds to the store's round trips.
+#
 # --smoke: one round of 50 pairs and 10 hand-offs, to show that the benchmark
 # still runs (CI; no goal asserted, the figures mean little).  Exit status 77
 # (skipped) when etcd is not installed or lockfs was built without etcd.
@@ -67,6 +74,7 @@ SAMPLES=200
 MEMBERS=1
 SETTLE=1000
 SMOKE=0
+PIN=0
 BUILD=./build
 BASE=""
 PY=/usr/bin/python3
@@ -85,6 +93,7 @@ while [ $# -gt 0 ]; do
 	--pairs) PAIRS=${2:?}; shift 2 ;;
 	--samples) SAMPLES=${2:?}; shift 2 ;;
 	--members) MEMBERS=${2:?}; shift 2 ;;
+	--pin) PIN=1; shift ;;
 	--base) BASE=${2:?}; shift 2 ;;
 	--smoke) ROUNDS=1; PAIRS=50; SAMPLES=10; SMOKE=1; shift ;;
 	-h|--help) usage ;;
@@ -114,10 +123,19 @@ done
 [ -x "$PY" ] || die "$PY not found"
 command -v fusermount3 >/dev/null || die "fusermount3 not found"
 
-# Outside the fixtures: start etcd and run this script again inside.
+if [ "$PIN" = 1 ]; then
+	command -v taskset >/dev/null || die "--pin needs taskset (util-linux)"
+	[ "$(nproc --all)" -ge 2 ] || die "--pin needs 2 CPUs"
+	[ "$MEMBERS" = 1 ] || die "--pin takes one etcd member"
+fi
+PIN_CPU0=()
+[ "$PIN" = 0 ] || PIN_CPU0=(taskset -c 0)
+
+# Outside the fixtures: start etcd and run this script again inside (with
+# --pin, all of it on CPU 0 at first; etcd moves to CPU 1 below).
 if [ -z "${LOCKFS_ETCD_ENDPOINTS:-}" ]; then
 	rc=0
-	"$PY" "$FIXTURES" exec --members "$MEMBERS" -- "$0" "${ARGS[@]}" || rc=$?
+	"${PIN_CPU0[@]}" "$PY" "$FIXTURES" exec --members "$MEMBERS" -- "$0" "${ARGS[@]}" || rc=$?
 	exit "$rc"
 fi
 
@@ -245,6 +263,10 @@ run() { # OUTFILE CMD...: run a client in the background, wait for it
 # CPU accounting: clock ticks (utime+stime) of etcd and the daemons.
 ETCD_PID=$(ss -ltnpH "sport = :${LOCKFS_ETCD_URL##*:}" 2>/dev/null |
 	grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)
+if [ "$PIN" = 1 ]; then
+	[ -n "$ETCD_PID" ] || die "--pin: etcd's pid not found"
+	taskset -a -c -p 1 "$ETCD_PID" >/dev/null || die "--pin: cannot move etcd to CPU 1"
+fi
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 ticks() { # PID: its utime+stime, 0 when unknown
 	[ -n "$1" ] && [ -r "/proc/$1/stat" ] || { echo 0; return; }
@@ -317,7 +339,8 @@ CONFIGS=(etcd-mount etcd-mount-solo etcd-raw etcd-raw-watched dir-mount)
 [ -z "$BASE" ] || CONFIGS=(etcd-mount etcd-mount-solo etcd-mount-base etcd-raw etcd-raw-watched dir-mount)
 COMMIT=$(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "bench_etcd.sh: $ROUNDS rounds, $PAIRS pairs and $SAMPLES hand-offs per round," \
-	"etcd $MEMBERS member(s) at $LOCKFS_ETCD_ENDPOINTS; $(nproc) CPUs, load $LOAD0, commit $COMMIT" >&2
+	"etcd $MEMBERS member(s) at $LOCKFS_ETCD_ENDPOINTS; $(nproc --all) CPUs, load $LOAD0, commit $COMMIT" >&2
+[ "$PIN" = 0 ] || echo "bench_etcd.sh: pinned: etcd (pid $ETCD_PID) on CPU 1, daemons and clients on CPU 0" >&2
 for ((r = 1; r <= ROUNDS; r++)); do
 	echo "bench_etcd.sh: round $r/$ROUNDS" >&2
 	if (( r % 2 )); then order=("${CONFIGS[@]}")
@@ -337,10 +360,11 @@ for m in "${LEFT[@]}"; do
 	[ -z "$left" ] || die "locks left behind in $m: $left"
 done
 
-"$PY" - "$RES" "$ROUNDS" "$PAIRS" "$SAMPLES" "$LOAD0" "$LOAD1" "$MEMBERS" "$BASE" <<'EOF'
+"$PY" - "$RES" "$ROUNDS" "$PAIRS" "$SAMPLES" "$LOAD0" "$LOAD1" "$MEMBERS" "$BASE" "$PIN" <<'EOF'
 import sys, math, statistics as st, collections
 res, rounds, pairs, samples = sys.argv[1], *map(int, sys.argv[2:5])
 load0, load1, members, base = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
+pinned = sys.argv[9] == '1'
 pair = collections.defaultdict(dict)      # config -> round -> µs per pair (mean)
 rawp50 = collections.defaultdict(dict)    # config -> round -> pair p50 µs
 cpu = collections.defaultdict(dict)       # config -> round -> (etcd, daemons) µs per pair
@@ -379,6 +403,8 @@ def row(label, v, fmt='{:9.0f}'):
 
 print(f"\nissue-11 benchmark: {rounds} rounds interleaved, {pairs} pairs and {samples} "
       f"cross-host hand-offs per round; etcd {members} member(s); load {load0} -> {load1}")
+if pinned:
+    print("pinned (--pin): etcd on CPU 1 alone, the daemons and the clients on CPU 0")
 print("\nmkdir+rmdir pair, µs (mean per pair in a round; median / min / max over rounds, then each round)")
 print(f"  {'':34}{'median':>9}{'min':>9}{'max':>9}")
 for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-raw', 'etcd-client',
