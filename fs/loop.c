@@ -30,14 +30,17 @@
  * only point where cancelling is enabled, as in libfuse).
  */
 #include <errno.h>
+#include <linux/fuse.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "loop.h"
 
@@ -141,6 +144,59 @@ static void end_locked(struct loop *l)
 	sem_post(&l->finish);
 }
 
+/* What libfuse 3.14 reads a request into (fuse_session_new: its largest
+ * request, FUSE_MAX_MAX_PAGES pages of data, and FUSE_BUFFER_HEADER_SIZE),
+ * which is also what it told the kernel at INIT. */
+static size_t request_buf_size(void)
+{
+	return 256 * (size_t)sysconf(_SC_PAGESIZE) + 0x1000;
+}
+
+/*
+ * Read one request into W's buffer, as fuse_session_receive_buf does, but
+ * with the end of the connection told apart from a failure: besides ENODEV
+ * (unmounted), the kernel answers ECONNABORTED to a read that was taking a
+ * request when an unmount tore the connection down (fuse_dev_do_read, "must
+ * not put request on fpq->io queue after having been shut down"), which
+ * happens when many requests are in flight at the unmount (a thousand
+ * killed flock waiters' RELEASE and INTERRUPT requests).  Both end the loop
+ * as an unmount does; only other errors are the loop's error.  Returns the
+ * request's size, 0 at the end, -EINTR to read again, or -errno.
+ */
+static int read_request(struct loop *l, struct worker *w)
+{
+	ssize_t n;
+
+	if (!w->buf.mem) {
+		w->buf.mem = malloc(request_buf_size());
+		if (!w->buf.mem)
+			return -ENOMEM;
+	}
+	n = read(fuse_session_fd(l->se), w->buf.mem, request_buf_size());
+	if (fuse_session_exited(l->se))
+		return 0;
+	if (n < 0) {
+		int err = errno;
+
+		/* ENOENT: the request was interrupted before it was read. */
+		if (err == EINTR || err == EAGAIN || err == ENOENT)
+			return -EINTR;
+		if (err == ENODEV || err == ECONNABORTED) {
+			fuse_session_exit(l->se);
+			return 0;
+		}
+		fprintf(stderr, "lockfs: reading /dev/fuse: %s\n", strerror(err));
+		return -err;
+	}
+	if ((size_t)n < sizeof(struct fuse_in_header)) {
+		fprintf(stderr, "lockfs: short read on /dev/fuse (%zd bytes)\n", n);
+		return -EIO;
+	}
+	w->buf.size = (size_t)n;
+	w->buf.flags = 0;
+	return (int)n;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -169,7 +225,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&l->mu);
 
 		pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
-		res = fuse_session_receive_buf(l->se, &w->buf);
+		res = read_request(l, w);
 		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 		if (res == -EINTR || res == -EAGAIN)
 			continue;
