@@ -308,7 +308,9 @@ class Cluster:
             raise errors[0]
 
     def leader(self):
-        """The member that the answering members agree leads, or None."""
+        """The member that every live member names as leader, or None (one
+        does not answer, or knows no leader yet: a member that has just
+        joined or voted learns of the winner a moment later)."""
         ids = {}
         leader_ids = set()
         for m in self.members:
@@ -317,11 +319,10 @@ class Cluster:
             try:
                 st = m.status()
             except (OSError, ValueError, urllib.error.URLError):
-                continue
+                return None
             ids[st['header']['member_id']] = m
-            if st.get('leader', '0') != '0':
-                leader_ids.add(st['leader'])
-        if len(leader_ids) != 1:
+            leader_ids.add(st.get('leader', '0'))
+        if len(leader_ids) != 1 or '0' in leader_ids:
             return None
         return ids.get(leader_ids.pop())
 

@@ -231,8 +231,7 @@ def test_leader_killed_no_double_grant_and_progress_resumes(etcd3, etcd_mounts, 
     t.start()
     try:
         wait_until(lambda: len(hosts.grants('x')) >= 15, timeout=60, what='15 grants')
-        leader = etcd3.leader()
-        assert leader is not None
+        leader = etcd3.wait_leader(timeout=30)
         killed_at = time.time()
         leader.kill9()
         etcd3.wait_leader(timeout=30, exclude=leader)
