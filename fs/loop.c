@@ -108,6 +108,7 @@ static struct worker *worker_start(struct loop *l)
 		free(w);
 		return NULL;
 	}
+	pthread_setname_np(w->thread, "lockfs-request");
 	l->all[l->nall++] = w;
 	return w;
 }
@@ -357,6 +358,8 @@ int lockfs_loop_run(struct fuse_session *se, unsigned max_threads)
 		pthread_sigmask(SIG_BLOCK, &all_sigs, &old);
 		rc = -pthread_create(&watchdog, NULL, watchdog_main, &l);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (rc == 0)
+			pthread_setname_np(watchdog, "lockfs-watchdog");
 	}
 	if (rc == 0) {
 		/* sem_wait is interrupted by a signal (fs/stop.c's kick). */

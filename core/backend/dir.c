@@ -1296,6 +1296,7 @@ static int dir_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 	rc = -pthread_create(&d->thread, NULL, report_thread, d);
 	if (rc < 0)
 		goto fail;
+	pthread_setname_np(d->thread, "lockfs-dirwatch");
 	__atomic_store_n(&d->reporting, true, __ATOMIC_RELEASE);
 	return 0;
 fail:

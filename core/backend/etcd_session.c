@@ -512,8 +512,10 @@ int lockfs_etcdbe_session_start(struct etcd_store *e)
 	struct etcd_session *s = &e->session;
 	int rc = -pthread_create(&s->thread, NULL, session_thread, e);
 
-	if (rc == 0)
+	if (rc == 0) {
+		pthread_setname_np(s->thread, "lockfs-session");
 		s->running = true;
+	}
 	return rc;
 }
 

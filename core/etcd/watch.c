@@ -439,6 +439,8 @@ int lockfs_etcd_watch_open(struct lockfs_etcd_watch **out, struct lockfs_etcd *c
 		rc = -pthread_create(&w->thread, NULL, watch_thread, w);
 		if (rc)
 			rc = -EAGAIN;
+		else
+			pthread_setname_np(w->thread, "lockfs-watch");
 	}
 	if (rc) {
 		watch_free(w);

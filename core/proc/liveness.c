@@ -602,6 +602,7 @@ int lockfs_liveness_run(struct lockfs_liveness *lv)
 
 	if (rc)
 		return -rc;
+	pthread_setname_np(lv->thread, "lockfs-liveness");
 	lv->running = true;
 	return 0;
 }
