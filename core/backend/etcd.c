@@ -274,7 +274,8 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	rc = src->encode(src->arg, 0, &json, &len);
 	if (rc)
 		return rc;
-	seq = __atomic_add_fetch(&e->seq, 1, __ATOMIC_RELAXED);
+	if (!lockfs_etcdbe_key_reuse(&e->free_keys, name, lease, &seq))
+		seq = __atomic_add_fetch(&e->seq, 1, __ATOMIC_RELAXED);
 	contender_key(e, name, lease, seq, key);
 	ops[0].value = json;
 	ops[0].value_len = len;
@@ -303,6 +304,8 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	}
 	lockfs_etcdbe_say_reachable(e);
 	if (!r.succeeded) {
+		/* Refused: nothing was written, the key is free again. */
+		lockfs_etcdbe_key_free(&e->free_keys, name, lease, seq);
 		lockfs_etcd_txn_resp_free(&r);
 		free(json);
 		return -EEXIST;
@@ -428,8 +431,10 @@ static int etcd_leave(struct lockfs_backend *be, const char *name,
 		lockfs_etcdbe_session_pending(e, key, place->session, place->rank, true);
 		return store_error(e, rc);
 	}
-	if (r.succeeded)
+	if (r.succeeded) {
 		mirror_delete(e, name, key, r.revision, false);
+		lockfs_etcdbe_key_free(&e->free_keys, name, place->session, place->seq);
+	}
 	lockfs_etcd_txn_resp_free(&r);
 	return 0;
 }
@@ -455,6 +460,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 				       .n_success = 2 };
 	struct lockfs_etcd_txn_resp r;
 	int64_t lease, deleted, began = lockfs_boot_ms();
+	uint64_t old_seq;
 	bool next_is_place;
 	int rc;
 
@@ -476,6 +482,8 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 		return -ENOENT;
 	}
 	mirror_delete(e, name, old.key, r.revision, false);
+	if (lockfs_etcdbe_own_key_seq(e->prefix, name, old.key, old.lease, &old_seq))
+		lockfs_etcdbe_key_free(&e->free_keys, name, old.lease, old_seq);
 	deleted = r.revision;
 	contender_key(e, name, place->session, place->seq, key);
 	next_is_place = r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
@@ -601,7 +609,11 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	lockfs_etcdbe_say_reachable(e);
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded) {
+		uint64_t seq;
+
 		mirror_delete(e, name, h.key, r.revision, true);
+		if (lockfs_etcdbe_own_key_seq(e->prefix, name, h.key, h.lease, &seq))
+			lockfs_etcdbe_key_free(&e->free_keys, name, h.lease, seq);
 	}
 	lockfs_etcd_txn_resp_free(&r);
 	return rc;
@@ -1020,6 +1032,7 @@ static void open_pair_remove(const char *prefix, const char *host)
 static void etcd_free(struct etcd_store *e)
 {
 	lockfs_etcdbe_free_expired(e);
+	lockfs_etcdbe_keys_destroy(&e->free_keys);
 	free(e->endpoints);
 	free(e->prefix);
 	free(e->source);
@@ -1361,6 +1374,7 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		goto fail;
 	}
 	lockfs_etcdbe_mirror_init(&e->mirror, e->prefix);
+	lockfs_etcdbe_keys_init(&e->free_keys);
 	pthread_mutex_init(&e->report_mu, NULL);
 	rc = lockfs_etcdbe_session_init(e);
 	have_session = true;

@@ -251,6 +251,43 @@ void lockfs_etcdbe_free_expired(struct etcd_store *e);
 
 /* ---- The store ---- */
 
+/* ---- Keys to write again (etcd_keys.c) ---- */
+
+#define ETCD_KEYS_BUCKETS 256
+#define ETCD_KEYS_MAX 4096  /* names remembered at most; more are forgotten */
+
+struct etcd_free_key {
+	struct etcd_free_key *next;
+	int64_t lease;           /* the session the key belongs to */
+	uint64_t seq;            /* its suffix */
+	char name[];
+};
+
+/* Per name, one contender key of this daemon that nobody holds, waits
+ * with or will delete: the next acquire of the name writes it again
+ * instead of a new one, so that etcd's index of R(NAME) does not grow with
+ * every acquire.  mu is a leaf. */
+struct etcd_keys {
+	pthread_mutex_t mu;
+	struct etcd_free_key *buckets[ETCD_KEYS_BUCKETS];  /* protected by mu */
+	size_t count;                                      /* protected by mu */
+	bool ready;
+};
+
+void lockfs_etcdbe_keys_init(struct etcd_keys *k);
+void lockfs_etcdbe_keys_destroy(struct etcd_keys *k);
+/* Key SEQ of NAME on LEASE was deleted by this daemon's own guarded
+ * delete, or never made (a refused try-lock): it may be written again.
+ * Remembered while there is room; forgetting is safe. */
+void lockfs_etcdbe_key_free(struct etcd_keys *k, const char *name, int64_t lease, uint64_t seq);
+/* Take NAME's remembered key for an acquire on LEASE: true and *SEQ, or
+ * false (none, or one of an earlier lease, which is dropped). */
+bool lockfs_etcdbe_key_reuse(struct etcd_keys *k, const char *name, int64_t lease, uint64_t *seq);
+/* KEY is PREFIX NAME "/" <LEASE, 16 hex> "-" <seq hex>, this daemon's own
+ * contender key on LEASE: true and *SEQ. */
+bool lockfs_etcdbe_own_key_seq(const char *prefix, const char *name, const char *key,
+			       int64_t lease, uint64_t *seq);
+
 struct etcd_store {
 	struct lockfs_backend base;
 	struct lockfs_statedir sd;    /* backing=: log and pid lock (owned) */
@@ -267,6 +304,7 @@ struct etcd_store {
 	int64_t ttl_s;
 	int64_t lock_delay_s;
 	uint64_t seq;                 /* key suffixes (__atomic) */
+	struct etcd_keys free_keys;   /* suffixes to use again */
 
 	struct etcd_mirror mirror;
 	struct etcd_session session;

@@ -84,6 +84,70 @@ def test_fence_is_the_holders_create_revision(h1, etcd1, prefix, procs):
     assert fences == sorted(set(fences))
 
 
+def test_a_lock_taken_again_writes_the_same_etcd_key(h1, etcd1, prefix, procs):
+    # etcd keeps every key ever made under a name in its index until a
+    # compaction; a fresh key per acquire would make the try-lock walk
+    # them all.  Each life of the key is new all the same: a new
+    # create_revision, so a new fence.
+    a = procs.agent()
+    keys, fences = [], []
+    for _ in range(3):
+        assert a.mkdir(h1.path('again')) == 0
+        o = read_owner(h1.mnt, 'again')
+        kvs = _keys(etcd1, prefix, 'again')
+        assert [base64.b64decode(kv['key']).decode() for kv in kvs] == [o['key']]
+        keys.append(o['key'])
+        fences.append(o['fence'])
+        assert a.rmdir(h1.path('again')) == 0
+    assert len(set(keys)) == 1
+    assert fences == sorted(set(fences))
+
+
+def test_a_refused_try_lock_leaves_its_key_to_the_next_acquire(h1, h2, etcd1, prefix, procs):
+    a, b = procs.agent(), procs.agent()
+    assert a.mkdir(h1.path('busy')) == 0
+    first = read_owner(h1.mnt, 'busy')['key']
+    assert a.rmdir(h1.path('busy')) == 0
+    wait_until(lambda: 'busy' not in os.listdir(h2.mnt), what='h2 sees the release')
+    assert b.mkdir(h2.path('busy')) == 0
+    wait_until(lambda: 'busy' in os.listdir(h1.mnt), what='h1 sees h2 hold it')
+    for _ in range(3):
+        assert a.mkdir(h1.path('busy')) == errno.EEXIST
+    assert len(_keys(etcd1, prefix, 'busy')) == 1
+    assert b.rmdir(h2.path('busy')) == 0
+    wait_until(lambda: 'busy' not in os.listdir(h1.mnt), what='h1 sees the release')
+    assert a.mkdir(h1.path('busy')) == 0
+    assert read_owner(h1.mnt, 'busy')['key'] == first
+    assert a.rmdir(h1.path('busy')) == 0
+
+
+def test_a_waiter_and_the_holder_on_one_host_have_keys_of_their_own(h1, etcd1, prefix, procs):
+    holder, w, late = procs.agent(), procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('two')) == 0
+    held = read_owner(h1.mnt, 'two')['key']
+    assert holder.rmdir(h1.path('two')) == 0
+    assert holder.mkdir(h1.path('two')) == 0       # the same key again
+    assert read_owner(h1.mnt, 'two')['key'] == held
+    fd = w.open(fpath(h1, 'two'))
+    rid = w.flock_start(fd, EX)
+    wait_waiters(h1, 'two', [w.pid])
+    assert len({base64.b64decode(kv['key']) for kv in _keys(etcd1, prefix, 'two')}) == 2
+    assert holder.rmdir(h1.path('two')) == 0
+    assert 'errno' not in w.wait(rid, 5)
+    # The holder's key is free again, the granted waiter's is not: a
+    # newcomer behind the waiter queues on the freed one, behind it.
+    fd2 = late.open(fpath(h1, 'two'))
+    rid2 = late.flock_start(fd2, EX)
+    wait_waiters(h1, 'two', [late.pid])
+    kvs = _keys(etcd1, prefix, 'two')
+    assert len(kvs) == 2 and base64.b64decode(kvs[1]['key']).decode() == held
+    assert read_owner(h1.mnt, 'two')['holder']['pid'] == w.pid
+    w.close(fd)
+    assert 'errno' not in late.wait(rid2, 5)
+    assert read_owner(h1.mnt, 'two')['holder']['pid'] == late.pid
+    late.close(fd2)
+
+
 def test_flock_waiter_is_granted_on_release(h1, procs):
     holder, w = procs.agent(), procs.agent()
     assert holder.mkdir(h1.path('q')) == 0
