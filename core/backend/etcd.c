@@ -161,10 +161,13 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lo
  * write's echo may be CHANGE_OWN when it left NAME uncontended
  * (lockfs_etcdbe_mirror_note_own_locked) -- decided in the same critical
  * section, so that the watch cannot bring the echo in between.
+ * FENCE_NULL: VALUE says "fence": null (a record encoded with fence 0 for
+ * a new grant, lockfs_record_src), so the mirror need not parse it for
+ * its fence at the next stat -- the lookup of the holder's own rmdir.
  */
 static void mirror_put(struct etcd_store *e, const char *name, const char *key,
 		       const char *value, size_t len, int64_t create_rev, int64_t mod_rev,
-		       int64_t lease, int64_t first_rank, bool own)
+		       int64_t lease, int64_t first_rank, bool own, bool fence_null)
 {
 	struct lockfs_etcd_kv kv = {
 		.key = (char *)key, .key_len = strlen(key), .value = (char *)value,
@@ -174,6 +177,8 @@ static void mirror_put(struct etcd_store *e, const char *name, const char *key,
 
 	pthread_mutex_lock(&e->mirror.mu);
 	(void)lockfs_etcdbe_mirror_put_locked(&e->mirror, &kv, now_ms(), NULL);
+	if (fence_null)
+		lockfs_etcdbe_mirror_set_fence_locked(&e->mirror, key, mod_rev, 0);
 	if (first_rank > 0)
 		lockfs_etcdbe_mirror_gone_before_locked(&e->mirror, name, first_rank, mod_rev);
 	if (own)
@@ -315,7 +320,8 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		  (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
 		   strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name));
 	/* Granted: it is the first. */
-	mirror_put(e, name, key, json, len, create, create, lease, granted ? create : 0, granted);
+	mirror_put(e, name, key, json, len, create, create, lease, granted ? create : 0, granted,
+		   true);
 	free(json);
 	if (granted) {
 		lockfs_etcd_txn_resp_free(&r);
@@ -376,7 +382,8 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 		free(json);
 		return there && head_check ? -EEXIST : -ENOENT;
 	}
-	mirror_put(e, name, key, json, len, rank, r.revision, lease, head_check ? rank : 0, true);
+	mirror_put(e, name, key, json, len, rank, r.revision, lease, head_check ? rank : 0, true,
+		   false);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -564,7 +571,7 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 		free(json);
 		return how == LOCKFS_UPD_GRANT && there ? -EAGAIN : -ENOENT;
 	}
-	mirror_put(e, name, h.key, json, len, h.create_rev, r.revision, h.lease, 0, true);
+	mirror_put(e, name, h.key, json, len, h.create_rev, r.revision, h.lease, 0, true, false);
 	if (how == LOCKFS_UPD_GRANT)
 		lockfs_etcdbe_mirror_set_grant(&e->mirror, h.key, r.revision, r.revision);
 	if (!st)
@@ -673,7 +680,7 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		return -ENOENT;
 	}
 	mirror_put(e, name, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
-		   lease, 0, true);
+		   lease, 0, true, false);
 	if (st) {
 		struct etcd_head now;
 

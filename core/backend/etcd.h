@@ -179,6 +179,10 @@ int lockfs_etcdbe_mirror_find_identity(struct etcd_mirror *m, const char *name, 
  * 1: the head; 0: behind another; -ENOENT: not there. */
 int lockfs_etcdbe_mirror_is_head(struct etcd_mirror *m, const char *name, const char *key);
 
+/* The record this daemon itself wrote into KEY at REV has RECORD_FENCE
+ * as its own "fence" (0: null): known without parsing it. */
+void lockfs_etcdbe_mirror_set_fence_locked(struct etcd_mirror *m, const char *key, int64_t rev,
+					   uint64_t record_fence);
 /* Record this daemon's own grant of KEY at REV (GRANT_REV: its
  * update(GRANT) revision, else 0). */
 void lockfs_etcdbe_mirror_set_grant(struct etcd_mirror *m, const char *key, int64_t rev,

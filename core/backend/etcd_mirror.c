@@ -667,6 +667,20 @@ void lockfs_etcdbe_mirror_set_grant(struct etcd_mirror *m, const char *key, int6
 	pthread_mutex_unlock(&m->mu);
 }
 
+void lockfs_etcdbe_mirror_set_fence_locked(struct etcd_mirror *m, const char *key, int64_t rev,
+					   uint64_t record_fence)
+{
+	char name[LOCKFS_STORE_KEY_MAX];
+	struct etcd_name *n;
+	struct etcd_key *k;
+
+	if (lockfs_etcdbe_mirror_classify(m, key, name, sizeof(name)) == 1 &&
+	    (n = find_name(m, name, false)) && (k = find_key(n, key)) && k->mod_rev == rev) {
+		k->record_fence = record_fence;
+		k->record_fence_known = true;
+	}
+}
+
 int lockfs_etcdbe_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list_cb cb, void *arg)
 {
 	struct etcd_names held = { 0 };
