@@ -92,4 +92,24 @@ int lockfs_etcd_set_range(json_t *obj, const char *key, const char *range_end, b
 /* The errno for gRPC status CODE. */
 int lockfs_etcd_grpc_errno(int64_t code);
 
+/* ---- watch_line.c ---- */
+
+/* One line of the watch stream. */
+struct lockfs_etcd_line {
+	int64_t revision;          /* header.revision */
+	int64_t compact_revision;
+	bool created, canceled;
+	struct lockfs_etcd_event *events;  /* owned; lockfs_etcd_events_free */
+	size_t n_events;
+};
+
+/* Read TEXT (LEN bytes, one line) into *L with jansson.  0; -ECONNRESET
+ * for etcd's {"error":...} line; -EPROTO, -ENOMEM (*L empty). */
+int lockfs_etcd_line_json(const char *text, size_t len, struct lockfs_etcd_line *l);
+/* The same without a JSON library, for a line of events and nothing
+ * else: 1 and *L as lockfs_etcd_line_json would give it; 0 for any other
+ * line (*L empty: read it with lockfs_etcd_line_json). */
+int lockfs_etcd_line_fast(const char *text, size_t len, struct lockfs_etcd_line *l);
+void lockfs_etcd_events_free(struct lockfs_etcd_event *ev, size_t n);
+
 #endif

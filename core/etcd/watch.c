@@ -75,59 +75,6 @@ static void watch_end(struct lockfs_etcd_watch *w, int error, bool resync, int64
 	w->end_compact = compact;
 }
 
-static void free_events(struct lockfs_etcd_event *ev, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		lockfs_etcd_kv_clear(&ev[i].kv);
-		lockfs_etcd_kv_clear(&ev[i].prev_kv);
-	}
-	free(ev);
-}
-
-/* Parse the events array ARR.  0, -EPROTO, -ENOMEM. */
-static int parse_events(const json_t *arr, struct lockfs_etcd_event **out, size_t *n)
-{
-	size_t count = json_array_size(arr);
-	struct lockfs_etcd_event *ev;
-
-	*out = NULL;
-	*n = 0;
-	if (!json_is_array(arr))
-		return -EPROTO;
-	ev = calloc(count ? count : 1, sizeof(*ev));
-	if (!ev)
-		return -ENOMEM;
-	for (size_t i = 0; i < count; i++) {
-		const json_t *e = json_array_get(arr, i);
-		const json_t *type = json_object_get(e, "type");
-		const json_t *prev = json_object_get(e, "prev_kv");
-
-		/* PUT is the enum's zero, so it is never written out. */
-		const char *t = json_is_string(type) ? json_string_value(type) : NULL;
-		int rc = 0;
-
-		if (!type || json_is_null(type) || (t && !strcmp(t, "PUT")))
-			ev[i].type = LOCKFS_ETCD_EVENT_PUT;
-		else if (t && !strcmp(t, "DELETE"))
-			ev[i].type = LOCKFS_ETCD_EVENT_DELETE;
-		else
-			rc = -EPROTO;
-		if (!rc)
-			rc = lockfs_etcd_parse_kv(json_object_get(e, "kv"), &ev[i].kv);
-		if (!rc && prev) {
-			rc = lockfs_etcd_parse_kv(prev, &ev[i].prev_kv);
-			ev[i].has_prev_kv = !rc;
-		}
-		if (rc) {
-			free_events(ev, i + 1);
-			return rc;
-		}
-	}
-	*out = ev;
-	*n = count;
-	return 0;
-}
-
 static void deliver(struct lockfs_etcd_watch *w, struct lockfs_etcd_watch_msg *msg)
 {
 	msg->next_revision = w->next_revision;
@@ -137,33 +84,16 @@ static void deliver(struct lockfs_etcd_watch *w, struct lockfs_etcd_watch_msg *m
 /* One message from etcd: {"result":{...}} or {"error":{...}}. */
 static void handle_line(struct lockfs_etcd_watch *w, const char *text, size_t len)
 {
-	json_t *j = json_loadb(text, len, 0, NULL);
-	const json_t *r = json_object_get(j, "result");
 	struct lockfs_etcd_watch_msg msg = { 0 };
-	struct lockfs_etcd_event *events = NULL;
-	size_t n_events = 0;
-	int64_t compact = 0;
-	int rc;
+	struct lockfs_etcd_line l;
+	int rc = lockfs_etcd_line_fast(text, len, &l) ? 0 : lockfs_etcd_line_json(text, len, &l);
 
-	if (!json_is_object(r)) {
-		/* {"error":{"grpc_code":1,"message":"grpc: the client
-		 * connection is closing",...}} when etcd stops. */
-		watch_end(w, json_is_object(json_object_get(j, "error")) ? -ECONNRESET : -EPROTO,
-		    false, 0);
-		json_decref(j);
-		return;
-	}
-	rc = lockfs_etcd_get_int64(json_object_get(r, "header"), "revision", &msg.revision);
-	if (!rc)
-		rc = lockfs_etcd_get_int64(r, "compact_revision", &compact);
-	if (!rc && json_object_get(r, "events"))
-		rc = parse_events(json_object_get(r, "events"), &events, &n_events);
 	if (rc) {
 		watch_end(w, rc, false, 0);
-		json_decref(j);
 		return;
 	}
-	if (lockfs_etcd_get_bool(r, "created") && !w->created) {
+	msg.revision = l.revision;
+	if (l.created && !w->created) {
 		w->created = true;
 		/* From now on, or from the revision asked for. */
 		w->next_revision = w->start_revision ? w->start_revision : msg.revision + 1;
@@ -171,25 +101,24 @@ static void handle_line(struct lockfs_etcd_watch *w, const char *text, size_t le
 		deliver(w, &msg);
 		start_done(w, 0);
 	}
-	if (n_events) {
+	if (l.n_events) {
 		/* In revision order: the last one is the newest seen. */
-		w->next_revision = events[n_events - 1].kv.mod_revision + 1;
+		w->next_revision = l.events[l.n_events - 1].kv.mod_revision + 1;
 		msg.kind = LOCKFS_ETCD_WATCH_EVENTS;
-		msg.events = events;
-		msg.n_events = n_events;
+		msg.events = l.events;
+		msg.n_events = l.n_events;
 		deliver(w, &msg);
-	} else if (w->created && !lockfs_etcd_get_bool(r, "created") &&
-		   !lockfs_etcd_get_bool(r, "canceled")) {
+	} else if (w->created && !l.created && !l.canceled) {
 		/* A progress notification.  next_revision stays: etcd 3.4
 		 * does not order these with the stream's events (etcd issue
 		 * 15220), so one proves nothing about what was delivered. */
 		msg.kind = LOCKFS_ETCD_WATCH_PROGRESS;
 		deliver(w, &msg);
 	}
-	free_events(events, n_events);
-	if (lockfs_etcd_get_bool(r, "canceled"))
-		watch_end(w, compact > 0 ? -ERANGE : -ECANCELED, compact > 0, compact);
-	json_decref(j);
+	lockfs_etcd_events_free(l.events, l.n_events);
+	if (l.canceled)
+		watch_end(w, l.compact_revision > 0 ? -ERANGE : -ECANCELED, l.compact_revision > 0,
+			  l.compact_revision);
 }
 
 /* Bytes from etcd: split into lines (each message ends with '\n'). */
