@@ -135,8 +135,8 @@ static bool unconfirmed(struct etcd_store *e)
 static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lockfs_entry_stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	st->uid = geteuid();
-	st->gid = getegid();
+	st->uid = e->uid;
+	st->gid = e->gid;
 	st->unconfirmed = unconfirmed(e);
 	st->delay_until_ms = h->delay_until_ms;
 	if (!h->has_key) {
@@ -231,8 +231,8 @@ static void granted_stat(struct etcd_store *e, const char *key, int64_t create_r
 	memset(st, 0, sizeof(*st));
 	st->identity = lockfs_etcdbe_identity(create_rev, mod_rev);
 	st->fence = fence;
-	st->uid = geteuid();
-	st->gid = getegid();
+	st->uid = e->uid;
+	st->gid = e->gid;
 	st->mtime_ms = now_ms();
 	st->unconfirmed = unconfirmed(e);
 	snprintf(st->key, sizeof(st->key), "%s", key);
@@ -1380,6 +1380,8 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		say(cfg, "no etcd endpoint answers (%s): %s", e->endpoints, strerror(-rc));
 		goto fail;
 	}
+	e->uid = geteuid();
+	e->gid = getegid();
 	lockfs_etcdbe_mirror_init(&e->mirror, e->prefix);
 	lockfs_etcdbe_keys_init(&e->free_keys);
 	pthread_mutex_init(&e->report_mu, NULL);

@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "lockfs/backend.h"
 #include "lockfs/etcd.h"
@@ -305,6 +306,8 @@ struct etcd_store {
 	char *host_value;             /* its JSON value (owned) */
 	char machine_id[64];
 	char boot_id[64];
+	uid_t uid;                    /* the daemon's, owner of every entry */
+	gid_t gid;
 	int64_t ttl_s;
 	int64_t lock_delay_s;
 	uint64_t seq;                 /* key suffixes (__atomic) */
