@@ -40,8 +40,9 @@
 #                   run last in each round
 # --base BASE_BUILD_DIR: A/B.  Two more daemons (hosts h1 and h2 of BASE's
 # lockfs, on a prefix of their own, the same etcd) and (a) and (c) through
-# them too ("etcd-mount-base", "base hand-off"), interleaved in the same
-# rounds; the clients are this build's.  Ratios this/base are per round.
+# them too ("etcd-mount-base", "base hand-off"), and a third (host s2) for
+# (f) ("etcd-mount-solo-base"), interleaved in the same rounds; the clients
+# are this build's.  Ratios this/base are per round.
 # Beside the wall-clock figures, the CPU time per pair that etcd (a local
 # member found by its client port) and the two daemons of (a) spent in each
 # of (a), (b raw: etcd only), (e) and the base's (a): on a shared 2-CPU
@@ -239,6 +240,12 @@ if [ -n "$BASE" ]; then
 	done
 fi
 MB1=$W/base-h1 MB2=$W/base-h2
+if [ -n "$BASE" ]; then
+	mount_one base-solo backend=etcd "etcd=$LOCKFS_ETCD_ENDPOINTS" host=s2 \
+		"prefix=${PREFIX%/}-solo-base/" ttl=10
+	SOLO_BASE_PID=${PIDS[-1]}
+fi
+MSB=$W/base-solo
 
 RES=$W/results.tsv
 : > "$RES"
@@ -287,6 +294,7 @@ run_config() { # CONFIG ROUND
 	local out=$W/out c0 h=("${PIDS[0]}" "${PIDS[1]}")
 	[ "$1" = etcd-mount-base ] && h=("${PIDS[4]}" "${PIDS[5]}")
 	[ "$1" = etcd-mount-solo ] && h=("$SOLO_PID")
+	[ "$1" = etcd-mount-solo-base ] && h=("$SOLO_BASE_PID")
 	c0=$(cpu_snap "${h[@]}")
 	case "$1" in
 	etcd-mount)
@@ -301,6 +309,9 @@ run_config() { # CONFIG ROUND
 	etcd-mount-solo)
 		run "$out" "$PAIRS_BIN" pairs "$MS" "$PAIRS"
 		printf 'pair\tetcd-mount-solo\t%s\t%s\n' "$2" "$(cat "$out")" >> "$RES" ;;
+	etcd-mount-solo-base)
+		run "$out" "$PAIRS_BIN" pairs "$MSB" "$PAIRS"
+		printf 'pair\tetcd-mount-solo-base\t%s\t%s\n' "$2" "$(cat "$out")" >> "$RES" ;;
 	etcd-raw)
 		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" "${LOCKFS_ETCD_URL}"
 		# "raw acquire p50 A p99 B | release p50 C p99 D | pair p50 E p99 F us | R pairs/s"
@@ -336,7 +347,8 @@ run_handoff() { # ROUND [base]
 }
 
 CONFIGS=(etcd-mount etcd-mount-solo etcd-raw etcd-raw-watched dir-mount)
-[ -z "$BASE" ] || CONFIGS=(etcd-mount etcd-mount-solo etcd-mount-base etcd-raw etcd-raw-watched dir-mount)
+[ -z "$BASE" ] || CONFIGS=(etcd-mount etcd-mount-solo etcd-mount-base etcd-mount-solo-base etcd-raw
+	etcd-raw-watched dir-mount)
 COMMIT=$(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "bench_etcd.sh: $ROUNDS rounds, $PAIRS pairs and $SAMPLES hand-offs per round," \
 	"etcd $MEMBERS member(s) at $LOCKFS_ETCD_ENDPOINTS; $(nproc --all) CPUs, load $LOAD0, commit $COMMIT" >&2
@@ -354,7 +366,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 LEFT=("$M1" "$M2" "$MD" "$MS")
-[ -z "$BASE" ] || LEFT+=("$MB1" "$MB2")
+[ -z "$BASE" ] || LEFT+=("$MB1" "$MB2" "$MSB")
 for m in "${LEFT[@]}"; do
 	left=$(find "$m" -mindepth 1 -maxdepth 1 ! -name '.*' -printf '%f ')
 	[ -z "$left" ] || die "locks left behind in $m: $left"
@@ -407,14 +419,14 @@ if pinned:
     print("pinned (--pin): etcd on CPU 1 alone, the daemons and the clients on CPU 0")
 print("\nmkdir+rmdir pair, µs (mean per pair in a round; median / min / max over rounds, then each round)")
 print(f"  {'':34}{'median':>9}{'min':>9}{'max':>9}")
-for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-raw', 'etcd-client',
-          'etcd-raw-watched', 'dir-mount'):
+for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-mount-solo-base', 'etcd-raw',
+          'etcd-client', 'etcd-raw-watched', 'dir-mount'):
     if c in pair:
         print(row(c, [pair[c][r] for r in R]))
 if cpu:
     print("\nCPU per pair, µs (etcd; the two daemons of that prefix), per round")
-    for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-raw', 'etcd-raw-watched',
-              'etcd-raw-paced'):
+    for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-mount-solo-base', 'etcd-raw',
+              'etcd-raw-watched', 'etcd-raw-paced'):
         if c in cpu:
             print(row(c + " etcd", [cpu[c][r][0] for r in R]))
             if c not in ('etcd-raw', 'etcd-raw-paced'):
@@ -448,6 +460,13 @@ if base:
     rb = [pair['etcd-mount-base'][r] / pair['etcd-raw'][r] for r in R]
     print(row("etcd-mount-base / etcd-raw", rb, '{:9.2f}'))
     print(row("etcd-mount / etcd-mount-base", [pair['etcd-mount'][r] / pair['etcd-mount-base'][r]
+                                               for r in R], '{:9.2f}'))
+    print(row("etcd-mount-solo-base / etcd-raw", [pair['etcd-mount-solo-base'][r] / pair['etcd-raw'][r]
+                                                  for r in R], '{:9.2f}'))
+    print(row("etcd-mount-solo / solo-base", [pair['etcd-mount-solo'][r] /
+                                              pair['etcd-mount-solo-base'][r] for r in R], '{:9.2f}'))
+    tot = lambda c, r: cpu[c][r][1]
+    print(row("daemon CPU, solo / solo-base", [tot('etcd-mount-solo', r) / tot('etcd-mount-solo-base', r)
                                                for r in R], '{:9.2f}'))
 print(row("etcd-mount / etcd-raw-watched",
           [pair['etcd-mount'][r] / pair['etcd-raw-watched'][r] for r in R], '{:9.2f}'))
