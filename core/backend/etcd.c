@@ -207,6 +207,17 @@ static void note_own(struct etcd_store *e, const char *name, const char *key, in
 	pthread_mutex_unlock(&e->mirror.mu);
 }
 
+/* KEY (of NAME, on LEASE) was just removed by this daemon's own guarded
+ * delete: when it is one of its contender keys, the next acquire of NAME
+ * writes it again (etcd_keys.c). */
+static void own_key_freed(struct etcd_store *e, const char *name, const char *key, int64_t lease)
+{
+	uint64_t seq;
+
+	if (lockfs_etcdbe_own_key_seq(e->prefix, name, key, lease, &seq))
+		lockfs_etcdbe_key_free(&e->free_keys, name, lease, seq);
+}
+
 /* Session LIVE, its lease into *LEASE: 0; else -EIO (no grants). */
 static int need_live(struct etcd_store *e, int64_t *lease)
 {
@@ -467,7 +478,6 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 				       .n_success = 2 };
 	struct lockfs_etcd_txn_resp r;
 	int64_t lease, deleted, began = lockfs_boot_ms();
-	uint64_t old_seq;
 	bool next_is_place;
 	int rc;
 
@@ -489,8 +499,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 		return -ENOENT;
 	}
 	mirror_delete(e, name, old.key, r.revision, false);
-	if (lockfs_etcdbe_own_key_seq(e->prefix, name, old.key, old.lease, &old_seq))
-		lockfs_etcdbe_key_free(&e->free_keys, name, old.lease, old_seq);
+	own_key_freed(e, name, old.key, old.lease);
 	deleted = r.revision;
 	contender_key(e, name, place->session, place->seq, key);
 	next_is_place = r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
@@ -616,11 +625,8 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	lockfs_etcdbe_say_reachable(e);
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded) {
-		uint64_t seq;
-
 		mirror_delete(e, name, h.key, r.revision, true);
-		if (lockfs_etcdbe_own_key_seq(e->prefix, name, h.key, h.lease, &seq))
-			lockfs_etcdbe_key_free(&e->free_keys, name, h.lease, seq);
+		own_key_freed(e, name, h.key, h.lease);
 	}
 	lockfs_etcd_txn_resp_free(&r);
 	return rc;
