@@ -38,6 +38,17 @@
 #                   p50).  What etcd's answer and CPU per pair become when
 #                   its client thinks between calls, as any daemon does:
 #                   run last in each round
+#   (h) etcd-raw-floor  what a FUSE daemon that did no work of its own
+#                   would cost, to judge the goal by: (b)'s raw transactions
+#                   with (f)'s daemon watching their keys (its watch is
+#                   part of any such daemon) and the client busy after each
+#                   transaction for two FUSE round trips, the least an op
+#                   costs between etcd's calls (LOOKUP + MKDIR or RMDIR);
+#                   a round trip is the mean negative lookup through (f)'s
+#                   mount ("lookups", answered from the daemon's mirror).
+#                   The floor of a pair through any such mount is this
+#                   pair's p50 plus its four round trips: printed against
+#                   (b)'s p50.  Run last in each round
 # --base BASE_BUILD_DIR: A/B.  Two more daemons (hosts h1 and h2 of BASE's
 # lockfs, on a prefix of their own, the same etcd) and (a) and (c) through
 # them too ("etcd-mount-base", "base hand-off"), and a third (host s2) for
@@ -294,6 +305,7 @@ run_config() { # CONFIG ROUND
 	local out=$W/out c0 h=("${PIDS[0]}" "${PIDS[1]}")
 	[ "$1" = etcd-mount-base ] && h=("${PIDS[4]}" "${PIDS[5]}")
 	[ "$1" = etcd-mount-solo ] && h=("$SOLO_PID")
+	[ "$1" = etcd-raw-floor ] && h=("$SOLO_PID")
 	[ "$1" = etcd-mount-solo-base ] && h=("$SOLO_BASE_PID")
 	c0=$(cpu_snap "${h[@]}")
 	case "$1" in
@@ -309,6 +321,9 @@ run_config() { # CONFIG ROUND
 	etcd-mount-solo)
 		run "$out" "$PAIRS_BIN" pairs "$MS" "$PAIRS"
 		printf 'pair\tetcd-mount-solo\t%s\t%s\n' "$2" "$(cat "$out")" >> "$RES" ;;
+	solo-lookups)
+		run "$out" "$PAIRS_BIN" lookups "$MS" "$PAIRS"
+		printf 'lookup\tetcd-mount-solo\t%s\t%s\n' "$2" "$(cat "$out")" >> "$RES" ;;
 	etcd-mount-solo-base)
 		run "$out" "$PAIRS_BIN" pairs "$MSB" "$PAIRS"
 		printf 'pair\tetcd-mount-solo-base\t%s\t%s\n' "$2" "$(cat "$out")" >> "$RES" ;;
@@ -326,6 +341,12 @@ run_config() { # CONFIG ROUND
 		awk -v r="$2" -v g="$gap" '$1 == "raw" {
 			print "rawp50\tetcd-raw-paced\t" r "\t" $16
 			print "gap\tetcd-raw-paced\t" r "\t" g }' "$out" >> "$RES" ;;
+	etcd-raw-floor)
+		local gap
+		gap=$(awk -v r="$2" '$1 == "lookup" && $3 == r { printf "%d", 2 * $4 + 0.5 }' "$RES")
+		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" --gap-us "$gap" --spin \
+			--prefix "${PREFIX%/}-solo/" "${LOCKFS_ETCD_URL}"
+		awk -v r="$2" '$1 == "raw" { print "rawp50\tetcd-raw-floor\t" r "\t" $16 }' "$out" >> "$RES" ;;
 	etcd-raw-watched)
 		run "$out" "$RAW_BIN" --rounds 1 --pairs "$PAIRS" --prefix "$PREFIX" "${LOCKFS_ETCD_URL}"
 		awk -v r="$2" '$1 == "raw" {
@@ -360,6 +381,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	fi
 	for c in "${order[@]}"; do run_config "$c" "$r"; done
 	run_config etcd-raw-paced "$r"
+	run_config solo-lookups "$r"
+	run_config etcd-raw-floor "$r"
 	if [ -n "$BASE" ] && (( r % 2 == 0 )); then run_handoff "$r" base; fi
 	run_handoff "$r"
 	if [ -n "$BASE" ] && (( r % 2 )); then run_handoff "$r" base; fi
@@ -379,6 +402,7 @@ load0, load1, members, base = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 pinned = sys.argv[9] == '1'
 pair = collections.defaultdict(dict)      # config -> round -> µs per pair (mean)
 rawp50 = collections.defaultdict(dict)    # config -> round -> pair p50 µs
+lookup = {}                               # round -> µs per negative lookup on (f)
 cpu = collections.defaultdict(dict)       # config -> round -> (etcd, daemons) µs per pair
 gap = {}                                  # round -> etcd-raw-paced's pause, µs
 ho = collections.defaultdict(list)        # round -> [µs]
@@ -395,6 +419,8 @@ for line in open(res):
         rawp50[cfg][r] = v
     elif kind == 'gap':
         gap[r] = v
+    elif kind == 'lookup':
+        lookup[r] = v
     elif kind == 'cpu':
         pass
     elif kind == 'handoff-base':
@@ -426,10 +452,10 @@ for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-mount-solo-b
 if cpu:
     print("\nCPU per pair, µs (etcd; the two daemons of that prefix), per round")
     for c in ('etcd-mount', 'etcd-mount-solo', 'etcd-mount-base', 'etcd-mount-solo-base', 'etcd-raw',
-              'etcd-raw-watched', 'etcd-raw-paced'):
+              'etcd-raw-watched', 'etcd-raw-paced', 'etcd-raw-floor'):
         if c in cpu:
             print(row(c + " etcd", [cpu[c][r][0] for r in R]))
-            if c not in ('etcd-raw', 'etcd-raw-paced'):
+            if c not in ('etcd-raw', 'etcd-raw-paced', 'etcd-raw-floor'):
                 print(row(c + " daemons", [cpu[c][r][1] for r in R]))
     if 'etcd-mount-base' in cpu:
         tot = lambda c, r: cpu[c][r][0] + cpu[c][r][1]
@@ -442,6 +468,12 @@ print(row("etcd-raw-paced pair p50", [rawp50['etcd-raw-paced'][r] for r in R]))
 print(row("pause after each txn", [gap[r] for r in R]))
 print(row("etcd-raw-paced / etcd-raw (p50)", [rawp50['etcd-raw-paced'][r] / rawp50['etcd-raw'][r]
                                                for r in R], '{:9.2f}'))
+print("\nthe floor of a daemon doing no work of its own (raw txns, (f)'s daemon watching, the client"
+      " busy two FUSE round trips after each txn), µs")
+print(row("FUSE round trip (lookup on (f))", [lookup[r] for r in R]))
+print(row("etcd-raw-floor pair p50", [rawp50['etcd-raw-floor'][r] for r in R]))
+floor = [(rawp50['etcd-raw-floor'][r] + 4 * lookup[r]) / rawp50['etcd-raw'][r] for r in R]
+print(row("(floor p50 + 4 round trips) / raw p50", floor, '{:9.2f}'))
 print("\ncross-host hand-off (h1 releases -> h2's waiter granted), µs, per round")
 for q in (50, 99):
     print(row(f"hand-off p{q}", [pct(ho[r], q) for r in R]))
@@ -485,6 +517,8 @@ print(f"\npooled hand-offs: n {len(allho)}, p50 {pct(allho, 50):.0f} µs, p99 {p
 print("\ngoal (issue 11)")
 print(f"  a pair through the mount <= 1.2x the raw pair (solo: no other daemon watching): "
       f"{med(rs):.2f}x (rounds {min(rs):.2f}-{max(rs):.2f}) -> {'met' if med(rs) <= 1.2 else 'NOT met'}")
+print(f"  the floor of any FUSE daemon with its own watch, doing no work (h): "
+      f"{med(floor):.2f}x (rounds {min(floor):.2f}-{max(floor):.2f})")
 print(f"  the same through h1 while h2 watches the prefix (for the hand-off rows): "
       f"{med(ra):.2f}x (rounds {min(ra):.2f}-{max(ra):.2f})")
 EOF

@@ -7,6 +7,11 @@
  *   bench_pairs flock FILE N
  *       N times flock(LOCK_EX) + flock(LOCK_UN) on one open descriptor of
  *       FILE; prints the mean µs per pair on stdout.
+ *   bench_pairs lookups DIRPATH N
+ *       N times stat(DIRPATH/bench-<pid>-none), a name nobody holds
+ *       (ENOENT expected): one FUSE round trip each, a LOOKUP the daemon
+ *       answers from what it knows; prints the mean µs per stat.  The
+ *       least any FUSE request costs, in the same units as a pair.
  *   bench_pairs rate DIRPATH CLIENTS SECONDS
  *       CLIENTS forked processes, each looping mkdir+rmdir on its own name
  *       (DIRPATH/bench-<pid>-r) for SECONDS; prints the aggregate pairs/s on
@@ -57,9 +62,10 @@ static void usage(const char *prog)
 	fprintf(stderr,
 		"usage: %s pairs DIRPATH N\n"
 		"       %s flock FILE N\n"
+		"       %s lookups DIRPATH N\n"
 		"       %s rate DIRPATH CLIENTS SECONDS\n"
 		"       %s backing DIR N | proc N | log DIR N\n",
-		prog, prog, prog, prog);
+		prog, prog, prog, prog, prog);
 	exit(2);
 }
 
@@ -146,6 +152,51 @@ static int run_pairs(const char *dir, long n)
 	t0 = now_s();
 	for (long i = 0; i < n; i++)
 		if (one_pair(path) != 0)
+			return 1;
+	t1 = now_s();
+	printf("%.3f\n", (t1 - t0) * 1e6 / (double) n);
+	return 0;
+}
+
+/* One lookup of PATH, a free name: 0 when it failed with ENOENT, else -1
+ * after a message on stderr. */
+static int one_lookup(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) == 0) {
+		fprintf(stderr, "bench_pairs: stat %s: exists\n", path);
+		return -1;
+	}
+	if (errno != ENOENT) {
+		fprintf(stderr, "bench_pairs: stat %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int run_lookups(const char *dir, long n)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	double t0, t1;
+
+	/* Else the parent's ENOENT would pass for the name's. */
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "bench_pairs: %s: not a directory\n", dir);
+		return 1;
+	}
+	if (snprintf(path, sizeof(path), "%s/bench-%d-none", dir, (int) getpid())
+	    >= (int) sizeof(path)) {
+		fprintf(stderr, "bench_pairs: path too long\n");
+		return 1;
+	}
+	for (long i = warmup_count(n); i > 0; i--)
+		if (one_lookup(path) != 0)
+			return 1;
+	t0 = now_s();
+	for (long i = 0; i < n; i++)
+		if (one_lookup(path) != 0)
 			return 1;
 	t1 = now_s();
 	printf("%.3f\n", (t1 - t0) * 1e6 / (double) n);
@@ -450,6 +501,8 @@ int main(int argc, char *argv[])
 		return run_pairs(argv[2], parse_count(argv[3], "N", LONG_MAX));
 	if (strcmp(argv[1], "flock") == 0 && argc == 4)
 		return run_flock(argv[2], parse_count(argv[3], "N", LONG_MAX));
+	if (strcmp(argv[1], "lookups") == 0 && argc == 4)
+		return run_lookups(argv[2], parse_count(argv[3], "N", LONG_MAX));
 	if (strcmp(argv[1], "rate") == 0 && argc == 5)
 		return run_rate(argv[2],
 				parse_count(argv[3], "CLIENTS", MAX_CLIENTS),

@@ -2,7 +2,7 @@
  * etcd_raw: the raw etcd baseline for issue 11's "an uncontended mkdir+rmdir
  * through the mount costs at most 1.2x the raw etcd pair".
  *
- *   etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [--gap-us G] [URL]
+ *   etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [--gap-us G [--spin]] [URL]
  *
  * A pair is the two transactions the etcd backend issues for an
  * uncontended mkdir + rmdir (core/backend/etcd.c, docs/etcd.md), the same
@@ -30,6 +30,10 @@
  * transaction becomes when its client thinks between calls, as a daemon
  * does; on a small machine etcd's idle-to-busy wake-ups cost CPU).  The
  * pairs/s then count the pauses; the p50s do not.
+ * --spin: the pause keeps a CPU busy (the client loops on the clock)
+ * instead of sleeping, as a FUSE round trip keeps one busy (the caller,
+ * the kernel, the daemon's thread) while etcd waits for the next call;
+ * and it ends on time, where a sleep overshoots by the timer slack.
  * --prefix P: the keys go under P "bench-raw-<pid>/" instead of a prefix of
  * their own, so that daemons watching P get every event (bench_etcd.sh's
  * etcd-raw-watched: what etcd's watch fan-out costs by itself).
@@ -38,6 +42,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +58,7 @@
 
 /* --gap-us: the pause after each transaction (0: none, the floor). */
 static long gap_us;
+static bool gap_spin;   /* --spin: busy, not asleep */
 #define NAME_MAX_KEY 128
 
 static const char RECORD[] =
@@ -82,6 +88,11 @@ static double pause_gap(void)
 	if (!gap_us)
 		return 0;
 	t0 = now_us();
+	if (gap_spin) {
+		while (now_us() - t0 < (double)gap_us)
+			;
+		return now_us() - t0;
+	}
 	while (nanosleep(&g, &g) == -1 && errno == EINTR)
 		;
 	return now_us() - t0;
@@ -325,7 +336,7 @@ static void report(const char *label, struct series *s)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [--gap-us G] [URL]\n");
+	fprintf(stderr, "usage: etcd_raw [--smoke] [--rounds R] [--pairs N] [--prefix P] [--gap-us G [--spin]] [URL]\n");
 	exit(2);
 }
 
@@ -355,6 +366,8 @@ int main(int argc, char **argv)
 			gap_us = atol(argv[++i]);
 			if (gap_us < 0 || gap_us > 1000000)
 				usage();
+		} else if (!strcmp(argv[i], "--spin")) {
+			gap_spin = true;
 		} else if (argv[i][0] == '-') {
 			usage();
 		} else {
