@@ -408,8 +408,12 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc == 0) {
 		/* Two threads blocked in flock on one descriptor: the second
-		 * finds the lock already its own, as flock(2) would. */
-		if (c && c->rec.mode == e->mode && lockfs_fdlock_holder_of(s, name, &c->rec, e->owner) >= 0)
+		 * finds the lock already its own, as flock(2) would -- a grant
+		 * of this daemon's, not a record that only names E's owner (a
+		 * write of E's whose outcome was unknown, applied late, which
+		 * the store's undo removes). */
+		if (c && c->granted && c->rec.mode == e->mode &&
+		    lockfs_fdlock_holder_of(s, name, &c->rec, e->owner) >= 0)
 			return 0;
 		if (c && c->rec.mode == LOCKFS_SHARED && e->mode == LOCKFS_SHARED &&
 		    lockfs_table_issued_here(c) && lockfs_record_holders(&c->rec) > 0) {
@@ -636,7 +640,8 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
-	held = rc == 0 && c ? lockfs_fdlock_holder_of(s, name, &c->rec, owner) : -1;
+	/* Only a grant counts (see try_grant). */
+	held = rc == 0 && c && c->granted ? lockfs_fdlock_holder_of(s, name, &c->rec, owner) : -1;
 	if (held >= 0) {
 		if (c->rec.mode == e->mode) {
 			rc = 0; /* flock(2) again in the same mode: nothing to do */

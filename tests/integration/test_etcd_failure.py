@@ -3,6 +3,7 @@ freezes, is cut off from etcd, when the etcd leader dies, and when all of
 etcd is gone (docs/etcd.md, "Failures")."""
 
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -316,3 +317,42 @@ def test_holder_dead_while_its_refused_rmdir_waits_ends_once_as_released(
             and int(l.details['fence']) == fence]
     assert len(ends) == 1, ends
     assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.slow
+def test_flock_waiters_that_came_while_etcd_was_silent_are_granted_only_with_a_key(
+        etcd1, etcd_mounts, procs):
+    """A waiter's request sent while etcd does not answer may still be
+    applied once it does: its key then shows the waiter's own record.
+    That is no grant -- the daemon undoes such a write -- so the waiter
+    must not return from flock on it: every flock that returns 0 holds a
+    key in etcd, is logged `acquired`, and shuts out the other host."""
+    names = ('f', 'g', 'h')
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=20, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    member = etcd1.members[0]
+    waiters = {}
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        for n in names:
+            w = procs.agent()
+            fd = w.open(h1.path('.flock', n))
+            waiters[n] = (w, w.flock_start(fd, fcntl.LOCK_EX))
+        # the waiters' requests went out together; once the first has
+        # timed out (1 s) unanswered, h1 says so
+        wait_until(lambda: 'does not answer' in h1.stderr(), timeout=10,
+                   what="h1 says etcd does not answer")
+        # A parked waiter asks again each second; let those requests
+        # time out unanswered too (nothing outside the daemon marks a
+        # retry, so this one wait is by the clock).
+        time.sleep(2.0)
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    other = procs.agent()
+    for n, (w, rid) in waiters.items():
+        assert 'errno' not in w.wait(rid, timeout=30), n
+        keys = hosts.lock_keys(n)
+        assert keys and keys[0][2] > 0, (n, keys)
+        assert json.loads(keys[0][1])['holder']['pid'] == w.pid, (n, keys)
+        assert len(hosts.log_lines(h1, n, 'acquired')) == 1, n
+        assert other.mkdir(h2.path(n)) == errno.EEXIST, n
