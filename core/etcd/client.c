@@ -447,6 +447,18 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 		if (res == CURLE_OK) {
 			curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
 			rc = answer(e, status, out);
+			if (rc == -EPROTO) {
+				/* Not etcd's answer (a 404 page, a proxy's
+				 * error page): this endpoint cannot serve, and
+				 * must not stay the preferred one.  A call that
+				 * may not be resent stops here all the same:
+				 * something did take it. */
+				lockfs_etcd_endpoint_failed(c, i);
+				worst = lockfs_etcd_worse(worst, rc);
+				if (resend == LOCKFS_ETCD_ONCE)
+					break;
+				continue;
+			}
 			if (rc != -EAGAIN && rc != -ETIMEDOUT) {
 				lockfs_etcd_endpoint_answered(c, i);
 				worst = rc;

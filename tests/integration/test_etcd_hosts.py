@@ -16,10 +16,12 @@ line.
 
 import base64
 import errno
+import http.server
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 
@@ -74,6 +76,63 @@ def test_a_dead_first_endpoint_is_skipped(lockfs_factory, etcd1, prefix, procs):
     assert read_owner(m.mnt, 'x')['holder']['pid'] == a.pid
     assert a.mkdir(m.path('x')) == errno.EEXIST
     assert a.rmdir(m.path('x')) == 0
+
+
+@pytest.fixture
+def not_etcd():
+    """The URL of an HTTP server that answers every call 404 "page not
+    found", as an etcd member's peer port or any other web server would."""
+    class NotEtcd(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = b'404 page not found\n'
+            self.send_response(404)
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), NotEtcd)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f'http://127.0.0.1:{srv.server_address[1]}'
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_first_endpoint_that_is_not_etcd_is_skipped(lockfs_factory, etcd1, prefix, procs,
+                                                      not_etcd):
+    m = _mount(lockfs_factory, f'{not_etcd};{etcd1.endpoints}', prefix, 'h1')
+    a = procs.agent()
+    assert a.mkdir(m.path('x')) == 0
+    assert read_owner(m.mnt, 'x')['holder']['pid'] == a.pid
+    assert a.rmdir(m.path('x')) == 0
+
+
+def test_an_endpoint_that_is_not_etcd_never_becomes_the_one_used(
+        lockfs_factory, etcd1, prefix, procs, not_etcd):
+    """etcd refuses once, the daemon tries the next endpoint, which answers
+    but not as etcd does: it must move on from it, not stay there."""
+    member = etcd1.members[0]
+    m = lockfs_factory(options=('backend=etcd', f'etcd={etcd1.endpoints};{not_etcd}',
+                                f'prefix={prefix}', 'host=h1', 'ttl=20', 'lock_delay=1'))
+    a = procs.agent()
+    assert a.mkdir(m.path('x')) == 0
+    assert a.rmdir(m.path('x')) == 0
+    member.stop()
+    try:
+        assert a.mkdir(m.path('y')) == errno.EIO
+    finally:
+        member.start()
+    member.wait_healthy()
+    # at most one more call goes to the wrong server, then etcd serves
+    wait_until(lambda: a.mkdir(m.path('y')) == 0, timeout=15, interval=0.2,
+               what='mkdir through etcd again')
+    assert a.rmdir(m.path('y')) == 0
 
 
 @pytest.fixture
