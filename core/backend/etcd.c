@@ -122,6 +122,10 @@ static uint64_t head_fence(const struct etcd_head *h)
 	return (uint64_t)h->create_rev;
 }
 
+/* Is what the mirror shows unconfirmed now?  The watch is down, the
+ * session is not live, or the last call found etcd unreachable: a silent
+ * etcd keeps the watch's connection open and says nothing, so only a call
+ * that timed out tells. */
 static bool unconfirmed(struct etcd_store *e)
 {
 	bool watching;
@@ -129,7 +133,8 @@ static bool unconfirmed(struct etcd_store *e)
 	pthread_mutex_lock(&e->mirror.mu);
 	watching = e->mirror.watching;
 	pthread_mutex_unlock(&e->mirror.mu);
-	return !watching || lockfs_etcdbe_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
+	return !watching || __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) ||
+	       lockfs_etcdbe_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
 }
 
 static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lockfs_entry_stat *st)

@@ -356,3 +356,30 @@ def test_flock_waiters_that_came_while_etcd_was_silent_are_granted_only_with_a_k
         assert json.loads(keys[0][1])['holder']['pid'] == w.pid, (n, keys)
         assert len(hosts.log_lines(h1, n, 'acquired')) == 1, n
         assert other.mkdir(h2.path(n)) == errno.EEXIST, n
+
+
+@pytest.mark.slow
+def test_silent_etcd_marks_the_views_unconfirmed_once_a_call_timed_out(
+        etcd1, etcd_mounts, procs):
+    """A frozen etcd keeps the watch's connection open and sends nothing:
+    the first call that times out tells the daemon, and from then on
+    `owner` says "unconfirmed" until etcd answers again."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    assert 'state' not in holder.owner(h1.mnt, 'x')
+    member = etcd1.members[0]
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        a = procs.agent()
+        assert a.mkdir(h1.path('y')) == errno.EIO
+        rec = a.owner(h1.mnt, 'x')
+        assert rec.get('state') == 'unconfirmed', rec
+        assert rec['holder']['pid'] == holder.pid
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    # the next keepalive (ttl/6) finds etcd again
+    wait_until(lambda: 'state' not in holder.owner(h1.mnt, 'x'), timeout=15,
+               what='owner confirmed again')
+    assert holder.rmdir(h1.path('x')) == 0
