@@ -530,9 +530,12 @@ struct end_line {
 /* Give C's lock (being released, store identity IDENTITY) straight to the
  * queue's head by rewriting the record in place: nobody can take it in
  * between.  EVENT (unless NULL) is logged for the old holder with L.
- * true if handed off (C is then replaced in the cache). */
+ * true if handed off (C is then replaced in the cache); else *UNREACHABLE
+ * is -EIO when the store could not be asked (nothing changed that we
+ * know of: a plain release would only wait for it a second time). */
 static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
-			   uint64_t identity, const struct end_line *l, const char *event)
+			   uint64_t identity, const struct end_line *l, const char *event,
+			   int *unreachable)
 {
 	struct lockq *q = lockfs_queue_find(s, c->name);
 	struct qentry *e;
@@ -545,6 +548,7 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 	uid_t uid;
 	int rc;
 
+	*unreachable = 0;
 	/* The head's lock counts against its uid (the one it replaces goes):
 	 * a waiter at its cap is answered EDQUOT, and the next one tried. */
 	while ((e = first_active(q)) && (rc = grant_reserve(t, c->name, e, false)) < 0) {
@@ -585,6 +589,8 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 	}
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
+		if (rc == -EIO)
+			*unreachable = rc;
 		goto unreserve;
 	}
 	/* In place, so nobody can take it in between.  The old holder's end
@@ -812,7 +818,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct cache
 	const char *event = c->unlogged ? NULL : how->event; /* no `acquired` logged either */
 	struct end_line l;
 	char *name = strdup(c->name);
-	int rc;
+	int rc, unreachable;
 
 	if (!name)
 		return -ENOMEM;
@@ -820,9 +826,16 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct cache
 	/* Someone waits: the lock goes straight to them, the store never
 	 * shows it free in between.  EVENT is logged there, then the
 	 * waiter's `acquired`, both before the waiter has its answer. */
-	if (handoff_locked(t, s, c, how->identity, &l, event)) {
+	if (handoff_locked(t, s, c, how->identity, &l, event, &unreachable)) {
 		free(name);
 		return 0;
+	}
+	/* The store did not answer the hand-off: one bounded wait per op
+	 * (an rmdir holds the directory's lock), and the release is retried
+	 * as any refused one is. */
+	if (unreachable) {
+		free(name);
+		return unreachable;
 	}
 	rc = t->be->ops->release(t->be, name, how->identity);
 	if (rc < 0 && rc != -ENOENT) {
