@@ -129,6 +129,19 @@ void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *own
 	s->retries = r;
 }
 
+void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence)
+{
+	for (struct unlock_retry **pp = &s->retries, *r; (r = *pp);) {
+		if (r->fence == fence && strcmp(r->name, name) == 0) {
+			*pp = r->next;
+			free(r->name);
+			free(r);
+		} else {
+			pp = &r->next;
+		}
+	}
+}
+
 bool lockfs_fdlock_retry_pending(struct stripe *s, const char *name,
 				 const struct lockfs_record *rec, size_t i)
 {

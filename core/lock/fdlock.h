@@ -79,6 +79,9 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
  * then if LOGGED (not for a grant the log refused). */
 void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
 			     int err, bool logged);
+/* Grant FENCE of NAME ended otherwise (lost with its session): no retry of
+ * its release is left, and no `released` line will follow. */
+void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence);
 /* Is holder I of NAME's record REC a grant whose descriptor let go while
  * the store refused the release (struct unlock_retry)? */
 bool lockfs_fdlock_retry_pending(struct stripe *s, const char *name,

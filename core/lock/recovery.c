@@ -757,6 +757,14 @@ static void recover_stale_foreign(struct lockfs_table *t)
 	lockfs_table_names_free(names, n);
 }
 
+static bool record_has_fence(const struct lockfs_record *rec, uint64_t fence)
+{
+	for (size_t i = 0; i < lockfs_record_holders(rec); i++)
+		if (lockfs_record_fence_at(rec, i) == fence)
+			return true;
+	return false;
+}
+
 /* Try S's retries once each; a retry ends when its grant is gone. */
 static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 {
@@ -794,9 +802,14 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 				gone = rc == -ENOENT;
 				break;
 			}
-		} else if (rc < 0 && rc != -ENOENT) {
+		} else if (rc == 0) {
+			/* Held under another acquisition (another host's, one
+			 * the daemon cannot read): R's grant ended, unless the
+			 * record still carries its fence. */
+			gone = !c || !record_has_fence(&c->rec, r->fence);
+		} else if (rc != -ENOENT) {
 			done = false; /* the store cannot tell yet */
-		} else if (rc == -ENOENT) {
+		} else {
 			gone = true;
 		}
 		if (gone && !r->owner[0] && r->who[0]) {

@@ -110,6 +110,9 @@ static void lose_locked(struct lockfs_table *t, struct stripe *s, struct cached 
 		const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
 
 		log_lost(t, c, i, lease, evidence);
+		/* A refused release of it waiting for etcd ends here too: the
+		 * grant ended `lost`, never also `released`. */
+		lockfs_fdlock_retry_forget(s, c->name, lockfs_record_fence_at(&c->rec, i));
 		tombstone_add(s, c, i);
 		if (t->break_signal && h->pid > 0)
 			signals_add(sg, h->pid, h->start_time);

@@ -414,3 +414,63 @@ def test_silent_etcd_holders_rmdir_with_a_local_waiter_waits_one_bound_only(
     assert rel.details.get('retried') == '1', rel
     assert json.loads(hosts.lock_keys('x')[0][1])['holder']['pid'] == waiter.pid
     assert hosts.check_history(held={'x'}) == []
+
+
+@pytest.mark.slow
+def test_refused_releases_that_etcd_applies_late_are_logged_released(
+        etcd1, etcd_mounts, procs):
+    """Holders' rmdirs get EIO while etcd is silent, but etcd applies the
+    deletes once it answers and the other host's waiters get the locks:
+    each grant on h1 must still end in the log, `released retried=1`, or
+    the history shows two holders."""
+    names = ('x0', 'x1', 'x2')
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=20, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holders, waiters = {}, {}
+    for n in names:
+        holders[n] = procs.agent()
+        assert holders[n].mkdir(h1.path(n)) == 0
+        w = procs.agent()
+        waiters[n] = (w, w.flock_start(w.open(h2.path('.flock', n)), fcntl.LOCK_EX))
+        wait_until(lambda: len(hosts.lock_keys(n)) == 2, timeout=10, what=f"{n}'s waiter")
+    member = etcd1.members[0]
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        for n in names:
+            assert holders[n].rmdir(h1.path(n)) == errno.EIO
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    for n in names:
+        w, rid = waiters[n]
+        assert 'errno' not in w.wait(rid, timeout=30), n
+        rel = hosts.wait_log(h1, n, 'released', timeout=20)
+        assert len(rel) == 1 and rel[0].details.get('retried') == '1', (n, rel)
+    assert hosts.check_history(held=set(names)) == []
+
+
+@pytest.mark.slow
+def test_a_refused_release_of_a_lock_then_lost_ends_once(etcd1, etcd_mounts, procs):
+    """The holder's rmdir gets EIO, and etcd stays away past ttl: the grant
+    is lost (logged once, `lost`), and no `released` follows when etcd
+    answers again."""
+    ttl = 3
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=ttl, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('r')) == 0
+    member = etcd1.members[0]
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        assert holder.rmdir(h1.path('r')) == errno.EIO
+        hosts.wait_log(h1, 'r', 'lost', timeout=ttl + 10)
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    # the new session is made once etcd answers; then the retries ran
+    wait_until(lambda: 'answers again' in h1.stderr(), timeout=20,
+               what='etcd answering h1 again')
+    b = procs.agent()
+    wait_until(lambda: b.mkdir(h1.path('r')) == 0, timeout=20, what='r taken again')
+    assert b.rmdir(h1.path('r')) == 0
+    ends = [l.event for l in hosts.log_lines(h1, 'r') if l.event in ('lost', 'released')]
+    assert ends == ['lost', 'released'], ends   # the first grant's, then b's
+    assert hosts.check_history(held=set()) == []
