@@ -382,17 +382,19 @@ int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_l
 /* What the store says of where it keeps NAME's holder (etcd: its key,
  * lease in 16 hex digits, create_revision), and that the answer is from
  * the last state it confirmed: added to an `owner` object O.  Nothing for
- * dir (no key, always confirmed). */
+ * dir (no key, always confirmed).  A lock with a lease of its own (a
+ * slug's: an object) keeps it as `lease`; the key's is `etcd_lease`. */
 static void add_store_fields(json_t *o, const struct lockfs_entry_stat *st)
 {
 	if (st->unconfirmed)
 		json_object_set_new(o, "state", json_string("unconfirmed"));
 	if (st->key[0]) {
 		char lease[24];
+		bool own = json_is_object(json_object_get(o, "lease"));
 
 		snprintf(lease, sizeof(lease), "%016" PRIx64, (uint64_t)st->lease);
 		json_object_set_new(o, "key", json_string(st->key));
-		json_object_set_new(o, "lease", json_string(lease));
+		json_object_set_new(o, own ? "etcd_lease" : "lease", json_string(lease));
 		json_object_set_new(o, "create_revision", json_integer(st->create_revision));
 	}
 }

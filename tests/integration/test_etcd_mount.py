@@ -378,3 +378,14 @@ def test_waiter_across_a_lost_session_is_requeued_and_granted(cut_h1, lockfs_fac
     assert 'errno' not in w.wait(rid, 10)
     assert read_owner(m.mnt, 'k')['holder']['pid'] == w.pid
     assert w.flock(fd, fcntl.LOCK_UN) == 0
+
+
+def test_a_slug_locks_own_lease_stays_in_owner_beside_its_etcd_lease(h1, etcd1, prefix, procs):
+    a = procs.agent(env={'LOCKFS_SLUG': 'deploy-bot'})
+    assert a.mkdir(h1.path('s')) == 0
+    o = read_owner(h1.mnt, 's')
+    kv = _keys(etcd1, prefix, 's')[0]
+    assert isinstance(o['lease'], dict) and o['lease']['ttl_s'] > 0, o
+    assert o['etcd_lease'] == format(int(kv['lease']), '016x')
+    assert o['key'] == base64.b64decode(kv['key']).decode()
+    assert a.rmdir(h1.path('s')) == 0
