@@ -1245,6 +1245,11 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 		    e->prefix);
 		return -EBUSY;
 	}
+	if (rc == -EACCES) {
+		/* Authentication on: its first write is where etcd says so. */
+		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
+		return rc;
+	}
 	if (rc) {
 		say(cfg, "cannot register host %s on %s in etcd: %s", e->base.host, e->prefix,
 		    strerror(-rc));

@@ -393,6 +393,11 @@ static int answer(const struct easy *e, long status, json_t **out)
 	/* A unary error: {"error":"...","message":"...","code":N}. */
 	if (lockfs_etcd_get_int64(j, "code", &code) || !json_object_get(j, "code"))
 		code = -1;
+	/* A cluster with authentication on, asked without a user, says
+	 * "user name is empty" as INVALID_ARGUMENT: it refuses us. */
+	if (code == 3 && json_is_string(json_object_get(j, "message")) &&
+	    strstr(json_string_value(json_object_get(j, "message")), "user name is empty"))
+		code = 16;
 	json_decref(j);
 	return code < 0 ? -EPROTO : (code == 0 ? -EIO : lockfs_etcd_grpc_errno(code));
 }

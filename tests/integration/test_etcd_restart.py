@@ -211,3 +211,18 @@ def test_start_fails_fast_on_an_unreadable_certificate(scratch_dir, tmp_path):
     assert rc != 0
     line = one_line(err)
     assert f'cannot read TLS file {missing}' in line, line
+
+
+def test_start_fails_fast_when_the_cluster_wants_a_user(etcd1, scratch_dir, tmp_path):
+    """etcd with authentication on takes a user from a client certificate
+    (or a password lockfs does not send): without one it refuses us."""
+    etcd1.etcdctl('user', 'add', 'root:secret-pw')
+    etcd1.etcdctl('auth', 'enable')
+    mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
+    os.mkdir(mnt)
+    os.mkdir(backing, 0o700)
+    rc, err = start_refused(['backend=etcd', f'etcd={etcd1.endpoints}', 'host=h1',
+                             'prefix=/t/'], mnt, backing, timeout=10)
+    assert rc != 0
+    line = one_line(err)
+    assert f'etcd refused our credentials ({etcd1.endpoints})' in line, line
