@@ -1263,6 +1263,20 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 	return 0;
 }
 
+/* A host name shows in records, log lines and lockctl's columns: printable
+ * ASCII, no blank, and none of the characters keys and JSON treat apart. */
+static bool host_ok(const char *host)
+{
+	size_t n = strlen(host);
+
+	if (n == 0 || n >= LOCKFS_HOST_MAX)
+		return false;
+	for (const unsigned char *p = (const unsigned char *)host; *p; p++)
+		if (*p <= ' ' || *p >= 0x7f || *p == '/' || *p == '"' || *p == '\\')
+			return false;
+	return true;
+}
+
 static int parse_options(struct etcd_store *e, const struct lockfs_backend_config *cfg,
 			 const char **backing, const char **cacert, const char **cert,
 			 const char **key)
@@ -1317,10 +1331,9 @@ static int parse_options(struct etcd_store *e, const struct lockfs_backend_confi
 		return -EINVAL;
 	}
 	if (host) {
-		if (!*host || strlen(host) >= LOCKFS_HOST_MAX || strchr(host, '/') ||
-		    strchr(host, '"') || strchr(host, '\\')) {
-			say(cfg, "-o host=%s: want 1 to %d bytes without '/', '\"' or '\\'", host,
-			    LOCKFS_HOST_MAX - 1);
+		if (!host_ok(host)) {
+			say(cfg, "-o host=%s: want 1 to %d printable ASCII characters, no blank, "
+			    "'/', '\"' or '\\'", host, LOCKFS_HOST_MAX - 1);
 			return -EINVAL;
 		}
 		snprintf(e->base.host, sizeof(e->base.host), "%s", host);

@@ -226,3 +226,15 @@ def test_start_fails_fast_when_the_cluster_wants_a_user(etcd1, scratch_dir, tmp_
     assert rc != 0
     line = one_line(err)
     assert f'etcd refused our credentials ({etcd1.endpoints})' in line, line
+
+
+@pytest.mark.parametrize('host', ['web 1', 'web\n1', 'web\t1', 'caf\u00e9', 'a/b', 'a"b'])
+def test_a_host_name_that_would_garble_records_or_columns_is_refused(
+        etcd1, scratch_dir, tmp_path, host):
+    mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
+    os.mkdir(mnt)
+    os.mkdir(backing, 0o700)
+    rc, err = start_refused(['backend=etcd', f'etcd={etcd1.endpoints}', f'host={host}',
+                             'prefix=/t/'], mnt, backing, timeout=10)
+    assert rc != 0
+    assert '-o host=' in err and 'printable ASCII' in err, err
