@@ -322,14 +322,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		    (c = lockfs_table_find(s, name)) && i < lockfs_record_holders(&c->rec) &&
 		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD) {
 			const struct lockfs_holder *hd = lockfs_record_holder(&c->rec, i);
+			struct unlock_retry *r = lockfs_fdlock_retry_add(
+				s, name, "", lockfs_record_fence_at(&c->rec, i), rc, true);
 
-			lockfs_fdlock_retry_add(s, name, "", lockfs_record_fence_at(&c->rec, i), rc,
-						true);
-			if (s->retries && strcmp(s->retries->name, name) == 0) {
-				lockfs_audit_who(s->retries->who, sizeof(s->retries->who),
-						 i == 0 ? c->rec.slug : NULL, hd->comm, hd->pid);
-				s->retries->uid = hd->uid;
-				s->retries->pid = hd->pid;
+			if (r) {
+				lockfs_audit_who(r->who, sizeof(r->who), i == 0 ? c->rec.slug : NULL,
+						 hd->comm, hd->pid);
+				r->uid = hd->uid;
+				r->pid = hd->pid;
 			}
 		}
 	}

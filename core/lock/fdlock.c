@@ -109,16 +109,22 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 
 /* What is wrong with the store was said by the backend, once: nothing is
  * said per release.  Out of memory, the lock stays until a restart. */
-void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
-			     int err, bool logged)
+struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
+					     uint64_t fence, int err, bool logged)
 {
-	struct unlock_retry *r = calloc(1, sizeof(*r));
+	struct unlock_retry *r;
 
+	/* Asked again (a second refused rmdir of one grant): one retry,
+	 * one `released` line. */
+	for (r = s->retries; r; r = r->next)
+		if (r->fence == fence && strcmp(r->owner, owner) == 0 && strcmp(r->name, name) == 0)
+			return r;
+	r = calloc(1, sizeof(*r));
 	if (!r || !(r->name = strdup(name))) {
 		free(r);
 		fprintf(stderr, "lockfs: %s: releasing %s failed (%s); kept until the daemon "
 			"restarts (out of memory)\n", name, owner, strerror(-err));
-		return;
+		return NULL;
 	}
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
 	if (!owner[0])
@@ -127,6 +133,7 @@ void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *own
 	r->logged = logged;
 	r->next = s->retries;
 	s->retries = r;
+	return r;
 }
 
 void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence)

@@ -76,9 +76,10 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 			     const char *owner);
 /* OWNER let go of its grant FENCE of NAME but the store could not be
  * written (ERR): remember it for the tick; its `released` line is written
- * then if LOGGED (not for a grant the log refused). */
-void lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner, uint64_t fence,
-			     int err, bool logged);
+ * then if LOGGED (not for a grant the log refused).  Returns the retry
+ * (the one already kept for that grant, if any), or NULL (no memory). */
+struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
+					     uint64_t fence, int err, bool logged);
 /* Grant FENCE of NAME ended otherwise (lost with its session): no retry of
  * its release is left, and no `released` line will follow. */
 void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence);

@@ -474,3 +474,27 @@ def test_a_refused_release_of_a_lock_then_lost_ends_once(etcd1, etcd_mounts, pro
     ends = [l.event for l in hosts.log_lines(h1, 'r') if l.event in ('lost', 'released')]
     assert ends == ['lost', 'released'], ends   # the first grant's, then b's
     assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.slow
+def test_a_release_asked_again_during_an_outage_is_logged_once(etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    member = etcd1.members[0]
+    member.stop()
+    try:
+        for _ in range(3):
+            assert holder.rmdir(h1.path('x')) == errno.EIO
+    finally:
+        member.start()
+    member.wait_healthy()
+    hosts.wait_log(h1, 'x', 'released', timeout=20)
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=10, what='x free in etcd')
+    b = procs.agent()
+    wait_until(lambda: b.mkdir(h1.path('x')) == 0, timeout=10, what='x taken again')
+    assert b.rmdir(h1.path('x')) == 0
+    ends = [l for l in hosts.log_lines(h1, 'x', 'released')]
+    assert [l.details.get('retried') for l in ends] == ['1', None], ends
+    assert hosts.check_history(held=set()) == []
