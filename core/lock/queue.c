@@ -186,6 +186,24 @@ static struct qentry *first_active(struct lockq *q)
 	return e;
 }
 
+/* The waiter to grant next: the first active one -- or, where the store
+ * keeps the line (etcd), the active one whose place comes first in it.
+ * A waiter whose place request failed (etcd silent) asks again later and
+ * then stands behind one that came after it; the store's order is the
+ * one every host follows, and a host that granted by its own would wait
+ * for a waiter that waits behind the store's head. */
+static struct qentry *next_active(const struct lockfs_table *t, struct lockq *q)
+{
+	struct qentry *first = first_active(q), *best = NULL;
+
+	if (!first || !store_has_line(t))
+		return first;
+	for (struct qentry *e = first; e; e = e->next)
+		if (e->w && e->place.rank && (!best || e->place.rank < best->place.rank))
+			best = e;
+	return best ? best : first;
+}
+
 static void purge_kept(struct lockq *q, int64_t now)
 {
 	for (struct qentry *e = q ? q->head : NULL, *next; e; e = next) {
@@ -505,11 +523,22 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
 	if (!q)
 		return;
 	purge_kept(q, lockfs_boot_ms());
-	while ((e = first_active(q))) {
+	while ((e = next_active(t, q))) {
 		int rc = try_grant(t, s, q->name, e);
 
-		if (rc == -EAGAIN)
-			break;
+		if (rc == -EAGAIN) {
+			/* The first waiter has no place in the store's line
+			 * (etcd did not answer it): it asks now, and is in
+			 * line (or granted) like the rest. */
+			struct qentry *f = first_active(q);
+
+			if (!f || f == e || !store_has_line(t) || f->place.rank || f->nowait)
+				break;
+			e = f;
+			rc = try_grant(t, s, q->name, e);
+			if (rc == -EAGAIN)
+				break;
+		}
 		if (e->w)
 			complete(s, q->name, e, rc); /* failed, or OWNER's already */
 		active_end(t, q, e);
@@ -551,7 +580,7 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 	*unreachable = 0;
 	/* The head's lock counts against its uid (the one it replaces goes):
 	 * a waiter at its cap is answered EDQUOT, and the next one tried. */
-	while ((e = first_active(q)) && (rc = grant_reserve(t, c->name, e, false)) < 0) {
+	while ((e = next_active(t, q)) && (rc = grant_reserve(t, c->name, e, false)) < 0) {
 		complete(s, c->name, e, rc);
 		active_end(t, q, e);
 		queue_unlink(q, e);

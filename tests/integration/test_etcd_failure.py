@@ -498,3 +498,41 @@ def test_a_release_asked_again_during_an_outage_is_logged_once(etcd1, etcd_mount
     ends = [l for l in hosts.log_lines(h1, 'x', 'released')]
     assert [l.details.get('retried') for l in ends] == ['1', None], ends
     assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.slow
+def test_a_waiter_that_lost_its_turn_to_an_outage_does_not_strand_the_next(
+        etcd1, etcd_mounts, procs):
+    """Waiter A asks while etcd is silent: it has no place in the store's
+    line yet.  B comes once etcd answers and is in line at once; A asks
+    again and stands behind B.  Every host follows the store's line, so
+    B is next when the holder lets go -- and must be granted, not left
+    waiting for A, which waits for B."""
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder, a, b = procs.agent(), procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    member = etcd1.members[0]
+    fa, fb = a.open(h1.path('.flock', 'x')), b.open(h1.path('.flock', 'x'))
+    member.stop()   # refused: A's request never reaches etcd
+    try:
+        ra = a.flock_start(fa, fcntl.LOCK_EX)
+        wait_until(lambda: 'does not answer' in h1.stderr(), timeout=10,
+                   what="h1 says etcd does not answer")
+    finally:
+        member.start()
+    member.wait_healthy()
+    rb = b.flock_start(fb, fcntl.LOCK_EX)
+    # both in the store's line, B (in the store) ahead of A
+    def line():
+        keys = [k for k in hosts.lock_keys('x')
+                if json.loads(k[1] or '{}').get('holder', {}).get('pid') in (a.pid, b.pid)]
+        return [json.loads(k[1])['holder']['pid'] for k in keys] if len(keys) == 2 else None
+    # (A asks again at the engine's next look at its queues, a second on)
+    assert wait_until(line, timeout=15, what='both waiters in line') == [b.pid, a.pid]
+    assert holder.rmdir(h1.path('x')) == 0
+    assert 'errno' not in b.wait(rb, timeout=15)
+    assert a.poll(ra) is None
+    b.kill()   # its descriptor closes: A is next
+    assert 'errno' not in a.wait(ra, timeout=15)
+    assert hosts.check_history(held={'x'}) == []
