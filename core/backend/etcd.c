@@ -1263,6 +1263,42 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 	return 0;
 }
 
+/* Refuse a prefix inside another lockfs namespace (one whose .hosts/ has a
+ * key): every key of ours would also be one of its, our host keys showing
+ * there as a lock nobody can take.  0, -EBUSY (said), or the client's
+ * error. */
+static int check_not_nested(struct etcd_store *e, const struct lockfs_backend_config *cfg)
+{
+	char outer[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
+	size_t len = strlen(e->prefix);
+
+	/* Each shorter prefix that ends in '/': "/a/b/" is inside "/a/". */
+	for (size_t cut = 1; cut + 1 < len; cut++) {
+		struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = outer,
+					     .range_end = end, .limit = 1, .keys_only = true };
+		struct lockfs_etcd_op_resp r;
+		int n, rc;
+
+		if (e->prefix[cut - 1] != '/')
+			continue;
+		n = snprintf(outer, sizeof(outer), "%.*s.hosts/", (int)cut, e->prefix);
+		if (n < 0 || (size_t)n >= sizeof(outer))
+			continue;
+		end[lockfs_etcd_prefix_end(outer, (size_t)n, end)] = '\0';
+		rc = lockfs_etcd_range(e->client, &op, &r);
+		if (rc)
+			return rc;
+		n = (int)r.n_kvs;
+		lockfs_etcd_op_resp_free(&r);
+		if (n) {
+			say(cfg, "-o prefix=%s is inside the lockfs namespace %.*s on %s: prefixes "
+			    "must not nest", e->prefix, (int)cut, e->prefix, e->endpoints);
+			return -EBUSY;
+		}
+	}
+	return 0;
+}
+
 /* A host name shows in records, log lines and lockctl's columns: printable
  * ASCII, no blank, and none of the characters keys and JSON treat apart. */
 static bool host_ok(const char *host)
@@ -1421,6 +1457,14 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		    "etcd (%s) grants no session lease: %s", e->endpoints, strerror(-rc));
 		goto fail;
 	}
+	rc = check_not_nested(e, cfg);
+	if (rc == -EACCES)
+		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
+	else if (rc && rc != -EBUSY)
+		say(cfg, "cannot read the namespaces around %s in etcd (%s): %s", e->prefix,
+		    e->endpoints, strerror(-rc));
+	if (rc)
+		goto fail;
 	rc = take_host_key(e, cfg);
 	if (rc)
 		goto fail;

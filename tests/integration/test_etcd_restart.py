@@ -238,3 +238,19 @@ def test_a_host_name_that_would_garble_records_or_columns_is_refused(
                              'prefix=/t/'], mnt, backing, timeout=10)
     assert rc != 0
     assert '-o host=' in err and 'printable ASCII' in err, err
+
+
+def test_a_prefix_inside_another_namespace_is_refused(etcd1, lockfs_factory, scratch_dir,
+                                                     tmp_path):
+    """prefix=/t/sub/ beside a daemon on /t/: every key of the inner one
+    would be a key of the outer, its host key a lock nobody can take."""
+    lockfs_factory(options=('backend=etcd', f'etcd={etcd1.endpoints}', 'prefix=/t/',
+                            'host=h1', 'ttl=4', 'lock_delay=1'))
+    mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
+    os.mkdir(mnt)
+    os.mkdir(backing, 0o700)
+    rc, err = start_refused(['backend=etcd', f'etcd={etcd1.endpoints}', 'host=h2',
+                             'prefix=/t/sub/'], mnt, backing, timeout=10)
+    assert rc != 0
+    line = one_line(err)
+    assert 'prefix=/t/sub/ is inside the lockfs namespace /t/' in line, line
