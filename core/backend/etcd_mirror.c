@@ -135,9 +135,11 @@ int lockfs_etcdbe_mirror_classify(const struct etcd_mirror *m, const char *key, 
 		memcpy(buf, rest, len + 1);
 		return 2;
 	}
-	/* NAME "/" SUFFIX: names hold no '/', so the first one ends it. */
+	/* NAME "/" SUFFIX: names hold no '/', so the first one ends it.  An
+	 * empty SUFFIX too: the key is in R(NAME), so a try-lock's compare
+	 * sees it, and the views must show what refuses the lock. */
 	slash = strchr(rest, '/');
-	if (!slash || slash == rest || !slash[1] || rest[0] == '.')
+	if (!slash || slash == rest || rest[0] == '.')
 		return 0;
 	len = (size_t)(slash - rest);
 	if (len >= size)

@@ -389,3 +389,17 @@ def test_a_slug_locks_own_lease_stays_in_owner_beside_its_etcd_lease(h1, etcd1, 
     assert o['etcd_lease'] == format(int(kv['lease']), '016x')
     assert o['key'] == base64.b64decode(kv['key']).decode()
     assert a.rmdir(h1.path('s')) == 0
+
+
+def test_a_key_named_just_the_locks_range_shows_as_a_foreign_holder(h1, etcd1, prefix, procs):
+    """etcdctl put PREFIX NAME/ (nothing after the slash) is a key of
+    R(NAME): mkdir is refused, so ls and owner must say by what."""
+    etcd1.etcdctl('put', f'{prefix}bare/', '')
+    a = procs.agent()
+    assert a.mkdir(h1.path('bare')) == errno.EEXIST
+    wait_until(lambda: 'bare' in os.listdir(h1.mnt), timeout=5, what='bare listed')
+    o = read_owner(h1.mnt, 'bare')
+    assert o['foreign'] is True and o['key'] == f'{prefix}bare/', o
+    etcd1.etcdctl('del', f'{prefix}bare/')
+    wait_until(lambda: a.mkdir(h1.path('bare')) == 0, timeout=5, what='bare free')
+    assert a.rmdir(h1.path('bare')) == 0
