@@ -187,11 +187,17 @@ def test_second_daemon_with_the_same_host_and_prefix_is_refused(
     hosts[0].assert_alive()
 
 
-def test_start_fails_fast_when_no_endpoint_answers(scratch_dir, tmp_path):
-    [port] = free_ports(1)
+def _start_dirs(scratch_dir, tmp_path):
+    """A mount point and a backing dir (0700) for a start that must fail."""
     mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
     os.mkdir(mnt)
     os.mkdir(backing, 0o700)
+    return mnt, backing
+
+
+def test_start_fails_fast_when_no_endpoint_answers(scratch_dir, tmp_path):
+    [port] = free_ports(1)
+    mnt, backing = _start_dirs(scratch_dir, tmp_path)
     url = f'http://127.0.0.1:{port}'
     rc, err = start_refused(['backend=etcd', f'etcd={url}', 'host=h1', 'prefix=/t/'],
                             mnt, backing, timeout=10)
@@ -202,9 +208,7 @@ def test_start_fails_fast_when_no_endpoint_answers(scratch_dir, tmp_path):
 
 def test_start_fails_fast_on_an_unreadable_certificate(scratch_dir, tmp_path):
     [port] = free_ports(1)
-    mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
-    os.mkdir(mnt)
-    os.mkdir(backing, 0o700)
+    mnt, backing = _start_dirs(scratch_dir, tmp_path)
     missing = str(tmp_path / 'no-such-ca.pem')
     rc, err = start_refused(['backend=etcd', f'etcd=https://127.0.0.1:{port}', 'host=h1',
                              f'etcd_cacert={missing}'], mnt, backing, timeout=10)
@@ -218,9 +222,7 @@ def test_start_fails_fast_when_the_cluster_wants_a_user(etcd1, scratch_dir, tmp_
     (or a password lockfs does not send): without one it refuses us."""
     etcd1.etcdctl('user', 'add', 'root:secret-pw')
     etcd1.etcdctl('auth', 'enable')
-    mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
-    os.mkdir(mnt)
-    os.mkdir(backing, 0o700)
+    mnt, backing = _start_dirs(scratch_dir, tmp_path)
     rc, err = start_refused(['backend=etcd', f'etcd={etcd1.endpoints}', 'host=h1',
                              'prefix=/t/'], mnt, backing, timeout=10)
     assert rc != 0
@@ -231,9 +233,7 @@ def test_start_fails_fast_when_the_cluster_wants_a_user(etcd1, scratch_dir, tmp_
 @pytest.mark.parametrize('host', ['web 1', 'web\n1', 'web\t1', 'caf\u00e9', 'a/b', 'a"b'])
 def test_a_host_name_that_would_garble_records_or_columns_is_refused(
         etcd1, scratch_dir, tmp_path, host):
-    mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
-    os.mkdir(mnt)
-    os.mkdir(backing, 0o700)
+    mnt, backing = _start_dirs(scratch_dir, tmp_path)
     rc, err = start_refused(['backend=etcd', f'etcd={etcd1.endpoints}', f'host={host}',
                              'prefix=/t/'], mnt, backing, timeout=10)
     assert rc != 0
@@ -246,9 +246,7 @@ def test_a_prefix_inside_another_namespace_is_refused(etcd1, lockfs_factory, scr
     would be a key of the outer, its host key a lock nobody can take."""
     lockfs_factory(options=('backend=etcd', f'etcd={etcd1.endpoints}', 'prefix=/t/',
                             'host=h1', 'ttl=4', 'lock_delay=1'))
-    mnt, backing = os.path.join(scratch_dir, 'm'), str(tmp_path / 'b')
-    os.mkdir(mnt)
-    os.mkdir(backing, 0o700)
+    mnt, backing = _start_dirs(scratch_dir, tmp_path)
     rc, err = start_refused(['backend=etcd', f'etcd={etcd1.endpoints}', 'host=h2',
                              'prefix=/t/sub/'], mnt, backing, timeout=10)
     assert rc != 0
