@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,6 +31,7 @@
 #include <unistd.h>
 
 #include "lockfs/holder.h"
+#include "helper_files.h"
 
 /* Longest parent walk; a real process tree is never this deep, so hitting
  * it means a cycle in the source (pid reuse in a fake or a racing /proc). */
@@ -420,7 +420,10 @@ static int proc_exe_stat(void *ctx, pid_t pid, struct stat *st)
 
 	(void)ctx;
 	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
-	return stat(path, st) == 0 ? 0 : proc_errno(errno);
+	/* The attributes the kernel has: the file may be on a FUSE file
+	 * system of the caller's that never answers a GETATTR. */
+	int rc = lockfs_stat_cached(AT_FDCWD, path, st);
+	return rc == -ESRCH ? -ENOENT : rc;
 }
 
 /* lockfs_proc_source.open_root on the real /proc. */
@@ -525,31 +528,17 @@ const struct lockfs_proc_source lockfs_proc_real = {
 
 /* ---- genuine helpers ------------------------------------------------ */
 
-/*
- * Where a helper's name is looked up, in a process's root: the standard
- * PATH of root on Debian.  A helper is genuine only as one of these files.
- */
-static const char *const system_dirs[] = {
-	"usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin",
-};
-
-
 /* Most distinct files one name may be (system_dirs, plus the lockctl
  * beside the daemon). */
 #define FILES_MAX 8
 /* Most files tests may add per name (lockfs_helpers_trust_file). */
 #define TRUSTED_MAX 4
 
-struct file_id {
-	dev_t dev;
-	ino_t ino;
-};
-
 /* The genuine files of one name. */
 struct genuine_set {
-	struct file_id found[FILES_MAX];   /* looked up in the daemon's root */
+	struct lockfs_file_id found[FILES_MAX];   /* looked up in the daemon's root */
 	size_t nfound;
-	struct file_id trusted[TRUSTED_MAX]; /* added by lockfs_helpers_trust_file */
+	struct lockfs_file_id trusted[TRUSTED_MAX]; /* added by lockfs_helpers_trust_file */
 	size_t ntrusted;
 };
 
@@ -560,126 +549,6 @@ struct lockfs_genuine {
 	size_t nnames;       /* helpers; then NMULTI multi-call binaries */
 	struct genuine_set *sets;
 };
-
-static long sys_openat2(int dirfd, const char *path, int flags, unsigned long long resolve)
-{
-	struct open_how how = { .flags = (unsigned long long)flags | O_CLOEXEC,
-				.resolve = resolve };
-
-	return syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-}
-
-/* May a file or directory ST, under a root owned by OWNER, be trusted as
- * the system's: owned by root (or OWNER) and writable by nobody else? */
-static bool owned_safely(const struct stat *st, uid_t owner)
-{
-	return (st->st_uid == 0 || st->st_uid == owner) && !(st->st_mode & (S_IWGRP | S_IWOTH));
-}
-
-/* A root-owned directory with the sticky bit (/tmp): others may add names
- * to it but never rename or remove root's, so the safely owned directory
- * below it that the chain came through stays what it is. */
-static bool sticky_root_dir(const struct stat *st)
-{
-	return st->st_uid == 0 && (st->st_mode & S_ISVTX);
-}
-
-/*
- * Is directory DIRFD trusted all the way up to the root ROOT: it and every
- * directory above it (through "..", so symlinks in the path that reached
- * it do not matter) safely owned?  DIRFD is left open.
- */
-static bool dir_chain_trusted(int dirfd, const struct stat *root, uid_t owner)
-{
-	int fd = openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	bool ok = false;
-
-	for (int depth = 0; fd >= 0 && depth < 64; depth++) {
-		struct stat st;
-		int up;
-
-		if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) ||
-		    !(owned_safely(&st, owner) || sticky_root_dir(&st)))
-			break;
-		if (st.st_dev == root->st_dev && st.st_ino == root->st_ino) {
-			ok = true;
-			break;
-		}
-		up = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-		close(fd);
-		fd = up;
-	}
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
-/* Add ID to the N ids at SET (room for MAX) unless it is there.  Returns
- * the new count. */
-static size_t add_id(struct file_id *set, size_t n, size_t max, dev_t dev, ino_t ino)
-{
-	for (size_t i = 0; i < n; i++)
-		if (set[i].dev == dev && set[i].ino == ino)
-			return n;
-	if (n < max) {
-		set[n].dev = dev;
-		set[n].ino = ino;
-		n++;
-	}
-	return n;
-}
-
-/* Is the file FD (of directory DIRFD) a safely owned executable in a
- * trusted directory?  Fills *ST. */
-static bool trusted_file(int fd, int dirfd, const struct stat *root, uid_t owner,
-			 struct stat *st)
-{
-	return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && (st->st_mode & 0111) &&
-	       owned_safely(st, owner) && dir_chain_trusted(dirfd, root, owner);
-}
-
-/*
- * The files NAME stands for in the system directories under ROOTFD (a
- * root directory whose fstat is ROOT), into OUT (room for MAX).  Each must
- * be a safely owned executable whose directory is trusted up to the root;
- * symlinks are followed as that root sees them (RESOLVE_IN_ROOT).  Stops
- * early once WANT (when not NULL) is found.  Returns the count.
- */
-static size_t find_in_root(int rootfd, const struct stat *root, const char *name,
-			   struct file_id *out, size_t max, const struct stat *want)
-{
-	size_t n = 0;
-
-	for (size_t i = 0; i < sizeof(system_dirs) / sizeof(system_dirs[0]) && n < max; i++) {
-		char path[PATH_MAX];
-		struct stat st;
-		int dirfd, fd;
-
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", system_dirs[i], name) >=
-		    sizeof(path))
-			continue;
-		fd = (int)sys_openat2(rootfd, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
-		if (fd < 0)
-			continue;
-		/* Cheap first: only a file with the right id is worth the
-		 * walk up its directories. */
-		if (fstat(fd, &st) < 0 ||
-		    (want && (st.st_dev != want->st_dev || st.st_ino != want->st_ino))) {
-			close(fd);
-			continue;
-		}
-		dirfd = (int)sys_openat2(rootfd, system_dirs[i], O_PATH | O_DIRECTORY,
-					 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
-		if (dirfd >= 0 && trusted_file(fd, dirfd, root, root->st_uid, &st))
-			n = add_id(out, n, max, st.st_dev, st.st_ino);
-		if (dirfd >= 0)
-			close(dirfd);
-		close(fd);
-		if (want && n)
-			break;
-	}
-	return n;
-}
 
 /* The lockctl that came with the daemon: beside its executable (as
  * installed) or in tools/ below it (as meson builds it), when that
@@ -701,9 +570,9 @@ static void find_beside_daemon(struct lockfs_genuine *g, struct genuine_set *set
 		if (dirfd < 0)
 			continue;
 		fd = openat(dirfd, "lockctl", O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		if (fd >= 0 && trusted_file(fd, dirfd, &g->root, geteuid(), &st))
-			set->nfound = add_id(set->found, set->nfound, FILES_MAX, st.st_dev,
-					     st.st_ino);
+		if (fd >= 0 && lockfs_helper_file_trusted(fd, dirfd, &g->root, geteuid(), &st))
+			set->nfound = lockfs_file_ids_add(set->found, set->nfound, FILES_MAX,
+							  st.st_dev, st.st_ino);
 		if (fd >= 0)
 			close(fd);
 		close(dirfd);
@@ -724,8 +593,8 @@ static void lookup_set(const struct lockfs_helpers *h, size_t i, struct genuine_
 	struct lockfs_genuine *g = h->genuine;
 	const char *name = set_name(h, i);
 
-	set->nfound = g->rootfd >= 0 ? find_in_root(g->rootfd, &g->root, name, set->found,
-						    FILES_MAX, NULL) : 0;
+	set->nfound = g->rootfd >= 0 ? lockfs_helper_files_find(g->rootfd, &g->root, name,
+								set->found, FILES_MAX, NULL) : 0;
 	if (strcmp(name, "lockctl") == 0)
 		find_beside_daemon(g, set);
 }
@@ -753,22 +622,27 @@ static bool in_set(const struct genuine_set *set, const struct stat *st)
 }
 
 /*
- * Is process P running the genuine file of helper P->exe (for an applet,
- * of its multi-call binary)?  *EXE gets the file's stat.  The daemon's
- * cached files first (one stat); on a miss, the files are looked up again
- * in P's root: the daemon's (and the cache refreshed) or a container's.
+ * Is process P, of uid UID, running the genuine file of helper P->exe (for
+ * an applet, of its multi-call binary)?  *EXE gets the file's stat.  The
+ * daemon's cached files first (one stat); on a miss, the files are looked
+ * up again in P's root: the daemon's (and the cache refreshed) or another
+ * (a container's, a user's chroot), off the request path within a bound
+ * (helper_files.c says why).  Nothing here asks a file system for fresh
+ * attributes: P's executable and root may be on a FUSE file system of the
+ * caller's that never answers.
+ * Returns 1 (genuine), 0 (not), or -EACCES: P's root did not answer in
+ * time, so nobody can say.
  */
-static bool genuine_helper(const struct lockfs_proc_source *src, struct lockfs_helpers *h,
-			   const struct lockfs_proc *p, struct stat *exe)
+static int genuine_helper(const struct lockfs_proc_source *src, struct lockfs_helpers *h,
+			  const struct lockfs_proc *p, uid_t uid, struct stat *exe)
 {
 	const char *name = p->multicall[0] ? p->multicall : p->exe;
 	long i = set_index(h, name);
 	struct stat root;
-	bool ok;
-	int rootfd;
+	int ok, rootfd;
 
 	if (i < 0 || !src->exe_stat || src->exe_stat(src->ctx, p->pid, exe) < 0)
-		return false;
+		return 0;
 	pthread_mutex_lock(&h->mu);
 	ok = in_set(&h->genuine->sets[i], exe);
 	pthread_mutex_unlock(&h->mu);
@@ -776,12 +650,14 @@ static bool genuine_helper(const struct lockfs_proc_source *src, struct lockfs_h
 		return ok;
 	rootfd = src->open_root(src->ctx, p->pid);
 	if (rootfd < 0)
-		return false;
-	if (fstat(rootfd, &root) == 0) {
+		return 0;
+	if (lockfs_stat_cached(rootfd, "", &root) == 0) {
 		if (root.st_dev == h->genuine->root.st_dev &&
 		    root.st_ino == h->genuine->root.st_ino) {
 			/* Look again (an upgrade replaces the file), outside
-			 * the lock: the other helpers' checks need not wait. */
+			 * the lock: the other helpers' checks need not wait.
+			 * This walks the daemon's own mount namespace, where
+			 * only root mounts, whatever namespace P is in. */
 			struct genuine_set fresh;
 			struct genuine_set *set = &h->genuine->sets[i];
 
@@ -792,9 +668,9 @@ static bool genuine_helper(const struct lockfs_proc_source *src, struct lockfs_h
 			ok = in_set(set, exe);
 			pthread_mutex_unlock(&h->mu);
 		} else {
-			struct file_id id;
-
-			ok = find_in_root(rootfd, &root, name, &id, 1, exe) == 1;
+			ok = lockfs_helper_files_find_foreign(rootfd, &root, name, exe, uid);
+			if (ok < 0)
+				ok = -EACCES;
 		}
 	}
 	close(rootfd);
@@ -924,7 +800,8 @@ int lockfs_helpers_trust_file(struct lockfs_helpers *h, const char *name, dev_t 
 	if (set->ntrusted == TRUSTED_MAX)
 		rc = -ENOSPC;
 	else
-		set->ntrusted = add_id(set->trusted, set->ntrusted, TRUSTED_MAX, dev, ino);
+		set->ntrusted = lockfs_file_ids_add(set->trusted, set->ntrusted, TRUSTED_MAX, dev,
+						     ino);
 	pthread_mutex_unlock(&h->mu);
 	return rc;
 }
@@ -1122,7 +999,16 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 	int steps = 0;
 	/* A helper on the list, but only a genuine copy of it: anything else
 	 * named so is a program like any other, and holds. */
-	while (lockfs_helpers_contains(helpers, p.exe) && genuine_helper(src, helpers, &p, &exe)) {
+	while (lockfs_helpers_contains(helpers, p.exe)) {
+		/* Whose walk a lookup in P's root is (helper_files.c counts
+		 * them per uid): P's uid, read when the caller's is unknown. */
+		if (uid == LOCKFS_UID_UNKNOWN && uid_of(src, &p, &uid) < 0)
+			uid = LOCKFS_UID_UNKNOWN;
+		rc = genuine_helper(src, helpers, &p, uid, &exe);
+		if (rc == 0)
+			break;
+		if (rc < 0)
+			goto fail; /* P's root did not answer in time: nobody can say */
 		rc = -EACCES;
 		if (++steps > WALK_MAX)
 			goto fail;

@@ -20,9 +20,10 @@ code), the test aborts the connection it made, so no process is left in D
 state, and fails.
 """
 
-import errno
+import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -34,24 +35,28 @@ from wedge_load import abort_conn
 BOUND_S = 1.0
 
 # Run as the attacker: $1 its empty root dir, $2 the mount, $3 the verb
-# (mkdir or rmdir), $4 the lock name.  Prints the errno name the copy
-# of the verb got, from its exit status and message ("OK" on success).
+# (mkdir or rmdir), $4 the lock name, and $5 (optional) a trap: a mount to
+# bind on the root's /usr/local/sbin instead of M (which then is at /m).
+# Prints "OK" when the copy of the verb succeeded, else its message.
 ATTACK = r'''
 set -u
-R=$1 M=$2 VERB=$3 NAME=$4
 exec unshare -Urm bash -c '
   set -e
-  R=$1 M=$2 VERB=$3 NAME=$4
-  mount -t tmpfs none "$R"; mkdir -p "$R/usr"
+  R=$1 M=$2 VERB=$3 NAME=$4 TRAP=${5:-}
+  mount -t tmpfs none "$R"; mkdir -p "$R/usr" "$R/m"
   mount --rbind /usr "$R/usr"
   for d in bin lib lib64 sbin; do ln -s "usr/$d" "$R/$d"; done
-  mount --bind "$M" "$R/usr/local/sbin"
+  if [ -n "$TRAP" ]; then
+    mount --bind "$TRAP" "$R/usr/local/sbin"; mount --bind "$M" "$R/m"; at=/m
+  else
+    mount --bind "$M" "$R/usr/local/sbin"; at=/usr/local/sbin
+  fi
   cp "/usr/bin/$VERB" "$R/$VERB"
-  if out=$(chroot "$R" "/$VERB" "/usr/local/sbin/$NAME" 2>&1); then
+  if out=$(chroot "$R" "/$VERB" "$at/$NAME" 2>&1); then
     echo OK
   else
     echo "$out"
-  fi' attack "$R" "$M" "$VERB" "$NAME"
+  fi' attack "$@"
 '''
 
 
@@ -162,3 +167,60 @@ def test_a_fake_rmdir_of_another_users_lock_wedges_nothing(attack, mnt_ao, users
     assert not wedged and not slow, f'the mount wedged: {slow}'
     assert got.stdout.strip().endswith(': Operation not permitted'), got.stdout
     assert os.path.isdir(os.path.join(mnt_ao.mnt, 'dl2')), 'the lock of uid 4343 was lost'
+
+
+# A root of uid 4343's own, as a container has: its own copies of bash and
+# mkdir in a usr/bin it owns (so genuine there: the root's owner placed
+# them), the system's libraries bound in, and M at /m.  Prints the
+# `owner` record of the lock its shell takes with its own mkdir, or the
+# error.
+OWN_ROOT = r'''
+set -u
+R=$1 M=$2 NAME=$3
+exec unshare -Urm bash -c '
+  set -e
+  R=$1 M=$2 NAME=$3
+  mount -t tmpfs -o mode=755 none "$R"; mkdir -p "$R/usr/bin" "$R/usr/lib" "$R/m"
+  mount --rbind /usr/lib "$R/usr/lib"
+  [ -d /usr/lib64 ] && mkdir "$R/usr/lib64" && mount --rbind /usr/lib64 "$R/usr/lib64"
+  for d in bin lib lib64; do ln -s "usr/$d" "$R/$d"; done
+  cp /usr/bin/bash /usr/bin/mkdir /usr/bin/cat /usr/bin/rmdir "$R/usr/bin/"
+  mount --bind "$M" "$R/m"
+  chroot "$R" /usr/bin/bash -c "mkdir /m/$NAME && cat /m/$NAME/owner && rmdir /m/$NAME"
+' own "$R" "$M" "$NAME"
+'''
+
+
+def test_a_root_that_never_answers_costs_its_user_alone(attack, mnt_ao, lockfs_factory,
+                                                        users, scratch_dir):
+    # The attacker's root binds a FUSE mount whose daemon never answers (a
+    # second lockfs, stopped): the daemon's walk there never ends.
+    m2 = lockfs_factory(allow_other=True)
+    os.kill(m2.pid, signal.SIGSTOP)
+    try:
+        for i in range(2 * 2 + 1):   # more than the walks one uid may have under way
+            t0 = time.monotonic()
+            got = _user_run(users[0], ['bash', '-c', ATTACK, 'attack', attack.root_dir,
+                                       mnt_ao.mnt, 'mkdir', f'stuck{i}', m2.mnt], 5.0)
+            took = time.monotonic() - t0
+            if not _answers(got):
+                attack.stuck.append(got)
+            assert _answers(got), f'attempt {i}: the fake mkdir got no answer'
+            assert got.stdout.strip().endswith(': Permission denied'), got.stdout
+            assert took < BOUND_S + 1.0, f'attempt {i} took {took:.2f} s'
+            slow = _bystander_ops(attack, users[1], mnt_ao.mnt)
+            assert not slow, f'attempt {i}: {slow}'
+        # Meanwhile another user's own root (a container's) is still walked:
+        # its copy of mkdir is genuine there, so its shell holds.
+        own = os.path.join(scratch_dir, 'R2')
+        os.mkdir(own)
+        os.chown(own, users[1].uid, users[1].gid)
+        got = _user_run(users[1], ['bash', '-c', OWN_ROOT, 'own', own, mnt_ao.mnt, 'theirs'], 10.0)
+        assert _answers(got), 'the other user\'s container got no answer'
+        assert got.returncode == 0, got.stdout
+        rec = json.loads(got.stdout)
+        assert rec['holder']['comm'] == 'bash', rec['holder']
+        assert rec['holder']['uid'] == users[1].uid
+    finally:
+        os.kill(m2.pid, signal.SIGCONT)
+    assert not attack.free()
