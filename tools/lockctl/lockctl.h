@@ -181,8 +181,29 @@ void lockfs_ctl_fmt_duration(long long ms, char *buf, size_t size);
 /* How many holders OWNER has ("holders" if present, else [holder]);
  * *FIRST the first. */
 size_t lockfs_ctl_holders_of(const json_t *owner, const json_t **first);
-/* A one-line description of OWNER's holder: malloc'd. */
-char *lockfs_ctl_describe_holder(const json_t *owner);
+/* A one-line description of OWNER's holder, for lock NAME of MNT: malloc'd. */
+char *lockfs_ctl_describe_holder(const char *mnt, const char *name, const json_t *owner);
+
+/* ------------------------------------------------------------------ */
+/* a holder as seen from here (holder_view.c) */
+
+/* Holder object H's pid in lockctl's own pid namespace: its ns_pid or pid,
+ * whichever our /proc shows with H's start time.  False when neither: H
+ * exited, or lives outside our pid namespace (the daemon's pid is then
+ * nobody's here, or a stranger's). */
+bool lockfs_ctl_pid_here(const json_t *h, long long *pid);
+/*
+ * What to say besides holder H's name, for lock NAME of MNT, or NULL when
+ * nothing: "(exited; kept by sleep[12708])" when the holder exited and
+ * processes it started keep the lock; for an fd lock whose opener is not
+ * here, who still has M/.flock/NAME open ("(opener gone; fd open in
+ * sleep[4567])") or that it is unknown; "(outside this pid namespace)".
+ * BRIEF: the same without blanks, for a table column ("(exited,kept:
+ * sleep[12708])", "(gone,fd:sleep[4567])", "(gone,fd:unknown)",
+ * "(outside)").  Malloc'd.
+ */
+char *lockfs_ctl_holder_note(const char *mnt, const char *name, const json_t *owner,
+			     const json_t *h, bool brief);
 
 /* ------------------------------------------------------------------ */
 /* taking the lock (wait.c) */

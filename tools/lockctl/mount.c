@@ -305,10 +305,11 @@ size_t lockfs_ctl_holders_of(const json_t *owner, const json_t **first)
 
 /*
  * Who holds the lock, for one line: "bash[1234] for 12s", "slug agent-7
- * for 3m05s", "a foreign lock for 5s", "bash[12] and 2 more (shared) ...".
- * Malloc'd.
+ * for 3m05s", "a foreign lock for 5s", "bash[12] and 2 more (shared) ...",
+ * "bash (exited; kept by sleep[40]) for 1m02s".  Pids as lockctl's own pid
+ * namespace sees them (holder_view.c).  Malloc'd.
  */
-char *lockfs_ctl_describe_holder(const json_t *owner)
+char *lockfs_ctl_describe_holder(const char *mnt, const char *name, const json_t *owner)
 {
 	const json_t *h = NULL;
 	size_t n = lockfs_ctl_holders_of(owner, &h);
@@ -325,11 +326,18 @@ char *lockfs_ctl_describe_holder(const json_t *owner)
 		return xasprintf("held by a foreign lock (no lockfs record)%s", age);
 	if (bound && strcmp(bound, "slug") == 0 && slug)
 		return xasprintf("held by slug %s%s", slug, age);
-	long long pid = 0;
-	lockfs_ctl_jint(h, "pid", &pid);
 	const char *comm = lockfs_ctl_jstr(h, "comm");
+	char who[160];
+	long long pid;
+	char *note = lockfs_ctl_holder_note(mnt, name, owner, h, false);
+	if (lockfs_ctl_pid_here(h, &pid))
+		snprintf(who, sizeof(who), "%s[%lld]%s%s", comm ? comm : "?", pid,
+			 note ? " " : "", note ? note : "");
+	else
+		snprintf(who, sizeof(who), "%s%s%s", comm ? comm : "?", note ? " " : "",
+			 note ? note : "");
+	free(note);
 	if (n > 1)
-		return xasprintf("held shared by %s[%lld] and %zu more%s", comm ? comm : "?", pid,
-				 n - 1, age);
-	return xasprintf("held by %s[%lld]%s", comm ? comm : "?", pid, age);
+		return xasprintf("held shared by %s and %zu more%s", who, n - 1, age);
+	return xasprintf("held by %s%s", who, age);
 }

@@ -57,8 +57,8 @@ static char *cell(const char *text)
 	return s;
 }
 
-static void table_add(struct table *t, const json_t *owner, const json_t *holder,
-		      size_t nwaiters, long long now)
+static void table_add(struct table *t, const char *mnt, const char *name,
+		      const json_t *owner, const json_t *holder, size_t nwaiters, long long now)
 {
 	if (t->n == t->cap) {
 		t->cap = t->cap ? t->cap * 2 : 16;
@@ -84,9 +84,18 @@ static void table_add(struct table *t, const json_t *owner, const json_t *holder
 		r->cell[2] = cell(s);
 		free(s);
 	} else {
-		r->cell[2] = cell(lockfs_ctl_jstr(holder, "comm"));
+		/* What keeps a lock whose holder exited, or that the holder
+		 * lives outside our pid namespace (holder_view.c). */
+		const char *comm = lockfs_ctl_jstr(holder, "comm");
+		char *note = lockfs_ctl_holder_note(mnt, name, owner, holder, true);
+		char *s = xasprintf("%s%s", comm ? comm : "?", note ? note : "");
+		r->cell[2] = cell(s);
+		free(s);
+		free(note);
 	}
-	if (!foreign && lockfs_ctl_jint(holder, "pid", &v)) {
+	/* The pid as our own /proc shows that process: inside a container,
+	 * its ns_pid; a holder outside our pid namespace has none here. */
+	if (!foreign && lockfs_ctl_pid_here(holder, &v)) {
 		snprintf(buf, sizeof(buf), "%lld", v);
 		r->cell[3] = cell(buf);
 	} else {
@@ -248,11 +257,12 @@ int lockfs_ctl_status(const struct opts *o, const char *mnt)
 			json_t *hs = json_object_get(owner, "holders");
 			if (json_is_array(hs) && json_array_size(hs) > 1) {
 				for (size_t h = 0; h < json_array_size(hs); h++)
-					table_add(&t, owner, json_array_get(hs, h), nwaiters, now);
+					table_add(&t, mnt, names[i], owner, json_array_get(hs, h), nwaiters,
+					  now);
 			} else {
 				const json_t *h = NULL;
 				lockfs_ctl_holders_of(owner, &h);
-				table_add(&t, owner, h, nwaiters, now);
+				table_add(&t, mnt, names[i], owner, h, nwaiters, now);
 			}
 		}
 		shown++;

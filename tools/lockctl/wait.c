@@ -96,7 +96,7 @@ static void display_render(struct display *d)
 	int err;
 	json_t *owner = lockfs_ctl_read_owner(d->mnt, d->name, &err);
 	json_t *waiters = lockfs_ctl_read_waiters(d->mnt, d->name);
-	char *who = owner ? lockfs_ctl_describe_holder(owner) : xasprintf("held");
+	char *who = owner ? lockfs_ctl_describe_holder(d->mnt, d->name, owner) : xasprintf("held");
 	size_t total = json_array_size(waiters), place = my_place(waiters);
 	char waited[24], where[64];
 	lockfs_ctl_fmt_duration(lockfs_ctl_now_ms() - d->started_ms, waited, sizeof(waited));
@@ -308,7 +308,7 @@ char *lockfs_ctl_holder_now(const char *mnt, const char *name)
 	json_t *owner = lockfs_ctl_read_owner(mnt, name, &err);
 	if (!owner)
 		return xasprintf("busy");
-	char *s = lockfs_ctl_describe_holder(owner);
+	char *s = lockfs_ctl_describe_holder(mnt, name, owner);
 	json_decref(owner);
 	return s;
 }
