@@ -111,7 +111,8 @@ void lockfs_attr_lock(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
  * The lock name of inode INO into NAME, and the lock's current state into
  * *LS (may be NULL), provided INO still shows the acquisition that holds
  * NAME now.  An inode of a released lock answers ENOENT for good, even
- * after someone takes the name again.  0, -ENOENT.
+ * after someone takes the name again.  0, -ENOENT, or -ESTALE for a node
+ * the daemon dropped (inode.c: the kernel looks the name up again).
  */
 int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
 			struct lockfs_lock_stat *ls)
@@ -184,7 +185,7 @@ void lockfs_attr_reply_entry(fuse_req_t req, struct lockfs_fs *fs, const char *n
 			     enum lock_file file, const struct lockfs_lock_stat *ls)
 {
 	struct fuse_entry_param e;
-	uint64_t id = lockfs_inodes_ref(fs->inodes, name, ls->generation);
+	uint64_t id = lockfs_inodes_ref(fs->inodes, name, ls->generation, fuse_req_ctx(req)->uid);
 
 	if (!id)
 		return (void)fuse_reply_err(req, ENOMEM);

@@ -27,6 +27,7 @@
 
 #include "attr.h"
 #include "fs.h"
+#include "handle.h"
 #include "lockfs/name.h"
 #include "lockfs/record.h"
 
@@ -50,26 +51,87 @@ int lockfs_flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MA
 	return lockfs_inodes_name(fs->inodes, ino_id(ino), name, &generation);
 }
 
+/* The entry of .flock node ID for REQ.  Its entry timeout is 0: the kernel
+ * asks again before every path walk through it, so a name that became free
+ * looks absent at once, and a node dropped while idle (inode.c) is never
+ * used by a walk.  Its attributes never change. */
+static void flock_entry(struct lockfs_fs *fs, uint64_t id, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = ino_make(id, LF_FLOCK);
+	lockfs_attr_flock_file(fs, e->ino, &e->attr);
+	e->attr_timeout = 1;
+	e->entry_timeout = 0;
+}
+
+/*
+ * A free NAME (not held, not open here) looks absent: a lookup of it leaves
+ * nothing, in the daemon or in the kernel, so that a user who stats a
+ * million names costs neither (issue 19).  It exists once opened with
+ * O_CREAT (lockfs_flock_create), as flock(1), lockctl and lock libraries
+ * open it; a name held or open anywhere is a file for everyone.  A name
+ * with waiters is open (they wait through an open file).
+ */
 void lockfs_flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name)
 {
+	uid_t uid = fuse_req_ctx(req)->uid;
+	struct lockfs_lock_stat ls;
 	struct fuse_entry_param e;
 	uint64_t id;
 	int rc = lockfs_name_check(name);
 
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
-	id = lockfs_inodes_ref(fs->inodes, name, FLOCK_GEN);
+	id = lockfs_inodes_ref_open(fs->inodes, name, FLOCK_GEN, uid);
+	if (!id) {
+		rc = lockfs_core_stat(fs->core, name, &ls);
+		if (rc < 0)
+			return (void)fuse_reply_err(req, -rc);
+		id = lockfs_inodes_ref(fs->inodes, name, FLOCK_GEN, uid);
+	}
 	if (!id)
 		return (void)fuse_reply_err(req, ENOMEM);
-	memset(&e, 0, sizeof(e));
-	e.ino = ino_make(id, LF_FLOCK);
-	lockfs_attr_flock_file(fs, e.ino, &e.attr);
-	/* The node stands for the name whatever happens to the lock: the
-	 * kernel may keep it. */
-	e.attr_timeout = 1;
-	e.entry_timeout = 1;
+	flock_entry(fs, id, &e);
 	if (fuse_reply_entry(req, &e) == -ENOENT)
 		lockfs_inodes_forget(fs->inodes, id, 1);
+}
+
+void lockfs_flock_create(fuse_req_t req, struct lockfs_fs *fs, const char *name,
+			 struct fuse_file_info *fi)
+{
+	struct fuse_entry_param e;
+	struct open_file *of;
+	uint64_t id;
+	int rc = lockfs_name_check(name);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	/* Every valid name can be opened, so O_EXCL never creates one. */
+	if (fi->flags & O_EXCL)
+		return (void)fuse_reply_err(req, EEXIST);
+	id = lockfs_inodes_ref(fs->inodes, name, FLOCK_GEN, fuse_req_ctx(req)->uid);
+	if (!id)
+		return (void)fuse_reply_err(req, ENOMEM);
+	flock_entry(fs, id, &e);
+	of = lockfs_open_file_new();
+	rc = of ? lockfs_handle_count(fs, req, e.ino, &of->h) : -ENOMEM;
+	if (rc < 0) {
+		lockfs_open_file_free(of);
+		lockfs_inodes_forget(fs->inodes, id, 1);
+		return (void)fuse_reply_err(req, -rc);
+	}
+	/* As lfs_open: opening takes nothing, flock/fcntl on it does. */
+	fi->fh = (uint64_t)(uintptr_t)of;
+	lockfs_handle_add(fs, &of->h);
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	fi->nonseekable = 0;
+	if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+		/* Interrupted: the kernel took neither the entry nor the file. */
+		lockfs_handle_del(fs, &of->h);
+		lockfs_open_file_free(of);
+		lockfs_inodes_forget(fs->inodes, id, 1);
+	}
 }
 
 static void owner_key(char out[LOCKFS_FD_OWNER_MAX], const char *kind, uint64_t owner)

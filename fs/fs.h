@@ -60,18 +60,34 @@ static inline int ino_is_flock(fuse_ino_t ino)
 	return ino >= (1u << INO_SHIFT) && ino_file(ino) == LF_FLOCK;
 }
 
-/* The kernel's view: which lock names it holds inode numbers for. */
+/* The kernel's view: which lock names it holds inode numbers for (inode.c). */
 struct inodes;
 
-struct inodes *lockfs_inodes_new(void);
+/* Idle nodes (no open file or listing) the daemon keeps per uid; past it,
+ * that uid's oldest are dropped (docs/quota.md). */
+#define LOCKFS_IDLE_NODES_PER_UID 1024
+
+/* A table keeping at most IDLE_PER_UID idle nodes per uid (at least 1), or
+ * NULL when out of memory. */
+struct inodes *lockfs_inodes_new(size_t idle_per_uid);
 void lockfs_inodes_free(struct inodes *t);
 /* The node id for acquisition GENERATION of NAME, made if needed, with its
- * lookup count raised by one.  Returns 0 when out of memory. */
-uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generation);
+ * lookup count raised by one; UID (who looked it up) keeps it if idle.
+ * Returns 0 when out of memory. */
+uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generation, uid_t uid);
+/* The same, only for a node that exists and is open: else 0, and nothing
+ * is made. */
+uint64_t lockfs_inodes_ref_open(struct inodes *t, const char *name, uint64_t generation,
+				uid_t uid);
 /* Copy the name of node ID into BUF (NAME_MAX + 1 bytes) and its
  * generation into *GENERATION.
- * Returns 0, or -ENOENT when the kernel has forgotten it. */
+ * Returns 0, or -ESTALE when the daemon no longer knows ID (forgotten by
+ * the kernel, or dropped while idle: the kernel walks the path again). */
 int lockfs_inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation);
+/* A file or listing of node ID is opened: the node stays while it is.
+ * 0, or -ESTALE as above.  Each 0 is matched by one lockfs_inodes_close. */
+int lockfs_inodes_open(struct inodes *t, uint64_t id);
+void lockfs_inodes_close(struct inodes *t, uint64_t id);
 /* The kernel forgets N lookups of node ID. */
 void lockfs_inodes_forget(struct inodes *t, uint64_t id, uint64_t n);
 
@@ -86,6 +102,7 @@ struct handle {
 	struct handle *next, *prev;
 	void (*free)(struct handle *h);
 	uid_t uid;      /* who opened it: counted against -o max_open_per_uid */
+	uint64_t node;  /* the node (inode.c) it keeps, or 0 */
 	bool keeps_fd;  /* a descriptor in the daemon while open (M/.log) */
 };
 /* Free every handle still open (the loop has stopped: no request uses them). */
@@ -140,8 +157,13 @@ static inline void lockfs_fs_caller(fuse_req_t req, struct lockfs_caller *c)
 /* flock.c: M/.flock/NAME and the locks taken through it. */
 /* The lock name of .flock node INO into NAME.  0, or -ENOENT. */
 int lockfs_flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1]);
-/* Answer REQ's lookup of .flock/NAME (any valid lock name exists there). */
+/* Answer REQ's lookup of .flock/NAME: a file while NAME is held or open
+ * there, else ENOENT (a valid name), EINVAL or ENAMETOOLONG. */
 void lockfs_flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name);
+/* Answer REQ's create (open with O_CREAT of an absent entry) of
+ * .flock/NAME: open it as lfs_open would. */
+void lockfs_flock_create(fuse_req_t req, struct lockfs_fs *fs, const char *name,
+			 struct fuse_file_info *fi);
 /* A close of an open .flock/NAME file (flush: POSIX owner; release). */
 void lockfs_flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind, uint64_t owner);
 /* The loop and the engine's thread have stopped: answer every parked

@@ -2,7 +2,9 @@
  * The handles of the mount: every open file and directory listing, on one
  * list (fs->handles, under handles_mu) so that the ones the kernel never
  * releases (the connection is gone) are freed at exit, and each counted
- * against its opener's uid by the core (-o max_open_per_uid).
+ * against its opener's uid by the core (-o max_open_per_uid).  A handle of
+ * a lock file or .flock file keeps its node (inode.c) while it is open:
+ * requests on an open file come by node id alone.
  */
 #include <errno.h>
 #include <limits.h>
@@ -34,7 +36,7 @@ void lockfs_handle_del(struct lockfs_fs *fs, struct handle *h)
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&fs->handles_mu);
-	lockfs_core_handle_close(fs->core, h->uid, h->keeps_fd);
+	lockfs_handle_uncount(fs, h);
 }
 
 /* What INO names, for a `refused` line: the lock or .flock name, `.log`,
@@ -58,12 +60,32 @@ int lockfs_handle_count(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino, st
 	int rc;
 
 	lockfs_fs_caller(req, &caller);
+	h->node = 0;
+	if (ino_is_lock(ino) || ino_is_flock(ino)) {
+		rc = lockfs_inodes_open(fs->inodes, ino_id(ino));
+		if (rc < 0)
+			return rc;
+		h->node = ino_id(ino);
+	}
 	handle_name(fs, ino, name);
 	h->keeps_fd = ino == INO_LOG;
 	rc = lockfs_core_handle_open(fs->core, &caller, h->keeps_fd, name);
-	if (rc == 0)
-		h->uid = caller.uid;
-	return rc;
+	if (rc < 0) {
+		if (h->node)
+			lockfs_inodes_close(fs->inodes, h->node);
+		h->node = 0;
+		return rc;
+	}
+	h->uid = caller.uid;
+	return 0;
+}
+
+void lockfs_handle_uncount(struct lockfs_fs *fs, struct handle *h)
+{
+	lockfs_core_handle_close(fs->core, h->uid, h->keeps_fd);
+	if (h->node)
+		lockfs_inodes_close(fs->inodes, h->node);
+	h->node = 0;
 }
 
 void lockfs_handles_free_all(struct lockfs_fs *fs)

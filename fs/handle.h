@@ -39,8 +39,12 @@ struct dir_snapshot *lockfs_dir_snapshot_new(void);
 void lockfs_dir_snapshot_free(struct handle *h);
 
 /* Count a handle of INO for REQ's caller (see lockfs_core_handle_open)
- * into H.  0 or -EMFILE. */
+ * into H, keeping INO's node while it is open.  0, -EMFILE, or -ESTALE
+ * (the daemon dropped the node: the kernel walks the path again).  Each 0
+ * is matched by one lockfs_handle_uncount (lockfs_handle_del does it). */
 int lockfs_handle_count(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct handle *h);
+/* Undo lockfs_handle_count for H. */
+void lockfs_handle_uncount(struct lockfs_fs *fs, struct handle *h);
 /* H is open: into the list that lockfs_handles_free_all empties. */
 void lockfs_handle_add(struct lockfs_fs *fs, struct handle *h);
 /* H is closed: out of the list, and no longer counted against its uid. */

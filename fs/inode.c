@@ -1,35 +1,68 @@
 /*
- * The kernel's view of lock directories: node ids and lookup counts.
+ * The kernel's view of lock directories and .flock files: node ids and
+ * lookup counts.
  * Each acquisition of a name gets its own node (keyed by name and
  * generation): the kernel marks a directory dead once it is rmdir'ed, so a
  * lock taken again must not come back under the old inode number.
  * Kept apart from the lock state (core/), which the kernel never pins: a
  * lock can be released while the kernel still holds its inode, and the
  * node then simply answers ENOENT until it is forgotten.
+ *
+ * The kernel forgets an inode only when its dentry goes, and an unused
+ * dentry goes only under memory pressure: a node the kernel still knows
+ * may stay for ever, and one uid could make them without end (look up a
+ * lock held for a moment, open and close .flock/NAME for ever new NAMEs).
+ * So the daemon keeps a node only while something needs it: a node with
+ * an open file or listing stays; every other one ("idle") is on the LRU
+ * list of the uid that last looked it up, and past IDLE_MAX idle nodes of
+ * one uid the oldest is dropped here, the kernel not told (no
+ * notification: see ops.c).  That is safe because every entry we give has
+ * a zero entry timeout, so the kernel looks a name up again before any
+ * path walk uses the node; what is left is a request the kernel sends by
+ * node id alone between a lookup and its use (the open after a lookup,
+ * stat's getattr), and for an unknown id that is ESTALE, on which the VFS
+ * walks the path again with a fresh lookup.  Node ids are never reused, so
+ * a dropped id never names anything else.
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fs.h"
 
 #define BUCKETS 1024
+#define UID_BUCKETS 64
 
 struct node {
 	struct node *by_name_next;
 	struct node *by_id_next;
+	struct node *older, *newer; /* on its uid's idle list (when idle) */
 	uint64_t id;
 	uint64_t generation; /* which acquisition of NAME this node shows */
 	uint64_t nlookup;
+	uint64_t open;       /* open files and listings of it */
+	uid_t uid;           /* who looked it up last: whose idle list */
+	bool idle;           /* on an idle list */
 	char name[];
+};
+
+/* One uid's idle nodes, oldest first. */
+struct idle_list {
+	struct idle_list *next;
+	uid_t uid;
+	size_t count;
+	struct node *oldest, *newest;
 };
 
 struct inodes {
 	pthread_mutex_t mu;
-	uint64_t next_id;               /* protected by mu */
-	struct node *by_name[BUCKETS];  /* protected by mu */
-	struct node *by_id[BUCKETS];    /* protected by mu */
+	size_t idle_max;                     /* per uid; fixed at creation */
+	uint64_t next_id;                    /* protected by mu */
+	struct node *by_name[BUCKETS];       /* protected by mu */
+	struct node *by_id[BUCKETS];         /* protected by mu */
+	struct idle_list *idle[UID_BUCKETS]; /* protected by mu; no empty list */
 };
 
 static unsigned name_hash(const char *s)
@@ -41,7 +74,7 @@ static unsigned name_hash(const char *s)
 	return h % BUCKETS;
 }
 
-struct inodes *lockfs_inodes_new(void)
+struct inodes *lockfs_inodes_new(size_t idle_per_uid)
 {
 	struct inodes *t = calloc(1, sizeof(*t));
 
@@ -49,6 +82,7 @@ struct inodes *lockfs_inodes_new(void)
 		return NULL;
 	pthread_mutex_init(&t->mu, NULL);
 	t->next_id = 1;
+	t->idle_max = idle_per_uid ? idle_per_uid : 1;
 	return t;
 }
 
@@ -66,11 +100,127 @@ void lockfs_inodes_free(struct inodes *t)
 			n = next;
 		}
 	}
+	for (int i = 0; i < UID_BUCKETS; i++) {
+		struct idle_list *l = t->idle[i];
+
+		while (l) {
+			struct idle_list *next = l->next;
+
+			free(l);
+			l = next;
+		}
+	}
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 }
 
-uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generation)
+/* The idle list of UID, made when MAKE (NULL if none, or out of memory).
+ * Called with t->mu held. */
+static struct idle_list *idle_list_of(struct inodes *t, uid_t uid, bool make)
+{
+	struct idle_list **pp = &t->idle[uid % UID_BUCKETS];
+
+	for (; *pp; pp = &(*pp)->next)
+		if ((*pp)->uid == uid)
+			return *pp;
+	if (!make)
+		return NULL;
+	*pp = calloc(1, sizeof(**pp));
+	if (*pp)
+		(*pp)->uid = uid;
+	return *pp;
+}
+
+/* Take N off its idle list; the list goes when empty.  Called with t->mu held. */
+static void idle_del(struct inodes *t, struct node *n)
+{
+	struct idle_list *l, **pp;
+
+	if (!n->idle)
+		return;
+	n->idle = false;
+	l = idle_list_of(t, n->uid, false);
+	if (!l)
+		return;
+	if (n->older)
+		n->older->newer = n->newer;
+	else
+		l->oldest = n->newer;
+	if (n->newer)
+		n->newer->older = n->older;
+	else
+		l->newest = n->older;
+	n->older = n->newer = NULL;
+	if (--l->count > 0)
+		return;
+	for (pp = &t->idle[l->uid % UID_BUCKETS]; *pp != l; pp = &(*pp)->next)
+		;
+	*pp = l->next;
+	free(l);
+}
+
+/* Out of both tables and freed.  Called with t->mu held. */
+static void node_drop(struct inodes *t, struct node *n)
+{
+	struct node **pp;
+
+	idle_del(t, n);
+	for (pp = &t->by_id[n->id % BUCKETS]; *pp != n; pp = &(*pp)->by_id_next)
+		;
+	*pp = n->by_id_next;
+	for (pp = &t->by_name[name_hash(n->name)]; *pp != n; pp = &(*pp)->by_name_next)
+		;
+	*pp = n->by_name_next;
+	free(n);
+}
+
+/* N (not open) is the newest idle node of its uid; that uid's oldest go
+ * past idle_max.  Out of memory for the list: N stays, unlisted, until the
+ * kernel forgets it.  Called with t->mu held. */
+static void idle_add(struct inodes *t, struct node *n)
+{
+	struct idle_list *l = idle_list_of(t, n->uid, true);
+
+	if (!l)
+		return;
+	n->idle = true;
+	n->older = l->newest;
+	n->newer = NULL;
+	if (l->newest)
+		l->newest->newer = n;
+	else
+		l->oldest = n;
+	l->newest = n;
+	l->count++;
+	/* idle_max >= 1: the oldest is never N, and L keeps N. */
+	while (l->count > t->idle_max)
+		node_drop(t, l->oldest);
+}
+
+/* Called with t->mu held. */
+static struct node *find_name(struct inodes *t, const char *name, uint64_t generation)
+{
+	for (struct node *n = t->by_name[name_hash(name)]; n; n = n->by_name_next)
+		if (n->generation == generation && strcmp(n->name, name) == 0)
+			return n;
+	return NULL;
+}
+
+/* One more lookup of N by UID.  Called with t->mu held. */
+static uint64_t node_ref(struct inodes *t, struct node *n, uid_t uid)
+{
+	n->nlookup++;
+	if (n->open == 0) {
+		idle_del(t, n);
+		n->uid = uid;
+		idle_add(t, n); /* newest: the last to go */
+	} else {
+		n->uid = uid;
+	}
+	return n->id;
+}
+
+uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generation, uid_t uid)
 {
 	unsigned h = name_hash(name);
 	struct node *n;
@@ -78,9 +228,7 @@ uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generati
 	size_t len;
 
 	pthread_mutex_lock(&t->mu);
-	for (n = t->by_name[h]; n; n = n->by_name_next)
-		if (n->generation == generation && strcmp(n->name, name) == 0)
-			break;
+	n = find_name(t, name, generation);
 	if (!n) {
 		len = strlen(name);
 		n = calloc(1, sizeof(*n) + len + 1);
@@ -89,14 +237,27 @@ uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generati
 		memcpy(n->name, name, len + 1);
 		n->id = t->next_id++;
 		n->generation = generation;
+		n->uid = uid;
 		n->by_name_next = t->by_name[h];
 		t->by_name[h] = n;
 		n->by_id_next = t->by_id[n->id % BUCKETS];
 		t->by_id[n->id % BUCKETS] = n;
 	}
-	n->nlookup++;
-	id = n->id;
+	id = node_ref(t, n, uid);
 out:
+	pthread_mutex_unlock(&t->mu);
+	return id;
+}
+
+uint64_t lockfs_inodes_ref_open(struct inodes *t, const char *name, uint64_t generation, uid_t uid)
+{
+	struct node *n;
+	uint64_t id = 0;
+
+	pthread_mutex_lock(&t->mu);
+	n = find_name(t, name, generation);
+	if (n && n->open > 0)
+		id = node_ref(t, n, uid);
 	pthread_mutex_unlock(&t->mu);
 	return id;
 }
@@ -113,7 +274,7 @@ static struct node *find_id(struct inodes *t, uint64_t id)
 int lockfs_inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *generation)
 {
 	struct node *n;
-	int rc = -ENOENT;
+	int rc = -ESTALE;
 
 	pthread_mutex_lock(&t->mu);
 	n = find_id(t, id);
@@ -127,24 +288,48 @@ int lockfs_inodes_name(struct inodes *t, uint64_t id, char *buf, uint64_t *gener
 	return rc;
 }
 
+int lockfs_inodes_open(struct inodes *t, uint64_t id)
+{
+	struct node *n;
+	int rc = -ESTALE;
+
+	pthread_mutex_lock(&t->mu);
+	n = find_id(t, id);
+	if (n) {
+		idle_del(t, n);
+		n->open++;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
+void lockfs_inodes_close(struct inodes *t, uint64_t id)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->mu);
+	n = find_id(t, id);
+	if (n && n->open > 0 && --n->open == 0) {
+		if (n->nlookup == 0)
+			node_drop(t, n); /* forgotten while open */
+		else
+			idle_add(t, n);
+	}
+	pthread_mutex_unlock(&t->mu);
+}
+
 void lockfs_inodes_forget(struct inodes *t, uint64_t id, uint64_t count)
 {
-	struct node *n, **pp;
+	struct node *n;
 
 	pthread_mutex_lock(&t->mu);
 	n = find_id(t, id);
 	if (!n)
-		goto out;
+		goto out; /* dropped while idle: the kernel learns nothing of it */
 	n->nlookup = count >= n->nlookup ? 0 : n->nlookup - count;
-	if (n->nlookup > 0)
-		goto out;
-	for (pp = &t->by_id[id % BUCKETS]; *pp != n; pp = &(*pp)->by_id_next)
-		;
-	*pp = n->by_id_next;
-	for (pp = &t->by_name[name_hash(n->name)]; *pp != n; pp = &(*pp)->by_name_next)
-		;
-	*pp = n->by_name_next;
-	free(n);
+	if (n->nlookup == 0 && n->open == 0)
+		node_drop(t, n);
 out:
 	pthread_mutex_unlock(&t->mu);
 }

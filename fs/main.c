@@ -531,7 +531,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	/* The engine owns the store from here (lockfs_core_close closes it). */
-	fs.inodes = lockfs_inodes_new();
+	fs.inodes = lockfs_inodes_new(LOCKFS_IDLE_NODES_PER_UID);
 	if (!fs.inodes) {
 		fprintf(stderr, "lockfs: out of memory\n");
 		goto out_inodes;

@@ -293,9 +293,13 @@ static void lfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const
 	fuse_reply_err(req, EPERM);
 }
 
+/* open(O_CREAT) of an entry the kernel does not have: only .flock/NAME
+ * of a free NAME, which looks absent until it is opened. */
 static void lfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		       struct fuse_file_info *fi)
 {
+	if (parent == INO_FLOCK_DIR)
+		return lockfs_flock_create(req, fs_of(req), name, fi);
 	fuse_reply_err(req, EPERM);
 }
 
@@ -379,7 +383,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 out:
 	if (rc < 0) {
-		lockfs_core_handle_close(fs->core, of->h.uid, of->h.keeps_fd);
+		lockfs_handle_uncount(fs, &of->h);
 		lockfs_open_file_free(of);
 		return (void)fuse_reply_err(req, -rc);
 	}
@@ -607,7 +611,7 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		rc = -ENOTDIR;
 	}
 	if (rc < 0) {
-		lockfs_core_handle_close(fs->core, d->h.uid, d->h.keeps_fd);
+		lockfs_handle_uncount(fs, &d->h);
 		lockfs_names_free(d->names);
 		free(d);
 		return (void)fuse_reply_err(req, -rc);

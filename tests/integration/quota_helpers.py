@@ -21,9 +21,11 @@ for line in sys.stdin:
     res = {}
     if req['op'] == 'fill':
         err = 0
+        # A free .flock name is opened with O_CREAT, as flock(1) does.
+        flags = os.O_RDONLY | (os.O_CREAT if '/.flock/' in req['path'] else 0)
         while req.get('max') is None or len(fds) < req['max']:
             try:
-                fds.append(os.open(req['path'], os.O_RDONLY))
+                fds.append(os.open(req['path'], flags))
             except OSError as e:
                 err = e.errno
                 break
@@ -93,7 +95,7 @@ def cat_log():
     with open(os.path.join(m, '.log'), 'rb') as f:
         f.read()
 def flock():
-    fd = os.open(os.path.join(m, '.flock', name), os.O_RDWR)
+    fd = os.open(os.path.join(m, '.flock', name), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         fcntl.flock(fd, fcntl.LOCK_UN)

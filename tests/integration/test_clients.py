@@ -173,7 +173,7 @@ def test_python_fcntl_flock(mnt):
 PY_LOCKF = r'''
 import fcntl, json, os, sys
 path, owner = sys.argv[1], sys.argv[2]
-f = open(path, 'r+')
+f = open(path, 'a+')  # O_CREAT: a free name looks absent until opened so
 fcntl.lockf(f, fcntl.LOCK_EX)
 a = json.load(open(owner))
 fcntl.lockf(f, fcntl.LOCK_UN)

@@ -103,7 +103,7 @@ BARGER = r'''
 import fcntl, os, sys
 mnt, name, mode, stats = sys.argv[1:5]
 p = os.path.join(mnt, name)
-fd = os.open(os.path.join(mnt, '.flock', name), os.O_RDWR)
+fd = os.open(os.path.join(mnt, '.flock', name), os.O_RDWR | os.O_CREAT)
 tries = wins = 0
 
 

@@ -45,23 +45,43 @@ def test_flock_directory_is_0555_and_owned_by_the_mounting_user(mnt):
 
 
 @pytest.mark.parametrize('name', VALID, ids=lambda n: n[:12])
-def test_lookup_of_any_valid_name_is_an_empty_0666_file_and_changes_nothing(mnt, name):
+def test_a_free_name_looks_absent_until_opened_with_o_creat_then_is_an_empty_0666_file(mnt, name):
+    """Issue 19: a lookup of a free name leaves nothing, so it answers
+    ENOENT; O_CREAT opens it (flock(1), `exec 9>`, lock libraries), and
+    while it is open it is an empty 0666 file for every lookup."""
     before = dir_state(mnt)
-    _stat_ok(os.stat(fpath(mnt, name)))
-    _stat_ok(os.lstat(fpath(mnt, name)))
-    assert os.path.isfile(fpath(mnt, name))
-    assert dir_state(mnt) == before
+    assert errno_of(os.stat, fpath(mnt, name)) == errno.ENOENT
+    assert not os.path.isfile(fpath(mnt, name))
+    fd = os.open(fpath(mnt, name), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _stat_ok(os.fstat(fd))
+        _stat_ok(os.stat(fpath(mnt, name)))
+        _stat_ok(os.lstat(fpath(mnt, name)))
+        assert os.fstat(fd).st_ino == os.stat(fpath(mnt, name)).st_ino
+        assert dir_state(mnt) == before
+    finally:
+        os.close(fd)
+    assert errno_of(os.stat, fpath(mnt, name)) == errno.ENOENT
     _no_lock(mnt, name)
 
 
+def test_open_without_o_creat_is_enoent_for_a_free_name_and_works_for_a_held_one(mnt, procs):
+    assert errno_of(os.open, fpath(mnt, 'x'), os.O_RDONLY) == errno.ENOENT
+    a = procs.agent()
+    assert a.mkdir(mnt.path('x')) == 0
+    _stat_ok(os.stat(fpath(mnt, 'x')))
+    os.close(os.open(fpath(mnt, 'x'), os.O_RDONLY))
+    assert a.rmdir(mnt.path('x')) == 0
+    assert errno_of(os.open, fpath(mnt, 'x'), os.O_RDONLY) == errno.ENOENT
+
+
 @pytest.mark.parametrize('flags', [
-    os.O_RDONLY,
     os.O_WRONLY | os.O_CREAT | os.O_TRUNC,          # sh: exec 9>FILE
     os.O_RDWR | os.O_CREAT | os.O_TRUNC,            # filelock
     os.O_RDWR | os.O_CREAT,
     os.O_WRONLY | os.O_CREAT | os.O_APPEND,         # open(FILE, 'a'): fasteners, portalocker
     os.O_RDONLY | os.O_CREAT | os.O_NOCTTY,         # flock(1)
-], ids=['ro', 'wr-creat-trunc', 'rdwr-creat-trunc', 'rdwr-creat', 'append', 'flock1'])
+], ids=['wr-creat-trunc', 'rdwr-creat-trunc', 'rdwr-creat', 'append', 'flock1'])
 def test_open_creates_nothing_in_dir_and_takes_no_lock(mnt, procs, flags):
     before = dir_state(mnt)
     fd = os.open(fpath(mnt, 'x'), flags, 0o644)
@@ -100,6 +120,7 @@ def test_open_of_a_held_name_changes_nothing_for_the_holder(mnt, procs):
 
 def test_chmod_fchmod_succeed_and_change_nothing(mnt):
     p = fpath(mnt, 'x')
+    keep = os.open(p, os.O_RDWR | os.O_CREAT)  # a free name exists while open
     before = dir_state(mnt)
     os.chmod(p, 0o600)
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o666
@@ -112,11 +133,13 @@ def test_chmod_fchmod_succeed_and_change_nothing(mnt):
     assert subprocess.run(['chmod', '600', p]).returncode == 0
     _stat_ok(os.stat(p))
     assert dir_state(mnt) == before
+    os.close(keep)
     _no_lock(mnt, 'x')
 
 
 def test_utimens_succeeds_and_changes_nothing(mnt):
     p = fpath(mnt, 'x')
+    keep = os.open(p, os.O_RDWR | os.O_CREAT)  # a free name exists while open
     before = dir_state(mnt)
     os.utime(p, (1000000000, 1000000000))          # 2001: would be visible
     assert os.stat(p).st_mtime != 1000000000
@@ -130,11 +153,13 @@ def test_utimens_succeeds_and_changes_nothing(mnt):
         os.close(fd)
     _stat_ok(os.stat(p))
     assert dir_state(mnt) == before
+    os.close(keep)
     _no_lock(mnt, 'x')
 
 
 def test_truncate_succeeds_and_size_stays_zero(mnt):
     p = fpath(mnt, 'x')
+    keep = os.open(p, os.O_RDWR | os.O_CREAT)  # a free name exists while open
     before = dir_state(mnt)
     os.truncate(p, 4096)
     assert os.stat(p).st_size == 0
@@ -144,6 +169,7 @@ def test_truncate_succeeds_and_size_stays_zero(mnt):
         assert os.fstat(fd).st_size == 0
     finally:
         os.close(fd)
+    os.close(keep)
     assert dir_state(mnt) == before
 
 
@@ -160,9 +186,9 @@ def test_writes_are_accepted_and_discarded(mnt):
         os.close(fd)
     with open(p, 'a') as f:
         f.write('appended\n')
-    assert os.stat(p).st_size == 0
-    with open(p, 'rb') as f:
-        assert f.read() == b''
+        assert os.stat(p).st_size == 0
+        with open(p, 'rb') as f2:
+            assert f2.read() == b''
     assert dir_state(mnt) == before
     _no_lock(mnt, 'x')
 
@@ -181,7 +207,7 @@ def test_shell_exec_flock_echo_pid_works(mnt):
     assert o['holder']['pid'] == pid and o['holder']['comm'] == 'bash', o
     assert o['bound'] == 'fd'
     wait_free(mnt, 'x')                # the shell exited: its fd 9 closed
-    assert os.stat(fpath(mnt, 'x')).st_size == 0
+    assert errno_of(os.stat, fpath(mnt, 'x')) == errno.ENOENT   # free again: absent
 
 
 def test_o_creat_o_excl_is_eexist(mnt):
@@ -193,7 +219,7 @@ def test_o_creat_o_excl_is_eexist(mnt):
 
 def test_ls_flock_lists_every_held_name_sorted(mnt, procs):
     assert held_names(mnt) == []
-    os.stat(fpath(mnt, 'looked-up'))                       # lookups list nothing
+    assert errno_of(os.stat, fpath(mnt, 'looked-up')) == errno.ENOENT  # lookups list nothing
     os.close(os.open(fpath(mnt, 'opened'), os.O_RDWR | os.O_CREAT))
     assert held_names(mnt) == []
     a = procs.agent()

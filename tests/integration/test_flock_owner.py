@@ -268,7 +268,7 @@ READERS = r'''
 import fcntl, os, sys
 fds = []
 for i in range(int(sys.argv[2])):
-    fd = os.open(sys.argv[1], os.O_RDWR)
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_SH)
     fds.append(fd)
 print('held', flush=True)

@@ -61,7 +61,7 @@ import fcntl, json, os, subprocess, sys
 mnt, name, take_fd, child, slug = sys.argv[1], sys.argv[2], sys.argv[3] == '1', \
     json.loads(sys.argv[4]), sys.argv[5]
 if take_fd:
-    fd = os.open(os.path.join(mnt, '.flock', name), os.O_RDWR)
+    fd = os.open(os.path.join(mnt, '.flock', name), os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
 env = {k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'}
 if slug:

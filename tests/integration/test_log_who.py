@@ -67,7 +67,7 @@ def test_every_line_carries_uid_and_pid(lockfs_factory, procs, users):
     a.kill()
     wait_free(m, 'z')                                         # recovered
     wait_log(m.dir, 'z', 'recovered')
-    fd = os.open(m.path('.flock', 'f'), os.O_RDWR)            # fd acquired, bound
+    fd = os.open(m.path('.flock', 'f'), os.O_RDWR | os.O_CREAT)            # fd acquired, bound
     fcntl.flock(fd, fcntl.LOCK_EX)
     with open(m.path('f', 'bind'), 'w') as f:
         f.write('process\n')

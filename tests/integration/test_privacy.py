@@ -98,7 +98,7 @@ def test_stat_size_is_what_each_reader_reads(mnt_ao, users, procs):
 
 HOLD_SHARED = r'''
 import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
 fcntl.flock(fd, fcntl.LOCK_SH)
 print('held', flush=True)
 sys.stdin.read()
