@@ -287,6 +287,28 @@ static void test_utf8_decode_gives_length_and_code_point(void **state)
 	assert_int_equal(lockfs_utf8_decode("\xe6\x97", 2, &cp), 0); /* truncated */
 }
 
+/* The set the log escapes and lockctl shows as '?': with C0, every code
+ * point at which Python's str.splitlines() splits, and the bidi controls. */
+static void test_utf8_unsafe_in_line_is_controls_separators_and_bidi(void **state)
+{
+	static const uint32_t unsafe[] = {
+		0x00, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1d, 0x1e, 0x1f, 0x7f,
+		0x80, 0x85, 0x9b, 0x9f, 0x2028, 0x2029, 0x061c, 0x200e, 0x200f,
+		0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069,
+	};
+	static const uint32_t safe[] = {
+		0x20, 'a', 0x7e, 0xa0, 0xe9, 0x061b, 0x061d, 0x200b, 0x200d, 0x2027,
+		0x202f, 0x2065, 0x206a, 0xfeff, 0x1f512, 0x10ffff,
+	};
+
+	for (size_t i = 0; i < sizeof(unsafe) / sizeof(unsafe[0]); i++)
+		if (!lockfs_utf8_unsafe_in_line(unsafe[i]))
+			fail_msg("U+%04X passes", (unsigned)unsafe[i]);
+	for (size_t i = 0; i < sizeof(safe) / sizeof(safe[0]); i++)
+		if (lockfs_utf8_unsafe_in_line(safe[i]))
+			fail_msg("U+%04X is refused", (unsigned)safe[i]);
+}
+
 /* A write(2) may end inside a character that the next write completes. */
 static void test_utf8_cut_short_is_only_an_unfinished_last_character(void **state)
 {
@@ -321,6 +343,7 @@ int main(void)
 		cmocka_unit_test(test_utf8_valid_rejects_bad_sequences),
 		cmocka_unit_test(test_utf8_valid_respects_length),
 		cmocka_unit_test(test_utf8_decode_gives_length_and_code_point),
+		cmocka_unit_test(test_utf8_unsafe_in_line_is_controls_separators_and_bidi),
 		cmocka_unit_test(test_utf8_cut_short_is_only_an_unfinished_last_character),
 		cmocka_unit_test(test_nfc_names_are_valid),
 		cmocka_unit_test(test_names_not_in_nfc_are_einval),
