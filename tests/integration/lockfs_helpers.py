@@ -131,8 +131,9 @@ def expected_name_errno(name):
 
     1..250 bytes of strict UTF-8 (Python's codec already refuses overlongs,
     surrogates and code points above U+10FFFF), no '/', no control
-    character (C0, DEL, C1), not beginning with '.'; in Unicode NFC, with no
-    format character (general category Cf), and not only whitespace.  Too
+    character (C0, DEL, C1), no line or paragraph separator (Zl, Zp: U+2028,
+    U+2029), not beginning with '.'; in Unicode NFC, with no format character
+    (general category Cf), and not only whitespace.  Too
     long is ENAMETOOLONG whatever else is wrong; anything else wrong is
     EINVAL.  Python's unicodedata (Unicode 14 on Debian 12) stands in for
     libunistring: the fuzz checks that the two agree.
@@ -151,7 +152,7 @@ def expected_name_errno(name):
         o = ord(ch)
         if o < 0x20 or o == 0x7f or 0x80 <= o <= 0x9f:
             return errno.EINVAL
-        if unicodedata.category(ch) == 'Cf':
+        if unicodedata.category(ch) in ('Cf', 'Zl', 'Zp'):
             return errno.EINVAL
     if all(ord(ch) in WHITE_SPACE for ch in text):
         return errno.EINVAL

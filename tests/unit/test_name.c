@@ -159,7 +159,6 @@ static const struct {
 	{ "\xf0\x9f\x94" "x", -EINVAL, "4-byte cut by ASCII" },
 	{ "\xc2\x85", -EINVAL, "NEL (C1)" },
 	{ "\xc2\x9f", -EINVAL, "last C1" },
-	{ "a\xe2\x80\xa8" "b", 0, "U+2028 line separator (not a control)" },
 	{ "\xef\xbf\xbc", 0, "U+FFFC object replacement (So)" },
 	{ "\xe0\xa0\x80", 0, "U+0800, shortest 3-byte" },
 	{ "\xf0\x90\x80\x80", 0, "U+10000, shortest 4-byte" },
@@ -248,6 +247,25 @@ static void test_format_characters_are_einval(void **state)
 	for (size_t i = 0; i < sizeof(cf) / sizeof(cf[0]); i++)
 		if (lockfs_name_check(cf[i]) != -EINVAL)
 			fail_msg("format character accepted: case %zu", i);
+}
+
+/* issue 19 §3: a name must never start a line where it is printed raw
+ * (Python's splitlines(), a terminal), so the line and paragraph
+ * separators (Zl, Zp) are refused like the controls, wherever they are. */
+static void test_line_and_paragraph_separators_are_einval(void **state)
+{
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xa8" "b"), -EINVAL); /* U+2028 */
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xa9" "b"), -EINVAL); /* U+2029 */
+	assert_int_equal(lockfs_name_check("evil\xe2\x80\xa8"), -EINVAL);
+	assert_int_equal(lockfs_name_check("\xe2\x80\xa9x"), -EINVAL);
+	/* the issue's forged line: NBSP for spaces after a U+2028 */
+	assert_int_equal(lockfs_name_check("evil\xe2\x80\xa8" "2026\xc2\xa0root\xc2\xa0x\xc2\xa0released"),
+			 -EINVAL);
+	/* Negative controls: NBSP alone among letters, and the neighbours of
+	 * the separators, stay names. */
+	assert_int_equal(lockfs_name_check("2026\xc2\xa0root\xc2\xa0x\xc2\xa0released"), 0);
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xa7" "b"), 0); /* U+2027 HYPHENATION POINT */
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xaf" "b"), 0); /* U+202F NNBSP */
 }
 
 static void test_all_whitespace_names_are_einval(void **state)
@@ -348,6 +366,7 @@ int main(void)
 		cmocka_unit_test(test_nfc_names_are_valid),
 		cmocka_unit_test(test_names_not_in_nfc_are_einval),
 		cmocka_unit_test(test_format_characters_are_einval),
+		cmocka_unit_test(test_line_and_paragraph_separators_are_einval),
 		cmocka_unit_test(test_all_whitespace_names_are_einval),
 		cmocka_unit_test(test_some_whitespace_is_fine),
 	};
