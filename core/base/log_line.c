@@ -5,14 +5,22 @@
  * The line is meant for `awk`, `grep` and `cut -d' '`: every field is
  * escaped so that it contains no space, no control byte and no newline,
  * which makes the number of fields on a line depend only on the number of
- * details.  Bytes >= 0x80 pass through so UTF-8 names stay readable.
+ * details.  UTF-8 passes through so names stay readable, except the
+ * characters that break a line or turn it around when printed
+ * (lockfs_utf8_unsafe_in_line(): C1 controls, U+2028, U+2029, bidi
+ * controls) and bytes that are not UTF-8: every field holds text a caller
+ * chose (a name, a comm, a slug), and a reader that splits lines as
+ * Python's str.splitlines() does, or a terminal, must still see one line
+ * per event, written by lockfs.
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lockfs/log.h"
+#include "lockfs/utf8.h"
 #include "clock.h"
 
 /*
@@ -24,10 +32,44 @@
 
 static const char hexdig[] = "0123456789abcdef";
 
-/* Does byte C need escaping?  In keys '=' does too (see escape_to()). */
+/* Does the ASCII byte C need escaping?  In keys '=' does too (see
+ * escape_to()). */
 static bool needs_escape(unsigned char c, bool key)
 {
 	return c <= 0x20 || c == 0x7f || c == '\\' || (key && c == '=');
+}
+
+/*
+ * The unit at S (a byte >= 0x80 starts it): how many bytes it spans, and
+ * whether they are escaped.  A character that is text passes whole; one
+ * that breaks or reorders a line is escaped byte by byte; a byte that
+ * starts no valid sequence is escaped alone.
+ */
+static size_t high_unit(const unsigned char *s, bool *escape)
+{
+	size_t avail = 1, n;
+	uint32_t cp;
+
+	while (avail < 4 && s[avail]) /* a NUL ends the field, and any sequence */
+		avail++;
+	n = lockfs_utf8_decode((const char *)s, avail, &cp);
+	if (n == 0) {
+		*escape = true;
+		return 1;
+	}
+	*escape = lockfs_utf8_unsafe_in_line(cp);
+	return n;
+}
+
+/* Write the N bytes at S as \xHH each at BUF. */
+static void put_hex(char *buf, const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++, buf += 4) {
+		buf[0] = '\\';
+		buf[1] = 'x';
+		buf[2] = hexdig[s[i] >> 4];
+		buf[3] = hexdig[s[i] & 0xf];
+	}
 }
 
 /*
@@ -71,23 +113,38 @@ static int escape_to(char *buf, size_t size, size_t *pos, const char *src,
 		return 0;
 	}
 
-	for (; *s; s++) {
-		size_t n = !needs_escape(*s, key) ? 1 : *s == '\\' ? 2 : 4;
+	while (*s) {
+		bool escape;
+		size_t in, out;
 
-		if (p + n >= limit)
-			goto full;
-		if (n == 1) {
-			buf[p] = (char)*s;
-		} else if (n == 2) {
-			buf[p] = '\\';
-			buf[p + 1] = '\\';
-		} else {
-			buf[p] = '\\';
-			buf[p + 1] = 'x';
-			buf[p + 2] = hexdig[*s >> 4];
-			buf[p + 3] = hexdig[*s & 0xf];
+		/* Printable ASCII, nearly every byte of every field: copied as
+		 * it always was, at the cost of one test more. */
+		if (*s < 0x80 && !needs_escape(*s, key)) {
+			if (p + 1 >= limit)
+				goto full;
+			buf[p++] = (char)*s++;
+			continue;
 		}
-		p += n;
+		if (*s < 0x80) {
+			in = 1;
+			escape = true;
+			out = *s == '\\' ? 2 : 4;
+		} else {
+			in = high_unit(s, &escape);
+			out = escape ? 4 * in : in;
+		}
+		/* A unit fits whole or not at all: a cut splits neither an
+		 * escape nor a character. */
+		if (p + out >= limit)
+			goto full;
+		if (!escape)
+			memcpy(buf + p, s, in);
+		else if (out == 2)
+			memcpy(buf + p, "\\\\", 2);
+		else
+			put_hex(buf + p, s, in);
+		p += out;
+		s += in;
 	}
 	*pos = p;
 	buf[p] = '\0';

@@ -6,8 +6,11 @@
  * enough for NAME_MAX with ".lock" appended, must not contain '/', must be
  * text every consumer agrees on (strict UTF-8: overlong forms and
  * surrogates are the classic ways to smuggle a '/' or a NUL past a
- * byte-level check), and must not contain control characters that would
- * corrupt terminals and line-oriented logs.
+ * byte-level check), and must not contain control characters or line and
+ * paragraph separators (U+2028, U+2029, categories Zl and Zp) that would
+ * corrupt terminals and line-oriented logs: printed raw, a name with one
+ * starts a new line where a reader that splits on it (Python's
+ * str.splitlines(), a terminal) sees a line the name forged.
  *
  * Names that look the same must be the same lock or be refused: a name must
  * be in Unicode NFC (so `café` has one spelling, not a precomposed and a
@@ -76,7 +79,9 @@ int lockfs_name_check(const char *name)
 			blank = blank && cp == ' ';
 		} else {
 			ascii = false;
-			if (uc_is_general_category(cp, UC_CATEGORY_Cf))
+			if (uc_is_general_category(cp, UC_CATEGORY_Cf) ||
+			    uc_is_general_category(cp, UC_CATEGORY_Zl) ||
+			    uc_is_general_category(cp, UC_CATEGORY_Zp))
 				return -EINVAL;
 			blank = blank && uc_is_property_white_space(cp);
 		}

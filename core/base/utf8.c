@@ -1,5 +1,5 @@
 /* Strict UTF-8 (include/lockfs/utf8.h): a leaf, used by name.c, record.c,
- * the engine, the mount and lockctl. */
+ * log_line.c, the engine, the mount and lockctl. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,4 +81,14 @@ bool lockfs_utf8_cut_short(const char *s, size_t len)
 			return false; /* a lead byte or ASCII that is no cut start */
 	}
 	return false;
+}
+
+bool lockfs_utf8_unsafe_in_line(uint32_t cp)
+{
+	if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
+		return true;
+	if (cp < 0x061C)
+		return false; /* the common case: Latin and most scripts stop here */
+	return cp == 0x061C || cp == 0x200E || cp == 0x200F || cp == 0x2028 || cp == 0x2029 ||
+	       (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
 }

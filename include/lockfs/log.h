@@ -11,6 +11,10 @@
  * TIMESTAMP is RFC 3339 UTC with milliseconds.  In WHO, NAME, keys and
  * values every byte <= 0x20, 0x7f and '\\' is escaped: '\\' as "\\\\", the
  * others as "\\xHH", so a line always splits on single spaces the same way.
+ * So is each byte of a character that breaks or reorders a line
+ * (lockfs_utf8_unsafe_in_line(): C1, U+2028, U+2029, bidi controls) and
+ * each byte that is not UTF-8, so that no reader (Python's splitlines(),
+ * a terminal) sees a line end before the newline.
  * An empty field is written as "-", and a field that is exactly "-" as
  * "\\x2d", so "-" always means empty.
  */

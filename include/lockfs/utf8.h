@@ -30,4 +30,17 @@ int lockfs_utf8_valid(const char *s, size_t len);
  */
 bool lockfs_utf8_cut_short(const char *s, size_t len);
 
+/*
+ * Does code point CP, printed raw, break a line or change how the rest of
+ * it reads?  True for the C0 controls, DEL and the C1 controls (U+0080 to
+ * U+009F, NEL U+0085 and CSI U+009B among them), the line and paragraph
+ * separators U+2028 and U+2029, and the bidirectional controls (U+061C,
+ * U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069: Unicode's
+ * Bidi_Control).  Together with LF, VT, FF, CR and U+001C to U+001E
+ * (which are C0) this is every character at which Python's
+ * str.splitlines() splits.  The audit log escapes these and lockctl shows
+ * them as '?'.
+ */
+bool lockfs_utf8_unsafe_in_line(uint32_t cp);
+
 #endif

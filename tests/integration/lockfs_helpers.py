@@ -131,8 +131,9 @@ def expected_name_errno(name):
 
     1..250 bytes of strict UTF-8 (Python's codec already refuses overlongs,
     surrogates and code points above U+10FFFF), no '/', no control
-    character (C0, DEL, C1), not beginning with '.'; in Unicode NFC, with no
-    format character (general category Cf), and not only whitespace.  Too
+    character (C0, DEL, C1), no line or paragraph separator (Zl, Zp: U+2028,
+    U+2029), not beginning with '.'; in Unicode NFC, with no format character
+    (general category Cf), and not only whitespace.  Too
     long is ENAMETOOLONG whatever else is wrong; anything else wrong is
     EINVAL.  Python's unicodedata (Unicode 14 on Debian 12) stands in for
     libunistring: the fuzz checks that the two agree.
@@ -151,7 +152,7 @@ def expected_name_errno(name):
         o = ord(ch)
         if o < 0x20 or o == 0x7f or 0x80 <= o <= 0x9f:
             return errno.EINVAL
-        if unicodedata.category(ch) == 'Cf':
+        if unicodedata.category(ch) in ('Cf', 'Zl', 'Zp'):
             return errno.EINVAL
     if all(ord(ch) in WHITE_SPACE for ch in text):
         return errno.EINVAL
@@ -177,6 +178,16 @@ def parse_rfc3339_ms(s):
 # --------------------------------------------------------------------------
 # the audit log
 
+#: The characters that break a line or turn it around when printed raw
+#: (docs/log.md, "Escaping"): the log escapes them, lockctl shows them as '?'.
+#: With the C0 controls they are every character at which str.splitlines()
+#: splits.
+LINE_BREAKERS = frozenset([chr(c) for c in range(0x20)] + [chr(c) for c in range(0x7f, 0xa0)] +
+                          ['\u2028', '\u2029', '\u061c', '\u200e', '\u200f'] +
+                          [chr(c) for c in range(0x202a, 0x202f)] +
+                          [chr(c) for c in range(0x2066, 0x206a)])
+
+
 def log_escape(b):
     """Escape a field as docs/log format says (bytes in, str out)."""
     if isinstance(b, str):
@@ -186,14 +197,48 @@ def log_escape(b):
     if b == b'-':
         return '\\x2d'
     out = bytearray()
-    for c in b:
-        if c == 0x5c:
-            out += b'\\\\'
-        elif c <= 0x20 or c == 0x7f:
-            out += b'\\x%02x' % c
+    i = 0
+    while i < len(b):
+        c = b[i]
+        if c < 0x80:
+            if c == 0x5c:
+                out += b'\\\\'
+            elif c <= 0x20 or c == 0x7f:
+                out += b'\\x%02x' % c
+            else:
+                out.append(c)
+            i += 1
+            continue
+        # the longest valid UTF-8 sequence here, if any
+        for n in (4, 3, 2, 1):
+            try:
+                ch = b[i:i + n].decode('utf-8')
+            except UnicodeDecodeError:
+                continue
+            if len(ch) == 1:
+                break
         else:
-            out.append(c)
+            ch, n = None, 1
+        if ch is None or ch in LINE_BREAKERS:
+            out += b''.join(b'\\x%02x' % x for x in b[i:i + n])
+        else:
+            out += b[i:i + n]
+        i += n
     return out.decode('utf-8', 'surrogateescape')
+
+
+def agent_named(procs, comm, **kw):
+    """procs.agent(**kw) whose process has renamed itself (its comm, at most
+    15 bytes) to the bytes COMM with prctl(PR_SET_NAME), as any process may;
+    returned once the rename is done and the kernel shows it."""
+    setup = ('import ctypes\n'
+             f'assert ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p({comm!r}),'
+             ' 0, 0, 0) == 0\n')
+    a = procs.agent(setup=setup, **kw)
+    a.call('info')                              # the setup code has run
+    with open(f'/proc/{a.pid}/comm', 'rb') as f:
+        assert f.read() == comm + b'\n', 'the kernel did not take the new comm'
+    return a
 
 
 def log_unescape(field):

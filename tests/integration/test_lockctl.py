@@ -28,7 +28,8 @@ import time
 
 import pytest
 
-from lockfs_helpers import (PYTHON, assert_alternating, log_for, proc_comm, read_owner,
+from lockfs_helpers import (LINE_BREAKERS, PYTHON, agent_named, assert_alternating,
+                            log_for, proc_comm, read_owner,
                             wait_log, wait_until)
 
 BUILD = os.environ.get('LOCKFS_BUILD', '/work/main/build')
@@ -444,6 +445,59 @@ def test_status_control_characters_stay_on_one_line(mnt, procs):
     assert r.returncode == 0
     lines = r.stdout.decode().splitlines()
     assert len(lines) == 2 and lines[1].endswith('line1?line2?end'), lines
+
+
+#: issue 19 §3: a comm with CSI (U+009B), NEL (U+0085), RIGHT-TO-LEFT
+#: OVERRIDE (U+202E) and LINE SEPARATOR (U+2028) between printable text
+#: (an e-acute: non-ASCII text that must stay)
+HOSTILE_COMM = b'a\xc2\x9b\xc2\x85\xe2\x80\xae\xe2\x80\xa8\xc3\xa9'
+HOSTILE_COMM_SHOWN = 'a????\u00e9'
+
+
+def assert_no_line_breakers(text):
+    bad = sorted({f'U+{ord(c):04X}' for c in text if c in LINE_BREAKERS and c != '\n'})
+    assert not bad, f'shown raw: {bad} in {text!r}'
+
+
+def test_status_shows_c1_separators_and_bidi_controls_as_question_marks(mnt, procs):
+    """Observed: `lockctl status` showed U+009B, U+0085 and U+202E from comm
+    and operation raw; lockctl(1) says control characters are shown as ?."""
+    a = agent_named(procs, HOSTILE_COMM)
+    assert a.mkdir(mnt.path('rtl')) == 0
+    op = 'op\u202e\u2028\u0085\u009b31m\u2066x\u2029y\u200e\u200f\u061c caf\u00e9\u00a0ok'
+    assert a.write(mnt.path('rtl', 'operation'), op.encode()) == 0
+    s = procs.agent(env={'LOCKFS_SLUG': 's\u2028\u202e\u0085'})
+    assert s.mkdir(mnt.path('slugged')) == 0
+    r = lc(mnt, 'status')
+    assert r.returncode == 0 and r.stderr == b'', r.stderr
+    out = r.stdout.decode()                     # strict UTF-8
+    assert_no_line_breakers(out)
+    assert len(out.splitlines()) == 3 and out.count('\n') == 3, out
+    header, rows = table(r.stdout)
+    assert header == COLUMNS
+    rtl, slugged = rows
+    assert rtl[:4] == ['rtl', 'EX', HOSTILE_COMM_SHOWN, str(a.pid)], rtl
+    assert rtl[9] == 'op????31m?x?y??? caf\u00e9\u00a0ok', rtl
+    assert slugged[:3] == ['slugged', 'EX', 'slug:s???'], slugged
+    # --json escapes them (all but ASCII) and parses back to the same text
+    r = lc(mnt, 'status', '--json')
+    assert r.returncode == 0 and r.stdout.isascii(), r.stdout
+    recs = {o['resource']: o for o in json.loads(r.stdout)}
+    assert recs['rtl']['holder']['comm'] == HOSTILE_COMM.decode()
+    assert recs['rtl']['operation'] == op
+
+
+def test_messages_that_quote_a_holder_show_the_same_set_as_question_marks(mnt_ao, procs,
+                                                                          users):
+    a = agent_named(procs, HOSTILE_COMM)
+    assert a.mkdir(mnt_ao.path('q')) == 0
+    r = lc(mnt_ao, 'release', 'q', user=users[0])
+    assert r.returncode == EX_NOPERM
+    line = one_error_line(r, 'q', f'held by {HOSTILE_COMM_SHOWN}[{a.pid}]')
+    assert_no_line_breakers(line)
+    r = lc(mnt_ao, 'run', 'q', '--timeout', '0', '--', 'true', user=users[0])
+    assert r.returncode == EX_TEMPFAIL
+    assert_no_line_breakers(one_error_line(r, 'q', f'{HOSTILE_COMM_SHOWN}[{a.pid}]'))
 
 
 # --------------------------------------------------------------------------

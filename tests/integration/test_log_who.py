@@ -12,7 +12,8 @@ import os
 import signal
 import subprocess
 
-from lockfs_helpers import (log_for, log_unescape, read_log, wait_free, wait_log, wait_until,
+from lockfs_helpers import (LINE_BREAKERS, LOG_EVENTS, LogLine, agent_named, log_escape,
+                            log_for, log_unescape, read_log, wait_free, wait_log, wait_until,
                             who_of)
 
 
@@ -147,3 +148,45 @@ def test_the_log_carries_no_command_line(lockfs_factory, procs, users):
     assert secret.encode() not in text
     assert all(secret.encode() not in log_unescape(fld) for l in read_log(m.dir)
                for fld in l.fields)
+
+
+#: issue 19 §3: the comm of the attack, NEL (U+0085) and LINE SEPARATOR
+#: (U+2028) around a fake word, 11 of the 15 bytes a comm may have
+FORGED_COMM = b'x\xc2\x85FAKE\xe2\x80\xa8Z'
+
+
+def test_a_comm_a_slug_or_a_name_cannot_start_a_line_for_splitlines(mnt_ao, procs, users):
+    """Observed: a comm of NEL and U+2028 and a name of U+2028 plus a fake
+    line with NBSP for spaces made Python's splitlines() (and a terminal)
+    show a forged root `released` line.  Now every line a caller can put
+    text into is exactly one line to splitlines(), and each field reads
+    back as the text the caller chose."""
+    holder = agent_named(procs, FORGED_COMM, user=users[0])
+    # NBSP is a character of names; the fake line rides in the name.
+    name = 'evil\u00a0' + '\u00a0'.join(['2026-08-22T23:05:52.123Z', 'root', 'deploy',
+                                          'fence=1', 'uid=0', 'pid=1', 'released'])
+    assert holder.mkdir(mnt_ao.path(name)) == 0
+    denier = agent_named(procs, b'\xc2\x9b31m\xe2\x80\xae', user=users[1],
+                         env={'LOCKFS_SLUG': 'slug\u2029\u0085\u202e\u2066x'})
+    assert denier.rmdir(mnt_ao.path(name)) == errno.EPERM
+    assert holder.rmdir(mnt_ao.path(name)) == 0
+
+    with open(mnt_ao.dpath('lock.log'), 'rb') as f:
+        raw = f.read()
+    text = raw.decode('utf-8')                  # strict: no stray byte either
+    assert not LINE_BREAKERS.intersection(text.replace('\n', '')), text
+    lines = text.splitlines()
+    assert lines == text.split('\n')[:-1], 'splitlines() sees another line than awk does'
+    parsed = [LogLine(l) for l in lines]
+    assert all(l.event in LOG_EVENTS and 'uid' in l.details and 'pid' in l.details
+               for l in parsed), lines
+    mine = [l for l in parsed if l.name == name.encode()]
+    assert [(l.who, l.event, l.details['uid']) for l in mine] == [
+        (f'{FORGED_COMM.decode()}[{holder.pid}]', 'acquired', str(users[0].uid)),
+        ('slug\u2029\u0085\u202e\u2066x', 'denied', str(users[1].uid)),
+        (f'{FORGED_COMM.decode()}[{holder.pid}]', 'released', str(users[0].uid))]
+    # escaped as the docs say, \xHH per byte of each such character
+    assert mine[0].fields[1] == f'x\\xc2\\x85FAKE\\xe2\\x80\\xa8Z[{holder.pid}]'
+    assert all(l.fields[1] == log_escape(l.who) and l.fields[2] == log_escape(name)
+               for l in mine)
+    assert not [l for l in parsed if l.who == 'root']        # nothing forged

@@ -38,6 +38,10 @@ def _check_rule_reimplementation():
     assert expected_name_errno('\u00a0\u3000') == errno.EINVAL
     assert expected_name_errno(' a ') == 0
     assert expected_name_errno('\u3164') == 0                    # HANGUL FILLER: Lo
+    # issue 19 §3: no line or paragraph separator (Zl, Zp); NBSP is text
+    assert expected_name_errno('evil\u2028') == errno.EINVAL
+    assert expected_name_errno('a\u2029b') == errno.EINVAL
+    assert expected_name_errno('a\u00a0b') == 0
 
 
 @pytest.mark.parametrize('name', [b'.hidden', b'.x.lock', b'..x'], ids=repr)
@@ -77,6 +81,31 @@ def test_a_format_character_is_einval(mnt, name):
     """Observed: names of zero-width and bidi-control characters were accepted."""
     assert errname(_mkdir_errno(mnt, name.encode())) == 'EINVAL'
     assert held_in_backing(mnt.dir) == []
+
+
+#: issue 19 §3: a whole fake log line, with NBSP (U+00A0) for its spaces
+FAKE_LINE = '\u00a0'.join(['2026-08-22T23:05:52.123Z', 'root', 'deploy', 'fence=1', 'uid=0',
+                           'pid=1', 'released'])
+
+
+@pytest.mark.parametrize('name', ['evil\u2028' + FAKE_LINE, 'evil\u2028', '\u2028x',
+                                  'a\u2029b', 'x\u2029'], ids=repr)
+def test_a_line_or_paragraph_separator_is_einval(mnt, name):
+    """Observed: `evil\u2028` + a fake line with NBSP for spaces was a lock,
+    and its log lines showed the fake line on a line of its own to Python's
+    splitlines() and to a terminal."""
+    assert errname(_mkdir_errno(mnt, name.encode())) == 'EINVAL'
+    assert held_in_backing(mnt.dir) == []
+    assert name not in os.listdir(mnt.mnt)
+
+
+def test_nbsp_stays_a_character_of_names(mnt):
+    """Negative control: U+00A0 is text; only the line separator made the
+    fake line a line."""
+    name = 'evil\u00a0' + FAKE_LINE
+    assert _mkdir_errno(mnt, name.encode()) == 0
+    assert name in os.listdir(mnt.mnt)
+    os.rmdir(mnt.path(name))
 
 
 @pytest.mark.parametrize('name', [' ', '   ', '\u00a0', '\u3000', ' \u2003 ', '\u2028'],

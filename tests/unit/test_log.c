@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "lockfs/log.h"
+#include "lockfs/utf8.h"
 
 #define T0 1787439952123LL
 #define T0_TEXT "2026-08-22T23:05:52.123Z"
@@ -110,8 +111,111 @@ static void test_escape_utf8_passthrough(void **state)
 {
 	assert_escapes("caf\xc3\xa9", "caf\xc3\xa9");
 	assert_escapes("\xe6\x97\xa5\xe6\x9c\xac", "\xe6\x97\xa5\xe6\x9c\xac");
-	/* Any high byte, valid UTF-8 or not, is left alone. */
-	assert_escapes("\xff\x80", "\xff\x80");
+	assert_escapes("\xf0\x9f\x94\x92", "\xf0\x9f\x94\x92");     /* U+1F512 */
+	/* NBSP is text: it passes (so a name with it reads as it is). */
+	assert_escapes("a\xc2\xa0" "b", "a\xc2\xa0" "b");
+	/* Format characters that do not break or reorder a line pass. */
+	assert_escapes("a\xe2\x80\x8b" "b", "a\xe2\x80\x8b" "b");   /* U+200B */
+	assert_escapes("\xef\xbb\xbf", "\xef\xbb\xbf");               /* U+FEFF */
+	/* The code points just past the escaped ranges. */
+	assert_escapes("\xd8\x9b\xd8\x9d", "\xd8\x9b\xd8\x9d");     /* U+061B, U+061D */
+	assert_escapes("\xe2\x80\xa7\xe2\x80\xaf", "\xe2\x80\xa7\xe2\x80\xaf"); /* U+2027, U+202F */
+	assert_escapes("\xe2\x81\xa5\xe2\x81\xaa", "\xe2\x81\xa5\xe2\x81\xaa"); /* U+2065, U+206A */
+}
+
+/* issue 19 §3: a character that breaks a line, or turns it around, is
+ * escaped byte by byte like a C0 control, wherever it is in the field. */
+static void test_escape_c1_separators_and_bidi(void **state)
+{
+	/* The attack's comm: NEL and LINE SEPARATOR around a fake line. */
+	assert_escapes("x\xc2\x85" "FAKE\xe2\x80\xa8Z", "x\\xc2\\x85FAKE\\xe2\\x80\\xa8Z");
+	assert_escapes("\xc2\x80", "\\xc2\\x80");                     /* first C1 */
+	assert_escapes("\xc2\x9b" "31m", "\\xc2\\x9b31m");              /* CSI */
+	assert_escapes("\xc2\x9f", "\\xc2\\x9f");                     /* last C1 */
+	assert_escapes("\xe2\x80\xa9", "\\xe2\\x80\\xa9");           /* U+2029 */
+	assert_escapes("\xe2\x80\xae" "txt", "\\xe2\\x80\\xaetxt");   /* U+202E RLO */
+	assert_escapes("\xe2\x80\xaa", "\\xe2\\x80\\xaa");           /* U+202A LRE */
+	assert_escapes("\xe2\x80\x8e\xe2\x80\x8f",
+		       "\\xe2\\x80\\x8e\\xe2\\x80\\x8f");             /* LRM, RLM */
+	assert_escapes("\xe2\x81\xa6\xe2\x81\xa9",
+		       "\\xe2\\x81\\xa6\\xe2\\x81\\xa9");             /* U+2066, U+2069 */
+	assert_escapes("\xd8\x9c", "\\xd8\\x9c");                     /* U+061C ALM */
+}
+
+/* Bytes that are not UTF-8 (a comm the kernel cut inside a character, or
+ * any bytes a process calls itself) are escaped one by one: a reader that
+ * decodes the line never meets an invalid sequence, nor a stray 0x85 that
+ * a Latin-1 reader would take for NEL. */
+static void test_escape_invalid_utf8_bytes(void **state)
+{
+	assert_escapes("\xff\x80", "\\xff\\x80");
+	assert_escapes("\x85", "\\x85");
+	assert_escapes("ab\xc3", "ab\\xc3");                         /* cut short */
+	assert_escapes("\xc3" "a", "\\xc3" "a");
+	assert_escapes("\xc0\xaf", "\\xc0\\xaf");                     /* overlong '/' */
+	assert_escapes("\xed\xa0\x80", "\\xed\\xa0\\x80");           /* surrogate */
+	assert_escapes("\xe2\x80" "a", "\\xe2\\x80" "a");               /* U+2028 cut short */
+	/* A valid character right after an invalid byte still passes. */
+	assert_escapes("\xff\xc3\xa9", "\\xff\xc3\xa9");
+}
+
+/* Every character at which Python's str.splitlines() splits, once the
+ * bytes are decoded as UTF-8 (invalid bytes as U+FFFD). */
+static size_t count_line_breaks(const char *s, size_t len)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if ((c >= 0x0a && c <= 0x0d) || (c >= 0x1c && c <= 0x1e))
+			n++;
+		else if (c == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] == 0x85)
+			n++;
+		else if (c == 0xe2 && i + 2 < len && (unsigned char)s[i + 1] == 0x80 &&
+			 ((unsigned char)s[i + 2] == 0xa8 || (unsigned char)s[i + 2] == 0xa9))
+			n++;
+	}
+	return n;
+}
+
+static void test_line_has_one_line_break_for_splitlines(void **state)
+{
+	/* issue 19's forgery: a comm with NEL and U+2028, a name that ends
+	 * in U+2028 and carries a whole fake line with NBSP for spaces. */
+	const char *who = "x\xc2\x85" "FAKE\xe2\x80\xa8Z[4242]";
+	const char *name = "evil\xe2\x80\xa8" "2026-08-22T23:05:52.123Z\xc2\xa0root\xc2\xa0"
+			   "deploy\xc2\xa0" "fence=1\xc2\xa0uid=0\xc2\xa0pid=1\xc2\xa0released";
+	const char *kv[] = { "slug", "a\xe2\x80\xa9" "b\x0b\x0c\x1c\x1d\x1e", "uid", "1000",
+			     "pid", "4242", NULL };
+	char buf[LOCKFS_LOG_LINE_MAX];
+	int n = lockfs_log_format(buf, sizeof(buf), T0, who, name, kv, "acquired");
+
+	assert_true(n > 0);
+	assert_int_equal(count_line_breaks(buf, (size_t)n), 1);
+	assert_int_equal(buf[n - 1], '\n');
+	/* The NBSPs stay: the name reads as it is, on its own line. */
+	assert_non_null(strstr(buf, " evil\\xe2\\x80\\xa8" "2026-08-22T23:05:52.123Z\xc2\xa0root"));
+}
+
+/* The last-resort cut (lockfs_log_format_fit) never splits a character:
+ * the line stays valid UTF-8. */
+static void test_cut_never_splits_a_character(void **state)
+{
+	size_t len = 3 * 1500;
+	char *big = malloc(len + 1), buf[LOCKFS_LOG_LINE_MAX];
+	const char *kv[] = { "uid", "0", "pid", "1", NULL };
+	int n;
+
+	assert_non_null(big);
+	for (size_t i = 0; i < len; i += 3)
+		memcpy(big + i, "\xe2\x82\xac", 3); /* U+20AC, 3 bytes: 1020 is no multiple */
+	big[len] = '\0';
+	n = lockfs_log_format_fit(buf, T0, big, big, kv, "acquired");
+	assert_true(n > 0 && n < LOCKFS_LOG_LINE_MAX);
+	assert_non_null(strstr(buf, "\\..."));
+	assert_int_equal(lockfs_utf8_valid(buf, (size_t)n), 1);
+	free(big);
 }
 
 static void test_escape_enospc(void **state)
@@ -578,6 +682,10 @@ int main(void)
 		cmocka_unit_test(test_escape_backslash),
 		cmocka_unit_test(test_escape_dash_and_empty),
 		cmocka_unit_test(test_escape_utf8_passthrough),
+		cmocka_unit_test(test_escape_c1_separators_and_bidi),
+		cmocka_unit_test(test_escape_invalid_utf8_bytes),
+		cmocka_unit_test(test_line_has_one_line_break_for_splitlines),
+		cmocka_unit_test(test_cut_never_splits_a_character),
 		cmocka_unit_test(test_escape_enospc),
 		cmocka_unit_test(test_empty_fields_in_line),
 		cmocka_unit_test(test_escaped_fields_in_line),

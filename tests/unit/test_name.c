@@ -159,7 +159,6 @@ static const struct {
 	{ "\xf0\x9f\x94" "x", -EINVAL, "4-byte cut by ASCII" },
 	{ "\xc2\x85", -EINVAL, "NEL (C1)" },
 	{ "\xc2\x9f", -EINVAL, "last C1" },
-	{ "a\xe2\x80\xa8" "b", 0, "U+2028 line separator (not a control)" },
 	{ "\xef\xbf\xbc", 0, "U+FFFC object replacement (So)" },
 	{ "\xe0\xa0\x80", 0, "U+0800, shortest 3-byte" },
 	{ "\xf0\x90\x80\x80", 0, "U+10000, shortest 4-byte" },
@@ -250,6 +249,25 @@ static void test_format_characters_are_einval(void **state)
 			fail_msg("format character accepted: case %zu", i);
 }
 
+/* issue 19 §3: a name must never start a line where it is printed raw
+ * (Python's splitlines(), a terminal), so the line and paragraph
+ * separators (Zl, Zp) are refused like the controls, wherever they are. */
+static void test_line_and_paragraph_separators_are_einval(void **state)
+{
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xa8" "b"), -EINVAL); /* U+2028 */
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xa9" "b"), -EINVAL); /* U+2029 */
+	assert_int_equal(lockfs_name_check("evil\xe2\x80\xa8"), -EINVAL);
+	assert_int_equal(lockfs_name_check("\xe2\x80\xa9x"), -EINVAL);
+	/* the issue's forged line: NBSP for spaces after a U+2028 */
+	assert_int_equal(lockfs_name_check("evil\xe2\x80\xa8" "2026\xc2\xa0root\xc2\xa0x\xc2\xa0released"),
+			 -EINVAL);
+	/* Negative controls: NBSP alone among letters, and the neighbours of
+	 * the separators, stay names. */
+	assert_int_equal(lockfs_name_check("2026\xc2\xa0root\xc2\xa0x\xc2\xa0released"), 0);
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xa7" "b"), 0); /* U+2027 HYPHENATION POINT */
+	assert_int_equal(lockfs_name_check("a\xe2\x80\xaf" "b"), 0); /* U+202F NNBSP */
+}
+
 static void test_all_whitespace_names_are_einval(void **state)
 {
 	assert_int_equal(lockfs_name_check(" "), -EINVAL);
@@ -287,6 +305,28 @@ static void test_utf8_decode_gives_length_and_code_point(void **state)
 	assert_int_equal(lockfs_utf8_decode("\xe6\x97", 2, &cp), 0); /* truncated */
 }
 
+/* The set the log escapes and lockctl shows as '?': with C0, every code
+ * point at which Python's str.splitlines() splits, and the bidi controls. */
+static void test_utf8_unsafe_in_line_is_controls_separators_and_bidi(void **state)
+{
+	static const uint32_t unsafe[] = {
+		0x00, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1d, 0x1e, 0x1f, 0x7f,
+		0x80, 0x85, 0x9b, 0x9f, 0x2028, 0x2029, 0x061c, 0x200e, 0x200f,
+		0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069,
+	};
+	static const uint32_t safe[] = {
+		0x20, 'a', 0x7e, 0xa0, 0xe9, 0x061b, 0x061d, 0x200b, 0x200d, 0x2027,
+		0x202f, 0x2065, 0x206a, 0xfeff, 0x1f512, 0x10ffff,
+	};
+
+	for (size_t i = 0; i < sizeof(unsafe) / sizeof(unsafe[0]); i++)
+		if (!lockfs_utf8_unsafe_in_line(unsafe[i]))
+			fail_msg("U+%04X passes", (unsigned)unsafe[i]);
+	for (size_t i = 0; i < sizeof(safe) / sizeof(safe[0]); i++)
+		if (lockfs_utf8_unsafe_in_line(safe[i]))
+			fail_msg("U+%04X is refused", (unsigned)safe[i]);
+}
+
 /* A write(2) may end inside a character that the next write completes. */
 static void test_utf8_cut_short_is_only_an_unfinished_last_character(void **state)
 {
@@ -321,10 +361,12 @@ int main(void)
 		cmocka_unit_test(test_utf8_valid_rejects_bad_sequences),
 		cmocka_unit_test(test_utf8_valid_respects_length),
 		cmocka_unit_test(test_utf8_decode_gives_length_and_code_point),
+		cmocka_unit_test(test_utf8_unsafe_in_line_is_controls_separators_and_bidi),
 		cmocka_unit_test(test_utf8_cut_short_is_only_an_unfinished_last_character),
 		cmocka_unit_test(test_nfc_names_are_valid),
 		cmocka_unit_test(test_names_not_in_nfc_are_einval),
 		cmocka_unit_test(test_format_characters_are_einval),
+		cmocka_unit_test(test_line_and_paragraph_separators_are_einval),
 		cmocka_unit_test(test_all_whitespace_names_are_einval),
 		cmocka_unit_test(test_some_whitespace_is_fine),
 	};

@@ -27,7 +27,8 @@
  *
  * The files: main.c (the verbs), args.c (the command line), mount.c (finding
  * and reading the mount), wait.c (taking the lock: waiting, the waiting
- * line, signals), status.c (status).
+ * line, signals), status.c (status), text.c (text others chose, made safe
+ * to print).
  */
 #ifndef LOCKCTL_H
 #define LOCKCTL_H
@@ -56,6 +57,14 @@
 /* ------------------------------------------------------------------ */
 /* messages: every file's, so static inline here */
 
+/*
+ * Make S, in place, safe to print on one line of a terminal: every control
+ * character (C0, DEL, C1), line or paragraph separator (U+2028, U+2029),
+ * bidirectional control (lockfs_utf8_unsafe_in_line()) and every byte that
+ * is not UTF-8 becomes one '?' (text.c).
+ */
+void lockfs_ctl_printable(char *s);
+
 /* Print "lockctl: TEXT" as one line, whatever the text carried in (names,
  * reasons). */
 __attribute__((format(printf, 1, 2)))
@@ -66,9 +75,12 @@ static inline void warnmsg(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	/* One line whatever the message quotes (a holder's comm, a name):
+	 * line ends read as spaces, the rest as lockfs_ctl_printable() says. */
 	for (char *p = buf; *p; p++)
 		if (*p == '\n' || *p == '\r')
 			*p = ' ';
+	lockfs_ctl_printable(buf);
 	fprintf(stderr, "%s: %s\n", PROG, buf);
 }
 

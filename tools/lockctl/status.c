@@ -45,15 +45,14 @@ struct table {
 	size_t n, cap;
 };
 
-/* A cell: a copy of TEXT with control characters shown as '?', or "-". */
+/* A cell: a copy of TEXT made printable (control characters, line
+ * separators and bidi controls shown as '?'), or "-". */
 static char *cell(const char *text)
 {
 	char *s = strdup(text && *text ? text : "-");
 	if (!s)
 		oom();
-	for (char *p = s; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
+	lockfs_ctl_printable(s);
 	return s;
 }
 
@@ -270,7 +269,10 @@ int lockfs_ctl_status(const struct opts *o, const char *mnt)
 		json_decref(owner);
 	}
 	if (o->json) {
-		char *text = json_dumps(all, JSON_INDENT(2));
+		/* ASCII only: JSON escapes C0 itself, and \uXXXX for the rest
+		 * keeps C1, U+2028 and bidi controls off a terminal too; a
+		 * program that parses the output gets the same strings. */
+		char *text = json_dumps(all, JSON_INDENT(2) | JSON_ENSURE_ASCII);
 		if (!text)
 			oom();
 		puts(text);

@@ -108,14 +108,18 @@ static void display_render(struct display *d)
 		snprintf(where, sizeof(where), "in line");
 	char *text = xasprintf("lockctl: waiting for %s: %s; %s; waited %s", d->name, who,
 			       where, waited);
-	/* Never wrap: a wrapped line cannot be rewritten with \r. */
+	lockfs_ctl_printable(text);
+	/* Never wrap: a wrapped line cannot be rewritten with \r.  (Cut at a
+	 * byte count, which is at least the columns; never inside a
+	 * character.) */
 	struct winsize ws;
 	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 &&
-	    strlen(text) >= ws.ws_col)
-		text[ws.ws_col - 1] = '\0';
-	for (char *p = text; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
+	    strlen(text) >= ws.ws_col) {
+		size_t cut = ws.ws_col - 1;
+		while (cut > 0 && ((unsigned char)text[cut] & 0xc0) == 0x80)
+			cut--;
+		text[cut] = '\0';
+	}
 	fprintf(stderr, "\r\033[K%s", text);
 	fflush(stderr);
 	d->shown = true;
