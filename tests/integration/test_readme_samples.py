@@ -25,9 +25,14 @@ Each block starts on a fresh mount with fresh shells, unless it is listed in
 CONTINUES (it goes on with the previous block's mount and shells).  A block
 whose sample presumes something it does not show gets it from SETUP, keyed
 by its first prompt line; a new block that needs none just works.
+
+Issue 20 §5: each claim of the README's "Don'ts" box (in "In a script") is
+checked on a real mount by a test_dont_* test, which also finds the claim
+(and the number of EPERM lines `rm -rf` prints) in the box's text.
 """
 
 import difflib
+import json
 import os
 import re
 import shutil
@@ -275,3 +280,109 @@ def test_a_stale_sample_fails(stage):
     step.expected[i] = step.expected[i].replace('migrating db', 'migrating the db')
     problems = run_scene(stage, scene)
     assert len(problems) == 1 and f'README.md:{step.lineno}:' in problems[0], problems
+
+
+# --------------------------------------------------------------------------
+# issue 20 §5: the README's "Don'ts" box, claim by claim
+
+def dont_box():
+    """The text of the README's Don'ts box, one line, blanks collapsed."""
+    with open(README, encoding='utf-8') as f:
+        text = f.read()
+    m = re.search(r"^> \*\*Don'ts\.\*\*.*?\n(?!>)", text, re.S | re.M)
+    assert m, "README.md has no Don'ts box (a quote starting **Don'ts.**)"
+    lines = [l[1:].strip() for l in m.group(0).splitlines()]
+    return re.sub(r'\s+', ' ', ' '.join(lines))
+
+
+def box_claim(pattern):
+    """The match of PATTERN in the box: the box still says it."""
+    m = re.search(pattern, dont_box())
+    assert m, f'the Don\'ts box no longer says {pattern!r}'
+    return m
+
+
+def owner_of(mnt, name):
+    with open(mnt.path(name, 'owner')) as f:
+        return json.load(f)
+
+
+C_LOCALE = {'LC_ALL': 'C'}
+
+
+def test_dont_mkdir_p_succeeds_on_someone_elses_lock(mnt_ao, procs):
+    box_claim(r'`mkdir -p /locks/x`\*\* exits 0 while someone else holds `x`')
+    a, b = procs.shell(env=C_LOCALE), procs.shell(env=C_LOCALE)
+    x = mnt_ao.path('x')
+    a.ok(f'mkdir {x}')
+    assert b.run(f'mkdir -p {x}') == (0, '')
+    assert owner_of(mnt_ao, 'x')['holder']['pid'] == a.pid     # still a's
+    # the control: plain mkdir tells
+    rc, out = b.run(f'mkdir {x}')
+    assert rc == 1 and 'File exists' in out, out
+
+
+def test_dont_mkdir_p_of_a_path_takes_its_first_part_and_fails(mnt_ao, procs):
+    box_claim(r'`mkdir -p /locks/x/y`\*\* takes `x`, then fails on `y` \(EPERM\)')
+    b = procs.shell(env=C_LOCALE)
+    rc, out = b.run(f'mkdir -p {mnt_ao.path("x", "y")}')
+    assert rc == 1 and 'Operation not permitted' in out, out
+    assert owner_of(mnt_ao, 'x')['holder']['pid'] == b.pid
+
+
+def test_dont_rm_rf_prints_one_eperm_per_file_and_releases_nothing(mnt_ao, procs):
+    said = int(box_claim(r'`rm -rf /locks/x`\*\* releases nothing, even run by the holder: '
+                         r'it prints (\d+) "Operation not permitted" lines').group(1))
+    a = procs.shell(env=C_LOCALE)
+    x = mnt_ao.path('x')
+    a.ok(f'mkdir {x}')
+    files = os.listdir(x)
+    rc, out = a.run(f'rm -rf {x}')
+    lines = out.splitlines()
+    assert rc == 1, out
+    assert all(l.startswith('rm: cannot remove') and l.endswith('Operation not permitted')
+               for l in lines), out
+    assert len(lines) == len(files) == said, (said, files, out)
+    assert owner_of(mnt_ao, 'x')['holder']['pid'] == a.pid     # still held
+    a.ok(f'rmdir {x}')                                          # only rmdir releases
+    assert not os.path.exists(x)
+
+
+def test_dont_runuser_mkdir_is_eacces_holder_unknown(mnt_ao, users):
+    box_claim(r'`runuser -u U -- mkdir /locks/x`\*\* .*fails with "Permission denied" '
+              r'\(EACCES, logged `reason=holder-unknown`\)')
+    u = users[0]
+    x = mnt_ao.path('x')
+    r = subprocess.run(['runuser', '-u', u.name, '--', 'mkdir', x], capture_output=True,
+                       text=True, env=dict(os.environ, **C_LOCALE), cwd='/')
+    assert r.returncode == 1 and 'Permission denied' in r.stderr, r
+    assert not os.path.exists(x)
+    with open(mnt_ao.dpath('lock.log')) as f:
+        denied = [l for l in f if ' x ' in l and l.rstrip().endswith(' denied')]
+    assert len(denied) == 1 and f'uid={u.uid} ' in denied[0] and \
+        'reason=holder-unknown' in denied[0], denied
+    # what the box says to do instead: the whole script as U
+    box_claim(r'Run the whole script as U \(`runuser -u U -- \./deploy\.sh`\)')
+    r = subprocess.run(['runuser', '-u', u.name, '--', 'bash', '-c',
+                        f'mkdir {x} && test -d {x} && rmdir {x}'],
+                       capture_output=True, text=True, cwd='/')
+    assert r.returncode == 0, r
+
+
+def test_dont_builtin_in_a_shell_that_exported_the_slug(mnt_ao, procs):
+    box_claim(r'`export LOCKFS_SLUG=agent-7`, then a shell builtin\*\*')
+    box_claim(r'a builtin runs in the shell itself, whose environment has no slug, and gets EPERM')
+    s = procs.shell(env=C_LOCALE)
+    x = mnt_ao.path('x')
+    s.ok('export LOCKFS_SLUG=agent-7')
+    s.ok(f'mkdir {x}')
+    o = owner_of(mnt_ao, 'x')
+    assert (o['bound'], o['slug']) == ('slug', 'agent-7'), o
+    rc, out = s.run(f'echo text > {x}/operation')
+    assert rc == 1 and 'Operation not permitted' in out, out
+    # what the box says to do instead
+    box_claim(r'Use `echo text \| tee /locks/x/operation`')
+    s.ok(f'echo text | tee {x}/operation')
+    with open(mnt_ao.path('x', 'operation')) as f:
+        assert f.read() == 'text\n'
+    s.ok(f'rmdir {x}')
