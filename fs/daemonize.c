@@ -57,7 +57,7 @@ static void __attribute__((noreturn)) parent_wait(int fd, pid_t child)
 	}
 	if (err != 0) {
 		fprintf(stderr, "lockfs: the daemon could not start serving: %s (details in "
-			"syslog)\n", strerror(err));
+			"syslog, or without one in the backing dir's daemon.log)\n", strerror(err));
 		_exit(1);
 	}
 	/* Not exit(): the atexit handlers and the mount belong to the child. */

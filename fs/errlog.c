@@ -9,7 +9,9 @@
  * sink:
  *
  *   - detached: syslog(3) as "lockfs[PID]", facility daemon (journald, or
- *     any syslog daemon, picks it up from /dev/log);
+ *     any syslog daemon, picks it up from /dev/log); when nothing listens
+ *     on /dev/log, the messages file DIR/daemon.log (msgfile.c), where
+ *     syslog(3) would drop every line;
  *   - in the foreground with stderr connected to the journal
  *     ($JOURNAL_STREAM names fd 2): the line prefixed "<N>", which journald
  *     reads as the priority (SyslogLevelPrefix=, on by default).
@@ -23,11 +25,14 @@
  * which stdio calls with the FILE's own lock held.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -201,8 +206,81 @@ int lockfs_errlog_start(void)
 	return replace_stderr(to_journal, &journal_fd);
 }
 
-int lockfs_errlog_detach(void)
+/* Does a syslog daemon listen on /dev/log?  (syslog(3) itself tells
+ * nobody when it drops a message.) */
+static bool syslog_listens(void)
 {
-	openlog("lockfs", LOG_PID, LOG_DAEMON);
-	return replace_stderr(to_syslog, NULL);
+	struct sockaddr_un addr = { .sun_family = AF_UNIX, .sun_path = "/dev/log" };
+	static const int types[] = { SOCK_DGRAM, SOCK_STREAM };
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		int fd = socket(AF_UNIX, types[i] | SOCK_CLOEXEC, 0);
+		int rc;
+
+		if (fd < 0)
+			continue;
+		rc = connect(fd, (struct sockaddr *)&addr, sizeof(addr));
+		close(fd);
+		if (rc == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Before detaching, without syslog: the line to the caller's stderr, as
+ * ever, and to the messages file, so that what a start says (a dead mount
+ * detached, a predecessor that crashed) is kept there too. */
+static void to_caller_and_file(int prio, const char *line, void *arg)
+{
+	int fd = *(int *)arg;
+	struct iovec iov[] = {
+		{ .iov_base = (void *)line, .iov_len = strlen(line) },
+		{ .iov_base = (void *)"\n", .iov_len = 1 },
+	};
+
+	if (writev(fd, iov, 2) < 0) {
+		/* the caller is gone; the file still has it */
+	}
+	lockfs_msgfile_line(prio, line, NULL);
+}
+
+static bool to_file;        /* no syslog: the messages file is open */
+static int caller_fd = -1;  /* the caller's stderr, until detached */
+
+void lockfs_errlog_store_open(int dirfd)
+{
+	if (syslog_listens() || lockfs_msgfile_open(dirfd) < 0)
+		return;
+	to_file = true;
+	/* Our own copy of the caller's stderr: fd 2 becomes /dev/null when
+	 * the start is over (lockfs_daemonize_done). */
+	caller_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+	if (caller_fd < 0 || replace_stderr(to_caller_and_file, &caller_fd) < 0)
+		return;
+}
+
+int lockfs_errlog_detach(int dirfd)
+{
+	int rc;
+
+	if (!to_file && syslog_listens()) {
+		openlog("lockfs", LOG_PID, LOG_DAEMON);
+		return replace_stderr(to_syslog, NULL);
+	}
+	rc = to_file ? 0 : lockfs_msgfile_open(dirfd);
+	if (rc < 0) {
+		/* Said while stderr is still the caller's. */
+		fprintf(stderr, "lockfs: warning: no syslog on /dev/log, and %s cannot be "
+			"written (%s): the daemon's messages are lost\n", LOCKFS_MSGFILE,
+			strerror(-rc));
+		return rc;
+	}
+	rc = replace_stderr(lockfs_msgfile_line, NULL);
+	/* The caller waits for the end of our copy of its stderr (`$(lockfs
+	 * ...)`): it must go with the start, like fd 2 itself. */
+	if (rc == 0 && caller_fd >= 0) {
+		close(caller_fd);
+		caller_fd = -1;
+	}
+	return rc;
 }

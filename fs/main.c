@@ -10,6 +10,7 @@
  *          [-o max_waiters_per_uid=N] [-o max_locks=N]
  *          [FUSE options] [SOURCE] MOUNTPOINT
  *   lockfs --guard MOUNTPOINT
+ *   lockfs --stop MOUNTPOINT
  *
  * SOURCE is what mount(8) passes through mount.fuse3 (`mount -t fuse.lockfs
  * lockfs /locks`); it is ignored.
@@ -35,8 +36,10 @@
 #include "daemonize.h"
 #include "fs.h"
 #include "guard.h"
+#include "lifecycle.h"
 #include "loop.h"
 #include "stop.h"
+#include "stopcmd.h"
 #include "takeover.h"
 #include "service.h"
 #include "lockfs/backend.h"
@@ -218,11 +221,14 @@ static void usage(const char *prog)
 	printf("usage: %s [-f] [-o OPTION[,OPTION...]] [SOURCE] MOUNTPOINT\n"
 	       "       %s --guard MOUNTPOINT   make MOUNTPOINT immutable while nothing is\n"
 	       "                               mounted on it, so mkdir there fails (root)\n"
+	       "       %s --stop MOUNTPOINT    stop the daemon serving MOUNTPOINT and wait\n"
+	       "                               until it has exited and unmounted (exit 0;\n"
+	       "                               3: none serves it; 1: it did not stop)\n"
 	       "(SOURCE, which mount(8) passes, is ignored: write lockfs)\n\n"
 	       "lockfs options:\n"
 	       "    -o backend=NAME       the store that holds the locks (default "
 	       KIND_DEFAULT "; built:",
-	       prog, prog);
+	       prog, prog, prog);
 	for (size_t i = 0; lockfs_backend_kinds[i]; i++)
 		printf(" %s", lockfs_backend_kinds[i]->name);
 	printf(")\n"
@@ -447,10 +453,13 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop_cfg = NULL;
 	struct lockfs_log_limits log_limits;
 	char *fsname = NULL, *mnt_abs = NULL;
+	bool served = false;  /* daemon-started is in the log */
 	int rc, ret = 1;
 
 	if (argc >= 2 && strcmp(argv[1], "--guard") == 0)
 		return lockfs_guard_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--stop") == 0)
+		return lockfs_stop_main(argc, argv);
 	pthread_mutex_init(&fs.parked_mu, NULL);
 	pthread_mutex_init(&fs.handles_mu, NULL);
 	lockfs_errlog_start();
@@ -515,12 +524,17 @@ int main(int argc, char *argv[])
 	/* The store's checks and its one-daemon lock (dir: DIR/.lockfs). */
 	if (open_store(kind, &o, &be) < 0)
 		goto out_args;
+	if (!opts.foreground)
+		lockfs_errlog_store_open(be->state_dirfd);
 	warn_source(&o, be);
 	/* The audit log lives in this host's state directory. */
 	if (lockfs_log_open_audit(be->state_dirfd, be->state_path, &log_limits, &cfg.log) < 0) {
 		be->ops->close(be);
 		goto out_args;
 	}
+	/* Before the engine logs what it recovers: a predecessor that did not
+	 * stop cleanly comes first in the log. */
+	lockfs_lifecycle_predecessor(cfg.log, be);
 	cfg.backend = be;
 	cfg.helpers = o.helpers;
 	rc = lockfs_core_open(&fs.core, &cfg);
@@ -562,7 +576,7 @@ int main(int argc, char *argv[])
 	lockfs_log_signals_set(fs.core);
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
-	if (lockfs_stop_install(fs.se) < 0) {
+	if (lockfs_stop_install(fs.se, be) < 0) {
 		fprintf(stderr, "lockfs: cannot set signal handlers: %s\n", strerror(errno));
 		goto out_signals;
 	}
@@ -586,7 +600,7 @@ int main(int argc, char *argv[])
 	}
 	if (!opts.foreground) {
 		lockfs_daemonize_leave_cwd();
-		if (lockfs_errlog_detach() == 0)
+		if (lockfs_errlog_detach(be->state_dirfd) == 0)
 			fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
 				opts.mountpoint, be->source);
 	}
@@ -603,6 +617,8 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	}
 
+	lockfs_lifecycle_started(cfg.log, be, mnt_abs ? mnt_abs : opts.mountpoint);
+	served = true;
 	lockfs_notify_ready(opts.mountpoint, be->source);
 	lockfs_daemonize_done(0);
 	if (opts.singlethread) {
@@ -640,6 +656,9 @@ out_unmount:
 	/* Nothing grants any more: tell the waiters the service is gone. */
 	lockfs_flock_shutdown(&fs);
 	fuse_session_unmount(fs.se);
+	if (served)
+		lockfs_lifecycle_stopped(cfg.log, mnt_abs ? mnt_abs : opts.mountpoint,
+					 lockfs_stop_signal());
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_session:

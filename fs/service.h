@@ -29,8 +29,23 @@ FILE *lockfs_errlog_stream(lockfs_errlog_sink sink, void *arg);
 int lockfs_errlog_start(void);
 /* Right after detaching (lockfs_daemonize; fd 2 is the caller's until
  * lockfs_daemonize_done points it at /dev/null), before any thread starts:
- * replace stderr by a stream to syslog ("lockfs[PID]", LOG_DAEMON).
- * Returns 0 or -ENOMEM (stderr then stays /dev/null). */
-int lockfs_errlog_detach(void);
+ * replace stderr by a stream to syslog ("lockfs[PID]", LOG_DAEMON) when
+ * /dev/log takes messages, else to the messages file DIR/daemon.log (DIRFD
+ * is DIR).  Returns 0 or -errno (stderr then stays /dev/null). */
+int lockfs_errlog_detach(int dirfd);
+
+/* A detached daemon, once its store is open (DIRFD is its state dir), when
+ * nothing listens on /dev/log: open DIR/daemon.log and copy every line to
+ * it as well as to the caller's stderr, until lockfs_errlog_detach. */
+void lockfs_errlog_store_open(int dirfd);
+
+/* The messages file of a detached daemon without syslog (msgfile.c). */
+#define LOCKFS_MSGFILE "daemon.log"
+/* Open DIR/daemon.log (DIRFD is DIR; the file is made 0600 when missing).
+ * 0 or -errno. */
+int lockfs_msgfile_open(int dirfd);
+/* An errlog sink: append LINE to it with a time stamp and "lockfs[PID]: ",
+ * keeping it under 1 MiB (the older lines in daemon.log.1). */
+void lockfs_msgfile_line(int prio, const char *line, void *arg);
 
 #endif

@@ -13,6 +13,11 @@
  * returned: a kick that lands in the window is followed by one that does
  * not.
  *
+ * The handler also marks the daemon as stopping in its store's state
+ * directory (lockfs_backend_mark_stopping), so that a new daemon started
+ * right after `kill -TERM` waits for this one to let go of DIR instead of
+ * refusing; the end of the loop does the same for a stop by unmount.
+ *
  * State is static because a signal handler can reach nothing else; there
  * is one session per process.
  */
@@ -32,6 +37,8 @@
 #define KICK_MS 10
 
 static struct fuse_session *stop_se;
+static const struct lockfs_backend *stop_be;
+static volatile sig_atomic_t stop_signal;  /* the first stop signal, or 0 */
 static int stop_pipe[2] = { -1, -1 };   /* written by the handler */
 static pthread_t loop_thread, kicker;
 static bool kicker_running;              /* main thread only */
@@ -45,6 +52,9 @@ static void on_stop_signal(int sig)
 	/* Once the loop has ended the session may be gone: ignore repeats. */
 	if (atomic_load(&loop_done))
 		return;
+	if (!stop_signal)
+		stop_signal = sig;
+	lockfs_backend_mark_stopping(stop_be);
 	fuse_session_exit(stop_se);
 	/* Nonblocking: a full pipe already holds a wake-up. */
 	if (write(stop_pipe[1], &c, 1) < 0) {
@@ -53,13 +63,14 @@ static void on_stop_signal(int sig)
 	errno = saved;
 }
 
-int lockfs_stop_install(struct fuse_session *se)
+int lockfs_stop_install(struct fuse_session *se, const struct lockfs_backend *be)
 {
 	struct sigaction sa;
 
 	if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
 	stop_se = se;
+	stop_be = be;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_stop_signal;
 	sigemptyset(&sa.sa_mask);
@@ -110,6 +121,8 @@ void lockfs_stop_loop_ended(void)
 	char c = 0;
 
 	atomic_store(&loop_done, true);
+	if (stop_be)
+		lockfs_backend_mark_stopping(stop_be);
 	if (!kicker_running)
 		return;
 	if (write(stop_pipe[1], &c, 1) < 0) {
@@ -117,4 +130,9 @@ void lockfs_stop_loop_ended(void)
 	}
 	pthread_join(kicker, NULL);
 	kicker_running = false;
+}
+
+int lockfs_stop_signal(void)
+{
+	return stop_signal;
 }

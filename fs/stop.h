@@ -4,10 +4,13 @@
 
 #include <fuse_lowlevel.h>
 
+#include "lockfs/backend.h"
+
 /* After fuse_set_signal_handlers(SE): replace its SIGTERM and SIGINT
- * handlers by ours (SIGHUP and SIGPIPE are left as they are).
+ * handlers by ours (SIGHUP and SIGPIPE are left as they are).  A stop
+ * signal marks BE's daemon as stopping (lockfs_backend_mark_stopping).
  * Returns 0 or -errno. */
-int lockfs_stop_install(struct fuse_session *se);
+int lockfs_stop_install(struct fuse_session *se, const struct lockfs_backend *be);
 
 /* In the thread that will run the session loop, after any fork: start the
  * thread that wakes the loop once a stop signal came.  Returns 0 or
@@ -18,5 +21,9 @@ int lockfs_stop_start(void);
  * From now on SIGTERM and SIGINT are ignored (the shutdown is under way).
  * Safe to call when lockfs_stop_start() was not. */
 void lockfs_stop_loop_ended(void);
+
+/* The signal that stopped the daemon (SIGTERM, SIGINT), or 0 (unmounted,
+ * or still running). */
+int lockfs_stop_signal(void);
 
 #endif

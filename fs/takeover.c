@@ -274,7 +274,7 @@ int lockfs_takeover(int lockfd, int dirfd, const char *dir)
 		return -EBUSY; /* someone else was quicker: refuse as for any live daemon */
 	fprintf(stderr, "lockfs: took over backing dir %s from its wedged daemon (pid %d)\n",
 		dir, (int)pid);
-	return 0;
+	return 1;
 }
 
 /* The pid of a fusermount3 left by `-o auto_unmount` for MOUNTPOINT, which

@@ -6,8 +6,9 @@
  * flock(LOCKFD) found DIR/.lockfs held.  If its holder is our wedged
  * predecessor (a zombie whose stuck thread keeps DIR/.lockfs and its FUSE
  * connection open), abort that connection, wait for it to go and take the
- * lock.  Returns 0 when LOCKFD now holds the lock; -EBUSY when a live
- * daemon holds it (nothing printed: the caller refuses as for any live
+ * lock.  Returns 1 when it did so and LOCKFD now holds the lock, 0 when
+ * the zombie finished exiting by itself within a short grace (LOCKFD holds
+ * the lock: nothing was aborted); -EBUSY when a live daemon holds it (nothing printed: the caller refuses as for any live
  * daemon); another -errno after a line on stderr.
  */
 int lockfs_takeover(int lockfd, int dirfd, const char *dir);

@@ -8,11 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "statedir.h"
@@ -98,6 +100,20 @@ static const char *not_own_plain_file(const struct stat *st)
 	return NULL;
 }
 
+/* The pid in DIR/.lockfs (LOCKFD), or 0 when it is empty. */
+static pid_t pid_in(int lockfd)
+{
+	char buf[32];
+	ssize_t n = pread(lockfd, buf, sizeof(buf) - 1, 0);
+	long pid;
+
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	pid = strtol(buf, NULL, 10);
+	return pid > 0 && pid <= INT32_MAX ? (pid_t)pid : 0;
+}
+
 /*
  * One daemon per directory: hold flock(2) on DIR/.lockfs for the daemon's
  * whole life (it survives fuse_daemonize's fork: the lock belongs to the
@@ -105,10 +121,12 @@ static const char *not_own_plain_file(const struct stat *st)
  * nothing planted there (a hard link to a file elsewhere, a FIFO) is used:
  * it is looked at before it is opened, and again once open.  A predecessor
  * that died but is wedged in the kernel is aborted and replaced (TAKEOVER);
- * a live one is refused.  Returns the fd, or -errno with WHY said.
+ * one that is stopping is waited for (predecessor.c); a live one is
+ * refused.  What was found of the predecessor goes in *PREV.  Returns the
+ * fd, or -errno with WHY said.
  */
 static int claim(int dirfd, const char *dir, lockfs_takeover_fn takeover, void *arg,
-		 char *why, size_t size)
+		 struct lockfs_predecessor *prev, char *why, size_t size)
 {
 	char pid[32] = "";
 	const char *bad = NULL;
@@ -134,12 +152,41 @@ static int claim(int dirfd, const char *dir, lockfs_takeover_fn takeover, void *
 		say(why, size, "cannot open %s/" LOCKFS_STATEDIR_LOCK ": %s", dir, strerror(err));
 		return -err;
 	}
+	memset(prev, 0, sizeof(*prev));
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int rc = takeover ? takeover(arg, fd, dirfd, dir) : -EBUSY;
+		/* The pid before the takeover reads it: a wedged one is
+		 * reported as taken over, not as crashed. */
+		pid_t holder = pid_in(fd);
+		struct timespec t0, t1;
+		int rc;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		rc = takeover ? takeover(arg, fd, dirfd, dir) : -EBUSY;
 		ssize_t n;
 
-		if (rc == 0)
+		if (rc == -EBUSY)
+			rc = lockfs_statedir_wait_predecessor(fd, &prev->waited_pid,
+							      &prev->waited_ms);
+		else if (rc > 0)
+			prev->taken_over = holder > 0;
+		if (rc == 0 && !prev->waited_pid && holder > 0) {
+			/* A zombie that finished exiting within the takeover's grace. */
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			prev->waited_pid = holder;
+			prev->waited_ms = (unsigned)((t1.tv_sec - t0.tv_sec) * 1000 +
+						     (t1.tv_nsec - t0.tv_nsec) / 1000000);
+		}
+		if (rc >= 0) {
+			prev->left_pid = prev->taken_over ? holder : pid_in(fd);
 			return fd;
+		}
+		if (rc == -ETIMEDOUT) {
+			say(why, size, "backing dir %s is still served by a lockfs daemon that is "
+			    "stopping (pid %d) but has not exited after %d s; try again once it "
+			    "has", dir, (int)prev->waited_pid, LOCKFS_STATEDIR_WAIT_MS / 1000);
+			close(fd);
+			return rc;
+		}
 		if (rc != -EBUSY) {
 			/* The takeover said why on stderr itself. */
 			say(why, size, "cannot take over %s/" LOCKFS_STATEDIR_LOCK ": %s", dir,
@@ -156,6 +203,7 @@ static int claim(int dirfd, const char *dir, lockfs_takeover_fn takeover, void *
 		close(fd);
 		return -EBUSY;
 	}
+	prev->left_pid = pid_in(fd);
 	return fd;
 }
 
@@ -166,6 +214,7 @@ int lockfs_statedir_open(struct lockfs_statedir *sd, const char *path, bool is_d
 	int dirfd, lockfd;
 
 	sd->dirfd = sd->lockfd = -1;
+	sd->pid_recorded = false;
 	sd->path = strdup(path);
 	if (!sd->path) {
 		say(why, why_size, "out of memory");
@@ -174,7 +223,7 @@ int lockfs_statedir_open(struct lockfs_statedir *sd, const char *path, bool is_d
 	dirfd = open_checked(path, is_default, why, why_size);
 	if (dirfd < 0)
 		goto fail;
-	lockfd = claim(dirfd, path, takeover, takeover_arg, why, why_size);
+	lockfd = claim(dirfd, path, takeover, takeover_arg, &sd->prev, why, why_size);
 	if (lockfd < 0) {
 		close(dirfd);
 		dirfd = lockfd;
@@ -189,13 +238,16 @@ fail:
 	return dirfd;
 }
 
-int lockfs_statedir_record_pid(const struct lockfs_statedir *sd)
+int lockfs_statedir_record_pid(struct lockfs_statedir *sd)
 {
 	char buf[32];
 	int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
 
-	if (ftruncate(sd->lockfd, 0) == 0 && pwrite(sd->lockfd, buf, (size_t)n, 0) == n)
+	if (ftruncate(sd->lockfd, 0) == 0 && pwrite(sd->lockfd, buf, (size_t)n, 0) == n) {
+		/* Emptied again at a clean stop (lockfs_statedir_close). */
+		sd->pid_recorded = true;
 		return 0;
+	}
 	fprintf(stderr, "lockfs: warning: cannot record pid in " LOCKFS_STATEDIR_LOCK "\n");
 	return -EIO;
 }
@@ -205,8 +257,49 @@ int lockfs_backend_record_pid(struct lockfs_backend *be)
 	return be->statedir ? lockfs_statedir_record_pid(be->statedir) : 0;
 }
 
+void lockfs_statedir_forget_predecessor(struct lockfs_statedir *sd)
+{
+	if (sd->lockfd >= 0 && sd->prev.left_pid > 0 && !sd->pid_recorded &&
+	    ftruncate(sd->lockfd, 0) < 0)
+		fprintf(stderr, "lockfs: warning: cannot empty %s/" LOCKFS_STATEDIR_LOCK ": %s\n",
+			sd->path, strerror(errno));
+}
+
+void lockfs_statedir_mark_stopping(const struct lockfs_statedir *sd)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+
+	/* Nobody else takes this lock: it cannot fail for contention.  A
+	 * second call (signal, then the loop's end) changes nothing. */
+	if (sd && sd->lockfd >= 0)
+		(void)fcntl(sd->lockfd, F_OFD_SETLK, &fl);
+}
+
+struct lockfs_predecessor lockfs_backend_predecessor(const struct lockfs_backend *be)
+{
+	struct lockfs_predecessor none = { 0 };
+
+	return be->statedir ? be->statedir->prev : none;
+}
+
+void lockfs_backend_forget_predecessor(struct lockfs_backend *be)
+{
+	if (be->statedir)
+		lockfs_statedir_forget_predecessor(be->statedir);
+}
+
+void lockfs_backend_mark_stopping(const struct lockfs_backend *be)
+{
+	lockfs_statedir_mark_stopping(be->statedir);
+}
+
 void lockfs_statedir_close(struct lockfs_statedir *sd)
 {
+	/* An empty file is the mark of a clean stop: the next daemon finds
+	 * no pid and so reports no crash (a pid left there is reported). */
+	if (sd->lockfd >= 0 && sd->pid_recorded && ftruncate(sd->lockfd, 0) < 0)
+		fprintf(stderr, "lockfs: warning: cannot empty %s/" LOCKFS_STATEDIR_LOCK ": %s\n",
+			sd->path, strerror(errno));
 	if (sd->lockfd >= 0)
 		close(sd->lockfd); /* the flock goes with its last descriptor */
 	if (sd->dirfd >= 0)

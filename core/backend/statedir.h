@@ -10,16 +10,23 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "lockfs/backend.h" /* lockfs_takeover_fn */
 
 /* The file whose flock(2) says "a daemon serves this directory". */
 #define LOCKFS_STATEDIR_LOCK ".lockfs"
 
+/* How long a new daemon waits for a predecessor that is stopping (it got
+ * SIGTERM or SIGINT, or its mount was unmounted) to let go of DIR. */
+#define LOCKFS_STATEDIR_WAIT_MS 10000
+
 struct lockfs_statedir {
 	int dirfd;   /* the directory, open (owned) */
 	int lockfd;  /* DIR/.lockfs, flock'ed exclusively (owned) */
 	char *path;  /* as given, for messages (owned) */
+	bool pid_recorded;  /* lockfs_statedir_record_pid wrote ours */
+	struct lockfs_predecessor prev;
 };
 
 /*
@@ -39,9 +46,34 @@ int lockfs_statedir_open(struct lockfs_statedir *sd, const char *path, bool is_d
 /* Write the daemon's pid into DIR/.lockfs (after fuse_daemonize's fork:
  * the flock belongs to the open file, so it survives).  0, or -errno after
  * a warning on stderr. */
-int lockfs_statedir_record_pid(const struct lockfs_statedir *sd);
+int lockfs_statedir_record_pid(struct lockfs_statedir *sd);
 
-/* Let go of DIR/.lockfs and close everything (the lock file stays). */
+/* The predecessor's pid has been reported (its `daemon-crashed` or
+ * `daemon-taken-over` line is in the log): empty DIR/.lockfs so that a
+ * start that fails before recording its own pid does not report it again. */
+void lockfs_statedir_forget_predecessor(struct lockfs_statedir *sd);
+
+/*
+ * This daemon is stopping: say so to a successor that finds DIR taken, so
+ * that it waits for us instead of refusing (an OFD lock on the first byte
+ * of DIR/.lockfs, which goes with the daemon).  Async-signal-safe: called
+ * from the SIGTERM handler.
+ */
+void lockfs_statedir_mark_stopping(const struct lockfs_statedir *sd);
+
+/*
+ * Another process holds LOCKFD's flock.  If it is a daemon that is
+ * stopping (lockfs_statedir_mark_stopping, or SIGTERM/SIGINT pending for
+ * the pid in the file), wait up to LOCKFS_STATEDIR_WAIT_MS for it to let
+ * go, and take the flock.  Returns 0 (held now; *WAITED_PID and
+ * *WAITED_MS say whom and how long), -EBUSY (a daemon that is not
+ * stopping: looked at twice, 50 ms apart), or -ETIMEDOUT (still stopping
+ * at the bound).  In core/backend/predecessor.c.
+ */
+int lockfs_statedir_wait_predecessor(int lockfd, pid_t *waited_pid, unsigned *waited_ms);
+
+/* Let go of DIR/.lockfs and close everything (the lock file stays; it is
+ * emptied if it holds our pid: the mark of a clean stop). */
 void lockfs_statedir_close(struct lockfs_statedir *sd);
 
 #endif

@@ -294,8 +294,11 @@ struct lockfs_backend_option {
 	const char *key, *value;       /* -o KEY=VALUE as given */
 };
 
-/* Called when another process holds STATE_DIR's one-daemon lock.  0: it
- * was a wedged predecessor, now aborted and gone: retry; -EBUSY: refuse. */
+/* Called when another process holds STATE_DIR's one-daemon lock.  1: it
+ * was a wedged predecessor, now aborted and gone, and LOCKFD holds the
+ * lock; 0: it finished exiting by itself meanwhile, and LOCKFD holds the
+ * lock; -EBUSY: a live daemon holds it (it may be stopping: the state
+ * directory then waits for it); another -errno: refuse, said on stderr. */
 typedef int (*lockfs_takeover_fn)(void *arg, int lockfd, int dirfd, const char *path);
 
 struct lockfs_backend_config {
@@ -324,5 +327,27 @@ const struct lockfs_backend_kind *lockfs_backend_kind(const char *name);
  * (DIR/.lockfs): call it after fuse_daemonize (the lock survives the
  * fork, the pid does not).  0, or -errno after a warning on stderr. */
 int lockfs_backend_record_pid(struct lockfs_backend *be);
+
+/* What the daemon found of its predecessor when it took DIR. */
+struct lockfs_predecessor {
+	/* The pid its predecessor left in DIR/.lockfs: a daemon that stops
+	 * cleanly empties the file, so one left there ended otherwise (killed,
+	 * crashed, or wedged and taken over).  0: none. */
+	pid_t left_pid;
+	bool taken_over;     /* left_pid was wedged and had to be aborted */
+	pid_t waited_pid;    /* a predecessor that was stopping, waited for (0: none) */
+	unsigned waited_ms;  /* how long */
+};
+
+/* What BE's daemon found of its predecessor when it took the state
+ * directory (all zero for a store without one). */
+struct lockfs_predecessor lockfs_backend_predecessor(const struct lockfs_backend *be);
+
+/* The predecessor is reported (lockfs_statedir_forget_predecessor). */
+void lockfs_backend_forget_predecessor(struct lockfs_backend *be);
+
+/* The daemon is stopping: a successor waits for it rather than refusing
+ * (lockfs_statedir_mark_stopping).  Async-signal-safe. */
+void lockfs_backend_mark_stopping(const struct lockfs_backend *be);
 
 #endif

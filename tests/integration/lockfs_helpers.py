@@ -31,6 +31,8 @@ NAME_MAX = 250
 RFC3339_MS = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$')
 TOKEN_RE = re.compile(r'^[0-9a-f]{32}$')
 LOG_EVENTS = ('acquired', 'released', 'denied', 'recovered', 'expired', 'broken')
+#: the daemon's own lines (WHO `lockfs`, NAME `-`): docs/log.md
+DAEMON_EVENTS = ('daemon-started', 'daemon-stopped', 'daemon-crashed', 'daemon-taken-over')
 #: the events that end an acquisition
 END_EVENTS = ('released', 'recovered', 'broken')
 

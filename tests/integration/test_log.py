@@ -38,6 +38,10 @@ def test_every_log_line_parses(lockfs_factory, procs):
         assert b.rmdir(mnt.path(n)) != 0  # denied
         assert a.rmdir(mnt.path(n)) == 0
     lines = read_log(mnt.dir)  # raises on a malformed line
+    # The daemon's own start line first (issue 20), then the locks' lines.
+    assert [l.event for l in lines[:1]] == ['daemon-started']
+    assert (lines[0].who, lines[0].name) == ('lockfs', b'')
+    lines = lines[1:]
     assert len(lines) == 9
     assert all(l.event in LOG_EVENTS for l in lines)
 

@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, errno_of, held_in_backing, mount_dev,
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, errno_of, held_in_backing, mount_dev, read_log,
                             mount_entry, read_owner, wait_until)
 from wedge_load import WEDGED_SRC, Load, abort_conn, task_states, witness_overlaps
 
@@ -236,6 +236,11 @@ def test_restart_aborts_a_wedged_predecessor_and_takes_over(scratch_dir, lockfs_
     assert f'its daemon (pid {fake.pid}) has died but cannot finish exiting' in err, err
     assert f'aborting FUSE connection {dev.split(":")[1]}' in err, err
     assert f'took over backing dir {backing} from its wedged daemon (pid {fake.pid})' in err
+    # The take-over is in lock.log too (issue 20 point 6), not as a crash.
+    lines = [l for l in read_log(str(backing)) if l.event.startswith('daemon-')]
+    assert [(l.event, int(l.details['pid'])) for l in lines[:2]] == [
+        ('daemon-taken-over', fake.pid), ('daemon-started', m.pid)], lines
+    assert lines[0].details['next_pid'] == str(m.pid)
     os.mkdir(m.path('y'))
     os.rmdir(m.path('y'))
 
