@@ -4,7 +4,7 @@
 #
 #   lockfs-mountpoint prepare MOUNTPOINT [LINK]
 #   lockfs-mountpoint clean MOUNTPOINT
-#   lockfs-mountpoint remove MOUNTPOINT [LINK]
+#   lockfs-mountpoint remove [MOUNTPOINT [LINK]]
 #   lockfs-mountpoint start
 #   lockfs-mountpoint stop
 #
@@ -21,8 +21,9 @@
 # remove: undo prepare once nothing serves MOUNTPOINT: LINK (if it is a
 #   symlink to MOUNTPOINT), the guarded MOUNTPOINT (chattr -i, rmdir), and
 #   the bind mount of its parent (unless another lock tree is mounted
-#   there), then the parent itself if it is empty.  Removing the Debian
-#   package runs this.
+#   there), then the parent itself if it is empty.  Without arguments, the
+#   layout of start (the unit's settings).  Removing the Debian package runs
+#   this.
 # start: what lockfs.service does, on a machine without systemd: read the
 #   unit's settings (LOCKFS_SHARE, LOCKFS_NAME, LOCKFS_LINK, LOCKFS_BACKING,
 #   LOCKFS_OPTIONS; defaults as in the unit, then /etc/default/lockfs),
@@ -257,12 +258,13 @@ prepare) [ $# -ge 2 ] && [ $# -le 3 ] || die "usage: $prog prepare MOUNTPOINT [L
 	 shift; prepare "$@" ;;
 clean)	 [ $# -eq 2 ] || die "usage: $prog clean MOUNTPOINT"
 	 clean "$2" ;;
-remove)	 [ $# -ge 2 ] && [ $# -le 3 ] || die "usage: $prog remove MOUNTPOINT [LINK]"
-	 shift; remove "$@" ;;
+remove)	 [ $# -le 3 ] || die "usage: $prog remove [MOUNTPOINT [LINK]]"
+	 shift
+	 if [ $# -eq 0 ]; then settings; remove "$mp" "$LOCKFS_LINK"; else remove "$@"; fi ;;
 start)	 [ $# -eq 1 ] || die "usage: $prog start"
 	 start ;;
 stop)	 [ $# -eq 1 ] || die "usage: $prog stop"
 	 stop ;;
 *)	 die "usage: $prog prepare MOUNTPOINT [LINK] | clean MOUNTPOINT |" \
-	     "remove MOUNTPOINT [LINK] | start | stop" ;;
+	     "remove [MOUNTPOINT [LINK]] | start | stop" ;;
 esac
