@@ -24,7 +24,7 @@
 #include <sys/types.h>
 
 #include "lockfs/backend.h"
-#include "lockfs/etcd.h"
+#include "lockfs/etcd_client.h"
 #include "statedir.h"
 
 extern const struct lockfs_backend_kind lockfs_backend_etcd_kind;

@@ -31,7 +31,7 @@
 #include <cmocka.h>
 
 #include "lockfs/backend.h"
-#include "lockfs/etcd.h"
+#include "lockfs/etcd_client.h"
 
 /* The longest any awaited event may take: a watch that reconnects after a
  * dropped connection can need several of its retries under ASan on a loaded
