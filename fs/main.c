@@ -284,15 +284,13 @@ static bool proc_is_ours(void)
 	return false;
 }
 
-/* "SECONDS" (1..10 years) into *OUT; one line on stderr when it is not. */
-static int parse_seconds(const char *opt, const char *text, uint32_t *out)
+/* OPT's "SECONDS" (1..10 years) into *OUT; one line on stderr when it is
+ * not. */
+static int seconds_option(const char *opt, const char *text, uint32_t *out)
 {
-	char *end;
-	unsigned long v;
+	int64_t v;
 
-	errno = 0;
-	v = text && *text >= '0' && *text <= '9' ? strtoul(text, &end, 10) : 0;
-	if (!text || errno || *end || v == 0 || v > 10ul * 365 * 24 * 3600) {
+	if (lockfs_backend_parse_seconds(text, 1, &v) < 0) {
 		fprintf(stderr, "lockfs: -o %s=%s: want a whole number of seconds > 0\n",
 			opt, text ? text : "");
 		return -1;
@@ -490,7 +488,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	umask(022);
-	if ((o.lease && parse_seconds("lease", o.lease, &cfg.lease_s) < 0) ||
+	if ((o.lease && seconds_option("lease", o.lease, &cfg.lease_s) < 0) ||
 	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0) ||
 	    (o.max_open_per_uid &&
 	     parse_cap("max_open_per_uid", o.max_open_per_uid, &cfg.max_open_per_uid) < 0) ||

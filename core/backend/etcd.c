@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +35,7 @@
 #include "base/clock.h"
 #include "dir.h"
 #include "etcd.h"
+#include "options.h"
 
 #define HOSTS_DIR ".hosts/"
 
@@ -1099,36 +1099,6 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.close = etcd_close,
 };
 
-static void say(const struct lockfs_backend_config *cfg, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void say(const struct lockfs_backend_config *cfg, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!cfg->why || !cfg->why_size)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(cfg->why, cfg->why_size, fmt, ap);
-	va_end(ap);
-}
-
-/* "N" seconds, MIN..LOCKFS_LEASE_MAX_S, into *OUT. */
-static int parse_seconds(const char *text, int64_t min, int64_t *out)
-{
-	char *end;
-	long long v;
-
-	if (!text || *text < '0' || *text > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoll(text, &end, 10);
-	if (errno || *end || v < min || v > (long long)LOCKFS_LEASE_MAX_S)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static void read_machine_id(char out[64])
 {
 	FILE *f = fopen("/etc/machine-id", "re");
@@ -1152,7 +1122,7 @@ static int check_tls_file(const struct lockfs_backend_config *cfg, const char *p
 	if (fd < 0) {
 		int rc = -errno;
 
-		say(cfg, "cannot read TLS file %s: %s", path, strerror(-rc));
+		lockfs_backend_say(cfg, "cannot read TLS file %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	close(fd);
@@ -1206,7 +1176,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 							 : 0;
 		}
 		if (strcmp(machine, e->machine_id) != 0) {
-			say(cfg, "host %s is in use by another machine on %s (%s): give this daemon "
+			lockfs_backend_say(cfg, "host %s is in use by another machine on %s (%s): give this daemon "
 			    "another -o host=", e->base.host, e->prefix,
 			    *machine ? machine : "unknown machine id");
 			json_decref(v);
@@ -1222,7 +1192,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 		     (pid != getpid() &&
 		      lockfs_proc_start_time((pid_t)pid, &now_start) == 0 &&
 		      now_start == start_time))) {
-			say(cfg, "host %s is in use by another lockfs daemon on %s (pid %lld)",
+			lockfs_backend_say(cfg, "host %s is in use by another lockfs daemon on %s (pid %lld)",
 			    e->base.host, e->prefix, (long long)pid);
 			json_decref(v);
 			return -EBUSY;
@@ -1241,22 +1211,22 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 			break;
 	}
 	if (rc == -EEXIST) {
-		say(cfg, "host %s is in use by another lockfs daemon on %s", e->base.host,
+		lockfs_backend_say(cfg, "host %s is in use by another lockfs daemon on %s", e->base.host,
 		    e->prefix);
 		return -EBUSY;
 	}
 	if (rc == -EACCES) {
 		/* Authentication on: its first write is where etcd says so. */
-		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
+		lockfs_backend_say(cfg, "etcd refused our credentials (%s)", e->endpoints);
 		return rc;
 	}
 	if (rc) {
-		say(cfg, "cannot register host %s on %s in etcd: %s", e->base.host, e->prefix,
+		lockfs_backend_say(cfg, "cannot register host %s on %s in etcd: %s", e->base.host, e->prefix,
 		    strerror(-rc));
 		return rc;
 	}
 	if (!open_pair_add(e->prefix, e->base.host)) {
-		say(cfg, "host %s is in use by another lockfs daemon on %s (pid %d)",
+		lockfs_backend_say(cfg, "host %s is in use by another lockfs daemon on %s (pid %d)",
 		    e->base.host, e->prefix, (int)getpid());
 		return -EBUSY;
 	}
@@ -1291,7 +1261,7 @@ static int check_not_nested(struct etcd_store *e, const struct lockfs_backend_co
 		n = (int)r.n_kvs;
 		lockfs_etcd_op_resp_free(&r);
 		if (n) {
-			say(cfg, "-o prefix=%s is inside the lockfs namespace %.*s on %s: prefixes "
+			lockfs_backend_say(cfg, "-o prefix=%s is inside the lockfs namespace %.*s on %s: prefixes "
 			    "must not nest", e->prefix, (int)cut, e->prefix, e->endpoints);
 			return -EBUSY;
 		}
@@ -1335,13 +1305,13 @@ static int parse_options(struct etcd_store *e, const struct lockfs_backend_confi
 		} else if (strcmp(o->key, "host") == 0) {
 			host = val;
 		} else if (strcmp(o->key, "ttl") == 0) {
-			if (parse_seconds(val, 2, &e->ttl_s) < 0) {
-				say(cfg, "-o ttl=%s: want a whole number of seconds >= 2", val);
+			if (lockfs_backend_parse_seconds(val, 2, &e->ttl_s) < 0) {
+				lockfs_backend_say(cfg, "-o ttl=%s: want a whole number of seconds >= 2", val);
 				return -EINVAL;
 			}
 		} else if (strcmp(o->key, "lock_delay") == 0) {
-			if (parse_seconds(val, 0, &e->lock_delay_s) < 0) {
-				say(cfg, "-o lock_delay=%s: want a whole number of seconds >= 0", val);
+			if (lockfs_backend_parse_seconds(val, 0, &e->lock_delay_s) < 0) {
+				lockfs_backend_say(cfg, "-o lock_delay=%s: want a whole number of seconds >= 0", val);
 				return -EINVAL;
 			}
 		} else if (strcmp(o->key, "etcd_cacert") == 0) {
@@ -1353,22 +1323,22 @@ static int parse_options(struct etcd_store *e, const struct lockfs_backend_confi
 		} else if (strcmp(o->key, "backing") == 0) {
 			*backing = val;
 		} else {
-			say(cfg, "-o %s: not an option of the etcd backend", o->key);
+			lockfs_backend_say(cfg, "-o %s: not an option of the etcd backend", o->key);
 			return -EINVAL;
 		}
 	}
 	if (!e->endpoints || !*e->endpoints) {
-		say(cfg, "-o backend=etcd needs -o etcd=URL[;URL...]");
+		lockfs_backend_say(cfg, "-o backend=etcd needs -o etcd=URL[;URL...]");
 		return -EINVAL;
 	}
 	if (!*prefix || prefix[strlen(prefix) - 1] != '/' ||
 	    strlen(prefix) > LOCKFS_STORE_KEY_MAX - LOCKFS_NAME_MAX - 60) {
-		say(cfg, "-o prefix=%s: must end in '/' (e.g. /lockfs/) and be short", prefix);
+		lockfs_backend_say(cfg, "-o prefix=%s: must end in '/' (e.g. /lockfs/) and be short", prefix);
 		return -EINVAL;
 	}
 	if (host) {
 		if (!host_ok(host)) {
-			say(cfg, "-o host=%s: want 1 to %d printable ASCII characters, no blank, "
+			lockfs_backend_say(cfg, "-o host=%s: want 1 to %d printable ASCII characters, no blank, "
 			    "'/', '\"' or '\\'", host, LOCKFS_HOST_MAX - 1);
 			return -EINVAL;
 		}
@@ -1384,7 +1354,7 @@ static int parse_options(struct etcd_store *e, const struct lockfs_backend_confi
 		goto nomem;
 	return 0;
 nomem:
-	say(cfg, "out of memory");
+	lockfs_backend_say(cfg, "out of memory");
 	return -ENOMEM;
 }
 
@@ -1399,7 +1369,7 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 	int rc;
 
 	if (!e) {
-		say(cfg, "out of memory");
+		lockfs_backend_say(cfg, "out of memory");
 		return -ENOMEM;
 	}
 	rc = parse_options(e, cfg, &backing, &cacert, &cert, &key);
@@ -1430,19 +1400,19 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 	}
 	if (rc) {
 		if (rc == -EINVAL)
-			say(cfg, "-o etcd=%s: want http:// or https:// URLs separated by ';' "
+			lockfs_backend_say(cfg, "-o etcd=%s: want http:// or https:// URLs separated by ';' "
 			    "(and etcd_cert with etcd_key)", e->endpoints);
 		else
-			say(cfg, "cannot start the etcd client: %s", strerror(-rc));
+			lockfs_backend_say(cfg, "cannot start the etcd client: %s", strerror(-rc));
 		goto fail;
 	}
 	rc = lockfs_etcd_status(e->client, &status);
 	if (rc == -EACCES) {
-		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
+		lockfs_backend_say(cfg, "etcd refused our credentials (%s)", e->endpoints);
 		goto fail;
 	}
 	if (rc) {
-		say(cfg, "no etcd endpoint answers (%s): %s", e->endpoints, strerror(-rc));
+		lockfs_backend_say(cfg, "no etcd endpoint answers (%s): %s", e->endpoints, strerror(-rc));
 		goto fail;
 	}
 	e->uid = geteuid();
@@ -1453,15 +1423,15 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 	rc = lockfs_etcdbe_session_init(e);
 	have_session = true;
 	if (rc) {
-		say(cfg, rc == -EACCES ? "etcd refused our credentials (%s)" :
+		lockfs_backend_say(cfg, rc == -EACCES ? "etcd refused our credentials (%s)" :
 		    "etcd (%s) grants no session lease: %s", e->endpoints, strerror(-rc));
 		goto fail;
 	}
 	rc = check_not_nested(e, cfg);
 	if (rc == -EACCES)
-		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
+		lockfs_backend_say(cfg, "etcd refused our credentials (%s)", e->endpoints);
 	else if (rc && rc != -EBUSY)
-		say(cfg, "cannot read the namespaces around %s in etcd (%s): %s", e->prefix,
+		lockfs_backend_say(cfg, "cannot read the namespaces around %s in etcd (%s): %s", e->prefix,
 		    e->endpoints, strerror(-rc));
 	if (rc)
 		goto fail;
@@ -1471,7 +1441,7 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 	host_taken = true;
 	rc = lockfs_etcdbe_watch_start(e, 0);
 	if (rc) {
-		say(cfg, "cannot watch %s in etcd (%s): %s", e->prefix, e->endpoints,
+		lockfs_backend_say(cfg, "cannot watch %s in etcd (%s): %s", e->prefix, e->endpoints,
 		    strerror(-rc));
 		goto fail;
 	}
@@ -1481,7 +1451,7 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		lockfs_etcdbe_find_expired(e, e->session.lease);
 	rc = lockfs_etcdbe_session_start(e);
 	if (rc) {
-		say(cfg, "cannot start the etcd session thread: %s", strerror(-rc));
+		lockfs_backend_say(cfg, "cannot start the etcd session thread: %s", strerror(-rc));
 		goto fail;
 	}
 	e->base.ops = &etcd_ops;

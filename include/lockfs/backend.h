@@ -319,6 +319,11 @@ struct lockfs_backend_kind {
 		__attribute__((warn_unused_result));
 };
 
+/* "N" whole seconds, MIN..LOCKFS_LEASE_MAX_S (digits only), into *OUT:
+ * the grammar of every -o option that takes seconds, the daemon's and the
+ * stores' alike (core/backend/options.c).  0; -EINVAL. */
+int lockfs_backend_parse_seconds(const char *text, int64_t min, int64_t *out);
+
 /* The kinds built in (NULL-terminated), and one by name (NULL: unknown). */
 extern const struct lockfs_backend_kind *const lockfs_backend_kinds[];
 const struct lockfs_backend_kind *lockfs_backend_kind(const char *name);
