@@ -48,13 +48,6 @@
 /* The store kind without -o backend=. */
 #define KIND_DEFAULT "dir"
 
-/* The options of the etcd store: refused with a clear line while another
- * store is chosen (or etcd is not built), rather than passed to libfuse. */
-static const char *const etcd_option_keys[] = {
-	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
-	NULL
-};
-
 /* -o KEY=VALUE options that belong to a store, in the order given. */
 struct store_options {
 	struct lockfs_backend_option *v; /* key and value malloc'd */
@@ -131,7 +124,7 @@ static int keep_store_option(struct options *o, const char *opt)
 {
 	const char *eq = strchr(opt, '=');
 	size_t len = eq ? (size_t)(eq - opt) : strlen(opt);
-	bool known = key_in(etcd_option_keys, opt, len);
+	bool known = false;
 	struct lockfs_backend_option *v;
 
 	for (size_t i = 0; !known && lockfs_backend_kinds[i]; i++)
@@ -382,6 +375,8 @@ static const struct lockfs_backend_kind *store_kind(const struct options *o)
 {
 	const char *name = o->backend ? o->backend : KIND_DEFAULT;
 	const struct lockfs_backend_kind *kind = lockfs_backend_kind(name);
+	/* Its keys (the registry's table) are known even when it is not built. */
+	const struct lockfs_backend_kind *etcd = lockfs_backend_kind("etcd");
 
 	if (!kind) {
 		char built[256] = "";
@@ -397,7 +392,7 @@ static const struct lockfs_backend_kind *store_kind(const struct options *o)
 
 		if (key_in(kind->option_keys, key, strlen(key)))
 			continue;
-		if (key_in(etcd_option_keys, key, strlen(key)))
+		if (etcd && key_in(etcd->option_keys, key, strlen(key)))
 			fprintf(stderr, "lockfs: -o %s needs -o backend=etcd (the store is %s)\n",
 				key, kind->name);
 		else

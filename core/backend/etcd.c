@@ -33,9 +33,9 @@
 #include "lockfs/name.h"
 #include "lockfs/record.h"
 #include "base/clock.h"
-#include "dir.h"
 #include "etcd.h"
 #include "options.h"
+#include "registry.h"
 
 #define HOSTS_DIR ".hosts/"
 
@@ -1360,7 +1360,7 @@ nomem:
 
 static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_backend **out)
 {
-	const char *backing = LOCKFS_DIR_DEFAULT_BACKING;
+	const char *backing = LOCKFS_BACKEND_DEFAULT_BACKING;
 	const char *cacert = NULL, *cert = NULL, *key = NULL;
 	struct lockfs_etcd_config ecfg = { .timeout_ms = LOCKFS_ETCD_TIMEOUT_MS };
 	struct lockfs_etcd_status status;
@@ -1384,7 +1384,7 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		rc = check_tls_file(cfg, key);
 	if (rc)
 		goto fail;
-	rc = lockfs_statedir_open(&e->sd, backing, strcmp(backing, LOCKFS_DIR_DEFAULT_BACKING) == 0,
+	rc = lockfs_statedir_open(&e->sd, backing, strcmp(backing, LOCKFS_BACKEND_DEFAULT_BACKING) == 0,
 				  cfg->takeover, cfg->takeover_arg, cfg->why, cfg->why_size);
 	if (rc)
 		goto fail;
@@ -1486,14 +1486,9 @@ fail:
 	return rc < 0 ? rc : -EIO;
 }
 
-static const char *const etcd_option_keys[] = {
-	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
-	"backing", NULL,
-};
-
 const struct lockfs_backend_kind lockfs_backend_etcd_kind = {
 	.name = "etcd",
-	.option_keys = etcd_option_keys,
+	.option_keys = lockfs_backend_etcd_option_keys,
 	.help =
 	"    -o etcd=URL[;URL...]  etcd client URLs (backend=etcd; required)\n"
 	"    -o prefix=PREFIX      key prefix of the lock namespace (default /lockfs/)\n"
@@ -1503,6 +1498,6 @@ const struct lockfs_backend_kind lockfs_backend_etcd_kind = {
 	"                          this long (default 5)\n"
 	"    -o etcd_cacert=FILE,etcd_cert=FILE,etcd_key=FILE  TLS for https:// URLs\n"
 	"    -o backing=DIR        this host's audit log and pid lock (default "
-	LOCKFS_DIR_DEFAULT_BACKING ")\n",
+	LOCKFS_BACKEND_DEFAULT_BACKING ")\n",
 	.open = etcd_open,
 };
