@@ -48,24 +48,6 @@ static struct etcd_store *to_etcd(struct lockfs_backend *be)
 	return (struct etcd_store *)be;
 }
 
-/* ---- Saying what is wrong, once ---- */
-
-void lockfs_etcdbe_say_unreachable(struct etcd_store *e, int rc)
-{
-	if (rc == -ENOMEM || __atomic_exchange_n(&e->unreachable, true, __ATOMIC_ACQ_REL))
-		return;
-	fprintf(stderr, "lockfs: etcd %s does not answer (%s): writes fail with EIO, reads "
-		"answer from the last known state, until it does\n", e->endpoints,
-		strerror(-rc));
-}
-
-void lockfs_etcdbe_say_reachable(struct etcd_store *e)
-{
-	if (__atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) &&
-	    __atomic_exchange_n(&e->unreachable, false, __ATOMIC_ACQ_REL))
-		fprintf(stderr, "lockfs: etcd %s answers again\n", e->endpoints);
-}
-
 /* The answer for a client error RC of a write: -EIO (the store cannot do
  * it now), or -ENOMEM. */
 static int store_error(struct etcd_store *e, int rc)
@@ -948,6 +930,26 @@ int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from)
 	return lockfs_etcd_watch_open(&e->watch, e->client, &req, on_watch, e);
 }
 
+int lockfs_etcdbe_watch_reopen(struct etcd_store *e, int64_t from, bool *resync)
+{
+	int rc;
+
+	if (e->watch) {
+		lockfs_etcd_watch_close(e->watch);
+		e->watch = NULL;
+		pthread_mutex_lock(&e->mirror.mu);
+		e->mirror.watching = false;
+		pthread_mutex_unlock(&e->mirror.mu);
+	}
+	rc = lockfs_etcdbe_watch_start(e, *resync ? 0 : from);
+	if (rc == -ERANGE && !*resync) {
+		/* FROM was compacted: what happened since is lost. */
+		*resync = true;
+		rc = lockfs_etcdbe_watch_start(e, 0);
+	}
+	return rc;
+}
+
 static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 {
 	struct etcd_store *e = to_etcd(be);
@@ -1358,6 +1360,12 @@ nomem:
 	return -ENOMEM;
 }
 
+/* What the session thread asks of the store: it calls nothing above it. */
+static const struct etcd_session_hooks session_hooks = {
+	.watch_reopen = lockfs_etcdbe_watch_reopen,
+	.report = lockfs_etcdbe_report,
+};
+
 static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_backend **out)
 {
 	const char *backing = LOCKFS_BACKEND_DEFAULT_BACKING;
@@ -1420,7 +1428,7 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 	lockfs_etcdbe_mirror_init(&e->mirror, e->prefix);
 	lockfs_etcdbe_keys_init(&e->free_keys);
 	pthread_mutex_init(&e->report_mu, NULL);
-	rc = lockfs_etcdbe_session_init(e);
+	rc = lockfs_etcdbe_session_init(e, &session_hooks);
 	have_session = true;
 	if (rc) {
 		lockfs_backend_say(cfg, rc == -EACCES ? "etcd refused our credentials (%s)" :
