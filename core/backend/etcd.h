@@ -354,6 +354,20 @@ struct etcd_store {
 	int64_t expired_rev;
 };
 
+/* The bound of a second call within one op (hand-off's grant), so that
+ * the op as a whole stays within LOCKFS_ETCD_TIMEOUT_MS. */
+#define SHORT_TIMEOUT_MS 400
+
+/* Open the store CFG describes (etcd_open.c): options, client, lease,
+ * host key, watch, session thread; E->base without its ops, kind and
+ * caps, which etcd.c sets.  0, or -errno with one line in CFG->why. */
+int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_store **out);
+/* Stop reporting, let go of etcd (the lease stays, for the next daemon to
+ * adopt its locks) and free E. */
+void lockfs_etcdbe_close(struct etcd_store *e);
+
+/* ---- The watch and reporting (etcd_watch.c) ---- */
+
 /* Report CHANGED (and free it) and WHAT=SESSION when SESSION_CHANGED, to
  * the engine's callback if start() gave one.  No backend lock held. */
 void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
