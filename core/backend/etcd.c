@@ -106,6 +106,22 @@ static bool unconfirmed(struct etcd_store *e)
 	       lockfs_etcdbe_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
 }
 
+/* Where the holder's key KEY (on LEASE, made at CREATE_REV) is, into ST:
+ * for log lines, and the fields `owner` shows (lockfs_store_field). */
+static void holder_fields(struct lockfs_entry_stat *st, const char *key, int64_t lease,
+			  int64_t create_rev)
+{
+	snprintf(st->key, sizeof(st->key), "%s", key);
+	st->lease = lease;
+	st->fields[0] = (struct lockfs_store_field){ .name = "key", .value = LOCKFS_STORE_KEY };
+	st->fields[1] = (struct lockfs_store_field){ .name = "lease", .alt_name = "etcd_lease",
+						     .value = LOCKFS_STORE_HEX, .number = lease };
+	st->fields[2] = (struct lockfs_store_field){ .name = "create_revision",
+						     .value = LOCKFS_STORE_INT,
+						     .number = create_rev };
+	st->n_fields = 3;
+}
+
 static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lockfs_entry_stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -122,9 +138,7 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lo
 	st->identity = lockfs_etcdbe_identity(h->create_rev, h->mod_rev);
 	st->fence = h->delay_until_ms ? 0 : head_fence(h);
 	st->mtime_ms = h->seen_ms;
-	snprintf(st->key, sizeof(st->key), "%s", h->key);
-	st->lease = h->lease;
-	st->create_revision = h->create_rev;
+	holder_fields(st, h->key, h->lease, h->create_rev);
 }
 
 /*
@@ -220,9 +234,7 @@ static void granted_stat(struct etcd_store *e, const char *key, int64_t create_r
 	st->gid = e->gid;
 	st->mtime_ms = now_ms();
 	st->unconfirmed = unconfirmed(e);
-	snprintf(st->key, sizeof(st->key), "%s", key);
-	st->lease = lease;
-	st->create_revision = create_rev;
+	holder_fields(st, key, lease, create_rev);
 }
 
 /* ---- Ops ---- */
