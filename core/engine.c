@@ -379,23 +379,36 @@ int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_l
 	return rc;
 }
 
-/* What the store says of where it keeps NAME's holder (etcd: its key,
- * lease in 16 hex digits, create_revision), and that the answer is from
- * the last state it confirmed: added to an `owner` object O.  Nothing for
- * dir (no key, always confirmed).  A lock with a lease of its own (a
- * slug's: an object) keeps it as `lease`; the key's is `etcd_lease`. */
+/* What the store says of where it keeps NAME's holder (its fields, in
+ * their order: etcd's key, lease in 16 hex digits, create_revision), and
+ * that the answer is from the last state it confirmed: added to an
+ * `owner` object O.  Nothing for dir (no fields, always confirmed).  A
+ * field the record fills already (a slug's own `lease`) keeps the
+ * record's, and the store's goes under its other name (`etcd_lease`). */
 static void add_store_fields(json_t *o, const struct lockfs_entry_stat *st)
 {
 	if (st->unconfirmed)
 		json_object_set_new(o, "state", json_string("unconfirmed"));
-	if (st->key[0]) {
-		char lease[24];
-		bool own = json_is_object(json_object_get(o, "lease"));
+	for (size_t i = 0; i < st->n_fields && i < LOCKFS_STORE_FIELDS_MAX; i++) {
+		const struct lockfs_store_field *f = &st->fields[i];
+		json_t *had = json_object_get(o, f->name);
+		char hex[24];
+		json_t *v;
 
-		snprintf(lease, sizeof(lease), "%016" PRIx64, (uint64_t)st->lease);
-		json_object_set_new(o, "key", json_string(st->key));
-		json_object_set_new(o, own ? "etcd_lease" : "lease", json_string(lease));
-		json_object_set_new(o, "create_revision", json_integer(st->create_revision));
+		switch (f->value) {
+		case LOCKFS_STORE_KEY:
+			v = json_string(st->key);
+			break;
+		case LOCKFS_STORE_HEX:
+			snprintf(hex, sizeof(hex), "%016" PRIx64, (uint64_t)f->number);
+			v = json_string(hex);
+			break;
+		default:
+			v = json_integer(f->number);
+			break;
+		}
+		json_object_set_new(o, f->alt_name && had && !json_is_null(had) ? f->alt_name :
+				    f->name, v);
 	}
 }
 

@@ -48,13 +48,6 @@
 /* The store kind without -o backend=. */
 #define KIND_DEFAULT "dir"
 
-/* The options of the etcd store: refused with a clear line while another
- * store is chosen (or etcd is not built), rather than passed to libfuse. */
-static const char *const etcd_option_keys[] = {
-	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
-	NULL
-};
-
 /* -o KEY=VALUE options that belong to a store, in the order given. */
 struct store_options {
 	struct lockfs_backend_option *v; /* key and value malloc'd */
@@ -131,7 +124,7 @@ static int keep_store_option(struct options *o, const char *opt)
 {
 	const char *eq = strchr(opt, '=');
 	size_t len = eq ? (size_t)(eq - opt) : strlen(opt);
-	bool known = key_in(etcd_option_keys, opt, len);
+	bool known = false;
 	struct lockfs_backend_option *v;
 
 	for (size_t i = 0; !known && lockfs_backend_kinds[i]; i++)
@@ -284,15 +277,13 @@ static bool proc_is_ours(void)
 	return false;
 }
 
-/* "SECONDS" (1..10 years) into *OUT; one line on stderr when it is not. */
-static int parse_seconds(const char *opt, const char *text, uint32_t *out)
+/* OPT's "SECONDS" (1..10 years) into *OUT; one line on stderr when it is
+ * not. */
+static int seconds_option(const char *opt, const char *text, uint32_t *out)
 {
-	char *end;
-	unsigned long v;
+	int64_t v;
 
-	errno = 0;
-	v = text && *text >= '0' && *text <= '9' ? strtoul(text, &end, 10) : 0;
-	if (!text || errno || *end || v == 0 || v > 10ul * 365 * 24 * 3600) {
+	if (lockfs_backend_parse_seconds(text, 1, &v) < 0) {
 		fprintf(stderr, "lockfs: -o %s=%s: want a whole number of seconds > 0\n",
 			opt, text ? text : "");
 		return -1;
@@ -384,6 +375,8 @@ static const struct lockfs_backend_kind *store_kind(const struct options *o)
 {
 	const char *name = o->backend ? o->backend : KIND_DEFAULT;
 	const struct lockfs_backend_kind *kind = lockfs_backend_kind(name);
+	/* Its keys (the registry's table) are known even when it is not built. */
+	const struct lockfs_backend_kind *etcd = lockfs_backend_kind("etcd");
 
 	if (!kind) {
 		char built[256] = "";
@@ -399,7 +392,7 @@ static const struct lockfs_backend_kind *store_kind(const struct options *o)
 
 		if (key_in(kind->option_keys, key, strlen(key)))
 			continue;
-		if (key_in(etcd_option_keys, key, strlen(key)))
+		if (etcd && key_in(etcd->option_keys, key, strlen(key)))
 			fprintf(stderr, "lockfs: -o %s needs -o backend=etcd (the store is %s)\n",
 				key, kind->name);
 		else
@@ -490,7 +483,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	umask(022);
-	if ((o.lease && parse_seconds("lease", o.lease, &cfg.lease_s) < 0) ||
+	if ((o.lease && seconds_option("lease", o.lease, &cfg.lease_s) < 0) ||
 	    (o.break_signal && parse_signal(o.break_signal, &cfg.break_signal) < 0) ||
 	    (o.max_open_per_uid &&
 	     parse_cap("max_open_per_uid", o.max_open_per_uid, &cfg.max_open_per_uid) < 0) ||

@@ -75,15 +75,15 @@ def allowed(src, path, target):
     base = os.path.basename(target)
     public = to == 'public'
     if me == 'fs':
-        # fs/ -> fs/ and the public headers but etcd.h; backend.h only in
-        # main.c (the registry); never a core/ header.
+        # fs/ -> fs/ and the public headers but etcd_client.h; backend.h
+        # only in main.c (the registry); never a core/ header.
         if to == 'fs':
             return None
         if public and base == 'backend.h':
             return None if os.path.basename(path) == 'main.c' else 'backend.h outside fs/main.c'
-        if public and base != 'etcd.h':
+        if public and base != 'etcd_client.h':
             return None
-        return 'fs/ may use fs/ and include/lockfs/ (not etcd.h), never core/'
+        return 'fs/ may use fs/ and include/lockfs/ (not etcd_client.h), never core/'
     if me == 'lockctl':
         if to == 'lockctl' or (public and base in ('name.h', 'utf8.h', 'limits.h')):
             return None
@@ -102,13 +102,14 @@ def allowed(src, path, target):
         return 'core/lock/ may use lock/, proc/, base/ and backend.h'
     if me == 'backend':
         if to in ('backend', 'base', 'etcd') or \
-                (public and (base in BASE_PUBLIC or base in ('backend.h', 'etcd.h'))):
+                (public and (base in BASE_PUBLIC or base in ('backend.h', 'etcd_client.h'))):
             return None
         return 'core/backend/ may use backend/, base/, etcd/ and backend.h'
     if me == 'etcd':
-        if to in ('etcd', 'base') or (public and (base in BASE_PUBLIC or base == 'etcd.h')):
+        if to in ('etcd', 'base') or \
+                (public and (base in BASE_PUBLIC or base == 'etcd_client.h')):
             return None
-        return 'core/etcd/ may use etcd/, base/ and etcd.h'
+        return 'core/etcd/ may use etcd/, base/ and etcd_client.h'
     if me == 'proc':
         if to in ('proc', 'base') or (public and base in BASE_PUBLIC):
             return None

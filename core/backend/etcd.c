@@ -15,55 +15,24 @@
  * Every write is one etcd txn guarded by the identity the engine read
  * (create_revision, and mod_revision where a record rewrite matters), and
  * bounded by the client's 1 s timeout.  Reads (stat, read, list, session)
- * answer from the mirror (etcd_mirror.c), which one prefix watch keeps.
- * The session (etcd_session.c) keeps the lease alive and says when it is
- * uncertain or lost.
+ * answer from the mirror (etcd_mirror.c), which one prefix watch keeps
+ * (etcd_watch.c).  The session (etcd_session.c) keeps the lease alive and
+ * says when it is uncertain or lost.  Opening and closing the store (its
+ * options, host key, TLS) is etcd_open.c's.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include <jansson.h>
-
-#include "lockfs/holder.h"
-#include "lockfs/name.h"
-#include "lockfs/record.h"
 #include "base/clock.h"
-#include "dir.h"
 #include "etcd.h"
-
-#define HOSTS_DIR ".hosts/"
-
-/* The bound of a second call within one op (hand-off's grant), so that
- * the op as a whole stays within LOCKFS_ETCD_TIMEOUT_MS. */
-#define SHORT_TIMEOUT_MS 400
+#include "registry.h"
 
 static struct etcd_store *to_etcd(struct lockfs_backend *be)
 {
 	return (struct etcd_store *)be;
-}
-
-/* ---- Saying what is wrong, once ---- */
-
-void lockfs_etcdbe_say_unreachable(struct etcd_store *e, int rc)
-{
-	if (rc == -ENOMEM || __atomic_exchange_n(&e->unreachable, true, __ATOMIC_ACQ_REL))
-		return;
-	fprintf(stderr, "lockfs: etcd %s does not answer (%s): writes fail with EIO, reads "
-		"answer from the last known state, until it does\n", e->endpoints,
-		strerror(-rc));
-}
-
-void lockfs_etcdbe_say_reachable(struct etcd_store *e)
-{
-	if (__atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) &&
-	    __atomic_exchange_n(&e->unreachable, false, __ATOMIC_ACQ_REL))
-		fprintf(stderr, "lockfs: etcd %s answers again\n", e->endpoints);
 }
 
 /* The answer for a client error RC of a write: -EIO (the store cannot do
@@ -137,6 +106,22 @@ static bool unconfirmed(struct etcd_store *e)
 	       lockfs_etcdbe_session_state(e, NULL) != LOCKFS_SESSION_LIVE;
 }
 
+/* Where the holder's key KEY (on LEASE, made at CREATE_REV) is, into ST:
+ * for log lines, and the fields `owner` shows (lockfs_store_field). */
+static void holder_fields(struct lockfs_entry_stat *st, const char *key, int64_t lease,
+			  int64_t create_rev)
+{
+	snprintf(st->key, sizeof(st->key), "%s", key);
+	st->lease = lease;
+	st->fields[0] = (struct lockfs_store_field){ .name = "key", .value = LOCKFS_STORE_KEY };
+	st->fields[1] = (struct lockfs_store_field){ .name = "lease", .alt_name = "etcd_lease",
+						     .value = LOCKFS_STORE_HEX, .number = lease };
+	st->fields[2] = (struct lockfs_store_field){ .name = "create_revision",
+						     .value = LOCKFS_STORE_INT,
+						     .number = create_rev };
+	st->n_fields = 3;
+}
+
 static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lockfs_entry_stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -153,9 +138,7 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lo
 	st->identity = lockfs_etcdbe_identity(h->create_rev, h->mod_rev);
 	st->fence = h->delay_until_ms ? 0 : head_fence(h);
 	st->mtime_ms = h->seen_ms;
-	snprintf(st->key, sizeof(st->key), "%s", h->key);
-	st->lease = h->lease;
-	st->create_revision = h->create_rev;
+	holder_fields(st, h->key, h->lease, h->create_rev);
 }
 
 /*
@@ -251,9 +234,7 @@ static void granted_stat(struct etcd_store *e, const char *key, int64_t create_r
 	st->gid = e->gid;
 	st->mtime_ms = now_ms();
 	st->unconfirmed = unconfirmed(e);
-	snprintf(st->key, sizeof(st->key), "%s", key);
-	st->lease = lease;
-	st->create_revision = create_rev;
+	holder_fields(st, key, lease, create_rev);
 }
 
 /* ---- Ops ---- */
@@ -708,25 +689,39 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	return 0;
 }
 
+/*
+ * NAME's head as read() and stat() show it, into *H (with a malloc'd copy
+ * of its record in H->value when WANT_VALUE) and ST (may be NULL).  0;
+ * -ENOENT: not held, or held by a key on a lost lease of this daemon --
+ * not its any more.
+ */
+static int shown_head(struct etcd_store *e, const char *name, bool want_value,
+		      struct etcd_head *h, struct lockfs_entry_stat *st)
+{
+	int rc = lockfs_etcdbe_mirror_head(&e->mirror, name, want_value, now_ms(), h);
+
+	if (rc)
+		return rc;
+	if (h->has_key && !h->delay_until_ms && lockfs_etcdbe_session_lost_lease(e, h->lease)) {
+		free(h->value);
+		return -ENOENT;
+	}
+	if (st)
+		fill_stat(e, h, st);
+	return 0;
+}
+
 static int etcd_read(struct lockfs_backend *be, const char *name, char **record, size_t *len,
 		     struct lockfs_entry_stat *st)
 {
-	struct etcd_store *e = to_etcd(be);
 	struct etcd_head h;
 	int rc;
 
 	*record = NULL;
 	*len = 0;
-	rc = lockfs_etcdbe_mirror_head(&e->mirror, name, true, now_ms(), &h);
+	rc = shown_head(to_etcd(be), name, true, &h, st);
 	if (rc)
 		return rc;
-	/* Keys on a lost lease of this daemon are not its any more. */
-	if (h.has_key && !h.delay_until_ms && lockfs_etcdbe_session_lost_lease(e, h.lease)) {
-		free(h.value);
-		return -ENOENT;
-	}
-	if (st)
-		fill_stat(e, &h, st);
 	*record = h.value;
 	*len = h.value ? h.value_len : 0;
 	return 0;
@@ -735,21 +730,13 @@ static int etcd_read(struct lockfs_backend *be, const char *name, char **record,
 static int etcd_stat(struct lockfs_backend *be, const char *name,
 		     struct lockfs_entry_stat *st, bool likely_held)
 {
-	struct etcd_store *e = to_etcd(be);
 	struct etcd_head h;
 	/* No copy of the record: the stat needs only its fence. */
-	int rc = lockfs_etcdbe_mirror_head(&e->mirror, name, false, now_ms(), &h);
+	int rc = shown_head(to_etcd(be), name, false, &h, st);
 
-	if (rc)
-		return rc;
-	if (h.has_key && !h.delay_until_ms && lockfs_etcdbe_session_lost_lease(e, h.lease)) {
+	if (rc == 0)
 		free(h.value);
-		return -ENOENT;
-	}
-	if (st)
-		fill_stat(e, &h, st);
-	free(h.value);
-	return 0;
+	return rc;
 }
 
 struct list_filter {
@@ -794,158 +781,6 @@ static int etcd_session_op(struct lockfs_backend *be, const char *host,
 	out->since_ms = 0;
 	out->id = lease;
 	return 0;
-}
-
-/* ---- Reporting ---- */
-
-void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed)
-{
-	/* report_mu makes the watch thread and the session thread one
-	 * reporter (never concurrently with itself); no op takes it. */
-	pthread_mutex_lock(&e->report_mu);
-	if (e->change) {
-		if (changed->all)
-			e->change(e->change_arg, LOCKFS_CHANGE_ALL, NULL);
-		else
-			for (size_t i = 0; i < changed->n; i++)
-				e->change(e->change_arg,
-					  changed->own ? LOCKFS_CHANGE_OWN : LOCKFS_CHANGE_NAME,
-					  changed->v[i]);
-		if (session_changed)
-			e->change(e->change_arg, LOCKFS_CHANGE_SESSION, NULL);
-	}
-	pthread_mutex_unlock(&e->report_mu);
-	lockfs_etcdbe_names_free(changed);
-}
-
-/* A revision's host-key deletions, for lock-delay: the lease of a daemon
- * whose host key went (expired or revoked) at REV. */
-struct gone_host {
-	int64_t lease, rev;
-};
-
-static void on_watch(void *arg, const struct lockfs_etcd_watch_msg *msg)
-{
-	struct etcd_store *e = arg;
-	struct etcd_mirror *m = &e->mirror;
-	struct etcd_names changed = { 0 }, own = { .own = true };
-	int64_t now = now_ms();
-
-	switch (msg->kind) {
-	case LOCKFS_ETCD_WATCH_CREATED:
-		pthread_mutex_lock(&m->mu);
-		m->watching = true;
-		pthread_mutex_unlock(&m->mu);
-		return;
-	case LOCKFS_ETCD_WATCH_EVENTS: {
-		struct gone_host gone[16];
-		size_t n_gone = 0;
-		char host[LOCKFS_HOST_MAX];
-
-		pthread_mutex_lock(&m->mu);
-		/* An expired session deletes its host key and every key of its
-		 * lease in one revision: its head keys start lock-delay.  The
-		 * watch carries no prev_kv (it would cost etcd a read and every
-		 * watching daemon a record per delete): a deleted key's lease is
-		 * the one the mirror has for it, or the one a PUT earlier in
-		 * this message gave it. */
-		for (size_t i = 0; i < msg->n_events && n_gone < 16; i++) {
-			const struct lockfs_etcd_event *ev = &msg->events[i];
-			int64_t lease = 0;
-			size_t j = i;
-
-			if (ev->type != LOCKFS_ETCD_EVENT_DELETE ||
-			    lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) != 2)
-				continue;
-			while (j > 0 && !(msg->events[j - 1].type == LOCKFS_ETCD_EVENT_PUT &&
-					  strcmp(msg->events[j - 1].kv.key, ev->kv.key) == 0))
-				j--;
-			if (j > 0)
-				lease = msg->events[j - 1].kv.lease;
-			else
-				(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
-			if (lease)
-				gone[n_gone++] = (struct gone_host){ lease, ev->kv.mod_revision };
-		}
-		for (size_t i = 0; i < msg->n_events; i++) {
-			const struct lockfs_etcd_event *ev = &msg->events[i];
-			/* The echo of this daemon's own uncontended write: the
-			 * mirror and the engine have it already. */
-			struct etcd_names *to = lockfs_etcdbe_mirror_is_own_locked(m, ev->kv.mod_revision)
-						? &own : &changed;
-			int64_t delay = 0;
-
-			if (ev->type == LOCKFS_ETCD_EVENT_PUT) {
-				(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, to);
-				continue;
-			}
-			if (n_gone && e->lock_delay_s) {
-				int64_t lease = 0;
-
-				(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
-				for (size_t g = 0; g < n_gone && lease; g++)
-					if (gone[g].lease == lease &&
-					    gone[g].rev == ev->kv.mod_revision)
-						delay = now + e->lock_delay_s * 1000;
-			}
-			(void)lockfs_etcdbe_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision, delay,
-							to);
-		}
-		if (msg->next_revision > m->next_rev)
-			m->next_rev = msg->next_revision;
-		lockfs_etcdbe_mirror_sweep_locked(m);
-		pthread_mutex_unlock(&m->mu);
-		break;
-	}
-	case LOCKFS_ETCD_WATCH_PROGRESS:
-		pthread_mutex_lock(&m->mu);
-		if (msg->next_revision > m->next_rev)
-			m->next_rev = msg->next_revision;
-		lockfs_etcdbe_mirror_sweep_locked(m);
-		pthread_mutex_unlock(&m->mu);
-		return;
-	case LOCKFS_ETCD_WATCH_ENDED:
-		pthread_mutex_lock(&m->mu);
-		m->watching = false;
-		pthread_mutex_unlock(&m->mu);
-		lockfs_etcdbe_session_watch_ended(e, msg->resync, msg->next_revision);
-		return;
-	}
-	if (changed.n || changed.all)
-		lockfs_etcdbe_report(e, &changed, false);
-	else
-		lockfs_etcdbe_names_free(&changed);
-	if (own.n || own.all)
-		lockfs_etcdbe_report(e, &own, false);
-	else
-		lockfs_etcdbe_names_free(&own);
-}
-
-int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from)
-{
-	struct lockfs_etcd_watch_req req = {
-		.key = e->prefix, .prefix = true, .progress_notify = true,
-		.idle_timeout_ms = (int)(e->ttl_s * 1000 / 3),
-	};
-	int rc;
-
-	if (from == 0) {
-		/* A fresh read, then every change after it. */
-		struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = e->prefix,
-					     .prefix = true };
-		struct lockfs_etcd_op_resp r;
-
-		rc = lockfs_etcd_range(e->client, &op, &r);
-		if (rc)
-			return rc;
-		rc = lockfs_etcdbe_mirror_load(&e->mirror, r.kvs, r.n_kvs, r.revision, now_ms());
-		from = r.revision + 1;
-		lockfs_etcd_op_resp_free(&r);
-		if (rc)
-			return rc;
-	}
-	req.start_revision = from;
-	return lockfs_etcd_watch_open(&e->watch, e->client, &req, on_watch, e);
 }
 
 static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
@@ -993,92 +828,9 @@ static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 	return 0;
 }
 
-/* ---- Open and close ---- */
-
-/* (prefix, host) pairs open in this process: a second one is refused as
- * a live daemon would be (one process, one pid: the host key cannot tell). */
-static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct open_pair {
-	char *id;
-	struct open_pair *next;
-} *open_pairs;
-
-static bool open_pair_add(const char *prefix, const char *host)
-{
-	struct open_pair *p;
-	char *id;
-	bool ok = true;
-
-	if (asprintf(&id, "%s\n%s", prefix, host) < 0)
-		return false;
-	pthread_mutex_lock(&open_mu);
-	for (p = open_pairs; p && ok; p = p->next)
-		ok = strcmp(p->id, id) != 0;
-	if (ok && (p = malloc(sizeof(*p)))) {
-		p->id = id;
-		p->next = open_pairs;
-		open_pairs = p;
-		id = NULL;
-	} else {
-		ok = false;
-	}
-	pthread_mutex_unlock(&open_mu);
-	free(id);
-	return ok;
-}
-
-static void open_pair_remove(const char *prefix, const char *host)
-{
-	char *id;
-
-	if (asprintf(&id, "%s\n%s", prefix, host) < 0)
-		return;
-	pthread_mutex_lock(&open_mu);
-	for (struct open_pair **pp = &open_pairs; *pp; pp = &(*pp)->next)
-		if (strcmp((*pp)->id, id) == 0) {
-			struct open_pair *p = *pp;
-
-			*pp = p->next;
-			free(p->id);
-			free(p);
-			break;
-		}
-	pthread_mutex_unlock(&open_mu);
-	free(id);
-}
-
-static void etcd_free(struct etcd_store *e)
-{
-	lockfs_etcdbe_free_expired(e);
-	lockfs_etcdbe_keys_destroy(&e->free_keys);
-	free(e->endpoints);
-	free(e->prefix);
-	free(e->source);
-	free(e->host_key);
-	free(e->host_value);
-	free(e);
-}
-
 static void etcd_close(struct lockfs_backend *be)
 {
-	struct etcd_store *e = to_etcd(be);
-
-	/* The lease is not revoked: a restarted daemon adopts the locks. */
-	lockfs_etcdbe_session_stop(e);
-	if (e->watch)
-		lockfs_etcd_watch_close(e->watch);
-	e->watch = NULL;
-	pthread_mutex_lock(&e->report_mu);
-	e->change = NULL;
-	pthread_mutex_unlock(&e->report_mu);
-	lockfs_etcd_close(e->client);
-	lockfs_etcd_close(e->client_short);
-	lockfs_etcdbe_session_destroy(e);
-	lockfs_etcdbe_mirror_free(&e->mirror);
-	pthread_mutex_destroy(&e->report_mu);
-	open_pair_remove(e->prefix, e->base.host);
-	lockfs_statedir_close(&e->sd);
-	etcd_free(e);
+	lockfs_etcdbe_close(to_etcd(be));
 }
 
 static const struct lockfs_backend_ops etcd_ops = {
@@ -1099,431 +851,25 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.close = etcd_close,
 };
 
-static void say(const struct lockfs_backend_config *cfg, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void say(const struct lockfs_backend_config *cfg, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!cfg->why || !cfg->why_size)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(cfg->why, cfg->why_size, fmt, ap);
-	va_end(ap);
-}
-
-/* "N" seconds, MIN..LOCKFS_LEASE_MAX_S, into *OUT. */
-static int parse_seconds(const char *text, int64_t min, int64_t *out)
-{
-	char *end;
-	long long v;
-
-	if (!text || *text < '0' || *text > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoll(text, &end, 10);
-	if (errno || *end || v < min || v > (long long)LOCKFS_LEASE_MAX_S)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-static void read_machine_id(char out[64])
-{
-	FILE *f = fopen("/etc/machine-id", "re");
-
-	snprintf(out, 64, "unknown");
-	if (f) {
-		if (fscanf(f, "%63s", out) != 1)
-			snprintf(out, 64, "unknown");
-		fclose(f);
-	}
-}
-
-/* A TLS file the client will need: readable now, or one line. */
-static int check_tls_file(const struct lockfs_backend_config *cfg, const char *path)
-{
-	int fd;
-
-	if (!path)
-		return 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int rc = -errno;
-
-		say(cfg, "cannot read TLS file %s: %s", path, strerror(-rc));
-		return rc;
-	}
-	close(fd);
-	return 0;
-}
-
-/*
- * Take this host's host key H for the first lease.  When H exists: on
- * another machine, or in use by a live daemon of this boot -> refuse;
- * left by a daemon that is gone (dead, or an earlier boot) -> move H to
- * our lease and remember its lease for start() to revoke.  0, or -errno
- * with one line.
- */
-static int take_host_key(struct etcd_store *e, const struct lockfs_backend_config *cfg)
-{
-	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = e->host_key };
-	struct lockfs_etcd_op_resp r;
-	json_t *v = NULL;
-	const char *machine = "", *boot = "", *state = "";
-	char own_state[48] = "";
-	json_int_t pid = 0;
-	unsigned long long start_time = 0, now_start = 0;
-	int64_t old_lease;
-	int rc;
-
-	for (int attempt = 0; attempt < 3; attempt++) {
-		rc = lockfs_etcdbe_session_put_host(e, e->session.lease, 0);
-		if (rc != -EEXIST)
-			break;
-		rc = lockfs_etcd_range(e->client, &get, &r);
-		if (rc)
-			break;
-		if (r.n_kvs == 0) {
-			lockfs_etcd_op_resp_free(&r);
-			continue;  /* gone meanwhile: try again */
-		}
-		old_lease = r.kvs[0].lease;
-		machine = boot = state = "";  /* nothing of an earlier attempt's */
-		pid = 0;
-		start_time = 0;
-		v = json_loadb(r.kvs[0].value, r.kvs[0].value_len, 0, NULL);
-		lockfs_etcd_op_resp_free(&r);
-		if (v) {
-			json_t *st = json_object_get(v, "start_time");
-
-			machine = json_string_value(json_object_get(v, "machine_id")) ?: "";
-			boot = json_string_value(json_object_get(v, "boot_id")) ?: "";
-			state = json_string_value(json_object_get(v, "state_dir")) ?: "";
-			pid = json_integer_value(json_object_get(v, "pid"));
-			start_time = json_is_integer(st) ? (unsigned long long)json_integer_value(st)
-							 : 0;
-		}
-		if (strcmp(machine, e->machine_id) != 0) {
-			say(cfg, "host %s is in use by another machine on %s (%s): give this daemon "
-			    "another -o host=", e->base.host, e->prefix,
-			    *machine ? machine : "unknown machine id");
-			json_decref(v);
-			return -EBUSY;
-		}
-		/* Its backing directory is ours: we hold its pid lock, so that
-		 * daemon is gone (even if /proc still shows it, unreaped). */
-		if (*state && lockfs_etcdbe_state_id(e, own_state) == 0 &&
-		    strcmp(state, own_state) == 0 && pid != getpid())
-			pid = 0;
-		if (strcmp(boot, e->boot_id) == 0 && pid > 0 &&
-		    ((pid == getpid() && !open_pair_add(e->prefix, e->base.host)) ||
-		     (pid != getpid() &&
-		      lockfs_proc_start_time((pid_t)pid, &now_start) == 0 &&
-		      now_start == start_time))) {
-			say(cfg, "host %s is in use by another lockfs daemon on %s (pid %lld)",
-			    e->base.host, e->prefix, (long long)pid);
-			json_decref(v);
-			return -EBUSY;
-		}
-		if (pid == getpid())
-			open_pair_remove(e->prefix, e->base.host);
-		json_decref(v);
-		v = NULL;
-		/* A predecessor that is gone: its host key moves to us. */
-		rc = lockfs_etcdbe_session_put_host(e, e->session.lease, old_lease);
-		if (rc == 0) {
-			e->session.predecessor = old_lease;
-			break;
-		}
-		if (rc != -EEXIST)
-			break;
-	}
-	if (rc == -EEXIST) {
-		say(cfg, "host %s is in use by another lockfs daemon on %s", e->base.host,
-		    e->prefix);
-		return -EBUSY;
-	}
-	if (rc == -EACCES) {
-		/* Authentication on: its first write is where etcd says so. */
-		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
-		return rc;
-	}
-	if (rc) {
-		say(cfg, "cannot register host %s on %s in etcd: %s", e->base.host, e->prefix,
-		    strerror(-rc));
-		return rc;
-	}
-	if (!open_pair_add(e->prefix, e->base.host)) {
-		say(cfg, "host %s is in use by another lockfs daemon on %s (pid %d)",
-		    e->base.host, e->prefix, (int)getpid());
-		return -EBUSY;
-	}
-	return 0;
-}
-
-/* Refuse a prefix inside another lockfs namespace (one whose .hosts/ has a
- * key): every key of ours would also be one of its, our host keys showing
- * there as a lock nobody can take.  0, -EBUSY (said), or the client's
- * error. */
-static int check_not_nested(struct etcd_store *e, const struct lockfs_backend_config *cfg)
-{
-	char outer[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
-	size_t len = strlen(e->prefix);
-
-	/* Each shorter prefix that ends in '/': "/a/b/" is inside "/a/". */
-	for (size_t cut = 1; cut + 1 < len; cut++) {
-		struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = outer,
-					     .range_end = end, .limit = 1, .keys_only = true };
-		struct lockfs_etcd_op_resp r;
-		int n, rc;
-
-		if (e->prefix[cut - 1] != '/')
-			continue;
-		n = snprintf(outer, sizeof(outer), "%.*s.hosts/", (int)cut, e->prefix);
-		if (n < 0 || (size_t)n >= sizeof(outer))
-			continue;
-		end[lockfs_etcd_prefix_end(outer, (size_t)n, end)] = '\0';
-		rc = lockfs_etcd_range(e->client, &op, &r);
-		if (rc)
-			return rc;
-		n = (int)r.n_kvs;
-		lockfs_etcd_op_resp_free(&r);
-		if (n) {
-			say(cfg, "-o prefix=%s is inside the lockfs namespace %.*s on %s: prefixes "
-			    "must not nest", e->prefix, (int)cut, e->prefix, e->endpoints);
-			return -EBUSY;
-		}
-	}
-	return 0;
-}
-
-/* A host name shows in records, log lines and lockctl's columns: printable
- * ASCII, no blank, and none of the characters keys and JSON treat apart. */
-static bool host_ok(const char *host)
-{
-	size_t n = strlen(host);
-
-	if (n == 0 || n >= LOCKFS_HOST_MAX)
-		return false;
-	for (const unsigned char *p = (const unsigned char *)host; *p; p++)
-		if (*p <= ' ' || *p >= 0x7f || *p == '/' || *p == '"' || *p == '\\')
-			return false;
-	return true;
-}
-
-static int parse_options(struct etcd_store *e, const struct lockfs_backend_config *cfg,
-			 const char **backing, const char **cacert, const char **cert,
-			 const char **key)
-{
-	const char *prefix = "/lockfs/", *host = NULL;
-
-	e->ttl_s = 10;
-	e->lock_delay_s = 5;
-	for (size_t i = 0; i < cfg->n_options; i++) {
-		const struct lockfs_backend_option *o = &cfg->options[i];
-		const char *val = o->value ? o->value : "";
-
-		if (strcmp(o->key, "etcd") == 0) {
-			free(e->endpoints);
-			e->endpoints = strdup(val);
-			if (!e->endpoints)
-				goto nomem;
-		} else if (strcmp(o->key, "prefix") == 0) {
-			prefix = val;
-		} else if (strcmp(o->key, "host") == 0) {
-			host = val;
-		} else if (strcmp(o->key, "ttl") == 0) {
-			if (parse_seconds(val, 2, &e->ttl_s) < 0) {
-				say(cfg, "-o ttl=%s: want a whole number of seconds >= 2", val);
-				return -EINVAL;
-			}
-		} else if (strcmp(o->key, "lock_delay") == 0) {
-			if (parse_seconds(val, 0, &e->lock_delay_s) < 0) {
-				say(cfg, "-o lock_delay=%s: want a whole number of seconds >= 0", val);
-				return -EINVAL;
-			}
-		} else if (strcmp(o->key, "etcd_cacert") == 0) {
-			*cacert = val;
-		} else if (strcmp(o->key, "etcd_cert") == 0) {
-			*cert = val;
-		} else if (strcmp(o->key, "etcd_key") == 0) {
-			*key = val;
-		} else if (strcmp(o->key, "backing") == 0) {
-			*backing = val;
-		} else {
-			say(cfg, "-o %s: not an option of the etcd backend", o->key);
-			return -EINVAL;
-		}
-	}
-	if (!e->endpoints || !*e->endpoints) {
-		say(cfg, "-o backend=etcd needs -o etcd=URL[;URL...]");
-		return -EINVAL;
-	}
-	if (!*prefix || prefix[strlen(prefix) - 1] != '/' ||
-	    strlen(prefix) > LOCKFS_STORE_KEY_MAX - LOCKFS_NAME_MAX - 60) {
-		say(cfg, "-o prefix=%s: must end in '/' (e.g. /lockfs/) and be short", prefix);
-		return -EINVAL;
-	}
-	if (host) {
-		if (!host_ok(host)) {
-			say(cfg, "-o host=%s: want 1 to %d printable ASCII characters, no blank, "
-			    "'/', '\"' or '\\'", host, LOCKFS_HOST_MAX - 1);
-			return -EINVAL;
-		}
-		snprintf(e->base.host, sizeof(e->base.host), "%s", host);
-	} else {
-		if (gethostname(e->base.host, LOCKFS_HOST_MAX - 1) < 0)
-			snprintf(e->base.host, sizeof(e->base.host), "localhost");
-		e->base.host[LOCKFS_HOST_MAX - 1] = '\0';
-	}
-	e->prefix = strdup(prefix);
-	if (!e->prefix || asprintf(&e->source, "etcd:%s", prefix) < 0 ||
-	    asprintf(&e->host_key, "%s" HOSTS_DIR "%s", prefix, e->base.host) < 0)
-		goto nomem;
-	return 0;
-nomem:
-	say(cfg, "out of memory");
-	return -ENOMEM;
-}
+/* ---- Open and close (etcd_open.c) ---- */
 
 static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_backend **out)
 {
-	const char *backing = LOCKFS_DIR_DEFAULT_BACKING;
-	const char *cacert = NULL, *cert = NULL, *key = NULL;
-	struct lockfs_etcd_config ecfg = { .timeout_ms = LOCKFS_ETCD_TIMEOUT_MS };
-	struct lockfs_etcd_status status;
-	struct etcd_store *e = calloc(1, sizeof(*e));
-	bool have_sd = false, have_session = false, host_taken = false;
-	int rc;
+	struct etcd_store *e;
+	int rc = lockfs_etcdbe_open(cfg, &e);
 
-	if (!e) {
-		say(cfg, "out of memory");
-		return -ENOMEM;
-	}
-	rc = parse_options(e, cfg, &backing, &cacert, &cert, &key);
 	if (rc)
-		goto fail;
-	snprintf(e->boot_id, sizeof(e->boot_id), "%s", cfg->boot_id ? cfg->boot_id : "");
-	read_machine_id(e->machine_id);
-	rc = check_tls_file(cfg, cacert);
-	if (!rc)
-		rc = check_tls_file(cfg, cert);
-	if (!rc)
-		rc = check_tls_file(cfg, key);
-	if (rc)
-		goto fail;
-	rc = lockfs_statedir_open(&e->sd, backing, strcmp(backing, LOCKFS_DIR_DEFAULT_BACKING) == 0,
-				  cfg->takeover, cfg->takeover_arg, cfg->why, cfg->why_size);
-	if (rc)
-		goto fail;
-	have_sd = true;
-	ecfg.endpoints = e->endpoints;
-	ecfg.cacert = cacert;
-	ecfg.cert = cert;
-	ecfg.key = key;
-	rc = lockfs_etcd_open(&e->client, &ecfg);
-	if (!rc) {
-		ecfg.timeout_ms = SHORT_TIMEOUT_MS;
-		rc = lockfs_etcd_open(&e->client_short, &ecfg);
-	}
-	if (rc) {
-		if (rc == -EINVAL)
-			say(cfg, "-o etcd=%s: want http:// or https:// URLs separated by ';' "
-			    "(and etcd_cert with etcd_key)", e->endpoints);
-		else
-			say(cfg, "cannot start the etcd client: %s", strerror(-rc));
-		goto fail;
-	}
-	rc = lockfs_etcd_status(e->client, &status);
-	if (rc == -EACCES) {
-		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
-		goto fail;
-	}
-	if (rc) {
-		say(cfg, "no etcd endpoint answers (%s): %s", e->endpoints, strerror(-rc));
-		goto fail;
-	}
-	e->uid = geteuid();
-	e->gid = getegid();
-	lockfs_etcdbe_mirror_init(&e->mirror, e->prefix);
-	lockfs_etcdbe_keys_init(&e->free_keys);
-	pthread_mutex_init(&e->report_mu, NULL);
-	rc = lockfs_etcdbe_session_init(e);
-	have_session = true;
-	if (rc) {
-		say(cfg, rc == -EACCES ? "etcd refused our credentials (%s)" :
-		    "etcd (%s) grants no session lease: %s", e->endpoints, strerror(-rc));
-		goto fail;
-	}
-	rc = check_not_nested(e, cfg);
-	if (rc == -EACCES)
-		say(cfg, "etcd refused our credentials (%s)", e->endpoints);
-	else if (rc && rc != -EBUSY)
-		say(cfg, "cannot read the namespaces around %s in etcd (%s): %s", e->prefix,
-		    e->endpoints, strerror(-rc));
-	if (rc)
-		goto fail;
-	rc = take_host_key(e, cfg);
-	if (rc)
-		goto fail;
-	host_taken = true;
-	rc = lockfs_etcdbe_watch_start(e, 0);
-	if (rc) {
-		say(cfg, "cannot watch %s in etcd (%s): %s", e->prefix, e->endpoints,
-		    strerror(-rc));
-		goto fail;
-	}
-	/* No earlier daemon's session to adopt from: it may have expired
-	 * with locks whose holders live on (into the mirror, for the scan). */
-	if (!e->session.predecessor)
-		lockfs_etcdbe_find_expired(e, e->session.lease);
-	rc = lockfs_etcdbe_session_start(e);
-	if (rc) {
-		say(cfg, "cannot start the etcd session thread: %s", strerror(-rc));
-		goto fail;
-	}
+		return rc;
 	e->base.ops = &etcd_ops;
 	e->base.kind = &lockfs_backend_etcd_kind;
 	e->base.caps = LOCKFS_BE_SESSIONS | LOCKFS_BE_RETRY_RELEASES;
-	e->base.state_dirfd = e->sd.dirfd;
-	e->base.state_path = e->sd.path;
-	e->base.source = e->source;
-	e->base.statedir = &e->sd;
 	*out = &e->base;
 	return 0;
-fail:
-	if (e->watch)
-		lockfs_etcd_watch_close(e->watch);
-	if (have_session) {
-		/* Nothing of ours may stay: the lease takes the host key along. */
-		if (e->session.lease)
-			(void)!lockfs_etcd_lease_revoke(e->client, e->session.lease);
-		lockfs_etcdbe_session_destroy(e);
-		lockfs_etcdbe_mirror_free(&e->mirror);
-		pthread_mutex_destroy(&e->report_mu);
-	}
-	if (host_taken)
-		open_pair_remove(e->prefix, e->base.host);
-	if (e->client)
-		lockfs_etcd_close(e->client);
-	if (e->client_short)
-		lockfs_etcd_close(e->client_short);
-	if (have_sd)
-		lockfs_statedir_close(&e->sd);
-	etcd_free(e);
-	return rc < 0 ? rc : -EIO;
 }
-
-static const char *const etcd_option_keys[] = {
-	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
-	"backing", NULL,
-};
 
 const struct lockfs_backend_kind lockfs_backend_etcd_kind = {
 	.name = "etcd",
-	.option_keys = etcd_option_keys,
+	.option_keys = lockfs_backend_etcd_option_keys,
 	.help =
 	"    -o etcd=URL[;URL...]  etcd client URLs (backend=etcd; required)\n"
 	"    -o prefix=PREFIX      key prefix of the lock namespace (default /lockfs/)\n"
@@ -1533,6 +879,6 @@ const struct lockfs_backend_kind lockfs_backend_etcd_kind = {
 	"                          this long (default 5)\n"
 	"    -o etcd_cacert=FILE,etcd_cert=FILE,etcd_key=FILE  TLS for https:// URLs\n"
 	"    -o backing=DIR        this host's audit log and pid lock (default "
-	LOCKFS_DIR_DEFAULT_BACKING ")\n",
+	LOCKFS_BACKEND_DEFAULT_BACKING ")\n",
 	.open = etcd_open,
 };

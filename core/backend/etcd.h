@@ -24,7 +24,7 @@
 #include <sys/types.h>
 
 #include "lockfs/backend.h"
-#include "lockfs/etcd.h"
+#include "lockfs/etcd_client.h"
 #include "statedir.h"
 
 extern const struct lockfs_backend_kind lockfs_backend_etcd_kind;
@@ -220,7 +220,25 @@ struct etcd_pending {
 	struct etcd_pending *next;
 };
 
+struct etcd_store;
+
+/*
+ * What the session thread asks of the store above it, given once at
+ * lockfs_etcdbe_session_init: the session keeps the lease and says what
+ * became of it, as etcd's own Go client keeps its Session apart from the
+ * Mutex; it calls no function of the files that call it.
+ */
+struct etcd_session_hooks {
+	/* The watch ended: reopen it from revision FROM or, with *RESYNC
+	 * (set also when FROM is compacted), from a fresh read.  0 or -errno. */
+	int (*watch_reopen)(struct etcd_store *e, int64_t from, bool *resync);
+	/* Report CHANGED (and free it) and, when SESSION_CHANGED, that the
+	 * session changed state (lockfs_etcdbe_report). */
+	void (*report)(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
+};
+
 struct etcd_session {
+	const struct etcd_session_hooks *hooks; /* set at init, read-only then */
 	pthread_mutex_t mu;      /* leaf: everything below */
 	pthread_cond_t cv;       /* wakes the session thread */
 	enum lockfs_session_state state; /* also read with __atomic by ops */
@@ -241,7 +259,6 @@ struct etcd_session {
 
 /* ---- An earlier session that expired before this daemon (etcd_expired.c) ---- */
 
-struct etcd_store;
 /* At open, when the host key was free (OWN_LEASE: the lease this daemon
  * put it on): find in etcd's history the session of this host, machine
  * and boot that ended last, and show its locks to the startup scan as
@@ -337,22 +354,39 @@ struct etcd_store {
 	int64_t expired_rev;
 };
 
+/* The bound of a second call within one op (hand-off's grant), so that
+ * the op as a whole stays within LOCKFS_ETCD_TIMEOUT_MS. */
+#define SHORT_TIMEOUT_MS 400
+
+/* Open the store CFG describes (etcd_open.c): options, client, lease,
+ * host key, watch, session thread; E->base without its ops, kind and
+ * caps, which etcd.c sets.  0, or -errno with one line in CFG->why. */
+int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_store **out);
+/* Stop reporting, let go of etcd (the lease stays, for the next daemon to
+ * adopt its locks) and free E. */
+void lockfs_etcdbe_close(struct etcd_store *e);
+
+/* ---- The watch and reporting (etcd_watch.c) ---- */
+
 /* Report CHANGED (and free it) and WHAT=SESSION when SESSION_CHANGED, to
  * the engine's callback if start() gave one.  No backend lock held. */
 void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
 
 /* The watch on PREFIX from FROM (0: a fresh read first, then from its
- * revision + 1).  0 or -errno.  From open() and the session thread. */
+ * revision + 1).  0 or -errno.  From open(). */
 int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from);
+/* Close the watch that ended and open it again (etcd_session_hooks). */
+int lockfs_etcdbe_watch_reopen(struct etcd_store *e, int64_t from, bool *resync);
 
 /* Say once that etcd cannot be reached (RC the client's error), or that
- * it answers again. */
+ * it answers again (etcd_session.c: whether etcd answers is part of the
+ * daemon's standing with it). */
 void lockfs_etcdbe_say_unreachable(struct etcd_store *e, int rc);
 void lockfs_etcdbe_say_reachable(struct etcd_store *e);
 
 /* The session: grant the first lease (open), run the keepalive thread
- * (start .. close). */
-int lockfs_etcdbe_session_init(struct etcd_store *e);
+ * (start .. close).  HOOKS (static) is what the thread calls above it. */
+int lockfs_etcdbe_session_init(struct etcd_store *e, const struct etcd_session_hooks *hooks);
 int lockfs_etcdbe_session_start(struct etcd_store *e);
 void lockfs_etcdbe_session_stop(struct etcd_store *e);
 void lockfs_etcdbe_session_destroy(struct etcd_store *e);

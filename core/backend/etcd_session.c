@@ -40,6 +40,24 @@ static int64_t interval_ms(const struct etcd_store *e)
 	return ms < KEEPALIVE_MIN_MS ? KEEPALIVE_MIN_MS : ms;
 }
 
+/* ---- Saying once that etcd does not answer, and that it does again ---- */
+
+void lockfs_etcdbe_say_unreachable(struct etcd_store *e, int rc)
+{
+	if (rc == -ENOMEM || __atomic_exchange_n(&e->unreachable, true, __ATOMIC_ACQ_REL))
+		return;
+	fprintf(stderr, "lockfs: etcd %s does not answer (%s): writes fail with EIO, reads "
+		"answer from the last known state, until it does\n", e->endpoints,
+		strerror(-rc));
+}
+
+void lockfs_etcdbe_say_reachable(struct etcd_store *e)
+{
+	if (__atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) &&
+	    __atomic_exchange_n(&e->unreachable, false, __ATOMIC_ACQ_REL))
+		fprintf(stderr, "lockfs: etcd %s answers again\n", e->endpoints);
+}
+
 /* The state by the clock alone (with s->mu held): an op must see
  * UNCERTAIN and LOST on time even when the session thread is late (a
  * keepalive takes up to 1 s while etcd does not answer). */
@@ -183,12 +201,13 @@ int lockfs_etcdbe_session_put_host(struct etcd_store *e, int64_t lease, int64_t 
 	return rc;
 }
 
-int lockfs_etcdbe_session_init(struct etcd_store *e)
+int lockfs_etcdbe_session_init(struct etcd_store *e, const struct etcd_session_hooks *hooks)
 {
 	struct etcd_session *s = &e->session;
 	int64_t lease = 0;
 	int rc;
 
+	s->hooks = hooks;
 	pthread_mutex_init(&s->mu, NULL);
 	{
 		pthread_condattr_t ca;
@@ -420,7 +439,6 @@ static bool restart_watch(struct etcd_store *e)
 	struct etcd_session *s = &e->session;
 	bool ended, resync;
 	int64_t from;
-	int rc;
 
 	pthread_mutex_lock(&s->mu);
 	ended = s->watch_ended;
@@ -429,19 +447,7 @@ static bool restart_watch(struct etcd_store *e)
 	pthread_mutex_unlock(&s->mu);
 	if (!ended)
 		return false;
-	if (e->watch) {
-		lockfs_etcd_watch_close(e->watch);
-		e->watch = NULL;
-		pthread_mutex_lock(&e->mirror.mu);
-		e->mirror.watching = false;
-		pthread_mutex_unlock(&e->mirror.mu);
-	}
-	rc = lockfs_etcdbe_watch_start(e, resync ? 0 : from);
-	if (rc == -ERANGE && !resync) {
-		resync = true;
-		rc = lockfs_etcdbe_watch_start(e, 0);
-	}
-	if (rc)
+	if (s->hooks->watch_reopen(e, from, &resync))
 		return false;
 	pthread_mutex_lock(&s->mu);
 	s->watch_ended = false;
@@ -502,7 +508,7 @@ static void *session_thread(void *arg)
 			watch_retry = ended ? lockfs_boot_ms() + interval_ms(e) : 0;
 		}
 		if (all.all || all.n || session_changed)
-			lockfs_etcdbe_report(e, &all, session_changed);
+			s->hooks->report(e, &all, session_changed);
 	}
 	return NULL;
 }

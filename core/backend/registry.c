@@ -8,6 +8,15 @@
 
 #include "lockfs/backend.h"
 #include "dir.h"
+#include "registry.h"
+
+/* The etcd kind's keys, here rather than in etcd.c: without etcd support
+ * they are still known by name (fs/main.c: "needs -o backend=etcd"). */
+const char *const lockfs_backend_etcd_option_keys[] = {
+	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
+	"backing", NULL,
+};
+
 #ifdef LOCKFS_WITH_ETCD
 #include "etcd.h"
 #else
@@ -22,14 +31,9 @@ static int etcd_not_built(const struct lockfs_backend_config *cfg, struct lockfs
 	return -EOPNOTSUPP;
 }
 
-static const char *const etcd_option_keys[] = {
-	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
-	"backing", NULL,
-};
-
 static const struct lockfs_backend_kind lockfs_backend_etcd_kind = {
 	.name = "etcd",
-	.option_keys = etcd_option_keys,
+	.option_keys = lockfs_backend_etcd_option_keys,
 	.help = "    (backend=etcd: not built in this lockfs, -Detcd=disabled)\n",
 	.open = etcd_not_built,
 };

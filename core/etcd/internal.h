@@ -1,6 +1,6 @@
 /*
  * What the etcd client's files share (client.c, codec.c, kv.c, lease.c,
- * watch.c).  Not a public interface: include/lockfs/etcd.h is.
+ * watch.c).  Not a public interface: include/lockfs/etcd_client.h is.
  */
 #ifndef LOCKFS_ETCD_INTERNAL_H
 #define LOCKFS_ETCD_INTERNAL_H
@@ -12,7 +12,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "lockfs/etcd.h"
+#include "lockfs/etcd_client.h"
 
 /* Largest answer (or watch line) we accept: -EPROTO beyond. */
 #define LOCKFS_ETCD_BODY_MAX (64u << 20)
@@ -28,7 +28,7 @@ enum lockfs_etcd_resend { LOCKFS_ETCD_ONCE, LOCKFS_ETCD_RESEND };
  * POST BODY to PATH ("/v3/kv/range") on the first endpoint that answers,
  * within the client's time bound (see docs/etcd.md "Failover").  Returns 0
  * and *OUT (a JSON object, the caller's reference) for HTTP 200, or the
- * negative errno of include/lockfs/etcd.h.
+ * negative errno of include/lockfs/etcd_client.h.
  */
 int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 		     enum lockfs_etcd_resend resend, json_t **out);

@@ -51,6 +51,26 @@ struct lockfs_backend;
 
 /* ---- What the store says about a held lock ---- */
 
+/* How a store field's value shows in `owner`. */
+enum lockfs_store_value {
+	LOCKFS_STORE_KEY,    /* the stat's KEY, as a string */
+	LOCKFS_STORE_INT,    /* NUMBER, as an integer */
+	LOCKFS_STORE_HEX,    /* NUMBER, as a string of 16 hex digits (an ID) */
+};
+
+/* One field a store adds to a lock's `owner` record (etcd: "key",
+ * "lease", "create_revision"). */
+struct lockfs_store_field {
+	const char *name;       /* its JSON key (a static string) */
+	/* The key it takes instead when the record itself has NAME (not
+	 * null): the store's never hides the record's (etcd: "etcd_lease"
+	 * beside a lock's own "lease").  NULL: it replaces it. */
+	const char *alt_name;
+	enum lockfs_store_value value;
+	int64_t number;
+};
+#define LOCKFS_STORE_FIELDS_MAX 4
+
 struct lockfs_entry_stat {
 	/* Changes whenever the stored lock or its record changes; never 0 for
 	 * a held lock.  While it stays, a record read with it still stands. */
@@ -69,11 +89,15 @@ struct lockfs_entry_stat {
 				   confirmed; it cannot be reached now */
 	int64_t delay_until_ms; /* > 0: held by nobody until then (etcd's
 				   lock-delay); read() gives no record */
-	/* Where the store keeps the holder, for `owner` ("" and 0: nothing to
-	 * show; dir leaves them empty). */
+	/* Where the store keeps the holder, for log lines ("" and 0: nothing
+	 * to say; dir leaves them empty): its key, and the session it hangs on
+	 * (etcd: the lease ID). */
 	char key[LOCKFS_STORE_KEY_MAX];
 	int64_t lease;
-	int64_t create_revision;
+	/* What the store adds to `owner` about the holder, in this order (dir:
+	 * none).  The engine copies them without knowing their names. */
+	struct lockfs_store_field fields[LOCKFS_STORE_FIELDS_MAX];
+	size_t n_fields;
 };
 
 /* The engine's record of a new grant, encoded once the fence is known. */
@@ -318,6 +342,11 @@ struct lockfs_backend_kind {
 	int (*open)(const struct lockfs_backend_config *cfg, struct lockfs_backend **out)
 		__attribute__((warn_unused_result));
 };
+
+/* "N" whole seconds, MIN..LOCKFS_LEASE_MAX_S (digits only), into *OUT:
+ * the grammar of every -o option that takes seconds, the daemon's and the
+ * stores' alike (core/backend/options.c).  0; -EINVAL. */
+int lockfs_backend_parse_seconds(const char *text, int64_t min, int64_t *out);
 
 /* The kinds built in (NULL-terminated), and one by name (NULL: unknown). */
 extern const struct lockfs_backend_kind *const lockfs_backend_kinds[];

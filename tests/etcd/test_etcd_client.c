@@ -1,5 +1,5 @@
 /*
- * The etcd client (include/lockfs/etcd.h) against a real etcd on loopback.
+ * The etcd client (include/lockfs/etcd_client.h) against a real etcd on loopback.
  * Run through tests/integration/etcd_fixtures.py exec --tls, which starts
  * a plain and a TLS etcd and passes their URLs in LOCKFS_ETCD_*; without
  * them every test that needs etcd is skipped.
@@ -30,7 +30,7 @@
 
 #include <cmocka.h>
 
-#include "lockfs/etcd.h"
+#include "lockfs/etcd_client.h"
 
 #define WAIT_MS 5000   /* the longest any awaited event may take */
 

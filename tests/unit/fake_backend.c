@@ -5,6 +5,7 @@
  * callback run with neither held.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -69,6 +70,7 @@ struct fake_backend {
 	int fail_count[FAKE_OP_COUNT];
 	struct lockfs_session state;
 	bool unconfirmed;                /* read and stat say so */
+	bool fields;                     /* read and stat name store fields */
 	/* Change reporting: a queue drained by the thread. */
 	pthread_mutex_t cq_mu;
 	pthread_cond_t cq_cv;
@@ -250,6 +252,19 @@ static void fill(const struct fake_lock *l, struct lockfs_entry_stat *st)
 	st->gid = getgid();
 	st->mtime_ms = l->mtime_ms;
 	st->delay_until_ms = l->delay_until_ms;
+}
+
+/* Fields of a store this engine has never heard of (fake_backend_fields). */
+static void fill_fields(const struct fake_lock *l, struct lockfs_entry_stat *st)
+{
+	snprintf(st->key, sizeof(st->key), "fake/%" PRIu64, l->identity);
+	st->lease = 0x2a;
+	st->fields[0] = (struct lockfs_store_field){ .name = "shelf", .value = LOCKFS_STORE_KEY };
+	st->fields[1] = (struct lockfs_store_field){ .name = "lease", .alt_name = "fake_lease",
+						     .value = LOCKFS_STORE_HEX, .number = 0x2a };
+	st->fields[2] = (struct lockfs_store_field){ .name = "spot", .value = LOCKFS_STORE_INT,
+						     .number = 7 };
+	st->n_fields = 3;
 }
 
 /* An injected failure of OP due now: its -errno (fs->mu held). */
@@ -532,8 +547,11 @@ static int fake_read(struct lockfs_backend *be, const char *name, char **record,
 		*len = l->len;
 	}
 	fill(l, st);
-	if (st)
+	if (st) {
 		st->unconfirmed = f->unconfirmed;
+		if (f->fields)
+			fill_fields(l, st);
+	}
 	LEAVE(f, 0);
 }
 
@@ -551,6 +569,8 @@ static int fake_stat(struct lockfs_backend *be, const char *name, struct lockfs_
 	if (st) {
 		st->fence = 0; /* as dir: stat gives no fence */
 		st->unconfirmed = f->unconfirmed;
+		if (f->fields)
+			fill_fields(l, st);
 	}
 	LEAVE(f, 0);
 }
@@ -856,6 +876,15 @@ void fake_backend_unconfirmed(struct lockfs_backend *be, bool unconfirmed)
 
 	pthread_mutex_lock(&f->fs->mu);
 	f->unconfirmed = unconfirmed;
+	pthread_mutex_unlock(&f->fs->mu);
+}
+
+void fake_backend_fields(struct lockfs_backend *be, bool fields)
+{
+	struct fake_backend *f = to_fake(be);
+
+	pthread_mutex_lock(&f->fs->mu);
+	f->fields = fields;
 	pthread_mutex_unlock(&f->fs->mu);
 }
 

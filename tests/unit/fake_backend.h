@@ -68,6 +68,11 @@ void fake_backend_new_session(struct lockfs_backend *be);
  * answer is the last state it confirmed) while UNCONFIRMED. */
 void fake_backend_unconfirmed(struct lockfs_backend *be, bool unconfirmed);
 
+/* read and stat name store fields the engine does not know while FIELDS:
+ * "shelf" (the key "fake/IDENTITY"), "lease" (0x2a in hex; "fake_lease"
+ * when the record has a lease of its own) and "spot" (7). */
+void fake_backend_fields(struct lockfs_backend *be, bool fields);
+
 /* NAME in lock-delay until UNTIL_MS (wall clock), as etcd's after a
  * holder's session expired: held by nobody, no record, TRY gets -EEXIST.
  * 0; -EEXIST; -ENOMEM. */

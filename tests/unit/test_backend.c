@@ -34,7 +34,7 @@
 
 #include "lockfs/backend.h"
 #ifdef LOCKFS_WITH_ETCD
-#include "lockfs/etcd.h"
+#include "lockfs/etcd_client.h"
 #endif
 #include "fake_backend.h"
 

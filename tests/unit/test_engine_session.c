@@ -292,6 +292,31 @@ static void test_unconfirmed_view_when_the_store_cannot_be_reached(void **state)
 	assert_int_equal(release(p, "u"), 0);
 }
 
+/* A store's own fields reach `owner` in its order, under its names, which
+ * the engine does not know: the seam carries them, not etcd's. */
+static void test_owner_shows_the_fields_the_store_names(void **state)
+{
+	pid_t p = engine_proc(&H, NULL);
+	char *o;
+
+	(void)state;
+	assert_int_equal(acquire(p, "f"), 0);
+	assert_false(owner_says("f", "\"spot\""));
+	fake_backend_fields(H.be, true);
+	o = owner_of("f");
+	assert_non_null(o);
+	assert_non_null(strstr(o, "\"shelf\": \"fake/"));
+	/* The record's "lease" is null (no lease of its own): the store's
+	 * takes its place. */
+	assert_non_null(strstr(o, "\"lease\": \"000000000000002a\""));
+	assert_null(strstr(o, "fake_lease"));
+	assert_non_null(strstr(o, "\"spot\": 7\n"));
+	assert_true(strstr(o, "\"shelf\"") < strstr(o, "\"spot\""));
+	free(o);
+	fake_backend_fields(H.be, false);
+	assert_int_equal(release(p, "f"), 0);
+}
+
 static void test_lock_delay_view_holds_the_name_for_nobody(void **state)
 {
 	pid_t p = engine_proc(&H, NULL);
@@ -498,6 +523,7 @@ int main(void)
 		SESSION_TEST(test_record_this_daemon_never_granted_is_not_lost_when_it_goes),
 		SESSION_TEST(test_uncertain_session_refuses_grants_and_owner_says_so),
 		SESSION_TEST(test_unconfirmed_view_when_the_store_cannot_be_reached),
+		SESSION_TEST(test_owner_shows_the_fields_the_store_names),
 		SESSION_TEST(test_lock_delay_view_holds_the_name_for_nobody),
 		SESSION_TEST(test_waiters_requeue_in_queue_order_on_a_new_session),
 		SESSION_TEST(test_refused_release_is_eio_then_completed_once),

@@ -18,7 +18,7 @@
  * Two clients, interleaved round by round (their order alternating) on
  * one etcd: "raw", libcurl with prebuilt bodies on one reused connection
  * (the floor: etcd's round trips and little else), and "client", the same
- * transactions through lockfs's etcd client (include/lockfs/etcd.h).
+ * transactions through lockfs's etcd client (include/lockfs/etcd_client.h).
  * Prints, per client, p50/p99 of each transaction and of the pair over all
  * rounds, and the median of the rounds' pairs/s.  Each round is preceded
  * by an untimed warm-up.  Any failed or lost transaction stops the run with
@@ -52,7 +52,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "lockfs/etcd.h"
+#include "lockfs/etcd_client.h"
 
 #define WARMUP 20
 

@@ -45,8 +45,8 @@
  * After -ETIMEDOUT, -EIO, -EAGAIN or -EPROTO a write may or may not have
  * been applied (lockfs_etcd_outcome_unknown()): read before assuming.
  */
-#ifndef LOCKFS_ETCD_H
-#define LOCKFS_ETCD_H
+#ifndef LOCKFS_ETCD_CLIENT_H
+#define LOCKFS_ETCD_CLIENT_H
 
 #include <stdbool.h>
 #include <stddef.h>
