@@ -68,6 +68,7 @@
 #include <unistd.h>
 
 #include "lockfs/record.h"
+#include "base/clock.h"
 #include "dir.h"
 #include "fence.h"
 #include "statedir.h"
@@ -147,14 +148,6 @@ struct dir_store {
 static struct dir_store *to_dir(struct lockfs_backend *be)
 {
 	return (struct dir_store *)be;
-}
-
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static bool pool_get(struct dir_store *d, char out[64])
@@ -1082,7 +1075,7 @@ static int dir_foreign_stale(struct lockfs_backend *be, const char *name,
 	if (buf)
 		record_fence(buf, len, &top);
 	free(buf);
-	if (top || !es.identity || wall_ms() - es.mtime_ms < (int64_t)d->stale_s * 1000)
+	if (top || !es.identity || lockfs_wall_ms() - es.mtime_ms < (int64_t)d->stale_s * 1000)
 		return 0;
 	if (out)
 		*out = es;
@@ -1517,7 +1510,7 @@ static int dir_open(const struct lockfs_backend_config *cfg, struct lockfs_backe
 	pthread_mutex_init(&d->health_mu, NULL);
 	d->dirfd = d->sd.dirfd;
 	d->uid = geteuid();
-	d->opened_ms = wall_ms();
+	d->opened_ms = lockfs_wall_ms();
 	/* Absolute: the daemon changes its directory when it detaches. */
 	d->path = realpath(backing, NULL);
 	if (!d->path)
