@@ -370,6 +370,31 @@ static int check_identity(struct dir_store *d, const char *lock, uint64_t identi
 	return stat_identity(st) == identity ? 0 : -ENOENT;
 }
 
+/*
+ * The head of every op on a lock that may be held: NAME's entry into
+ * LOCK, unless DIR is known to be gone.  0, -ENOENT (no such lock can
+ * exist: the name does not fit), -EIO.
+ */
+static int lock_of(struct dir_store *d, const char *name, char lock[NAME_MAX + 1])
+{
+	if (lock_path(lock, name) < 0)
+		return -ENOENT;
+	return has_vanished(d) ? -EIO : 0;
+}
+
+/*
+ * The head of every change of a held lock: is NAME's stored lock (its
+ * entry into LOCK) still the one IDENTITY names (check_identity)?  0 (*ST
+ * its stat), -ENOENT, -EIO.
+ */
+static int held_as(struct dir_store *d, const char *name, uint64_t identity,
+		   char lock[NAME_MAX + 1], struct stat *st)
+{
+	int rc = lock_of(d, name, lock);
+
+	return rc < 0 ? rc : check_identity(d, lock, identity, st);
+}
+
 static int write_all(int fd, const char *buf, size_t len)
 {
 	while (len > 0) {
@@ -794,13 +819,8 @@ static int rewrite(struct dir_store *d, const char *name, uint64_t identity, boo
 	uint64_t fence = 0, top = 0;
 	struct stat st;
 	size_t len;
-	int rc = lock_path(lock, name);
+	int rc = held_as(d, name, identity, lock, &st);
 
-	if (rc < 0)
-		return -ENOENT;
-	if (has_vanished(d))
-		return -EIO;
-	rc = check_identity(d, lock, identity, &st);
 	if (rc < 0)
 		return rc;
 	if (grant && (rc = next_fence(d, &fence)) < 0)
@@ -850,13 +870,8 @@ static int dir_release(struct lockfs_backend *be, const char *name, uint64_t ide
 	struct dir_store *d = to_dir(be);
 	char lock[NAME_MAX + 1], tomb[64];
 	struct stat st;
-	int rc = lock_path(lock, name);
+	int rc = held_as(d, name, identity, lock, &st);
 
-	if (rc < 0)
-		return -ENOENT;
-	if (has_vanished(d))
-		return -EIO;
-	rc = check_identity(d, lock, identity, &st);
 	if (rc < 0)
 		return rc;
 	/* Take the whole lock out of sight in one step: a crash afterwards
@@ -879,12 +894,10 @@ static int dir_stat(struct lockfs_backend *be, const char *name,
 	struct dir_store *d = to_dir(be);
 	char lock[NAME_MAX + 1];
 	struct stat st;
-	int rc = lock_path(lock, name);
+	int rc = lock_of(d, name, lock);
 
 	if (rc < 0)
-		return -ENOENT;
-	if (has_vanished(d))
-		return -EIO;
+		return rc;
 	/* A name lockfs knows no record for is most often free: one stat of
 	 * NAME.lock says so (the lookup before every mkdir), where looking
 	 * for its record first would take two.  Such an ENOENT is not
@@ -927,14 +940,12 @@ static int dir_read(struct lockfs_backend *be, const char *name,
 	bool usable = false;
 	char *buf = NULL;
 	ssize_t n;
-	int fd, rc = lock_path(lock, name);
+	int fd, rc = lock_of(d, name, lock);
 
 	*record = NULL;
 	*len = 0;
 	if (rc < 0)
-		return -ENOENT;
-	if (has_vanished(d))
-		return -EIO;
+		return rc;
 	fd = open_record(d->dirfd, lock, RECORD_FILE);
 	if (fd >= 0)
 		usable = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) &&
@@ -1003,13 +1014,8 @@ static int dir_adopt(struct lockfs_backend *be, const char *name, uint64_t ident
 	struct dir_store *d = to_dir(be);
 	char lock[NAME_MAX + 1];
 	struct stat sst;
-	int rc = lock_path(lock, name);
+	int rc = held_as(d, name, identity, lock, &sst);
 
-	if (rc < 0)
-		return -ENOENT;
-	if (has_vanished(d))
-		return -EIO;
-	rc = check_identity(d, lock, identity, &sst);
 	if (rc == 0 && st)
 		fill_stat(st, &sst);
 	return rc;
