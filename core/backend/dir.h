@@ -4,9 +4,10 @@
 #define LOCKFS_BACKEND_DIR_H
 
 #include "lockfs/backend.h"
+#include "registry.h"
 
 /* Default paths, also for `lockfs --help`. */
-#define LOCKFS_DIR_DEFAULT_BACKING "/run/lockfs"
+#define LOCKFS_DIR_DEFAULT_BACKING LOCKFS_BACKEND_DEFAULT_BACKING
 #define LOCKFS_DIR_DEFAULT_FENCE_DIR "/var/lib/lockfs"
 #define LOCKFS_DIR_DEFAULT_FENCE_FILE LOCKFS_DIR_DEFAULT_FENCE_DIR "/fence"
 

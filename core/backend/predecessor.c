@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "statedir.h"
 
 #define LOOK_AGAIN_MS 50
@@ -36,16 +37,7 @@
  * out), the flock is tried this often. */
 #define RETRY_MS 5
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The pid in DIR/.lockfs, or 0. */
-static pid_t pid_in(int lockfd)
+pid_t lockfs_statedir_pid_in(int lockfd)
 {
 	char buf[32];
 	ssize_t n = pread(lockfd, buf, sizeof(buf) - 1, 0);
@@ -120,8 +112,8 @@ static void wait_exit(pid_t pid, int ms)
 
 int lockfs_statedir_wait_predecessor(int lockfd, pid_t *waited_pid, unsigned *waited_ms)
 {
-	int64_t start = now_ms(), deadline = start + LOCKFS_STATEDIR_WAIT_MS;
-	pid_t pid = pid_in(lockfd);
+	int64_t start = lockfs_boot_ms(), deadline = start + LOCKFS_STATEDIR_WAIT_MS;
+	pid_t pid = lockfs_statedir_pid_in(lockfd);
 	bool seen_stopping = false;
 
 	*waited_pid = 0;
@@ -132,26 +124,26 @@ int lockfs_statedir_wait_predecessor(int lockfd, pid_t *waited_pid, unsigned *wa
 		nanosleep(&pause, NULL);
 		if (flock(lockfd, LOCK_EX | LOCK_NB) == 0)
 			goto got_it; /* it stopped meanwhile, e.g. was unmounted */
-		pid = pid_in(lockfd);
+		pid = lockfs_statedir_pid_in(lockfd);
 		if (!stopping(lockfd, pid))
 			return -EBUSY;
 	}
 	seen_stopping = true;
 	*waited_pid = pid;
 	for (;;) {
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - lockfs_boot_ms();
 
 		if (flock(lockfd, LOCK_EX | LOCK_NB) == 0)
 			break;
 		if (left <= 0)
 			return -ETIMEDOUT;
 		/* The file is emptied at the very end of a clean stop. */
-		if (pid_in(lockfd) > 0)
-			pid = pid_in(lockfd);
+		if (lockfs_statedir_pid_in(lockfd) > 0)
+			pid = lockfs_statedir_pid_in(lockfd);
 		wait_exit(pid, (int)left);
 	}
 got_it:
-	*waited_ms = (unsigned)(now_ms() - start);
+	*waited_ms = (unsigned)(lockfs_boot_ms() - start);
 	if (!seen_stopping)
 		*waited_pid = pid;
 	return 0;

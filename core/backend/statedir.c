@@ -14,9 +14,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "statedir.h"
 
 static void say(char *why, size_t size, const char *fmt, ...)
@@ -100,20 +100,6 @@ static const char *not_own_plain_file(const struct stat *st)
 	return NULL;
 }
 
-/* The pid in DIR/.lockfs (LOCKFD), or 0 when it is empty. */
-static pid_t pid_in(int lockfd)
-{
-	char buf[32];
-	ssize_t n = pread(lockfd, buf, sizeof(buf) - 1, 0);
-	long pid;
-
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	pid = strtol(buf, NULL, 10);
-	return pid > 0 && pid <= INT32_MAX ? (pid_t)pid : 0;
-}
-
 /*
  * One daemon per directory: hold flock(2) on DIR/.lockfs for the daemon's
  * whole life (it survives fuse_daemonize's fork: the lock belongs to the
@@ -156,11 +142,10 @@ static int claim(int dirfd, const char *dir, lockfs_takeover_fn takeover, void *
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		/* The pid before the takeover reads it: a wedged one is
 		 * reported as taken over, not as crashed. */
-		pid_t holder = pid_in(fd);
-		struct timespec t0, t1;
+		pid_t holder = lockfs_statedir_pid_in(fd);
+		int64_t t0 = lockfs_boot_ms();
 		int rc;
 
-		clock_gettime(CLOCK_MONOTONIC, &t0);
 		rc = takeover ? takeover(arg, fd, dirfd, dir) : -EBUSY;
 		ssize_t n;
 
@@ -171,13 +156,11 @@ static int claim(int dirfd, const char *dir, lockfs_takeover_fn takeover, void *
 			prev->taken_over = holder > 0;
 		if (rc == 0 && !prev->waited_pid && holder > 0) {
 			/* A zombie that finished exiting within the takeover's grace. */
-			clock_gettime(CLOCK_MONOTONIC, &t1);
 			prev->waited_pid = holder;
-			prev->waited_ms = (unsigned)((t1.tv_sec - t0.tv_sec) * 1000 +
-						     (t1.tv_nsec - t0.tv_nsec) / 1000000);
+			prev->waited_ms = (unsigned)(lockfs_boot_ms() - t0);
 		}
 		if (rc >= 0) {
-			prev->left_pid = prev->taken_over ? holder : pid_in(fd);
+			prev->left_pid = prev->taken_over ? holder : lockfs_statedir_pid_in(fd);
 			return fd;
 		}
 		if (rc == -ETIMEDOUT) {
@@ -203,7 +186,7 @@ static int claim(int dirfd, const char *dir, lockfs_takeover_fn takeover, void *
 		close(fd);
 		return -EBUSY;
 	}
-	prev->left_pid = pid_in(fd);
+	prev->left_pid = lockfs_statedir_pid_in(fd);
 	return fd;
 }
 

@@ -72,6 +72,10 @@ void lockfs_statedir_mark_stopping(const struct lockfs_statedir *sd);
  */
 int lockfs_statedir_wait_predecessor(int lockfd, pid_t *waited_pid, unsigned *waited_ms);
 
+/* The pid in DIR/.lockfs (LOCKFD), or 0 when it is empty or holds no pid.
+ * In core/backend/predecessor.c. */
+pid_t lockfs_statedir_pid_in(int lockfd);
+
 /* Let go of DIR/.lockfs and close everything (the lock file stays; it is
  * emptied if it holds our pid: the mark of a clean stop). */
 void lockfs_statedir_close(struct lockfs_statedir *sd);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "fake_backend.h"
 
 #define FAKE_HOST "fake-host"
@@ -87,12 +88,11 @@ static struct fake_backend *to_fake(struct lockfs_backend *be)
 	return (struct fake_backend *)be;
 }
 
+/* The daemon's wall clock (clock.h), which a test may move: lock times
+ * and -o stale go by it, as in the dir store. */
 static int64_t now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return lockfs_wall_ms();
 }
 
 struct fake_store *fake_store_new(void)

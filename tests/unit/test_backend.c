@@ -33,6 +33,7 @@
 #include <cmocka.h>
 
 #include "lockfs/backend.h"
+#include "base/clock.h"
 #ifdef LOCKFS_WITH_ETCD
 #include "lockfs/etcd_client.h"
 #endif
@@ -1063,6 +1064,55 @@ static void test_old_foreign_lock_is_stale_and_recoverable(void **state)
 	assert_int_equal(acquire(s, "old", "recovered", &st), 0);
 }
 
+/* The daemon's wall clock moved by clock_shift_ms (lockfs_clock_override). */
+static int64_t clock_shift_ms;
+
+static int64_t real_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t shifted_wall_ms(void *arg)
+{
+	return real_ms(CLOCK_REALTIME) + clock_shift_ms;
+}
+
+static int64_t real_boot_ms(void *arg)
+{
+	return real_ms(CLOCK_BOOTTIME);
+}
+
+/* -o stale judges a foreign lock's age by the daemon's clock (clock.h),
+ * so a test can move it: 10 s on, a lock made just now is stale under
+ * stale=1 s; 10 s back, one made 5 s ago is not. */
+static void test_foreign_lock_ages_by_the_daemons_clock(void **state)
+{
+	struct store *s = store_of(state);
+	struct lockfs_clock shifted = { shifted_wall_ms, real_boot_ms, NULL };
+	struct lockfs_entry_stat st;
+	int young_later, old_earlier;
+
+	NEED_STORE(s);
+	if (!s->be->ops->foreign_stale)
+		skip(); /* this kind has no staleness policy */
+	kind->foreign(s, "young", 0);
+	kind->foreign(s, "old", 5000);
+	lockfs_clock_override(&shifted);
+	clock_shift_ms = 10000;
+	young_later = s->be->ops->foreign_stale(s->be, "young", &st);
+	clock_shift_ms = -10000;
+	old_earlier = s->be->ops->foreign_stale(s->be, "old", &st);
+	lockfs_clock_override(NULL); /* before any assertion can jump out */
+	assert_int_equal(young_later, 1);
+	assert_int_equal(old_earlier, 0);
+	/* And by the real clock again: as they are. */
+	assert_int_equal(s->be->ops->foreign_stale(s->be, "young", &st), 0);
+	assert_int_equal(s->be->ops->foreign_stale(s->be, "old", &st), 1);
+}
+
 /* ---- Session ---- */
 
 static void test_own_session_is_live_and_other_hosts_unknown(void **state)
@@ -1265,6 +1315,8 @@ int main(int argc, char *argv[])
 		cmocka_unit_test_setup_teardown(
 			test_foreign_lock_reads_without_record_and_blocks_try, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_old_foreign_lock_is_stale_and_recoverable,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_foreign_lock_ages_by_the_daemons_clock,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_own_session_is_live_and_other_hosts_unknown, setup, teardown),
