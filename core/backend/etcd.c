@@ -30,7 +30,7 @@
 
 #include <jansson.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "lockfs/name.h"
 #include "lockfs/record.h"
 #include "base/clock.h"

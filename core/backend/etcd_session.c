@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "base/clock.h"
 #include "etcd.h"
 

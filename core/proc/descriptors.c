@@ -23,7 +23,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "descriptors.h"
 
 /* How many processes of one tree are looked at, at most. */

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "liveness.h"
 
 #define BUCKETS 256

@@ -1,6 +1,8 @@
 /*
- * Who is asking: processes as /proc describes them, the helper list and the
- * holder rule (see include/lockfs/holder.h).
+ * Process facts as the real /proc describes them: the source the daemon
+ * uses (lockfs_proc_real: stat, status, the exe link, the root, the pid
+ * namespace and cgroup), and the readers of cmdline, environ and the start
+ * time, and the boot id (see include/lockfs/proc.h).
  *
  * lockfs_holder_resolve() runs on every mkdir and may_release() on every
  * rmdir, so describing a process costs as few /proc reads as the question
@@ -9,13 +11,6 @@
  * skipped (plus comm or cmdline for busybox/toybox, whose exe says nothing), and
  * status -- the dearest file, ~10 us -- only for a non-leader thread's
  * Tgid or where uid and gid are asked for.
- *
- * A helper is skipped only when it is genuine: the very file (device and
- * inode) that its name stands for in the system directories of its root.
- * The daemon's own root is looked up once and cached, so a genuine helper
- * costs one stat(2) of /proc/PID/exe; a miss looks again (a package
- * upgrade replaces the file), and a process in another root (a container)
- * is looked up in that root, through /proc/PID/root.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -30,12 +25,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "helper_files.h"
-
-/* Longest parent walk; a real process tree is never this deep, so hitting
- * it means a cycle in the source (pid reuse in a fake or a racing /proc). */
-#define WALK_MAX 4096
+#include "procfs.h"
 
 /* Largest /proc/PID/environ we look through. */
 #define ENVIRON_MAX (1024 * 1024)
@@ -280,13 +272,13 @@ static void copy_str(char *dst, size_t size, const char *src)
 /* Multi-call binaries, whose applets are judged by the binary itself:
  * busybox, toybox, and coreutils built as one program (uutils, Fedora's
  * coreutils-single). */
-static const char *const multicall_names[] = { "busybox", "toybox", "coreutils" };
-#define NMULTI (sizeof(multicall_names) / sizeof(multicall_names[0]))
+const char *const lockfs_multicall_names[LOCKFS_MULTICALL_COUNT] = { "busybox", "toybox",
+								      "coreutils" };
 
-static bool is_multicall(const char *name)
+bool lockfs_is_multicall(const char *name)
 {
-	for (size_t i = 0; i < NMULTI; i++)
-		if (strcmp(name, multicall_names[i]) == 0)
+	for (size_t i = 0; i < LOCKFS_MULTICALL_COUNT; i++)
+		if (strcmp(name, lockfs_multicall_names[i]) == 0)
 			return true;
 	return false;
 }
@@ -311,7 +303,7 @@ static void read_applet(pid_t pid, const char *comm, char *buf, size_t size)
 	const char *base;
 	ssize_t n;
 
-	if (*comm && !is_multicall(comm)) {
+	if (*comm && !lockfs_is_multicall(comm)) {
 		snprintf(buf, size, "%s", comm);
 		return;
 	}
@@ -321,7 +313,7 @@ static void read_applet(pid_t pid, const char *comm, char *buf, size_t size)
 		return;
 	/* read_small NUL-terminated it: cmd is argv[0] (maybe cut short) */
 	base = base_name(cmd);
-	if (is_multicall(base) && strlen(cmd) + 1 < (size_t)n)
+	if (lockfs_is_multicall(base) && strlen(cmd) + 1 < (size_t)n)
 		base = base_name(cmd + strlen(cmd) + 1);
 	if (*base)
 		copy_str(buf, size, base);
@@ -346,7 +338,7 @@ static void read_exe(pid_t pid, struct lockfs_proc *out)
 	base = base ? base + 1 : target;
 	copy_str(out->exe, sizeof(out->exe), base);
 	/* A multi-call binary tells what it is running only through argv[0]. */
-	if (is_multicall(out->exe)) {
+	if (lockfs_is_multicall(out->exe)) {
 		copy_str(out->multicall, sizeof(out->multicall), out->exe);
 		read_applet(pid, out->comm, out->exe, sizeof(out->exe));
 	}
@@ -376,7 +368,7 @@ static int proc_read_tid(void *ctx, pid_t tid, unsigned want, struct lockfs_proc
 	struct lockfs_proc p;
 	bool leader;
 	memset(&p, 0, sizeof(p));
-	/* The pidfd first, the facts after: see has_pidfd in holder.h.
+	/* The pidfd first, the facts after: see has_pidfd in lockfs/proc.h.
 	 * (It fails for a thread id; that thread's leader gets one below.) */
 	int fd = want & LOCKFS_PROC_PIDFD ? open_pidfd(tid) : -1;
 	int rc = read_stat(tid, &p, &leader);
@@ -526,586 +518,6 @@ const struct lockfs_proc_source lockfs_proc_real = {
 	.read_ns = proc_read_ns,
 };
 
-/* ---- genuine helpers ------------------------------------------------ */
-
-/* Most distinct files one name may be (system_dirs, plus the lockctl
- * beside the daemon). */
-#define FILES_MAX 8
-/* Most files tests may add per name (lockfs_helpers_trust_file). */
-#define TRUSTED_MAX 4
-
-/* The genuine files of one name. */
-struct genuine_set {
-	struct lockfs_file_id found[FILES_MAX];   /* looked up in the daemon's root */
-	size_t nfound;
-	struct lockfs_file_id trusted[TRUSTED_MAX]; /* added by lockfs_helpers_trust_file */
-	size_t ntrusted;
-};
-
-struct lockfs_genuine {
-	int rootfd;          /* O_PATH of the daemon's "/" */
-	struct stat root;    /* its fstat: id and owner */
-	char *self_dir;      /* the directory of the daemon's executable, or NULL */
-	size_t nnames;       /* helpers; then NMULTI multi-call binaries */
-	struct genuine_set *sets;
-};
-
-/* The lockctl that came with the daemon: beside its executable (as
- * installed) or in tools/ below it (as meson builds it), when that
- * directory is trusted as the daemon's: owned by root or by the daemon's
- * user, and writable by nobody else.  Adds what it finds to SET. */
-static void find_beside_daemon(struct lockfs_genuine *g, struct genuine_set *set)
-{
-	static const char *const where[] = { ".", "tools" };
-
-	for (size_t i = 0; g->self_dir && i < sizeof(where) / sizeof(where[0]); i++) {
-		char path[PATH_MAX];
-		struct stat st;
-		int dirfd, fd;
-
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", g->self_dir, where[i]) >=
-		    sizeof(path))
-			continue;
-		dirfd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (dirfd < 0)
-			continue;
-		fd = openat(dirfd, "lockctl", O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		if (fd >= 0 && lockfs_helper_file_trusted(fd, dirfd, &g->root, geteuid(), &st))
-			set->nfound = lockfs_file_ids_add(set->found, set->nfound, FILES_MAX,
-							  st.st_dev, st.st_ino);
-		if (fd >= 0)
-			close(fd);
-		close(dirfd);
-	}
-}
-
-/* Name I of the set (a helper, or a multi-call binary). */
-static const char *set_name(const struct lockfs_helpers *h, size_t i)
-{
-	return i < h->genuine->nnames ? h->names[i] : multicall_names[i - h->genuine->nnames];
-}
-
-/* Look set I's files up in the daemon's root, into *SET (its found
- * files only).  Reads only what never changes after parse (rootfd, root,
- * self_dir, the names), so it needs no lock. */
-static void lookup_set(const struct lockfs_helpers *h, size_t i, struct genuine_set *set)
-{
-	struct lockfs_genuine *g = h->genuine;
-	const char *name = set_name(h, i);
-
-	set->nfound = g->rootfd >= 0 ? lockfs_helper_files_find(g->rootfd, &g->root, name,
-								set->found, FILES_MAX, NULL) : 0;
-	if (strcmp(name, "lockctl") == 0)
-		find_beside_daemon(g, set);
-}
-
-/* The index of NAME's set, or -1. */
-static long set_index(const struct lockfs_helpers *h, const char *name)
-{
-	size_t total = h->genuine ? h->genuine->nnames + NMULTI : 0;
-
-	for (size_t i = 0; i < total; i++)
-		if (strcmp(set_name(h, i), name) == 0)
-			return (long)i;
-	return -1;
-}
-
-static bool in_set(const struct genuine_set *set, const struct stat *st)
-{
-	for (size_t i = 0; i < set->nfound; i++)
-		if (set->found[i].dev == st->st_dev && set->found[i].ino == st->st_ino)
-			return true;
-	for (size_t i = 0; i < set->ntrusted; i++)
-		if (set->trusted[i].dev == st->st_dev && set->trusted[i].ino == st->st_ino)
-			return true;
-	return false;
-}
-
-/*
- * Is process P, of uid UID, running the genuine file of helper P->exe (for
- * an applet, of its multi-call binary)?  *EXE gets the file's stat.  The
- * daemon's cached files first (one stat); on a miss, the files are looked
- * up again in P's root: the daemon's (and the cache refreshed) or another
- * (a container's, a user's chroot), off the request path within a bound
- * (helper_files.c says why).  Nothing here asks a file system for fresh
- * attributes: P's executable and root may be on a FUSE file system of the
- * caller's that never answers.
- * Returns 1 (genuine), 0 (not), or -EACCES: P's root did not answer in
- * time, so nobody can say.
- */
-static int genuine_helper(const struct lockfs_proc_source *src, struct lockfs_helpers *h,
-			  const struct lockfs_proc *p, uid_t uid, struct stat *exe)
-{
-	const char *name = p->multicall[0] ? p->multicall : p->exe;
-	long i = set_index(h, name);
-	struct stat root;
-	int ok, rootfd;
-
-	if (i < 0 || !src->exe_stat || src->exe_stat(src->ctx, p->pid, exe) < 0)
-		return 0;
-	pthread_mutex_lock(&h->mu);
-	ok = in_set(&h->genuine->sets[i], exe);
-	pthread_mutex_unlock(&h->mu);
-	if (ok || !src->open_root)
-		return ok;
-	rootfd = src->open_root(src->ctx, p->pid);
-	if (rootfd < 0)
-		return 0;
-	if (lockfs_stat_cached(rootfd, "", &root) == 0) {
-		if (root.st_dev == h->genuine->root.st_dev &&
-		    root.st_ino == h->genuine->root.st_ino) {
-			/* Look again (an upgrade replaces the file), outside
-			 * the lock: the other helpers' checks need not wait.
-			 * This walks the daemon's own mount namespace, where
-			 * only root mounts, whatever namespace P is in. */
-			struct genuine_set fresh;
-			struct genuine_set *set = &h->genuine->sets[i];
-
-			lookup_set(h, (size_t)i, &fresh);
-			pthread_mutex_lock(&h->mu);
-			memcpy(set->found, fresh.found, sizeof(set->found));
-			set->nfound = fresh.nfound;
-			ok = in_set(set, exe);
-			pthread_mutex_unlock(&h->mu);
-		} else {
-			ok = lockfs_helper_files_find_foreign(rootfd, &root, name, exe, uid);
-			if (ok < 0)
-				ok = -EACCES;
-		}
-	}
-	close(rootfd);
-	return ok;
-}
-
-void lockfs_helpers_free(struct lockfs_helpers *h)
-{
-	if (!h || !h->names)
-		return;
-	for (char **n = h->names; *n; n++)
-		free(*n);
-	free(h->names);
-	h->names = NULL;
-	if (h->genuine) {
-		if (h->genuine->rootfd >= 0)
-			close(h->genuine->rootfd);
-		free(h->genuine->self_dir);
-		free(h->genuine->sets);
-		free(h->genuine);
-		h->genuine = NULL;
-	}
-	pthread_mutex_destroy(&h->mu);
-}
-
-/* The directory of the daemon's executable, malloc'd, or NULL. */
-static char *self_dir(void)
-{
-	char path[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-	char *slash;
-
-	if (n <= 0)
-		return NULL;
-	path[n] = '\0';
-	slash = strrchr(path, '/');
-	if (!slash || strstr(path, " (deleted)"))
-		return NULL;
-	*slash = '\0';
-	return strdup(*path ? path : "/");
-}
-
-/* Find the genuine files of every name of H (just parsed).  0 or -ENOMEM. */
-static int genuine_init(struct lockfs_helpers *h, size_t count)
-{
-	struct lockfs_genuine *g = calloc(1, sizeof(*g));
-
-	if (!g)
-		return -ENOMEM;
-	g->nnames = count;
-	g->sets = calloc(count + NMULTI, sizeof(*g->sets));
-	if (!g->sets) {
-		free(g);
-		return -ENOMEM;
-	}
-	g->rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (g->rootfd >= 0 && fstat(g->rootfd, &g->root) < 0) {
-		close(g->rootfd);
-		g->rootfd = -1;
-	}
-	g->self_dir = self_dir();
-	h->genuine = g;
-	for (size_t i = 0; i < count + NMULTI; i++)
-		lookup_set(h, i, &g->sets[i]); /* nobody else sees H yet */
-	return 0;
-}
-
-int lockfs_helpers_parse(struct lockfs_helpers *h, const char *list)
-{
-	memset(h, 0, sizeof(*h));
-	if (!list)
-		list = LOCKFS_DEFAULT_HELPERS;
-	size_t count = 0;
-	if (*list) {
-		count = 1;
-		for (const char *p = list; *p; p++)
-			count += *p == ':';
-	}
-	char **names = calloc(count + 1, sizeof(*names));
-	if (!names)
-		return -ENOMEM;
-	pthread_mutex_init(&h->mu, NULL);
-	h->names = names;
-	const char *p = list;
-	for (size_t i = 0; i < count; i++) {
-		const char *end = strchrnul(p, ':');
-		size_t len = (size_t)(end - p);
-		if (len == 0 || memchr(p, '/', len)) {
-			lockfs_helpers_free(h);
-			return -EINVAL;
-		}
-		names[i] = strndup(p, len);
-		if (!names[i]) {
-			lockfs_helpers_free(h);
-			return -ENOMEM;
-		}
-		p = *end ? end + 1 : end;
-	}
-	if (genuine_init(h, count) < 0) {
-		lockfs_helpers_free(h);
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-bool lockfs_helpers_contains(const struct lockfs_helpers *h, const char *exe)
-{
-	if (!h || !h->names || !exe || !*exe)
-		return false;
-	for (char **n = h->names; *n; n++)
-		if (strcmp(*n, exe) == 0)
-			return true;
-	return false;
-}
-
-int lockfs_helpers_trust_file(struct lockfs_helpers *h, const char *name, dev_t dev,
-			      ino_t ino)
-{
-	long i = set_index(h, name);
-	struct genuine_set *set;
-	int rc = 0;
-
-	if (i < 0)
-		return -ENOENT;
-	pthread_mutex_lock(&h->mu);
-	set = &h->genuine->sets[i];
-	if (set->ntrusted == TRUSTED_MAX)
-		rc = -ENOSPC;
-	else
-		set->ntrusted = lockfs_file_ids_add(set->trusted, set->ntrusted, TRUSTED_MAX, dev,
-						     ino);
-	pthread_mutex_unlock(&h->mu);
-	return rc;
-}
-
-/* ---- container ids from cgroup paths --------------------------------- */
-
-static bool is_hex64(const char *s, size_t len)
-{
-	if (len != 64)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	return true;
-}
-
-/* Does COMP (LEN bytes) start with PREFIX and end with SUFFIX (either may
- * be "")?  Sets *MID, *MIDLEN to what lies between. */
-static bool wraps(const char *comp, size_t len, const char *prefix, const char *suffix,
-		  const char **mid, size_t *midlen)
-{
-	size_t pl = strlen(prefix), sl = strlen(suffix);
-
-	if (len <= pl + sl || memcmp(comp, prefix, pl) != 0 ||
-	    memcmp(comp + len - sl, suffix, sl) != 0)
-		return false;
-	*mid = comp + pl;
-	*midlen = len - pl - sl;
-	return true;
-}
-
-/* Copy a systemd unit-name fragment, undoing its \xNN escapes, into OUT.
- * Returns false when it does not fit or holds a control character. */
-static bool unescape_unit(const char *s, size_t len, char *out, size_t size)
-{
-	size_t o = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		unsigned c = (unsigned char)s[i];
-		unsigned v;
-
-		if (c == '\\' && i + 3 < len && s[i + 1] == 'x' &&
-		    sscanf(s + i + 2, "%2x", &v) == 1) {
-			c = v;
-			i += 3;
-		}
-		if (c < 0x20 || c == 0x7f || o + 1 >= size)
-			return false;
-		out[o++] = (char)c;
-	}
-	out[o] = '\0';
-	return o > 0;
-}
-
-/*
- * The container that path component COMP (LEN bytes) names, after the
- * component PREV (PLEN bytes; "" at the top), into OUT.  True if found.
- */
-static bool container_of_component(const char *prev, size_t plen, const char *comp,
-				   size_t len, char *out, size_t size)
-{
-	/* runtimes that name the container by its 64-hex id */
-	static const char *const hex_forms[][2] = {
-		{ "libpod-conmon-", ".scope" }, { "libpod-", ".scope" }, { "libpod-", "" },
-		{ "docker-", ".scope" }, { "cri-containerd-", ".scope" },
-		{ "crio-conmon-", ".scope" }, { "crio-", ".scope" }, { "", "" },
-	};
-	/* and those that name it by its name */
-	static const char *const name_forms[][2] = {
-		{ "lxc.payload.", "" }, { "machine-", ".scope" },
-		{ "systemd-nspawn@", ".service" },
-	};
-	const char *mid;
-	size_t mlen;
-
-	for (size_t i = 0; i < sizeof(hex_forms) / sizeof(hex_forms[0]); i++) {
-		if (wraps(comp, len, hex_forms[i][0], hex_forms[i][1], &mid, &mlen) &&
-		    is_hex64(mid, mlen) && mlen < size) {
-			memcpy(out, mid, mlen);
-			out[mlen] = '\0';
-			return true;
-		}
-	}
-	for (size_t i = 0; i < sizeof(name_forms) / sizeof(name_forms[0]); i++)
-		if (wraps(comp, len, name_forms[i][0], name_forms[i][1], &mid, &mlen) &&
-		    unescape_unit(mid, mlen, out, size))
-			return true;
-	/* the old lxc layout: /lxc/NAME */
-	return plen == 3 && memcmp(prev, "lxc", 3) == 0 && unescape_unit(comp, len, out, size);
-}
-
-/* The innermost container the cgroup PATH (LEN bytes) names; true if any. */
-static bool container_of_path(const char *path, size_t len, char *out, size_t size)
-{
-	const char *prev = "", *comp = NULL;
-	size_t plen = 0;
-	bool found = false;
-	char tmp[LOCKFS_CONTAINER_MAX];
-
-	for (size_t i = 0; i <= len; i++) {
-		if (i < len && path[i] != '/') {
-			if (!comp)
-				comp = path + i;
-			continue;
-		}
-		if (comp) {
-			size_t clen = (size_t)(path + i - comp);
-
-			if (container_of_component(prev, plen, comp, clen, tmp,
-						   size < sizeof(tmp) ? size : sizeof(tmp))) {
-				snprintf(out, size, "%s", tmp);
-				found = true;
-			}
-			prev = comp;
-			plen = clen;
-			comp = NULL;
-		}
-	}
-	return found;
-}
-
-int lockfs_container_of_cgroup(const char *text, char *out, size_t size)
-{
-	/* Pass 0 looks at the unified hierarchy (0::PATH) only, pass 1 at
-	 * the v1 controllers. */
-	if (size == 0)
-		return 0;
-	out[0] = '\0';
-	for (int pass = 0; pass < 2; pass++) {
-		for (const char *line = text; line && *line;) {
-			const char *nl = strchrnul(line, '\n');
-			const char *c1 = memchr(line, ':', (size_t)(nl - line));
-			const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(nl - c1 - 1)) : NULL;
-			bool unified = c1 && c2 == c1 + 1 && c1 - line == 1 && line[0] == '0';
-
-			if (c2 && unified == (pass == 0) &&
-			    container_of_path(c2 + 1, (size_t)(nl - c2 - 1), out, size))
-				return 1;
-			line = *nl ? nl + 1 : NULL;
-		}
-	}
-	return 0;
-}
-
-/* ---- the holder rule -------------------------------------------------- */
-
-/* Read the thread group of TID; the caller's own absence is -ESRCH. */
-static int read_caller(const struct lockfs_proc_source *src, pid_t tid,
-		       unsigned want, struct lockfs_proc *out)
-{
-	int rc = src->read_tid(src->ctx, tid, want, out);
-	return rc == -ENOENT ? -ESRCH : rc;
-}
-
-/* The effective uid of P: *UID when known, else read (then stored in
- * *UID).  0 or -errno. */
-static int uid_of(const struct lockfs_proc_source *src, const struct lockfs_proc *p, uid_t *uid)
-{
-	struct lockfs_proc tmp;
-	int rc;
-
-	if (*uid != LOCKFS_UID_UNKNOWN)
-		return 0;
-	if (p->have_ids) {
-		*uid = p->uid;
-		return 0;
-	}
-	rc = src->read_tid(src->ctx, p->pid, LOCKFS_PROC_IDS, &tmp);
-	if (rc < 0)
-		return rc;
-	lockfs_proc_put(&tmp);
-	if (!tmp.have_ids || tmp.pid != p->pid || tmp.start_time != p->start_time)
-		return -ENOENT; /* gone, or its pid reused */
-	*uid = tmp.uid;
-	return 0;
-}
-
-int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
-			  uid_t caller_uid, struct lockfs_helpers *helpers, unsigned want,
-			  struct lockfs_proc *holder)
-{
-	if (caller_tid <= 0)
-		return -EACCES;
-	if (!src)
-		src = &lockfs_proc_real;
-	struct lockfs_proc p, q;
-	struct stat exe;
-	uid_t uid = caller_uid; /* p's effective uid, or unknown */
-	bool ns = want & LOCKFS_PROC_NS;
-	want &= LOCKFS_PROC_PIDFD;
-	int rc = read_caller(src, caller_tid, LOCKFS_PROC_EXE | want, &p);
-	if (rc < 0)
-		return rc;
-	p.at_uid_boundary = false;
-	int steps = 0;
-	/* A helper on the list, but only a genuine copy of it: anything else
-	 * named so is a program like any other, and holds. */
-	while (lockfs_helpers_contains(helpers, p.exe)) {
-		/* Whose walk a lookup in P's root is (helper_files.c counts
-		 * them per uid): P's uid, read when the caller's is unknown. */
-		if (uid == LOCKFS_UID_UNKNOWN && uid_of(src, &p, &uid) < 0)
-			uid = LOCKFS_UID_UNKNOWN;
-		rc = genuine_helper(src, helpers, &p, uid, &exe);
-		if (rc == 0)
-			break;
-		if (rc < 0)
-			goto fail; /* P's root did not answer in time: nobody can say */
-		rc = -EACCES;
-		if (++steps > WALK_MAX)
-			goto fail;
-		/* An orphan of init or of nobody has no believable holder. */
-		if (p.ppid <= 1)
-			goto fail;
-		rc = uid_of(src, &p, &uid);
-		if (rc < 0) {
-			rc = rc == -ENOENT ? (steps == 1 ? -ESRCH : -EACCES) : rc;
-			goto fail;
-		}
-		rc = src->read_tid(src->ctx, p.ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS | want, &q);
-		if (rc < 0) {
-			if (rc == -ENOENT)
-				rc = -EACCES; /* the parent left: cannot establish */
-			goto fail;
-		}
-		/* Believable only if: the pid is the parent's, not init; the
-		 * parent is not younger than its child (else it is a new
-		 * process on a recycled pid, not the one that started the
-		 * helper); and a child that does not lead its own session
-		 * shares its parent's (a different one means a reaper adopted
-		 * it). */
-		rc = q.pid != p.ppid || q.pid <= 1 || q.start_time > p.start_time ||
-		     (p.sid != q.sid && p.sid != p.pid) ? -EACCES : 0;
-		if (rc < 0) {
-			lockfs_proc_put(&q);
-			goto fail;
-		}
-		/* Never across a uid boundary: the parent would answer for what
-		 * a process of another user did.  Only a set-uid helper (sudo)
-		 * runs as another user than its parent by design: the user who
-		 * ran it is the one it acts for. */
-		if (q.uid != uid && !((exe.st_mode & S_ISUID) && exe.st_uid == uid)) {
-			lockfs_proc_put(&q);
-			p.at_uid_boundary = true;
-			break;
-		}
-		lockfs_proc_put(&p);
-		p = q;
-		p.at_uid_boundary = false;
-		uid = q.uid;
-	}
-	if (p.pid <= 1) {
-		rc = -EACCES;
-		goto fail;
-	}
-	p.ns_pid = 0;
-	p.container[0] = '\0';
-	if (ns && src->read_ns && src->read_ns(src->ctx, p.pid, &p) < 0) {
-		p.ns_pid = 0; /* unknown: the record says null */
-		p.container[0] = '\0';
-	}
-	*holder = p;
-	return 0;
-fail:
-	lockfs_proc_put(&p);
-	return rc;
-}
-
-int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller_tid,
-			      pid_t holder_pid, unsigned long long holder_start,
-			      bool holder_alive)
-{
-	if (caller_tid <= 0)
-		return -EACCES;
-	if (!src)
-		src = &lockfs_proc_real;
-	/* A live holder owns its pid, and thread ids are unique across the
-	 * system: a caller with that id is the holder's own main thread. */
-	if (holder_alive && caller_tid == holder_pid)
-		return 0;
-	struct lockfs_proc c, q;
-	int rc = read_caller(src, caller_tid, 0, &c);
-	if (rc < 0)
-		return rc;
-	/* First, before any helper logic: `sh -c 'mkdir X && rmdir X'` may
-	 * exec rmdir in the very process that holds X. */
-	if (c.pid == holder_pid && (holder_alive || c.start_time == holder_start))
-		return 0;
-	if (holder_pid <= 1)
-		return -EPERM;
-	for (int steps = 0; steps < WALK_MAX; steps++) {
-		if (c.ppid <= 1)
-			return -EPERM; /* reached init (never a holder) or the top */
-		if (holder_alive && c.ppid == holder_pid)
-			return 0; /* the live holder is our parent: no read needed */
-		if (src->read_tid(src->ctx, c.ppid, 0, &q) < 0)
-			return -EPERM; /* the chain is broken: no proof */
-		if (q.pid != c.ppid || q.start_time > c.start_time)
-			return -EPERM; /* recycled pid: not our ancestor */
-		if (q.pid == holder_pid && q.start_time == holder_start)
-			return 0;
-		c = q;
-	}
-	return -EPERM;
-}
 
 void lockfs_argv_free(char **argv)
 {
