@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lockfs/proc.h"
 #include "descendants.h"
 #include "descendants_state.h"
 
@@ -262,63 +263,26 @@ out:
 
 /* ---- /proc ---------------------------------------------------------------- */
 
-/* Parse /proc/PID/stat: comm, state (3), ppid (4), session (6), threads
- * (20), start time (22).  The comm may hold spaces and parentheses, so
- * fields are counted after the last ')'. */
+/* lockfs_desc_procs.stat on the real /proc: comm, state (3), ppid (4),
+ * session (6), threads (20), start time (22). */
 static int real_stat(void *ctx, pid_t pid, struct lockfs_desc_proc *out)
 {
-	char path[64], buf[1024];
-	const char *p, *open_paren, *close_paren;
-	unsigned long long v[23] = { 0 };
-	ssize_t n;
-	int fd;
+	struct lockfs_proc_stat st;
+	int rc;
 
 	(void)ctx;
-	if (pid <= 0)
-		return -ENOENT;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ESRCH ? -ENOENT : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return errno == ESRCH ? -ENOENT : -errno;
-	buf[n] = '\0';
-	open_paren = strchr(buf, '(');
-	close_paren = strrchr(buf, ')');
-	if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ')
-		return -EIO;
+	rc = lockfs_procfs_stat(pid, 0, &st);
+	if (rc < 0)
+		return rc;
 	memset(out, 0, sizeof(*out));
-	n = close_paren - open_paren - 1;
-	if (n >= (ssize_t)sizeof(out->comm))
-		n = sizeof(out->comm) - 1;
-	memcpy(out->comm, open_paren + 1, (size_t)n);
-	out->zombie = close_paren[2] == 'Z' || close_paren[2] == 'X';
-	p = close_paren + 3;
-	for (int field = 4; field <= 22; field++) {
-		char *end;
-
-		while (*p == ' ')
-			p++;
-		if (field == 4 || field == 6 || field == 20 || field == 22) {
-			errno = 0;
-			v[field] = strtoull(p, &end, 10);
-			if (errno || end == p)
-				return -EIO;
-			p = end;
-		} else {
-			while (*p && *p != ' ')
-				p++;
-		}
-		if (!*p && field < 22)
-			return -EIO;
-	}
+	/* The kernel's comm is at most 15 bytes; a longer one is cut short. */
+	memcpy(out->comm, st.comm, strnlen(st.comm, sizeof(out->comm) - 1));
+	out->zombie = st.state == 'Z' || st.state == 'X';
 	out->pid = pid;
-	out->ppid = (pid_t)v[4];
-	out->sid = (pid_t)v[6];
-	out->threads = (int)v[20];
-	out->start = v[22];
+	out->ppid = st.ppid;
+	out->sid = st.sid;
+	out->threads = (int)st.threads;
+	out->start = st.start_time;
 	return 0;
 }
 

@@ -104,41 +104,18 @@ static void watched_fd_close(struct lockfs_liveness *lv, int fd)
  */
 static int proc_alive(pid_t pid, unsigned long long start)
 {
-	char path[64], buf[1024];
-	const char *p;
-	ssize_t n;
-	int fd;
+	struct lockfs_proc_stat st;
+	int rc = lockfs_procfs_stat(pid, 0, &st);
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT || errno == ESRCH ? 0 : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	if (n < 0) {
-		n = errno == ESRCH ? 0 : -errno;
-		close(fd);
-		return (int)n;
-	}
-	close(fd);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	if (!p || p[1] != ' ')
-		return -EIO;
-	p += 2;
-	if (*p == 'Z' || *p == 'X' || *p == 'x')
+	if (rc == -ENOENT)
 		return 0;
-	/* Field 3 is the state; walk to 22 (start time) and 38 (exit
-	 * signal: -1 for a thread, which is no process of ours). */
-	for (int field = 3; field <= 38; field++) {
-		if (field == 22 && strtoull(p, NULL, 10) != start)
-			return 0;
-		if (field == 38 && strncmp(p, "-1 ", 3) == 0)
-			return 0;
-		p = strchr(p, ' ');
-		if (!p)
-			return -EIO;
-		p++;
-	}
+	if (rc < 0)
+		return rc;
+	/* A zombie is gone; so is another process on the pid, and a thread
+	 * (exit signal -1), which is no process of ours. */
+	if (st.state == 'Z' || st.state == 'X' || st.state == 'x' || st.start_time != start ||
+	    !st.leader)
+		return 0;
 	return 1;
 }
 

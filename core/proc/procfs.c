@@ -207,57 +207,89 @@ static int read_status(pid_t tid, struct lockfs_proc *out)
 	return 0;
 }
 
-/*
- * Fill PPID, SID, START_TIME and COMM of *OUT from /proc/PID/stat, and
- * tell through *LEADER whether PID leads its thread group: a thread made
- * with CLONE_THREAD has exit_signal (field 38) -1, a leader never does.
- * The comm may hold spaces and parentheses, so fields are counted after
- * the last ')'.  The session here is the one in /proc's pid namespace,
- * i.e. the outermost NSsid.  Returns 0 or -errno.
- */
-static int read_stat(pid_t pid, struct lockfs_proc *out, bool *leader)
+int lockfs_proc_stat_parse(const char *text, struct lockfs_proc_stat *out)
 {
-	char path[64], buf[2048];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	ssize_t n = read_small(path, buf, sizeof(buf));
-	if (n < 0)
-		return (int)n;
-	char *open_paren = strchr(buf, '(');
-	char *close_paren = strrchr(buf, ')');
-	if (!open_paren || !close_paren || close_paren < open_paren)
+	const char *open_paren = strchr(text, '(');
+	const char *close_paren = strrchr(text, ')');
+	unsigned long long ppid = 0, session = 0, threads = 0, start = 0;
+	const char *p;
+	size_t clen;
+
+	if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ' ||
+	    !close_paren[2])
 		return -EIO;
-	size_t clen = (size_t)(close_paren - open_paren - 1);
+	clen = (size_t)(close_paren - open_paren - 1);
 	if (clen >= sizeof(out->comm))
 		clen = sizeof(out->comm) - 1;
 	memcpy(out->comm, open_paren + 1, clen);
 	out->comm[clen] = '\0';
+	out->state = close_paren[2];
 
-	/* Field 3 (state) starts after ") "; walk to fields 4, 6, 22, 38. */
-	const char *p = close_paren + 1;
-	unsigned long long ppid = 0, session = 0, start = 0;
-	*leader = true;
+	/* Field 3 (state) starts after ") "; walk to fields 4, 6, 20, 22, 38. */
+	p = close_paren + 1;
+	out->leader = true;
 	for (int field = 3; field <= 38; field++) {
 		while (*p == ' ')
 			p++;
 		if (!*p)
 			return -EIO;
-		if (field == 4 || field == 6 || field == 22) {
+		if (field == 4 || field == 6 || field == 20 || field == 22) {
 			char *end;
-			if (parse_ull(p, &end, field == 4 ? &ppid :
-				      field == 6 ? &session : &start) < 0)
+			if (parse_ull(p, &end, field == 4 ? &ppid : field == 6 ? &session :
+				      field == 20 ? &threads : &start) < 0)
 				return -EIO;
 		}
 		if (field == 38)
-			*leader = strncmp(p, "-1 ", 3) != 0;
+			out->leader = !(p[0] == '-' && p[1] == '1' && (!p[2] || p[2] == ' ' ||
+								      p[2] == '\n'));
 		while (*p && *p != ' ')
 			p++;
 	}
-	if (session > INT_MAX || ppid > INT_MAX)
+	if (session > INT_MAX || ppid > INT_MAX || threads > LONG_MAX)
 		return -EIO;
-	out->pid = pid;
 	out->ppid = (pid_t)ppid;
 	out->sid = (pid_t)session;
+	out->threads = (long)threads;
 	out->start_time = start;
+	return 0;
+}
+
+int lockfs_procfs_stat(pid_t pid, pid_t tid, struct lockfs_proc_stat *out)
+{
+	char path[64], buf[2048];
+	ssize_t n;
+
+	if (pid <= 0 || tid < 0)
+		return -ENOENT;
+	if (tid > 0)
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	else
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	n = read_small(path, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	return lockfs_proc_stat_parse(buf, out);
+}
+
+/*
+ * Fill PID, PPID, SID, START_TIME and COMM of *OUT from /proc/PID/stat, and
+ * tell through *LEADER whether PID leads its thread group.  The session
+ * here is the one in /proc's pid namespace, i.e. the outermost NSsid.
+ * Returns 0 or -errno.
+ */
+static int read_stat(pid_t pid, struct lockfs_proc *out, bool *leader)
+{
+	struct lockfs_proc_stat st;
+	int rc = lockfs_procfs_stat(pid, 0, &st);
+
+	if (rc < 0)
+		return rc;
+	memcpy(out->comm, st.comm, sizeof(out->comm));
+	out->pid = pid;
+	out->ppid = st.ppid;
+	out->sid = st.sid;
+	out->start_time = st.start_time;
+	*leader = st.leader;
 	return 0;
 }
 

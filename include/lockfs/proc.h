@@ -45,6 +45,33 @@ struct lockfs_proc {
 	char container[LOCKFS_CONTAINER_MAX];
 };
 
+/* What lockfs reads of one line of /proc/PID/stat (or of a thread's,
+ * /proc/PID/task/TID/stat).  Fields are counted after the last ')', as the
+ * comm may hold spaces and parentheses. */
+struct lockfs_proc_stat {
+	char comm[64];                 /* field 2, without ( ), cut short */
+	char state;                    /* field 3: 'R', 'S', 'D', 'Z', 'X', ... */
+	pid_t ppid;                    /* field 4 */
+	pid_t sid;                     /* field 6, in /proc's pid namespace */
+	long threads;                  /* field 20 */
+	unsigned long long start_time; /* field 22 */
+	/* field 38 (exit_signal) is not -1: a thread-group leader, not a
+	 * thread made with CLONE_THREAD */
+	bool leader;
+};
+
+/* Parse the text of a /proc/PID/stat into *OUT.  0, or -EIO when it is not
+ * one (a field up to 38 missing or not a number). */
+int lockfs_proc_stat_parse(const char *text, struct lockfs_proc_stat *out);
+
+/*
+ * Read and parse /proc/PID/stat, or /proc/PID/task/TID/stat when TID > 0
+ * (the one /proc/PID/stat reader of the daemon).  Returns 0, -ENOENT when
+ * there is no such process or thread (or it exited while read), -EIO, or
+ * -errno.
+ */
+int lockfs_procfs_stat(pid_t pid, pid_t tid, struct lockfs_proc_stat *out);
+
 /* What read_tid() must fill besides pid, ppid, sid, start_time and comm
  * (a source may fill more than asked). */
 #define LOCKFS_PROC_EXE 0x1 /* exe */

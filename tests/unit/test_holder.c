@@ -2,6 +2,7 @@
  * Unit tests for core/base/holder.c: the holder rule and the release rule on a
  * fake process table, then the /proc readers on real processes.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -352,6 +353,113 @@ static unsigned long long real_start_time(pid_t pid)
 		assert_non_null(p);
 	}
 	return strtoull(p + 1, NULL, 10);
+}
+
+/* ---- the one /proc/PID/stat parser ------------------------------------- */
+
+/* A stat line of 52 fields: pid, comm, state, then 3..52 as "F<n>" except
+ * the numbers asked for.  EXIT_SIGNAL is field 38. */
+static void stat_line(char *buf, size_t size, const char *comm, char state,
+		      const char *exit_signal)
+{
+	int n = snprintf(buf, size, "4242 (%s) %c 17 4242 99 0 -1", comm, state);
+	for (int field = 9; field <= 52; field++)
+		n += snprintf(buf + n, size - (size_t)n, " %s",
+			      field == 20 ? "3" : field == 22 ? "123456" :
+			      field == 38 ? exit_signal : "0");
+	snprintf(buf + n, size - (size_t)n, "\n");
+}
+
+static void test_stat_parse_reads_the_fields_after_the_last_paren(void **state)
+{
+	char line[512];
+	struct lockfs_proc_stat st;
+	(void)state;
+
+	/* A comm may hold spaces and parentheses, even ") Z 1 2 ". */
+	stat_line(line, sizeof(line), "a) Z 1 2 (b", 'S', "17");
+	assert_int_equal(lockfs_proc_stat_parse(line, &st), 0);
+	assert_string_equal(st.comm, "a) Z 1 2 (b");
+	assert_int_equal(st.state, 'S');
+	assert_int_equal(st.ppid, 17);
+	assert_int_equal(st.sid, 99);
+	assert_int_equal(st.threads, 3);
+	assert_true(st.start_time == 123456);
+	assert_true(st.leader);
+
+	/* Exit signal -1: a thread, not a thread-group leader. */
+	stat_line(line, sizeof(line), "worker", 'Z', "-1");
+	assert_int_equal(lockfs_proc_stat_parse(line, &st), 0);
+	assert_int_equal(st.state, 'Z');
+	assert_false(st.leader);
+}
+
+static void test_stat_parse_refuses_what_is_not_a_stat_line(void **state)
+{
+	char line[512];
+	struct lockfs_proc_stat st;
+	(void)state;
+
+	assert_int_equal(lockfs_proc_stat_parse("", &st), -EIO);
+	assert_int_equal(lockfs_proc_stat_parse("4242 (no close paren S 1", &st), -EIO);
+	assert_int_equal(lockfs_proc_stat_parse("4242 (x)", &st), -EIO);
+	/* Cut short before field 38. */
+	stat_line(line, sizeof(line), "sh", 'S', "17");
+	*strstr(line, " 123456 ") = '\0';
+	assert_int_equal(lockfs_proc_stat_parse(line, &st), -EIO);
+	/* Field 4 not a number. */
+	assert_int_equal(lockfs_proc_stat_parse("4242 (sh) S x 1 1 0 -1", &st), -EIO);
+}
+
+static void *park(void *arg)
+{
+	int *fd = arg;
+	char c;
+	ssize_t n = read(*fd, &c, 1); /* until the test lets it go */
+
+	(void)n;
+	return NULL;
+}
+
+static void test_procfs_stat_reads_a_process_and_its_thread(void **state)
+{
+	struct lockfs_proc_stat st;
+	int pipefd[2];
+	pthread_t th;
+	pid_t tid = 0;
+	char path[64];
+	(void)state;
+
+	assert_int_equal(lockfs_procfs_stat(getpid(), 0, &st), 0);
+	assert_true(st.leader);
+	assert_int_equal(st.ppid, getppid());
+	assert_true(st.start_time == real_start_time(getpid()));
+	assert_true(st.threads >= 1);
+
+	/* A second thread: its own stat says it is no leader. */
+	assert_int_equal(pipe(pipefd), 0);
+	assert_int_equal(pthread_create(&th, NULL, park, &pipefd[0]), 0);
+	/* It is in /proc/PID/task once pthread_create() has returned. */
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)getpid());
+	DIR *d = opendir(path);
+	struct dirent *de;
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (atoi(de->d_name) > 0 && atoi(de->d_name) != getpid())
+			tid = atoi(de->d_name);
+	closedir(d);
+	assert_true(tid > 0);
+	assert_int_equal(lockfs_procfs_stat(getpid(), tid, &st), 0);
+	assert_false(st.leader);
+	assert_int_equal(lockfs_procfs_stat(tid, 0, &st), 0); /* /proc/TID/stat too */
+	assert_false(st.leader);
+	assert_int_equal(write(pipefd[1], "x", 1), 1);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	close(pipefd[0]);
+	close(pipefd[1]);
+
+	assert_int_equal(lockfs_procfs_stat(0, 0, &st), -ENOENT);
+	assert_int_equal(lockfs_procfs_stat(INT_MAX, 0, &st), -ENOENT);
 }
 
 /*
@@ -1118,6 +1226,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_caller_not_a_helper_is_the_holder),
+		T(test_stat_parse_reads_the_fields_after_the_last_paren),
+		T(test_stat_parse_refuses_what_is_not_a_stat_line),
+		T(test_procfs_stat_reads_a_process_and_its_thread),
 		T(test_mkdir_helper_is_skipped_to_the_shell),
 		T(test_sudo_env_mkdir_chain_is_skipped_to_the_shell),
 		T(test_busybox_applet_mkdir_is_skipped),
