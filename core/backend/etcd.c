@@ -1220,7 +1220,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 		if (strcmp(boot, e->boot_id) == 0 && pid > 0 &&
 		    ((pid == getpid() && !open_pair_add(e->prefix, e->base.host)) ||
 		     (pid != getpid() &&
-		      lockfs_proc_start_time((pid_t)pid, &now_start) == 0 &&
+		      lockfs_procfs_start_time((pid_t)pid, &now_start) == 0 &&
 		      now_start == start_time))) {
 			say(cfg, "host %s is in use by another lockfs daemon on %s (pid %lld)",
 			    e->base.host, e->prefix, (long long)pid);

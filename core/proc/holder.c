@@ -57,7 +57,7 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 	if (caller_tid <= 0)
 		return -EACCES;
 	if (!src)
-		src = &lockfs_proc_real;
+		src = &lockfs_procfs_source;
 	struct lockfs_proc p, q;
 	struct stat exe;
 	uid_t uid = caller_uid; /* p's effective uid, or unknown */
@@ -147,7 +147,7 @@ int lockfs_holder_may_release(const struct lockfs_proc_source *src, pid_t caller
 	if (caller_tid <= 0)
 		return -EACCES;
 	if (!src)
-		src = &lockfs_proc_real;
+		src = &lockfs_procfs_source;
 	/* A live holder owns its pid, and thread ids are unique across the
 	 * system: a caller with that id is the holder's own main thread. */
 	if (holder_alive && caller_tid == holder_pid)

@@ -315,7 +315,7 @@ int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long l
 		 * only if that process started when the holder did.  Checked
 		 * after opening, so a later reuse of the pid cannot slip in
 		 * between. */
-		rc = lockfs_proc_start_time(pid, &now_start);
+		rc = lockfs_procfs_start_time(pid, &now_start);
 		if (rc == 0 && now_start == start)
 			return watch_add(lv, pid, start, fd);
 		watched_fd_close(lv, fd);
@@ -390,7 +390,7 @@ int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 		fd = pidfd_open(pid);
 		if (fd < 0)
 			return -ESRCH;
-		rc = lockfs_proc_start_time(pid, &now_start);
+		rc = lockfs_procfs_start_time(pid, &now_start);
 		if (rc < 0 || now_start != start) {
 			close(fd);
 			return -ESRCH;
@@ -448,7 +448,7 @@ static void poll_watches(struct lockfs_liveness *lv)
 			l->gone = true;
 		} else if (fd >= 0) {
 			/* As in lockfs_liveness_watch: checked after opening. */
-			rc = lockfs_proc_start_time(l->pid, &now_start);
+			rc = lockfs_procfs_start_time(l->pid, &now_start);
 			if (rc == 0 && now_start == l->start) {
 				l->fd = fd;
 			} else {

@@ -1,6 +1,6 @@
 /*
  * Process facts as the real /proc describes them: the source the daemon
- * uses (lockfs_proc_real: stat, status, the exe link, the root, the pid
+ * uses (lockfs_procfs_source: stat, status, the exe link, the root, the pid
  * namespace and cgroup), and the readers of cmdline, environ and the start
  * time, and the boot id (see include/lockfs/proc.h).
  *
@@ -542,7 +542,7 @@ static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 	return 0;
 }
 
-const struct lockfs_proc_source lockfs_proc_real = {
+const struct lockfs_proc_source lockfs_procfs_source = {
 	.read_tid = proc_read_tid,
 	.ctx = NULL,
 	.exe_stat = proc_exe_stat,
@@ -560,7 +560,7 @@ void lockfs_argv_free(char **argv)
 	free(argv);
 }
 
-int lockfs_proc_cmdline(pid_t pid, size_t max_bytes, char ***argv)
+int lockfs_procfs_cmdline(pid_t pid, size_t max_bytes, char ***argv)
 {
 	char path[64];
 	char *buf;
@@ -601,7 +601,7 @@ int lockfs_proc_cmdline(pid_t pid, size_t max_bytes, char ***argv)
 	return 0;
 }
 
-int lockfs_proc_getenv(pid_t pid, const char *var, char *buf, size_t size)
+int lockfs_procfs_getenv(pid_t pid, const char *var, char *buf, size_t size)
 {
 	char path[64];
 	char *env;
@@ -640,7 +640,7 @@ int lockfs_proc_getenv(pid_t pid, const char *var, char *buf, size_t size)
 	return rc;
 }
 
-int lockfs_proc_start_time(pid_t pid, unsigned long long *start)
+int lockfs_procfs_start_time(pid_t pid, unsigned long long *start)
 {
 	struct lockfs_proc p;
 	bool leader;
@@ -656,7 +656,7 @@ int lockfs_proc_start_time(pid_t pid, unsigned long long *start)
 	return rc;
 }
 
-int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t *found)
+int lockfs_procfs_env_exists(uid_t uid, const char *var, const char *value, pid_t *found)
 {
 	DIR *proc = opendir("/proc");
 	struct dirent *de;
@@ -684,7 +684,7 @@ int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t 
 		 * reads as root for a non-dumpable process. */
 		if (read_status((pid_t)pid, &p) < 0 || p.uid != uid)
 			continue; /* gone, or another user's */
-		env = lockfs_proc_getenv((pid_t)pid, var, buf, sizeof(buf));
+		env = lockfs_procfs_getenv((pid_t)pid, var, buf, sizeof(buf));
 		if (env == -ENOENT || env == -ESRCH || (env >= 0 && strcmp(buf, want) != 0))
 			continue; /* unset, gone, or another value */
 		if (env < 0) {
@@ -702,49 +702,14 @@ int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t 
 	return rc == 0 && unknown ? unknown : rc;
 }
 
-int lockfs_procs_pidfd_open(const struct lockfs_proc_source *src, pid_t pid)
+int lockfs_procfs_pidfd_open(pid_t pid)
 {
-	int fd;
+	int fd = open_pidfd(pid);
 
-	if (src && src->pidfd_open)
-		return src->pidfd_open(src->ctx, pid);
-	fd = open_pidfd(pid);
 	return fd < 0 ? -errno : fd;
 }
 
-int lockfs_procs_cmdline(const struct lockfs_proc_source *src, pid_t pid, size_t max_bytes,
-			 char ***argv)
-{
-	if (src && src->cmdline)
-		return src->cmdline(src->ctx, pid, max_bytes, argv);
-	return lockfs_proc_cmdline(pid, max_bytes, argv);
-}
-
-int lockfs_procs_getenv(const struct lockfs_proc_source *src, pid_t pid, const char *var,
-			char *buf, size_t size)
-{
-	if (src && src->getenv)
-		return src->getenv(src->ctx, pid, var, buf, size);
-	return lockfs_proc_getenv(pid, var, buf, size);
-}
-
-int lockfs_procs_start_time(const struct lockfs_proc_source *src, pid_t pid,
-			    unsigned long long *start)
-{
-	if (src && src->start_time)
-		return src->start_time(src->ctx, pid, start);
-	return lockfs_proc_start_time(pid, start);
-}
-
-int lockfs_procs_env_exists(const struct lockfs_proc_source *src, uid_t uid, const char *var,
-			    const char *value, pid_t *pid)
-{
-	if (src && src->env_exists)
-		return src->env_exists(src->ctx, uid, var, value, pid);
-	return lockfs_proc_env_exists(uid, var, value, pid);
-}
-
-int lockfs_boot_id(char buf[40])
+int lockfs_procfs_boot_id(char buf[40])
 {
 	ssize_t n = read_small("/proc/sys/kernel/random/boot_id", buf, 40);
 	if (n < 0)

@@ -1,5 +1,10 @@
-/* Processes as /proc describes them: the facts lockfs reads, where they
- * come from (struct lockfs_proc_source), and the real /proc's readers. */
+/*
+ * Processes as /proc describes them: the facts lockfs reads, where they
+ * come from (struct lockfs_proc_source), and two families of functions:
+ * - lockfs_procfs_*: the real /proc, always (procfs.c);
+ * - lockfs_proc_source_*: ask a source, which may be a test's fake table
+ *   (proc_source.c); the real /proc where it gives no function.
+ */
 #ifndef LOCKFS_PROC_H
 #define LOCKFS_PROC_H
 
@@ -107,11 +112,11 @@ void lockfs_proc_put(struct lockfs_proc *p);
  * The last five answer what the engine asks of processes besides the
  * holder rule; each NULL means the real /proc (and the kernel), so that
  * a test's source gives only what it fakes.  Reach them through the
- * lockfs_procs_* functions below, which pick the real one for NULL:
+ * lockfs_proc_source_* functions below, which pick the real one for NULL:
  * - pidfd_open(): a pidfd of thread group PID, or -errno.
  * - cmdline(), getenv(), start_time(), env_exists(): as
- *   lockfs_proc_cmdline(), lockfs_proc_getenv(), lockfs_proc_start_time()
- *   and lockfs_proc_env_exists().
+ *   lockfs_procfs_cmdline(), lockfs_procfs_getenv(), lockfs_procfs_start_time()
+ *   and lockfs_procfs_env_exists().
  */
 struct lockfs_proc_source {
 	int (*read_tid)(void *ctx, pid_t tid, unsigned want, struct lockfs_proc *out);
@@ -127,8 +132,9 @@ struct lockfs_proc_source {
 			  pid_t *pid);
 };
 
-/* The real source, reading /proc of the daemon's mount namespace. */
-extern const struct lockfs_proc_source lockfs_proc_real;
+/* The real source, reading /proc of the daemon's mount namespace: what the
+ * lockfs_procfs_* functions read. */
+extern const struct lockfs_proc_source lockfs_procfs_source;
 
 /*
  * The container id that a /proc/PID/cgroup text names, into OUT (SIZE
@@ -148,7 +154,7 @@ int lockfs_container_of_cgroup(const char *text, char *out, size_t size);
  * (at most MAX_BYTES of it).  Returns 0 or -errno; an empty cmdline (kernel
  * thread, zombie) gives an empty array.
  */
-int lockfs_proc_cmdline(pid_t pid, size_t max_bytes, char ***argv)
+int lockfs_procfs_cmdline(pid_t pid, size_t max_bytes, char ***argv)
 	__attribute__((warn_unused_result));
 void lockfs_argv_free(char **argv);
 
@@ -157,11 +163,11 @@ void lockfs_argv_free(char **argv);
  * Copies the value into BUF.  Returns its length, -ENOENT when unset,
  * -ENAMETOOLONG when it does not fit, or -errno.
  */
-int lockfs_proc_getenv(pid_t pid, const char *var, char *buf, size_t size);
+int lockfs_procfs_getenv(pid_t pid, const char *var, char *buf, size_t size);
 
 /* The start time (/proc/PID/stat field 22) of thread group PID.
  * Returns 0, -ENOENT when there is no such process, or -errno. */
-int lockfs_proc_start_time(pid_t pid, unsigned long long *start);
+int lockfs_procfs_start_time(pid_t pid, unsigned long long *start);
 
 /*
  * Does any process with effective uid UID have VAR=VALUE in the
@@ -171,21 +177,21 @@ int lockfs_proc_start_time(pid_t pid, unsigned long long *start);
  * UID, cannot be read -- the caller must then treat the answer as
  * unknown, not as "no".
  */
-int lockfs_proc_env_exists(uid_t uid, const char *var, const char *value, pid_t *pid);
+int lockfs_procfs_env_exists(uid_t uid, const char *var, const char *value, pid_t *pid);
 
-/* SRC's answer (NULL: lockfs_proc_real's), or the real one when SRC
+/* SRC's answer (NULL: lockfs_procfs_source's), or the real one when SRC
  * leaves that function NULL.  Returns what the function does. */
-int lockfs_procs_pidfd_open(const struct lockfs_proc_source *src, pid_t pid);
-int lockfs_procs_cmdline(const struct lockfs_proc_source *src, pid_t pid, size_t max_bytes,
-			 char ***argv) __attribute__((warn_unused_result));
-int lockfs_procs_getenv(const struct lockfs_proc_source *src, pid_t pid, const char *var,
-			char *buf, size_t size);
-int lockfs_procs_start_time(const struct lockfs_proc_source *src, pid_t pid,
-			    unsigned long long *start);
-int lockfs_procs_env_exists(const struct lockfs_proc_source *src, uid_t uid, const char *var,
-			    const char *value, pid_t *pid);
+int lockfs_proc_source_pidfd_open(const struct lockfs_proc_source *src, pid_t pid);
+int lockfs_proc_source_cmdline(const struct lockfs_proc_source *src, pid_t pid,
+			       size_t max_bytes, char ***argv) __attribute__((warn_unused_result));
+int lockfs_proc_source_getenv(const struct lockfs_proc_source *src, pid_t pid, const char *var,
+			      char *buf, size_t size);
+int lockfs_proc_source_start_time(const struct lockfs_proc_source *src, pid_t pid,
+				  unsigned long long *start);
+int lockfs_proc_source_env_exists(const struct lockfs_proc_source *src, uid_t uid,
+				  const char *var, const char *value, pid_t *pid);
 
 /* Read /proc/sys/kernel/random/boot_id (36 chars) into BUF.  0 or -errno. */
-int lockfs_boot_id(char buf[40]);
+int lockfs_procfs_boot_id(char buf[40]);
 
 #endif

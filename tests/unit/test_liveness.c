@@ -105,7 +105,7 @@ static pid_t child(unsigned long long *start)
 		pause();
 		_exit(0);
 	}
-	assert_int_equal(lockfs_proc_start_time(pid, start), 0);
+	assert_int_equal(lockfs_procfs_start_time(pid, start), 0);
 	return pid;
 }
 
