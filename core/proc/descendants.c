@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "descendants.h"
 #include "descendants_state.h"
 
@@ -33,6 +34,9 @@
 #define CHECK_MS 1000
 #define EVENT_BATCH 64
 
+/* The kernel's CLOCK_MONOTONIC, not the engine's clock: a root's since_ns
+ * is compared with the timestamps of the proc connector's fork events
+ * (procevents.c), which the kernel takes on CLOCK_MONOTONIC. */
 static uint64_t mono_ns(void)
 {
 	struct timespec ts;
@@ -882,15 +886,13 @@ bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
 
 void lockfs_descendants_tick(struct lockfs_descendants *d)
 {
-	struct timespec ts;
 	int64_t now;
 
 	pthread_mutex_lock(&d->mu);
 	drain(d);
 	if (d->nsuspects)
 		settle_suspects(d);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	now = lockfs_boot_ms(); /* the engine's time (core/base/clock.c) */
 	if (d->ndead > 0 && now >= d->next_check_ms) {
 		/* With events: only forget what is gone (an exit that never
 		 * came must not keep a lock for ever).  Without: look again,

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "lockfs/proc.h"
+#include "base/clock.h"
 #include "liveness.h"
 
 #define BUCKETS 256
@@ -402,14 +403,6 @@ int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 	return rc;
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A polled process to look at, copied out from under the mutex. */
 struct poll_look {
 	pid_t pid;
@@ -494,13 +487,16 @@ static void poll_watches(struct lockfs_liveness *lv)
 static void *liveness_thread(void *arg)
 {
 	struct lockfs_liveness *lv = arg;
-	int64_t next_tick = mono_ms() + lv->tick_ms;
+	/* Ticks are the engine's time (core/base/clock.c, which a test may
+	 * replace): epoll_wait() sleeps for what is left of a tick by that
+	 * clock, and a tick runs once that clock says so. */
+	int64_t next_tick = lockfs_boot_ms() + lv->tick_ms;
 	bool more = false;
 	int rounds = 0;
 
 	for (;;) {
 		struct epoll_event evs[EVENTS_MAX];
-		int64_t wait = more || rounds ? 0 : next_tick - mono_ms();
+		int64_t wait = more || rounds ? 0 : next_tick - lockfs_boot_ms();
 		int n = epoll_wait(lv->epfd, evs, EVENTS_MAX, wait < 0 ? 0 : (int)wait);
 
 		if (n < 0 && errno != EINTR)
@@ -560,11 +556,11 @@ static void *liveness_thread(void *arg)
 		if (n == EVENTS_MAX && ++rounds < DRAIN_ROUNDS)
 			continue;
 		rounds = 0;
-		if (mono_ms() >= next_tick) {
+		if (lockfs_boot_ms() >= next_tick) {
 			poll_watches(lv);
 			if (lv->tick)
 				lv->tick(lv->arg);
-			next_tick = mono_ms() + lv->tick_ms;
+			next_tick = lockfs_boot_ms() + lv->tick_ms;
 		}
 		/* A bounded slice of queued work; while some is left, the
 		 * next round only looks for events and comes straight back. */
