@@ -1,6 +1,7 @@
 /*
- * Unit tests for core/base/holder.c: the holder rule and the release rule on a
- * fake process table, then the /proc readers on real processes.
+ * Unit tests for core/proc/holder.c, helpers.c and procfs.c: the holder rule
+ * and the release rule on a fake process table, then the /proc readers
+ * (the one /proc/PID/stat parser among them) on real processes.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -335,7 +336,7 @@ static void test_helpers_bad_lists_are_einval(void **state)
 
 /* ---- the real /proc -------------------------------------------------- */
 
-/* Field 22 of /proc/PID/stat, parsed here independently of holder.c. */
+/* Field 22 of /proc/PID/stat, parsed here independently of procfs.c. */
 static unsigned long long real_start_time(pid_t pid)
 {
 	char path[64], buf[2048];
