@@ -960,7 +960,7 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	for (int i = 0; i < STRIPES; i++)
 		t->stripes[i].due_boot_ms = INT64_MAX;
 	lockfs_fds_init(&core->fds);
-	t->procs = cfg->procs ? cfg->procs : &lockfs_proc_real;
+	t->procs = cfg->procs ? cfg->procs : &lockfs_procfs_source;
 	t->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
 	t->break_signal = cfg->break_signal;
 	t->log = cfg->log;
@@ -979,7 +979,7 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	/* This host, as the store names it in records: the holders the
 	 * engine may judge by pid and boot id are this host's only. */
 	snprintf(t->host, sizeof(t->host), "%s", cfg->backend->host);
-	rc = lockfs_boot_id(t->boot_id);
+	rc = lockfs_procfs_boot_id(t->boot_id);
 	if (rc < 0)
 		goto fail;
 	rc = quota_open_limits(core, cfg);
@@ -1132,7 +1132,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 	e->gid = caller->gid;
 	e->since_ms = lockfs_wall_ms();
 	/* Read now, not at the grant: a hand-off should do no /proc read. */
-	if (lockfs_procs_cmdline(t->procs, e->who.pid, WAITER_CMDLINE_MAX, &e->cmdline) < 0)
+	if (lockfs_proc_source_cmdline(t->procs, e->who.pid, WAITER_CMDLINE_MAX, &e->cmdline) < 0)
 		e->cmdline = NULL;
 	{
 		/* The caller's LOCKFS_SLUG names the holder (lockctl --slug);

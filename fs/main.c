@@ -416,7 +416,7 @@ static int open_store(const struct lockfs_backend_kind *kind, const struct optio
 		.takeover = takeover, .why = why, .why_size = sizeof(why),
 	};
 
-	if (lockfs_boot_id(boot_id) < 0)
+	if (lockfs_procfs_boot_id(boot_id) < 0)
 		boot_id[0] = '\0';
 	if (kind->open(&cfg, be) < 0) {
 		fprintf(stderr, "lockfs: %s\n", *why ? why : "cannot open the store");

@@ -26,6 +26,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "lockfs/proc.h"
 #include "mounts.h"
 #include "takeover.h"
 
@@ -60,22 +62,13 @@ static pid_t recorded_pid(int lockfd)
 	return pid > 0 && pid <= INT32_MAX ? (pid_t)pid : 0;
 }
 
-/* The state letter of /proc/PATH/stat ('R', 'S', 'D', 'Z', ...), or 0. */
-static char state_of(const char *path)
+/* The state letter ('R', 'S', 'D', 'Z', ...) of process PID, or of its
+ * thread TID when TID > 0; 0 when it cannot be read. */
+static char state_of(pid_t pid, pid_t tid)
 {
-	char buf[512], *p;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
+	struct lockfs_proc_stat st;
 
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' ? p[2] : 0;
+	return lockfs_procfs_stat(pid, tid, &st) == 0 ? st.state : 0;
 }
 
 /* Does task TID of PID have the file of LOCKFD open?  (Only links that
@@ -121,22 +114,20 @@ static bool zombie_holding(pid_t pid, int lockfd, char tid[16])
 	DIR *tasks;
 	bool found = false;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (state_of(path) != 'Z' || fstat(lockfd, &lock) < 0)
+	if (state_of(pid, 0) != 'Z' || fstat(lockfd, &lock) < 0)
 		return false;
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	tasks = opendir(path);
 	if (!tasks)
 		return false;
 	while (!found && (d = readdir(tasks))) {
-		char stat_path[96];
+		char *end;
+		long task = strtol(d->d_name, &end, 10);
 
-		if (d->d_name[0] == '.' || strlen(d->d_name) >= 16)
+		if (d->d_name[0] == '.' || strlen(d->d_name) >= 16 || *end || task <= 0 ||
+		    task > INT32_MAX)
 			continue;
-		/* %.15s: the name is shorter (above), and so the compiler can
-		 * tell that the path fits. */
-		snprintf(stat_path, sizeof(stat_path), "%s/%.15s/stat", path, d->d_name);
-		if (state_of(stat_path) == 'Z')
+		if (state_of(pid, (pid_t)task) == 'Z')
 			continue;
 		if (task_has_file(pid, d->d_name, &lock)) {
 			strcpy(tid, d->d_name);

@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "lockfs/name.h"
 #include "etcd.h"
 #include "options.h"
@@ -200,7 +200,7 @@ static int take_host_key(struct etcd_store *e, const struct lockfs_backend_confi
 		if (strcmp(boot, e->boot_id) == 0 && pid > 0 &&
 		    ((pid == getpid() && !open_pair_add(e->prefix, e->base.host)) ||
 		     (pid != getpid() &&
-		      lockfs_proc_start_time((pid_t)pid, &now_start) == 0 &&
+		      lockfs_procfs_start_time((pid_t)pid, &now_start) == 0 &&
 		      now_start == start_time))) {
 			lockfs_backend_say(cfg,
 			    "host %s is in use by another lockfs daemon on %s (pid %lld)",

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "base/clock.h"
 #include "etcd.h"
 
@@ -161,7 +161,7 @@ static int host_value(struct etcd_store *e, int64_t lease)
 	char state[48] = "";
 	char *v;
 
-	if (lockfs_proc_start_time(getpid(), &start) < 0)
+	if (lockfs_procfs_start_time(getpid(), &start) < 0)
 		start = 0;
 	(void)lockfs_etcdbe_state_id(e, state);
 	if (asprintf(&v, "{\"host\": \"%s\", \"machine_id\": \"%s\", \"boot_id\": \"%s\", "

@@ -110,7 +110,7 @@ static int make_token(char out[LOCKFS_TOKEN_HEX + 1])
  * character: such a slug names nothing reliably. */
 int lockfs_caller_slug(const struct lockfs_proc_source *src, pid_t tid, char *buf, size_t size)
 {
-	int n = tid > 0 ? lockfs_procs_getenv(src, tid, "LOCKFS_SLUG", buf, size) : -ENOENT;
+	int n = tid > 0 ? lockfs_proc_source_getenv(src, tid, "LOCKFS_SLUG", buf, size) : -ENOENT;
 
 	if (n == -ENAMETOOLONG) {
 		buf[0] = '\0';
@@ -156,7 +156,7 @@ static int identify_reading(struct lockfs_table *t, const struct lockfs_caller *
 	if (holder->pid != pid || holder->multicall[0] ||
 	    lockfs_helpers_contains(&t->helpers, holder->exe))
 		return 0;
-	if (lockfs_procs_cmdline(t->procs, holder->pid, CMDLINE_MAX, cmdline) < 0)
+	if (lockfs_proc_source_cmdline(t->procs, holder->pid, CMDLINE_MAX, cmdline) < 0)
 		return 0; /* lockfs_caller_record tries again */
 	memset(&facts, 0, sizeof(facts));
 	snprintf(facts.exe, sizeof(facts.exe), "%s", holder->exe);
@@ -209,7 +209,7 @@ int lockfs_caller_identify(struct lockfs_table *t, const struct lockfs_caller *c
 	 * pid changed hands before, the old process's exit is among the
 	 * events the sync takes in, and its entry is gone (requesters.h). */
 	pidfd = (want & LOCKFS_PROC_PIDFD) && lockfs_requesters_known(t->requesters, caller->tid)
-		? lockfs_procs_pidfd_open(t->procs, caller->tid) : -1;
+		? lockfs_proc_source_pidfd_open(t->procs, caller->tid) : -1;
 	/* Without the connector's events an exec would go unseen: read all. */
 	if (!lockfs_descendants_sync(t->descendants)) {
 		if (pidfd >= 0)
@@ -291,7 +291,7 @@ int lockfs_caller_fill_holder(struct lockfs_table *t, struct lockfs_holder *h,
 	if (cmdline && *cmdline) {
 		h->cmdline = *cmdline; /* read earlier (a parked waiter) */
 		*cmdline = NULL;
-	} else if (lockfs_procs_cmdline(t->procs, p->pid, CMDLINE_MAX, &h->cmdline) < 0) {
+	} else if (lockfs_proc_source_cmdline(t->procs, p->pid, CMDLINE_MAX, &h->cmdline) < 0) {
 		h->cmdline = calloc(1, sizeof(char *));
 	}
 	if (!h->comm || !h->host || !h->boot_id || !h->cmdline ||

@@ -441,7 +441,7 @@ static void log_expired(struct lockfs_table *t, const char *name, const char *to
 static void check_slug(struct lockfs_table *t, const struct todo *todo, bool logged)
 {
 	pid_t pid = 0;
-	int rc = lockfs_procs_env_exists(t->procs, todo->uid, "LOCKFS_SLUG", todo->slug, &pid);
+	int rc = lockfs_proc_source_env_exists(t->procs, todo->uid, "LOCKFS_SLUG", todo->slug, &pid);
 
 	if (rc == 0) {
 		const char *extra[] = { "slug", todo->slug,
@@ -856,7 +856,7 @@ static bool share_gone(const struct lockfs_table *t, const struct lockfs_share *
 		return false;
 	if (strcmp(sh->holder.boot_id, t->boot_id) != 0)
 		return true;
-	rc = lockfs_procs_start_time(t->procs, sh->holder.pid, &start);
+	rc = lockfs_proc_source_start_time(t->procs, sh->holder.pid, &start);
 	return rc == -ESRCH || rc == -ENOENT || (rc == 0 && start != sh->holder.start_time);
 }
 

@@ -185,7 +185,7 @@ static void prune_tombstones(struct lockfs_table *t)
 			struct tombstone *ts = *pp;
 			unsigned long long start;
 
-			if (lockfs_procs_start_time(t->procs, ts->holder.pid, &start) == 0 &&
+			if (lockfs_proc_source_start_time(t->procs, ts->holder.pid, &start) == 0 &&
 			    start == ts->holder.start) {
 				pp = &ts->next;
 				continue;

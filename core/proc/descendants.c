@@ -1,5 +1,7 @@
 /*
- * Descendants of lock holders; see descendants.h.
+ * Descendants of lock holders, tracked from the process events; see
+ * descendants.h.  What /proc shows when the events do not tell is
+ * descendants_scan.c's; the state both share is descendants_state.h.
  *
  * The state, all protected by d->mu:
  *  - roots: one per watched holder process (pid, start), with the number
@@ -13,19 +15,17 @@
  * made and freed; a fork or exit anywhere on the machine costs one lookup
  * by pid, and work only when the process is tracked.
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "descendants.h"
+#include "descendants_state.h"
 
-#define ROOT_BUCKETS 256
 #define ENTRY_BUCKETS_MIN 256
 /* Ancestors looked at when a caller asks to act for a holder. */
 #define WALK_MAX 64
@@ -34,64 +34,9 @@
 #define CHECK_MS 1000
 #define EVENT_BATCH 64
 
-struct root {
-	struct root *next;        /* bucket chain while listed */
-	pid_t pid;
-	unsigned long long start;
-	pid_t sid;                /* the holder's session: where a scan looks */
-	uint64_t since_ns;        /* watched since (CLOCK_MONOTONIC): earlier forks are not its */
-	unsigned refs;            /* locks that depend on it */
-	unsigned holds;           /* rootsets that name it */
-	size_t live;              /* live processes counted for it */
-	uint64_t version;         /* changes whenever the set does */
-	bool dead;                /* its holder exited */
-	bool listed;
-	bool has_entry;           /* an entry's `root` points here */
-	bool scan_pending;        /* count what a scan finds (daemon start) */
-};
-
-/* The roots a process counts for, shared by siblings (never changed once
- * made).  A "candidate" was only found by a scan in the holder's session:
- * it keeps the lock, but it is no proof of descent, so it may not act for
- * the holder. */
-struct rootset {
-	unsigned refs;
-	unsigned n;
-	struct member {
-		struct root *root;
-		bool candidate;
-	} v[];
-};
-
-struct entry {
-	struct entry *next;       /* bucket chain */
-	pid_t pid;
-	unsigned long long start; /* 0 until known */
-	struct rootset *set;      /* the roots it counts for; NULL: none */
-	struct root *root;        /* the listed root this process holds for, or NULL */
-	struct rootset *kids;     /* cache: what its children count for */
-	bool suspect;             /* its leader exited; other threads may live on */
-};
-
-struct lockfs_descendants {
-	pthread_mutex_t mu;
-	struct lockfs_event_source events;
-	bool has_events;
-	struct lockfs_desc_procs procs;
-	struct root *roots[ROOT_BUCKETS];
-	struct entry **entries;
-	size_t nbuckets, nentries;
-	size_t nsuspects;
-	size_t ndead;             /* listed roots whose holder exited */
-	bool scan_pending;        /* some root has scan_pending */
-	bool lost;                /* events were lost: scan before answering */
-	/* lockfs_descendants_observe's: set before use, then read-only */
-	void (*observer)(void *ctx, const struct lockfs_proc_event *ev);
-	void *observer_ctx;
-	int64_t next_check_ms;
-	pid_t self;               /* our own pid, during a scan: never counted */
-};
-
+/* The kernel's CLOCK_MONOTONIC, not the engine's clock: a root's since_ns
+ * is compared with the timestamps of the proc connector's fork events
+ * (procevents.c), which the kernel takes on CLOCK_MONOTONIC. */
 static uint64_t mono_ns(void)
 {
 	struct timespec ts;
@@ -100,15 +45,9 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static bool proc_alive(const struct lockfs_desc_proc *p)
-{
-	/* A zombie leader with live threads is a live process. */
-	return !p->zombie || p->threads > 1;
-}
-
 /* ---- entries ------------------------------------------------------------ */
 
-static struct entry *entry_find(struct lockfs_descendants *d, pid_t pid)
+struct entry *lockfs_desc_entry_find(struct lockfs_descendants *d, pid_t pid)
 {
 	for (struct entry *e = d->entries[(unsigned)pid & (d->nbuckets - 1)]; e; e = e->next)
 		if (e->pid == pid)
@@ -138,7 +77,8 @@ static void entries_grow(struct lockfs_descendants *d)
 	d->nbuckets = n;
 }
 
-static struct entry *entry_add(struct lockfs_descendants *d, pid_t pid, unsigned long long start)
+struct entry *lockfs_desc_entry_add(struct lockfs_descendants *d, pid_t pid,
+				     unsigned long long start)
 {
 	struct entry *e = calloc(1, sizeof(*e));
 	struct entry **b;
@@ -195,7 +135,7 @@ static void set_put(struct rootset *s)
 	free(s);
 }
 
-static const struct member *set_find(const struct rootset *s, const struct root *r)
+const struct member *lockfs_desc_set_find(const struct rootset *s, const struct root *r)
 {
 	for (unsigned i = 0; s && i < s->n; i++)
 		if (s->v[i].root == r)
@@ -206,7 +146,7 @@ static const struct member *set_find(const struct rootset *s, const struct root 
 /* Is R in S as a proven descendant's root (not a mere candidate)? */
 static bool set_proves(const struct rootset *s, const struct root *r)
 {
-	const struct member *m = set_find(s, r);
+	const struct member *m = lockfs_desc_set_find(s, r);
 
 	return m && !m->candidate;
 }
@@ -238,7 +178,6 @@ static void entry_set_changed(struct entry *e)
 	e->kids = NULL;
 }
 
-static void entry_drop(struct lockfs_descendants *d, struct entry *e);
 
 /*
  * Unlist R once nothing needs to find it: no lock depends on it, and its
@@ -260,14 +199,14 @@ static void root_maybe_unlist(struct lockfs_descendants *d, struct root *r)
 	if (r->dead)
 		d->ndead--;
 	if (r->has_entry) {
-		struct entry *e = entry_find(d, r->pid);
+		struct entry *e = lockfs_desc_entry_find(d, r->pid);
 
 		if (e && e->root == r) {
 			e->root = NULL;
 			entry_set_changed(e);
 			r->has_entry = false;
 			if (!e->set)
-				entry_drop(d, e); /* nothing else made it interesting */
+				lockfs_desc_entry_drop(d, e); /* nothing else made it interesting */
 		}
 	}
 	root_put(r);
@@ -283,9 +222,9 @@ static void root_mark_dead(struct lockfs_descendants *d, struct root *r)
 
 /* Count E for R too: as a proven descendant, or as a CANDIDATE.  A proven
  * one stays proven; a candidate can be proven later. */
-static int entry_join(struct entry *e, struct root *r, bool candidate)
+int lockfs_desc_entry_join(struct entry *e, struct root *r, bool candidate)
 {
-	const struct member *had = set_find(e->set, r);
+	const struct member *had = lockfs_desc_set_find(e->set, r);
 	struct member v[SET_MAX];
 	struct rootset *s;
 	unsigned n = 0;
@@ -311,7 +250,7 @@ static int entry_join(struct entry *e, struct root *r, bool candidate)
 }
 
 /* Forget E: it is gone, or no root needs it.  Uncounts it everywhere. */
-static void entry_drop(struct lockfs_descendants *d, struct entry *e)
+void lockfs_desc_entry_drop(struct lockfs_descendants *d, struct entry *e)
 {
 	struct rootset *s = e->set;
 
@@ -398,7 +337,7 @@ static void on_fork_event(struct lockfs_descendants *d, const struct lockfs_proc
 
 	if (ev->pid != ev->tgid)
 		return; /* a thread: part of its process, not a descendant */
-	parent = entry_find(d, ev->parent_tgid);
+	parent = lockfs_desc_entry_find(d, ev->parent_tgid);
 	if (!parent)
 		return;
 	s = child_set(parent, ev->mono_ns);
@@ -409,17 +348,17 @@ static void on_fork_event(struct lockfs_descendants *d, const struct lockfs_proc
 			for (unsigned i = 0; i < parent->set->n; i++)
 				any |= parent->set->v[i].root->listed;
 			if (!any)
-				entry_drop(d, parent); /* no root needs it any more */
+				lockfs_desc_entry_drop(d, parent); /* no root needs it any more */
 		}
 		return;
 	}
-	child = entry_find(d, ev->pid);
+	child = lockfs_desc_entry_find(d, ev->pid);
 	if (child)
-		entry_drop(d, child); /* a pid whose exit we never heard of */
+		lockfs_desc_entry_drop(d, child); /* a pid whose exit we never heard of */
 	/* The start time now, while the pid is surely its (its exit, if it
 	 * came, is still ahead of us in the stream).  It may be gone: the
 	 * time is then learnt, or the entry dropped, later. */
-	child = entry_add(d, ev->pid, d->procs.stat(d->procs.ctx, ev->pid, &p) == 0 ? p.start : 0);
+	child = lockfs_desc_entry_add(d, ev->pid, d->procs.stat(d->procs.ctx, ev->pid, &p) == 0 ? p.start : 0);
 	if (!child) {
 		set_put(s);
 		return;
@@ -438,7 +377,7 @@ static void on_exit_event(struct lockfs_descendants *d, const struct lockfs_proc
 
 	if (ev->pid != ev->tgid)
 		return; /* a thread */
-	e = entry_find(d, ev->tgid);
+	e = lockfs_desc_entry_find(d, ev->tgid);
 	if (!e || e->suspect)
 		return;
 	/* The leader's exit ends the process only when no other thread is
@@ -451,7 +390,7 @@ static void on_exit_event(struct lockfs_descendants *d, const struct lockfs_proc
 		d->nsuspects++;
 		return;
 	}
-	entry_drop(d, e);
+	lockfs_desc_entry_drop(d, e);
 }
 
 /*
@@ -461,7 +400,8 @@ static void on_exit_event(struct lockfs_descendants *d, const struct lockfs_proc
  * that does not keep its starter's lock (docs/holder.md).  Out of memory:
  * it keeps counting (a lock kept too long, never one lost).
  */
-static void entry_leave_session(struct lockfs_descendants *d, struct entry *e, pid_t sid)
+void lockfs_desc_entry_leave_session(struct lockfs_descendants *d, struct entry *e,
+				     pid_t sid)
 {
 	struct rootset *old = e->set, *s = NULL;
 	struct member v[SET_MAX];
@@ -478,7 +418,7 @@ static void entry_leave_session(struct lockfs_descendants *d, struct entry *e, p
 	if (n == old->n)
 		return;
 	if (n == 0 && !e->root) {
-		entry_drop(d, e); /* nothing else made it interesting */
+		lockfs_desc_entry_drop(d, e); /* nothing else made it interesting */
 		return;
 	}
 	if (n > 0 && !(s = set_new(v, n)))
@@ -488,7 +428,7 @@ static void entry_leave_session(struct lockfs_descendants *d, struct entry *e, p
 	for (unsigned i = 0; i < old->n; i++) {
 		struct root *r = old->v[i].root;
 
-		if (set_find(s, r))
+		if (lockfs_desc_set_find(s, r))
 			continue;
 		if (r->live > 0)
 			r->live--;
@@ -504,9 +444,9 @@ static void on_sid_event(struct lockfs_descendants *d, const struct lockfs_proc_
 
 	if (ev->pid != ev->tgid)
 		return; /* setsid(2) from a thread is refused unless it leads */
-	e = entry_find(d, ev->tgid);
+	e = lockfs_desc_entry_find(d, ev->tgid);
 	if (e)
-		entry_leave_session(d, e, 0);
+		lockfs_desc_entry_leave_session(d, e, 0);
 }
 
 void lockfs_descendants_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
@@ -523,258 +463,6 @@ void lockfs_descendants_event(struct lockfs_descendants *d, const struct lockfs_
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* ---- scanning /proc ------------------------------------------------------- */
-
-struct proc_list {
-	struct lockfs_desc_proc *v;
-	size_t n, cap;
-	int err;
-};
-
-static int proc_list_add(void *arg, const struct lockfs_desc_proc *p)
-{
-	struct proc_list *l = arg;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-		struct lockfs_desc_proc *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v) {
-			l->err = -ENOMEM;
-			return 1;
-		}
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = *p;
-	return 0;
-}
-
-static int cmp_proc(const void *a, const void *b)
-{
-	pid_t x = ((const struct lockfs_desc_proc *)a)->pid;
-	pid_t y = ((const struct lockfs_desc_proc *)b)->pid;
-
-	return x < y ? -1 : x > y;
-}
-
-static long proc_index(const struct proc_list *l, pid_t pid)
-{
-	size_t lo = 0, hi = l->n;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (l->v[mid].pid == pid)
-			return (long)mid;
-		if (l->v[mid].pid < pid)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
-}
-
-enum { Q_UNKNOWN = 0, Q_NO, Q_CANDIDATE, Q_PROVEN, Q_ROOT };
-
-/* The index in L of P's parent, when it is one (not a later process on
- * the parent's pid), else -1. */
-static long parent_of(const struct proc_list *l, const struct lockfs_desc_proc *p)
-{
-	long q = p->ppid > 0 ? proc_index(l, p->ppid) : -1;
-
-	return q >= 0 && l->v[q].start <= p->start ? q : -1;
-}
-
-/* Has a process now in session SID left R's holder's session?  Only
- * when both are known (/proc shows 0 for a session led from outside our
- * pid namespace): an unknown session keeps counting. */
-static bool left_session(const struct root *r, pid_t sid)
-{
-	return r->sid > 0 && sid > 0 && sid != r->sid;
-}
-
-/* What P is to R whatever its parent: Q_NO, Q_PROVEN, Q_CANDIDATE, or
- * Q_UNKNOWN (its parent decides). */
-static int own_answer(struct lockfs_descendants *d, const struct root *r,
-		      const struct lockfs_desc_proc *p)
-{
-	const struct member *m;
-	struct entry *e;
-
-	if ((p->pid == r->pid && p->start == r->start) || p->pid == d->self ||
-	    p->start < r->start || !proc_alive(p) || left_session(r, p->sid))
-		return Q_NO;
-	e = entry_find(d, p->pid);
-	m = e && e->start == p->start ? set_find(e->set, r) : NULL;
-	if (m && !m->candidate)
-		return Q_PROVEN;
-	return m ? Q_CANDIDATE : Q_UNKNOWN;
-}
-
-/*
- * Does process I of L count for R, and how?  Q_PROVEN when its parent is
- * the holder or a proven descendant (the process tree shows it descends
- * from the holder: an orphan is adopted by a reaper above it, which is
- * itself below the holder or outside).  Q_CANDIDATE when its parent is a
- * candidate, or when it is in the holder's session, started no earlier
- * than the holder, and was adopted -- its parent is init or a process of
- * another session, as reapers are -- since a descendant of the holder
- * whose parent died looks just like that.  A process its session-mates
- * started themselves (its parent is an older process of the session, such
- * as the login shell) is not counted, nor is one that left the holder's
- * session (setsid), nor what it started since.  MEMO holds the answers found so
- * far; CHAIN is scratch of L->n.
- */
-static int qualifies(struct lockfs_descendants *d, const struct root *r,
-		     const struct proc_list *l, unsigned char *memo, size_t *chain, size_t i)
-{
-	size_t depth = 0;
-	int answer;
-
-	/* Up to the first process whose answer does not need its parent. */
-	for (;;) {
-		long q;
-
-		if (memo[i] != Q_UNKNOWN) {
-			answer = memo[i];
-			break;
-		}
-		answer = own_answer(d, r, &l->v[i]);
-		if (answer != Q_UNKNOWN) {
-			memo[i] = (unsigned char)answer;
-			break;
-		}
-		chain[depth++] = i;
-		q = parent_of(l, &l->v[i]);
-		if (q >= 0 && l->v[q].pid == r->pid && l->v[q].start == r->start) {
-			answer = Q_ROOT;
-			break;
-		}
-		if (q < 0 || depth >= l->n) {
-			answer = Q_NO;
-			break;
-		}
-		i = (size_t)q;
-	}
-	/* Back down: each child takes its parent's answer, or its own
-	 * chance as an adopted member of the session. */
-	while (depth > 0) {
-		const struct lockfs_desc_proc *p = &l->v[chain[--depth]];
-
-		if (answer == Q_ROOT)
-			answer = Q_PROVEN;
-		if (answer == Q_NO && r->sid > 0 && p->sid == r->sid) {
-			long q = parent_of(l, p);
-
-			if (q < 0 || l->v[q].pid == 1 || l->v[q].sid != p->sid)
-				answer = Q_CANDIDATE;
-		}
-		memo[chain[depth]] = (unsigned char)answer;
-	}
-	return answer == Q_ROOT ? Q_PROVEN : answer;
-}
-
-/*
- * Look at /proc: forget tracked processes that are gone (an exit we never
- * heard of) or left their holder's session (a SID event we never heard of), learn missing start times, and count for each listed root
- * that ONLY names (NULL: those with scan_pending, or every dead one when
- * DEAD) what qualifies().  Returns 0, or -errno when /proc cannot be
- * listed (nothing is forgotten then).
- */
-static int scan(struct lockfs_descendants *d, struct root *only, bool dead)
-{
-	struct proc_list l = { 0 };
-	unsigned char *memo = NULL;
-	size_t *chain = NULL;
-	pid_t *gone = NULL;
-	struct lockfs_desc_proc *moved = NULL; /* pid and its session now */
-	size_t ngone = 0, nmoved = 0;
-	int rc = d->procs.each(d->procs.ctx, proc_list_add, &l);
-
-	d->self = getpid(); /* the daemon detaches after it made us */
-	if (rc == 0)
-		rc = l.err;
-	if (rc < 0)
-		goto out;
-	qsort(l.v, l.n, sizeof(*l.v), cmp_proc);
-	/* Forget first (by pid, afterwards: dropping may free others). */
-	gone = malloc((d->nentries + 1) * sizeof(*gone));
-	moved = malloc((d->nentries + 1) * sizeof(*moved));
-	memo = malloc(l.n + 1);
-	chain = malloc((l.n + 1) * sizeof(*chain));
-	if (!gone || !moved || !memo || !chain) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (size_t b = 0; b < d->nbuckets; b++) {
-		for (struct entry *e = d->entries[b]; e; e = e->next) {
-			long i = proc_index(&l, e->pid);
-
-			if (i < 0 || (e->start && l.v[i].start != e->start) || !proc_alive(&l.v[i])) {
-				gone[ngone++] = e->pid;
-				continue;
-			}
-			if (!e->start)
-				e->start = l.v[i].start;
-			for (unsigned k = 0; e->set && k < e->set->n; k++) {
-				if (left_session(e->set->v[k].root, l.v[i].sid)) {
-					moved[nmoved++] = (struct lockfs_desc_proc){
-						.pid = e->pid, .sid = l.v[i].sid };
-					break;
-				}
-			}
-		}
-	}
-	for (size_t k = 0; k < ngone; k++) {
-		struct entry *e = entry_find(d, gone[k]);
-
-		if (e)
-			entry_drop(d, e);
-	}
-	/* A SID event lost, or no events: it left the holder's session. */
-	for (size_t k = 0; k < nmoved; k++) {
-		struct entry *e = entry_find(d, moved[k].pid);
-
-		if (e)
-			entry_leave_session(d, e, moved[k].sid);
-	}
-	for (size_t b = 0; b < ROOT_BUCKETS; b++) {
-		for (struct root *r = d->roots[b], *next; r; r = next) {
-			next = r->next;
-			if (only ? r != only : !(r->scan_pending || (dead && r->dead)))
-				continue;
-			r->scan_pending = false;
-			memset(memo, Q_UNKNOWN, l.n);
-			for (size_t i = 0; i < l.n; i++) {
-				int how = qualifies(d, r, &l, memo, chain, i);
-				struct entry *e;
-
-				if (how != Q_PROVEN && how != Q_CANDIDATE)
-					continue;
-				e = entry_find(d, l.v[i].pid);
-				if (e && e->start != l.v[i].start) {
-					entry_drop(d, e);
-					e = NULL;
-				}
-				if (!e)
-					e = entry_add(d, l.v[i].pid, l.v[i].start);
-				if (!e || entry_join(e, r, how == Q_CANDIDATE) < 0) {
-					rc = -ENOMEM;
-					break;
-				}
-			}
-		}
-	}
-out:
-	free(l.v);
-	free(memo);
-	free(chain);
-	free(gone);
-	free(moved);
-	return rc;
-}
-
 /* Settle the processes whose exit was in doubt. */
 static void settle_suspects(struct lockfs_descendants *d)
 {
@@ -785,12 +473,12 @@ static void settle_suspects(struct lockfs_descendants *d)
 			next = e->next;
 			if (!e->suspect)
 				continue;
-			if (d->procs.stat(d->procs.ctx, e->pid, &p) == 0 && proc_alive(&p) &&
+			if (d->procs.stat(d->procs.ctx, e->pid, &p) == 0 && lockfs_desc_proc_alive(&p) &&
 			    (!e->start || p.start == e->start))
 				continue;
 			/* Dropping E frees nothing but E (a root it names stays
 			 * listed or has no entry), so NEXT stays valid. */
-			entry_drop(d, e);
+			lockfs_desc_entry_drop(d, e);
 		}
 	}
 }
@@ -842,7 +530,7 @@ static void drain(struct lockfs_descendants *d)
 		d->scan_pending = true;
 		d->lost = false;
 	}
-	if (d->scan_pending && scan(d, NULL, false) == 0)
+	if (d->scan_pending && lockfs_desc_scan(d, NULL, false) == 0)
 		d->scan_pending = false;
 }
 
@@ -963,9 +651,9 @@ int lockfs_descendants_watch(struct lockfs_descendants *d, pid_t pid,
 		r->refs++;
 		goto out;
 	}
-	e = entry_find(d, pid);
+	e = lockfs_desc_entry_find(d, pid);
 	if (e && e->start && e->start != start) {
-		entry_drop(d, e); /* an earlier process on this pid */
+		lockfs_desc_entry_drop(d, e); /* an earlier process on this pid */
 		e = NULL;
 	}
 	r = root_new(d, pid, start, sid);
@@ -974,7 +662,7 @@ int lockfs_descendants_watch(struct lockfs_descendants *d, pid_t pid,
 		goto out;
 	}
 	if (!e)
-		e = entry_add(d, pid, start);
+		e = lockfs_desc_entry_add(d, pid, start);
 	if (!e) {
 		r->listed = false;
 		d->roots[(unsigned)pid % ROOT_BUCKETS] = r->next;
@@ -1038,32 +726,32 @@ int lockfs_descendants_holder_exited(struct lockfs_descendants *d,
 	r->refs++; /* ours while we look: nothing below may free it */
 	if (r->sid <= 0)
 		r->sid = sid;
-	e = entry_find(d, pid);
+	e = lockfs_desc_entry_find(d, pid);
 	if (e && e->root == r)
-		entry_drop(d, e); /* its exit event may still be on the way */
+		lockfs_desc_entry_drop(d, e); /* its exit event may still be on the way */
 	root_mark_dead(d, r);
 	if (scan_now || !d->has_events) {
 		for (size_t i = 0; i < nknown; i++) {
 			struct lockfs_desc_proc p;
 
 			if (d->procs.stat(d->procs.ctx, known[i].pid, &p) < 0 ||
-			    p.start != known[i].start_time || !proc_alive(&p) ||
-			    left_session(r, p.sid))
+			    p.start != known[i].start_time || !lockfs_desc_proc_alive(&p) ||
+			    lockfs_desc_left_session(r, p.sid))
 				continue;
-			e = entry_find(d, p.pid);
+			e = lockfs_desc_entry_find(d, p.pid);
 			if (e && e->start != p.start) {
-				entry_drop(d, e);
+				lockfs_desc_entry_drop(d, e);
 				e = NULL;
 			}
 			if (!e)
-				e = entry_add(d, p.pid, p.start);
+				e = lockfs_desc_entry_add(d, p.pid, p.start);
 			/* A list this module wrote: proven then, proven now
 			 * (a candidate came with the same start time as
 			 * itself, and is listed as one). */
-			if (!e || entry_join(e, r, known[i].candidate) < 0)
+			if (!e || lockfs_desc_entry_join(e, r, known[i].candidate) < 0)
 				rc = -ENOMEM;
 		}
-		if (scan(d, r, false) < 0)
+		if (lockfs_desc_scan(d, r, false) < 0)
 			rc = rc ? rc : -EIO;
 	}
 	/* What was found keeps the lock even when the look was incomplete;
@@ -1131,7 +819,7 @@ int lockfs_descendants_list(struct lockfs_descendants *d, pid_t pid, unsigned lo
 	for (size_t b = 0; b < d->nbuckets && k < r->live && k < LOCKFS_DESCENDANTS_MAX; b++) {
 		for (struct entry *e = d->entries[b]; e && k < r->live &&
 		     k < LOCKFS_DESCENDANTS_MAX; e = e->next) {
-			const struct member *m = set_find(e->set, r);
+			const struct member *m = lockfs_desc_set_find(e->set, r);
 			struct lockfs_desc_proc p;
 
 			if (!m)
@@ -1171,7 +859,7 @@ bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
 	drain(d);
 	r = root_find(d, pid, start);
 	for (int i = 0; r && i < WALK_MAX && caller > 1; i++) {
-		struct entry *e = entry_find(d, caller);
+		struct entry *e = lockfs_desc_entry_find(d, caller);
 		struct lockfs_desc_proc p, q;
 
 		if (e && (!e->start || e->start == caller_start) && set_proves(e->set, r)) {
@@ -1198,114 +886,21 @@ bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
 
 void lockfs_descendants_tick(struct lockfs_descendants *d)
 {
-	struct timespec ts;
 	int64_t now;
 
 	pthread_mutex_lock(&d->mu);
 	drain(d);
 	if (d->nsuspects)
 		settle_suspects(d);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	now = lockfs_boot_ms(); /* the engine's time (core/base/clock.c) */
 	if (d->ndead > 0 && now >= d->next_check_ms) {
 		/* With events: only forget what is gone (an exit that never
 		 * came must not keep a lock for ever).  Without: look again,
 		 * as nothing tells of new processes. */
-		if (scan(d, NULL, !d->has_events) < 0)
+		if (lockfs_desc_scan(d, NULL, !d->has_events) < 0)
 			d->next_check_ms = now; /* unknown: try at the next tick */
 		else
 			d->next_check_ms = now + CHECK_MS;
 	}
 	pthread_mutex_unlock(&d->mu);
 }
-
-/* ---- /proc ---------------------------------------------------------------- */
-
-/* Parse /proc/PID/stat: comm, state (3), ppid (4), session (6), threads
- * (20), start time (22).  The comm may hold spaces and parentheses, so
- * fields are counted after the last ')'. */
-static int real_stat(void *ctx, pid_t pid, struct lockfs_desc_proc *out)
-{
-	char path[64], buf[1024];
-	const char *p, *open_paren, *close_paren;
-	unsigned long long v[23] = { 0 };
-	ssize_t n;
-	int fd;
-
-	(void)ctx;
-	if (pid <= 0)
-		return -ENOENT;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ESRCH ? -ENOENT : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return errno == ESRCH ? -ENOENT : -errno;
-	buf[n] = '\0';
-	open_paren = strchr(buf, '(');
-	close_paren = strrchr(buf, ')');
-	if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ')
-		return -EIO;
-	memset(out, 0, sizeof(*out));
-	n = close_paren - open_paren - 1;
-	if (n >= (ssize_t)sizeof(out->comm))
-		n = sizeof(out->comm) - 1;
-	memcpy(out->comm, open_paren + 1, (size_t)n);
-	out->zombie = close_paren[2] == 'Z' || close_paren[2] == 'X';
-	p = close_paren + 3;
-	for (int field = 4; field <= 22; field++) {
-		char *end;
-
-		while (*p == ' ')
-			p++;
-		if (field == 4 || field == 6 || field == 20 || field == 22) {
-			errno = 0;
-			v[field] = strtoull(p, &end, 10);
-			if (errno || end == p)
-				return -EIO;
-			p = end;
-		} else {
-			while (*p && *p != ' ')
-				p++;
-		}
-		if (!*p && field < 22)
-			return -EIO;
-	}
-	out->pid = pid;
-	out->ppid = (pid_t)v[4];
-	out->sid = (pid_t)v[6];
-	out->threads = (int)v[20];
-	out->start = v[22];
-	return 0;
-}
-
-static int real_each(void *ctx, int (*fn)(void *arg, const struct lockfs_desc_proc *p), void *arg)
-{
-	DIR *proc = opendir("/proc");
-	struct dirent *de;
-
-	if (!proc)
-		return -errno;
-	while ((de = readdir(proc))) {
-		struct lockfs_desc_proc p;
-		char *end;
-		long pid = strtol(de->d_name, &end, 10);
-
-		if (*end || pid <= 0 || pid > INT32_MAX)
-			continue;
-		if (real_stat(ctx, (pid_t)pid, &p) < 0)
-			continue; /* gone in between */
-		if (fn(arg, &p))
-			break;
-	}
-	closedir(proc);
-	return 0;
-}
-
-const struct lockfs_desc_procs lockfs_desc_procs_real = {
-	.stat = real_stat,
-	.each = real_each,
-	.ctx = NULL,
-};

@@ -23,7 +23,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "descriptors.h"
 
 /* How many processes of one tree are looked at, at most. */
@@ -200,7 +200,7 @@ int lockfs_proc_tree_holds_old_flock(pid_t pid, unsigned long long start, const 
 	pid_t *q;
 	int rc;
 
-	rc = lockfs_proc_start_time(pid, &st);
+	rc = lockfs_procfs_start_time(pid, &st);
 	if (rc < 0 || st != start)
 		return rc == -ENOENT || rc == 0 ? -ESRCH : rc;
 	q = malloc(TREE_MAX * sizeof(*q));
@@ -211,7 +211,7 @@ int lockfs_proc_tree_holds_old_flock(pid_t pid, unsigned long long start, const 
 		pid_t p = q[head++];
 
 		rc = holds_old(p, name, live_dev);
-		if (rc == 1 && lockfs_proc_start_time(p, &st) == 0 &&
+		if (rc == 1 && lockfs_procfs_start_time(p, &st) == 0 &&
 		    (p != pid || st == start)) {
 			*found = p;
 			*found_start = st;

@@ -15,7 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
+#include "base/clock.h"
 #include "liveness.h"
 
 #define BUCKETS 256
@@ -104,41 +105,18 @@ static void watched_fd_close(struct lockfs_liveness *lv, int fd)
  */
 static int proc_alive(pid_t pid, unsigned long long start)
 {
-	char path[64], buf[1024];
-	const char *p;
-	ssize_t n;
-	int fd;
+	struct lockfs_proc_stat st;
+	int rc = lockfs_procfs_stat(pid, 0, &st);
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT || errno == ESRCH ? 0 : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	if (n < 0) {
-		n = errno == ESRCH ? 0 : -errno;
-		close(fd);
-		return (int)n;
-	}
-	close(fd);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	if (!p || p[1] != ' ')
-		return -EIO;
-	p += 2;
-	if (*p == 'Z' || *p == 'X' || *p == 'x')
+	if (rc == -ENOENT)
 		return 0;
-	/* Field 3 is the state; walk to 22 (start time) and 38 (exit
-	 * signal: -1 for a thread, which is no process of ours). */
-	for (int field = 3; field <= 38; field++) {
-		if (field == 22 && strtoull(p, NULL, 10) != start)
-			return 0;
-		if (field == 38 && strncmp(p, "-1 ", 3) == 0)
-			return 0;
-		p = strchr(p, ' ');
-		if (!p)
-			return -EIO;
-		p++;
-	}
+	if (rc < 0)
+		return rc;
+	/* A zombie is gone; so is another process on the pid, and a thread
+	 * (exit signal -1), which is no process of ours. */
+	if (st.state == 'Z' || st.state == 'X' || st.state == 'x' || st.start_time != start ||
+	    !st.leader)
+		return 0;
 	return 1;
 }
 
@@ -338,7 +316,7 @@ int lockfs_liveness_watch(struct lockfs_liveness *lv, pid_t pid, unsigned long l
 		 * only if that process started when the holder did.  Checked
 		 * after opening, so a later reuse of the pid cannot slip in
 		 * between. */
-		rc = lockfs_proc_start_time(pid, &now_start);
+		rc = lockfs_procfs_start_time(pid, &now_start);
 		if (rc == 0 && now_start == start)
 			return watch_add(lv, pid, start, fd);
 		watched_fd_close(lv, fd);
@@ -413,7 +391,7 @@ int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 		fd = pidfd_open(pid);
 		if (fd < 0)
 			return -ESRCH;
-		rc = lockfs_proc_start_time(pid, &now_start);
+		rc = lockfs_procfs_start_time(pid, &now_start);
 		if (rc < 0 || now_start != start) {
 			close(fd);
 			return -ESRCH;
@@ -423,14 +401,6 @@ int lockfs_liveness_signal(struct lockfs_liveness *lv, pid_t pid, unsigned long 
 	rc = rc < 0 ? -errno : 0;
 	close(fd);
 	return rc;
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* A polled process to look at, copied out from under the mutex. */
@@ -471,7 +441,7 @@ static void poll_watches(struct lockfs_liveness *lv)
 			l->gone = true;
 		} else if (fd >= 0) {
 			/* As in lockfs_liveness_watch: checked after opening. */
-			rc = lockfs_proc_start_time(l->pid, &now_start);
+			rc = lockfs_procfs_start_time(l->pid, &now_start);
 			if (rc == 0 && now_start == l->start) {
 				l->fd = fd;
 			} else {
@@ -517,13 +487,16 @@ static void poll_watches(struct lockfs_liveness *lv)
 static void *liveness_thread(void *arg)
 {
 	struct lockfs_liveness *lv = arg;
-	int64_t next_tick = mono_ms() + lv->tick_ms;
+	/* Ticks are the engine's time (core/base/clock.c, which a test may
+	 * replace): epoll_wait() sleeps for what is left of a tick by that
+	 * clock, and a tick runs once that clock says so. */
+	int64_t next_tick = lockfs_boot_ms() + lv->tick_ms;
 	bool more = false;
 	int rounds = 0;
 
 	for (;;) {
 		struct epoll_event evs[EVENTS_MAX];
-		int64_t wait = more || rounds ? 0 : next_tick - mono_ms();
+		int64_t wait = more || rounds ? 0 : next_tick - lockfs_boot_ms();
 		int n = epoll_wait(lv->epfd, evs, EVENTS_MAX, wait < 0 ? 0 : (int)wait);
 
 		if (n < 0 && errno != EINTR)
@@ -583,11 +556,11 @@ static void *liveness_thread(void *arg)
 		if (n == EVENTS_MAX && ++rounds < DRAIN_ROUNDS)
 			continue;
 		rounds = 0;
-		if (mono_ms() >= next_tick) {
+		if (lockfs_boot_ms() >= next_tick) {
 			poll_watches(lv);
 			if (lv->tick)
 				lv->tick(lv->arg);
-			next_tick = mono_ms() + lv->tick_ms;
+			next_tick = lockfs_boot_ms() + lv->tick_ms;
 		}
 		/* A bounded slice of queued work; while some is left, the
 		 * next round only looks for events and comes straight back. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockfs/holder.h"
+#include "lockfs/proc.h"
 #include "requesters.h"
 
 /* Direct-mapped by pid: the requesters that come back are few (a shell

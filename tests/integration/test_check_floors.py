@@ -14,7 +14,7 @@ SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__fi
                                             '..', '..'))
 CHECK = os.path.join(SOURCE_ROOT, 'tools', 'check_floors.py')
 PUBLIC = ['core.h', 'backend.h', 'etcd_client.h', 'name.h', 'utf8.h', 'limits.h', 'record.h',
-          'holder.h', 'log.h']
+          'holder.h', 'proc.h', 'log.h']
 
 
 def tree(root, files):
@@ -45,7 +45,11 @@ def check(root, floors):
               'core/proc/fds.h': [], 'core/base/name.c': ['lockfs/name.h', 'lockfs/utf8.h'],
               'core/backend/dir.c': ['statedir.h', 'lockfs/backend.h', 'lockfs/record.h'],
               'core/backend/statedir.h': []}),
-], ids=['fs', 'tools', 'core'])
+    ('core', {'core/backend/etcd.c': ['lockfs/proc.h'], 'core/proc/holder.c': ['lockfs/holder.h',
+                                                                              'helpers.h'],
+              'core/proc/helpers.h': ['lockfs/holder.h'],
+              'core/lock/caller.c': ['lockfs/holder.h', 'lockfs/proc.h']}),
+], ids=['fs', 'tools', 'core', 'proc-public'])
 def test_arrows_down_pass(tmp_path, floors, files):
     tree(tmp_path, files)
     r = check(tmp_path, floors)
@@ -63,8 +67,12 @@ def test_arrows_down_pass(tmp_path, floors, files):
     ('core', {'core/lock/queue.c': ['../engine.h'], 'core/engine.h': []}, 'core/lock/queue.c'),
     ('core', {'core/lock/a.h': ['b.h'], 'core/lock/b.h': ['a.h']}, 'header cycle'),
     ('fs', {'fs/ops.c': ['nowhere.h']}, 'not found'),
+    # The holder rule and the /proc readers live in core/proc/, above base:
+    # a store reads /proc (proc.h), never the holder rule.
+    ('core', {'core/backend/etcd.c': ['lockfs/holder.h']}, 'core/backend/etcd.c'),
+    ('core', {'core/base/record.c': ['lockfs/proc.h']}, 'core/base/record.c'),
 ], ids=['fs-core', 'fs-backend', 'fs-etcd', 'lockctl-record', 'proc-lock', 'base-record',
-        'lock-engine', 'lock-cycle', 'missing'])
+        'lock-engine', 'lock-cycle', 'missing', 'backend-holder', 'base-proc'])
 def test_arrows_up_fail(tmp_path, floors, files, culprit):
     tree(tmp_path, files)
     r = check(tmp_path, floors)

@@ -288,7 +288,7 @@ static int fake_cmdline(void *ctx, pid_t pid, size_t max_bytes, char ***argv)
 	return 0;
 }
 
-/* LOCKFS_SLUG only, as lockfs_proc_getenv: its length with the value in
+/* LOCKFS_SLUG only, as lockfs_procfs_getenv: its length with the value in
  * BUF, -ENOENT when unset or the process is gone, -ENAMETOOLONG when BUF is
  * too small. */
 static int fake_getenv(void *ctx, pid_t pid, const char *var, char *buf, size_t size)

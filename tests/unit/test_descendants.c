@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "../../core/base/clock.h"
 #include "../../core/proc/descendants.h"
 #include "../../core/proc/procevents.h"
 #include "../../core/proc/requesters.h"
@@ -417,6 +418,44 @@ static void test_no_event_source_scans_the_session(void **state)
 	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 0);
 }
 
+static int64_t fake_boot; /* ms */
+
+static int64_t fake_boot_ms(void *arg)
+{
+	(void)arg;
+	return fake_boot;
+}
+
+static int64_t real_wall_ms(void *arg)
+{
+	(void)arg;
+	return (int64_t)time(NULL) * 1000;
+}
+
+/* The check of an exited holder's descendants (once a second) follows the
+ * engine's clock (core/base/clock.c), which a test can move. */
+static void test_the_check_of_dead_holders_follows_the_engine_clock(void **state)
+{
+	static const struct lockfs_clock clock = { real_wall_ms, fake_boot_ms, NULL };
+	(void)state;
+
+	fake_boot = 5000000;
+	lockfs_clock_override(&clock);
+	spawn(101, 100, 100, 1100);   /* a child in the session */
+	assert_int_equal(lockfs_descendants_watch(d, 100, 1000, 100, false), 0);
+	assert_int_equal(exited(100, 1000), 1);
+	lockfs_descendants_tick(d);   /* the first check: 101 lives */
+	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 1);
+	reap(101);
+	fake_boot += 999;             /* not a second yet: no check */
+	lockfs_descendants_tick(d);
+	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 1);
+	fake_boot += 1;               /* a second: the check finds 101 gone */
+	lockfs_descendants_tick(d);
+	lockfs_clock_override(NULL);
+	assert_int_equal(lockfs_descendants_count(d, 100, 1000, NULL), 0);
+}
+
 static void test_restart_counts_the_records_list_and_the_session(void **state)
 {
 	struct lockfs_descendant known[2] = { { .pid = 101, .start_time = 1100 },
@@ -757,6 +796,8 @@ int main(void)
 		T(test_lost_events_are_made_up_by_a_scan),
 		T(test_session_mates_started_by_older_ones_are_not_counted),
 		cmocka_unit_test_setup_teardown(test_no_event_source_scans_the_session,
+						setup_scan_only, teardown),
+		cmocka_unit_test_setup_teardown(test_the_check_of_dead_holders_follows_the_engine_clock,
 						setup_scan_only, teardown),
 		T(test_restart_counts_the_records_list_and_the_session),
 		T(test_scan_that_cannot_look_proves_nothing),

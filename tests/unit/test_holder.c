@@ -1,7 +1,9 @@
 /*
- * Unit tests for core/base/holder.c: the holder rule and the release rule on a
- * fake process table, then the /proc readers on real processes.
+ * Unit tests for core/proc/holder.c, helpers.c and procfs.c: the holder rule
+ * and the release rule on a fake process table, then the /proc readers
+ * (the one /proc/PID/stat parser among them) on real processes.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -334,7 +336,7 @@ static void test_helpers_bad_lists_are_einval(void **state)
 
 /* ---- the real /proc -------------------------------------------------- */
 
-/* Field 22 of /proc/PID/stat, parsed here independently of holder.c. */
+/* Field 22 of /proc/PID/stat, parsed here independently of procfs.c. */
 static unsigned long long real_start_time(pid_t pid)
 {
 	char path[64], buf[2048];
@@ -352,6 +354,113 @@ static unsigned long long real_start_time(pid_t pid)
 		assert_non_null(p);
 	}
 	return strtoull(p + 1, NULL, 10);
+}
+
+/* ---- the one /proc/PID/stat parser ------------------------------------- */
+
+/* A stat line of 52 fields: pid, comm, state, then 3..52 as "F<n>" except
+ * the numbers asked for.  EXIT_SIGNAL is field 38. */
+static void stat_line(char *buf, size_t size, const char *comm, char state,
+		      const char *exit_signal)
+{
+	int n = snprintf(buf, size, "4242 (%s) %c 17 4242 99 0 -1", comm, state);
+	for (int field = 9; field <= 52; field++)
+		n += snprintf(buf + n, size - (size_t)n, " %s",
+			      field == 20 ? "3" : field == 22 ? "123456" :
+			      field == 38 ? exit_signal : "0");
+	snprintf(buf + n, size - (size_t)n, "\n");
+}
+
+static void test_stat_parse_reads_the_fields_after_the_last_paren(void **state)
+{
+	char line[512];
+	struct lockfs_proc_stat st;
+	(void)state;
+
+	/* A comm may hold spaces and parentheses, even ") Z 1 2 ". */
+	stat_line(line, sizeof(line), "a) Z 1 2 (b", 'S', "17");
+	assert_int_equal(lockfs_proc_stat_parse(line, &st), 0);
+	assert_string_equal(st.comm, "a) Z 1 2 (b");
+	assert_int_equal(st.state, 'S');
+	assert_int_equal(st.ppid, 17);
+	assert_int_equal(st.sid, 99);
+	assert_int_equal(st.threads, 3);
+	assert_true(st.start_time == 123456);
+	assert_true(st.leader);
+
+	/* Exit signal -1: a thread, not a thread-group leader. */
+	stat_line(line, sizeof(line), "worker", 'Z', "-1");
+	assert_int_equal(lockfs_proc_stat_parse(line, &st), 0);
+	assert_int_equal(st.state, 'Z');
+	assert_false(st.leader);
+}
+
+static void test_stat_parse_refuses_what_is_not_a_stat_line(void **state)
+{
+	char line[512];
+	struct lockfs_proc_stat st;
+	(void)state;
+
+	assert_int_equal(lockfs_proc_stat_parse("", &st), -EIO);
+	assert_int_equal(lockfs_proc_stat_parse("4242 (no close paren S 1", &st), -EIO);
+	assert_int_equal(lockfs_proc_stat_parse("4242 (x)", &st), -EIO);
+	/* Cut short before field 38. */
+	stat_line(line, sizeof(line), "sh", 'S', "17");
+	*strstr(line, " 123456 ") = '\0';
+	assert_int_equal(lockfs_proc_stat_parse(line, &st), -EIO);
+	/* Field 4 not a number. */
+	assert_int_equal(lockfs_proc_stat_parse("4242 (sh) S x 1 1 0 -1", &st), -EIO);
+}
+
+static void *park(void *arg)
+{
+	int *fd = arg;
+	char c;
+	ssize_t n = read(*fd, &c, 1); /* until the test lets it go */
+
+	(void)n;
+	return NULL;
+}
+
+static void test_procfs_stat_reads_a_process_and_its_thread(void **state)
+{
+	struct lockfs_proc_stat st;
+	int pipefd[2];
+	pthread_t th;
+	pid_t tid = 0;
+	char path[64];
+	(void)state;
+
+	assert_int_equal(lockfs_procfs_stat(getpid(), 0, &st), 0);
+	assert_true(st.leader);
+	assert_int_equal(st.ppid, getppid());
+	assert_true(st.start_time == real_start_time(getpid()));
+	assert_true(st.threads >= 1);
+
+	/* A second thread: its own stat says it is no leader. */
+	assert_int_equal(pipe(pipefd), 0);
+	assert_int_equal(pthread_create(&th, NULL, park, &pipefd[0]), 0);
+	/* It is in /proc/PID/task once pthread_create() has returned. */
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)getpid());
+	DIR *d = opendir(path);
+	struct dirent *de;
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (atoi(de->d_name) > 0 && atoi(de->d_name) != getpid())
+			tid = atoi(de->d_name);
+	closedir(d);
+	assert_true(tid > 0);
+	assert_int_equal(lockfs_procfs_stat(getpid(), tid, &st), 0);
+	assert_false(st.leader);
+	assert_int_equal(lockfs_procfs_stat(tid, 0, &st), 0); /* /proc/TID/stat too */
+	assert_false(st.leader);
+	assert_int_equal(write(pipefd[1], "x", 1), 1);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	close(pipefd[0]);
+	close(pipefd[1]);
+
+	assert_int_equal(lockfs_procfs_stat(0, 0, &st), -ENOENT);
+	assert_int_equal(lockfs_procfs_stat(INT_MAX, 0, &st), -ENOENT);
 }
 
 /*
@@ -405,7 +514,7 @@ static void copy_exe(const char *src, const char *dst)
 static void test_real_read_self(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_proc_real.read_tid(lockfs_proc_real.ctx, getpid(), LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
+	assert_int_equal(lockfs_procfs_source.read_tid(lockfs_procfs_source.ctx, getpid(), LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	assert_int_equal(p.ppid, getppid());
 	assert_int_equal(p.sid, getsid(0));
@@ -445,7 +554,7 @@ static void test_real_comm_with_parens_and_spaces(void **state)
 	close(fds[0]);
 	close(fds[1]);
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
+	assert_int_equal(lockfs_procfs_source.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_string_equal(p.comm, "x) (y z) 1 2");
 	assert_int_equal(p.ppid, getpid());
 	assert_int_equal(p.sid, getsid(0));
@@ -458,7 +567,7 @@ static void test_real_resolve_self_with_no_helpers(void **state)
 	struct lockfs_helpers none;
 	struct lockfs_proc p;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), geteuid(), &none, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_procfs_source, getpid(), geteuid(), &none, 0, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	assert_int_equal(p.start_time, real_start_time(getpid()));
 	lockfs_helpers_free(&none);
@@ -478,7 +587,7 @@ static void *thread_main(void *a)
 	struct lockfs_proc p;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
 	t->tid = gettid();
-	t->rc = lockfs_holder_resolve(&lockfs_proc_real, t->tid, geteuid(), &none, 0, &p);
+	t->rc = lockfs_holder_resolve(&lockfs_procfs_source, t->tid, geteuid(), &none, 0, &p);
 	lockfs_helpers_free(&none);
 	t->pid = p.pid;
 	t->start = p.start_time;
@@ -508,13 +617,13 @@ static void test_real_resolve_skips_helper_child(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn("/bin/sleep", argv, envp);
 	assert_int_equal(lockfs_helpers_parse(&h, "sleep"), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &h, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_procfs_source, child, geteuid(), &h, 0, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	assert_false(p.at_uid_boundary);
 	/* negative control: with no helpers the child is the holder */
 	struct lockfs_helpers none;
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &none, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_procfs_source, child, geteuid(), &none, 0, &p), 0);
 	assert_int_equal(p.pid, child);
 	assert_string_equal(p.exe, "sleep");
 	lockfs_helpers_free(&none);
@@ -529,7 +638,7 @@ static void test_real_resolve_opens_a_live_pidfd(void **state)
 	struct pollfd pfd = { .events = POLLIN };
 
 	assert_int_equal(lockfs_helpers_parse(&none, ""), 0);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, getpid(), geteuid(), &none,
+	assert_int_equal(lockfs_holder_resolve(&lockfs_procfs_source, getpid(), geteuid(), &none,
 					       LOCKFS_PROC_PIDFD, &p), 0);
 	assert_true(p.has_pidfd);
 	pfd.fd = p.pidfd;
@@ -546,8 +655,8 @@ static void test_real_forked_child_may_release_our_lock(void **state)
 	pid_t child = fork();
 	assert_true(child >= 0);
 	if (child == 0) {
-		int rc = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start, false);
-		int bad = lockfs_holder_may_release(&lockfs_proc_real, gettid(), me, start + 1, false);
+		int rc = lockfs_holder_may_release(&lockfs_procfs_source, gettid(), me, start, false);
+		int bad = lockfs_holder_may_release(&lockfs_procfs_source, gettid(), me, start + 1, false);
 		_exit(rc == 0 && bad == -EPERM ? 0 : 1);
 	}
 	int status;
@@ -562,10 +671,10 @@ static void test_real_parent_may_not_release_childs_lock(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn("/bin/sleep", argv, envp);
 	struct lockfs_proc c;
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &c), 0);
-	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, getpid(),
+	assert_int_equal(lockfs_procfs_source.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &c), 0);
+	assert_int_equal(lockfs_holder_may_release(&lockfs_procfs_source, getpid(),
 						   c.pid, c.start_time, false), -EPERM);
-	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, child,
+	assert_int_equal(lockfs_holder_may_release(&lockfs_procfs_source, child,
 						   c.pid, c.start_time, false), 0);
 	reap(child);
 }
@@ -573,8 +682,8 @@ static void test_real_parent_may_not_release_childs_lock(void **state)
 static void test_real_vanished_caller_is_esrch(void **state)
 {
 	struct lockfs_proc p;
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, INT_MAX, 0, NULL, 0, &p), -ESRCH);
-	assert_int_equal(lockfs_holder_may_release(&lockfs_proc_real, INT_MAX, 500, 1, false), -ESRCH);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_procfs_source, INT_MAX, 0, NULL, 0, &p), -ESRCH);
+	assert_int_equal(lockfs_holder_may_release(&lockfs_procfs_source, INT_MAX, 500, 1, false), -ESRCH);
 }
 
 static void test_real_getenv_of_execd_child(void **state)
@@ -583,19 +692,19 @@ static void test_real_getenv_of_execd_child(void **state)
 	const char *envp[] = { "LOCKFS_SLU=no", "A=1", "LOCKFS_SLUG=abc", "EMPTY=", NULL };
 	pid_t child = spawn("/bin/sleep", argv, envp);
 	char buf[16];
-	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS_SLUG", buf, sizeof(buf)), 3);
+	assert_int_equal(lockfs_procfs_getenv(child, "LOCKFS_SLUG", buf, sizeof(buf)), 3);
 	assert_string_equal(buf, "abc");
-	assert_int_equal(lockfs_proc_getenv(child, "A", buf, sizeof(buf)), 1);
+	assert_int_equal(lockfs_procfs_getenv(child, "A", buf, sizeof(buf)), 1);
 	assert_string_equal(buf, "1");
-	assert_int_equal(lockfs_proc_getenv(child, "EMPTY", buf, sizeof(buf)), 0);
+	assert_int_equal(lockfs_procfs_getenv(child, "EMPTY", buf, sizeof(buf)), 0);
 	assert_string_equal(buf, "");
-	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS", buf, sizeof(buf)), -ENOENT);
-	assert_int_equal(lockfs_proc_getenv(child, "PATH", buf, sizeof(buf)), -ENOENT);
-	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS_SLUG", buf, 3), -ENAMETOOLONG);
-	assert_int_equal(lockfs_proc_getenv(child, "LOCKFS_SLUG", buf, 4), 3);
-	assert_int_equal(lockfs_proc_getenv(child, "A=1", buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(lockfs_procfs_getenv(child, "LOCKFS", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lockfs_procfs_getenv(child, "PATH", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lockfs_procfs_getenv(child, "LOCKFS_SLUG", buf, 3), -ENAMETOOLONG);
+	assert_int_equal(lockfs_procfs_getenv(child, "LOCKFS_SLUG", buf, 4), 3);
+	assert_int_equal(lockfs_procfs_getenv(child, "A=1", buf, sizeof(buf)), -EINVAL);
 	reap(child);
-	assert_int_equal(lockfs_proc_getenv(child, "A", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lockfs_procfs_getenv(child, "A", buf, sizeof(buf)), -ENOENT);
 }
 
 static void test_real_cmdline_of_child(void **state)
@@ -604,26 +713,26 @@ static void test_real_cmdline_of_child(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn("/bin/sleep", argv, envp);
 	char **a;
-	assert_int_equal(lockfs_proc_cmdline(child, 4096, &a), 0);
+	assert_int_equal(lockfs_procfs_cmdline(child, 4096, &a), 0);
 	assert_string_equal(a[0], "/bin/sleep");
 	assert_string_equal(a[1], "5");
 	assert_null(a[2]);
 	lockfs_argv_free(a);
 	/* cut short: the unterminated last piece is kept */
-	assert_int_equal(lockfs_proc_cmdline(child, 6, &a), 0);
+	assert_int_equal(lockfs_procfs_cmdline(child, 6, &a), 0);
 	assert_string_equal(a[0], "/bin/s");
 	assert_null(a[1]);
 	lockfs_argv_free(a);
 	/* exactly the first element with its NUL */
-	assert_int_equal(lockfs_proc_cmdline(child, 11, &a), 0);
+	assert_int_equal(lockfs_procfs_cmdline(child, 11, &a), 0);
 	assert_string_equal(a[0], "/bin/sleep");
 	assert_null(a[1]);
 	lockfs_argv_free(a);
-	assert_int_equal(lockfs_proc_cmdline(child, 0, &a), 0);
+	assert_int_equal(lockfs_procfs_cmdline(child, 0, &a), 0);
 	assert_null(a[0]);
 	lockfs_argv_free(a);
 	reap(child);
-	assert_int_equal(lockfs_proc_cmdline(INT_MAX, 4096, &a), -ENOENT);
+	assert_int_equal(lockfs_procfs_cmdline(INT_MAX, 4096, &a), -ENOENT);
 }
 
 static void test_real_exe_deleted_and_busybox_applet(void **state)
@@ -640,7 +749,7 @@ static void test_real_exe_deleted_and_busybox_applet(void **state)
 	const char *envp[] = { NULL };
 	pid_t child = spawn(path, argv1, envp);
 	assert_int_equal(unlink(path), 0);
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
+	assert_int_equal(lockfs_procfs_source.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_string_equal(p.exe, "zzsleep");
 	reap(child);
 
@@ -649,7 +758,7 @@ static void test_real_exe_deleted_and_busybox_applet(void **state)
 	copy_exe("/bin/sleep", path);
 	const char *argv2[] = { "/some/where/snooze", "5", NULL };
 	child = spawn(path, argv2, envp);
-	assert_int_equal(lockfs_proc_real.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
+	assert_int_equal(lockfs_procfs_source.read_tid(NULL, child, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS, &p), 0);
 	assert_string_equal(p.exe, "snooze");
 	reap(child);
 	assert_int_equal(unlink(path), 0);
@@ -659,7 +768,7 @@ static void test_real_exe_deleted_and_busybox_applet(void **state)
 static void test_real_boot_id(void **state)
 {
 	char id[40];
-	assert_int_equal(lockfs_boot_id(id), 0);
+	assert_int_equal(lockfs_procfs_boot_id(id), 0);
 	assert_int_equal(strlen(id), 36);
 	assert_int_equal(id[8], '-');
 }
@@ -943,16 +1052,16 @@ static void test_real_ns_of_a_process_in_our_pid_namespace(void **state)
 	memset(&p, 0, sizeof(p));
 	p.pid = getpid();
 	p.start_time = real_start_time(getpid());
-	assert_int_equal(lockfs_proc_real.read_ns(NULL, getpid(), &p), 0);
+	assert_int_equal(lockfs_procfs_source.read_ns(NULL, getpid(), &p), 0);
 	assert_int_equal(p.ns_pid, getpid());
 	assert_string_equal(p.container, "");
 	/* again, now that it is known to be in our namespace */
 	p.ns_pid = 0;
-	assert_int_equal(lockfs_proc_real.read_ns(NULL, getpid(), &p), 0);
+	assert_int_equal(lockfs_procfs_source.read_ns(NULL, getpid(), &p), 0);
 	assert_int_equal(p.ns_pid, getpid());
 	/* a process that is gone: an error, nothing made up */
 	p.start_time++;
-	assert_true(lockfs_proc_real.read_ns(NULL, INT_MAX, &p) < 0);
+	assert_true(lockfs_procfs_source.read_ns(NULL, INT_MAX, &p) < 0);
 	assert_int_equal(p.ns_pid, 0);
 }
 
@@ -973,11 +1082,11 @@ static void test_real_a_copy_of_a_system_binary_is_not_genuine(void **state)
 	snprintf(copy, sizeof(copy), "%s/sleep", dir);
 	copy_exe("/usr/bin/sleep", copy);
 	child = spawn(copy, argv, envp);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &h, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_procfs_source, child, geteuid(), &h, 0, &p), 0);
 	assert_int_equal(p.pid, child);
 	reap(child);
 	child = spawn("/usr/bin/sleep", argv, envp);
-	assert_int_equal(lockfs_holder_resolve(&lockfs_proc_real, child, geteuid(), &h, 0, &p), 0);
+	assert_int_equal(lockfs_holder_resolve(&lockfs_procfs_source, child, geteuid(), &h, 0, &p), 0);
 	assert_int_equal(p.pid, getpid());
 	reap(child);
 	lockfs_helpers_free(&h);
@@ -1012,22 +1121,22 @@ static void test_procs_ask_the_source_then_proc(void **state)
 	char **argv = NULL;
 	int fd;
 
-	assert_int_equal(lockfs_procs_start_time(&src, getpid(), &start), 0);
+	assert_int_equal(lockfs_proc_source_start_time(&src, getpid(), &start), 0);
 	assert_int_equal(start, 4242);
-	assert_int_equal(lockfs_procs_env_exists(&src, 0, "LOCKFS_SLUG", "x", &pid), 1);
+	assert_int_equal(lockfs_proc_source_env_exists(&src, 0, "LOCKFS_SLUG", "x", &pid), 1);
 	assert_int_equal(pid, 77);
 	/* Left NULL: the real /proc. */
-	assert_int_equal(lockfs_procs_start_time(NULL, getpid(), &start), 0);
-	assert_int_equal(lockfs_proc_start_time(getpid(), &real), 0);
+	assert_int_equal(lockfs_proc_source_start_time(NULL, getpid(), &start), 0);
+	assert_int_equal(lockfs_procfs_start_time(getpid(), &real), 0);
 	assert_true(start == real);
-	assert_int_equal(lockfs_procs_cmdline(&src, getpid(), 4096, &argv), 0);
+	assert_int_equal(lockfs_proc_source_cmdline(&src, getpid(), 4096, &argv), 0);
 	assert_non_null(argv[0]);
 	lockfs_argv_free(argv);
-	fd = lockfs_procs_pidfd_open(&src, getpid());
+	fd = lockfs_proc_source_pidfd_open(&src, getpid());
 	assert_true(fd >= 0 || fd == -ENOSYS); /* a kernel before 5.3 has none */
 	if (fd >= 0)
 		close(fd);
-	assert_true(lockfs_procs_pidfd_open(&src, INT_MAX) < 0);
+	assert_true(lockfs_proc_source_pidfd_open(&src, INT_MAX) < 0);
 }
 
 /* ---- the fake process table itself (fake_procs.h) --------------------- */
@@ -1041,9 +1150,9 @@ static bool readable(int fd)
 
 static void test_fake_pidfd_becomes_readable_when_its_process_exits(void **state)
 {
-	int a = lockfs_procs_pidfd_open(fake, 500);
-	int b = lockfs_procs_pidfd_open(fake, 500);
-	int other = lockfs_procs_pidfd_open(fake, 400);
+	int a = lockfs_proc_source_pidfd_open(fake, 500);
+	int b = lockfs_proc_source_pidfd_open(fake, 500);
+	int other = lockfs_proc_source_pidfd_open(fake, 400);
 	unsigned long long start = 0;
 	struct lockfs_proc p;
 
@@ -1056,8 +1165,8 @@ static void test_fake_pidfd_becomes_readable_when_its_process_exits(void **state
 	assert_false(readable(other));          /* and no other */
 	/* gone from then on */
 	assert_int_equal(fake_procs_read_tid(NULL, 500, 0, &p), -ENOENT);
-	assert_int_equal(lockfs_procs_start_time(fake, 500, &start), -ENOENT);
-	assert_int_equal(lockfs_procs_pidfd_open(fake, 500), -ESRCH);
+	assert_int_equal(lockfs_proc_source_start_time(fake, 500, &start), -ENOENT);
+	assert_int_equal(lockfs_proc_source_pidfd_open(fake, 500), -ESRCH);
 	assert_int_equal(fake_procs_exit(500), -ESRCH);
 	/* a child whose parent exited no longer resolves to it */
 	assert_int_equal(resolve(state, 600), -EACCES);
@@ -1071,9 +1180,9 @@ static void test_fake_pidfd_becomes_readable_when_its_process_exits(void **state
 static void test_fake_pidfd_of_a_thread_or_a_stranger_is_refused(void **state)
 {
 	(void)state;
-	assert_int_equal(lockfs_procs_pidfd_open(fake, 801), -EINVAL);
+	assert_int_equal(lockfs_proc_source_pidfd_open(fake, 801), -EINVAL);
 	assert_int_equal(fake_procs_exit(801), -ESRCH);
-	assert_int_equal(lockfs_procs_pidfd_open(fake, 999), -ESRCH);
+	assert_int_equal(lockfs_proc_source_pidfd_open(fake, 999), -ESRCH);
 	assert_int_equal(fake_procs_exit(999), -ESRCH);
 }
 
@@ -1089,23 +1198,23 @@ static void test_fake_added_rows_answer_until_reset(void **state)
 	assert_int_equal(fake_procs_add(&row), 0);
 	assert_int_equal(fake_procs_add(&row), -EEXIST);
 	assert_int_equal(resolve(state, 3000), 3000);
-	assert_int_equal(lockfs_procs_start_time(fake, 3000, &start), 0);
+	assert_int_equal(lockfs_proc_source_start_time(fake, 3000, &start), 0);
 	assert_true(start == 12345);
-	assert_int_equal(lockfs_procs_cmdline(fake, 3000, 4096, &argv), 0);
+	assert_int_equal(lockfs_proc_source_cmdline(fake, 3000, 4096, &argv), 0);
 	assert_string_equal(argv[0], "python3");
 	assert_null(argv[1]);
 	lockfs_argv_free(argv);
-	assert_int_equal(lockfs_procs_getenv(fake, 3000, "LOCKFS_SLUG", slug, sizeof(slug)), 6);
+	assert_int_equal(lockfs_proc_source_getenv(fake, 3000, "LOCKFS_SLUG", slug, sizeof(slug)), 6);
 	assert_string_equal(slug, "deploy");
-	assert_int_equal(lockfs_procs_getenv(fake, 3000, "LOCKFS_SLUG", tiny, sizeof(tiny)),
+	assert_int_equal(lockfs_proc_source_getenv(fake, 3000, "LOCKFS_SLUG", tiny, sizeof(tiny)),
 			 -ENAMETOOLONG);
-	assert_int_equal(lockfs_procs_getenv(fake, 500, "LOCKFS_SLUG", slug, sizeof(slug)),
+	assert_int_equal(lockfs_proc_source_getenv(fake, 500, "LOCKFS_SLUG", slug, sizeof(slug)),
 			 -ENOENT);
-	assert_int_equal(lockfs_procs_env_exists(fake, 4242, "LOCKFS_SLUG", "deploy", &who), 1);
+	assert_int_equal(lockfs_proc_source_env_exists(fake, 4242, "LOCKFS_SLUG", "deploy", &who), 1);
 	assert_int_equal(who, 3000);
-	assert_int_equal(lockfs_procs_env_exists(fake, 1000, "LOCKFS_SLUG", "deploy", &who), 0);
+	assert_int_equal(lockfs_proc_source_env_exists(fake, 1000, "LOCKFS_SLUG", "deploy", &who), 0);
 	assert_int_equal(fake_procs_exit(3000), 0);
-	assert_int_equal(lockfs_procs_env_exists(fake, 4242, "LOCKFS_SLUG", "deploy", &who), 0);
+	assert_int_equal(lockfs_proc_source_env_exists(fake, 4242, "LOCKFS_SLUG", "deploy", &who), 0);
 	fake_procs_reset();
 	assert_int_equal(resolve(state, 3000), -ESRCH);
 	assert_int_equal(fake_procs_add(&row), 0);  /* forgotten, so new again */
@@ -1118,6 +1227,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_caller_not_a_helper_is_the_holder),
+		T(test_stat_parse_reads_the_fields_after_the_last_paren),
+		T(test_stat_parse_refuses_what_is_not_a_stat_line),
+		T(test_procfs_stat_reads_a_process_and_its_thread),
 		T(test_mkdir_helper_is_skipped_to_the_shell),
 		T(test_sudo_env_mkdir_chain_is_skipped_to_the_shell),
 		T(test_busybox_applet_mkdir_is_skipped),

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "lockfs/holder.h"
+#include "../../core/base/clock.h"
 #include "../../core/proc/fds.h"
 #include "../../core/proc/liveness.h"
 
@@ -105,7 +106,7 @@ static pid_t child(unsigned long long *start)
 		pause();
 		_exit(0);
 	}
-	assert_int_equal(lockfs_proc_start_time(pid, start), 0);
+	assert_int_equal(lockfs_procfs_start_time(pid, start), 0);
 	return pid;
 }
 
@@ -282,6 +283,60 @@ static void test_emfile_from_pidfd_open_polls_until_it_can_tell(void **state)
 	waitpid(pid, NULL, 0);
 }
 
+/* ---- the tick follows the engine's clock (core/base/clock.c) ------------- */
+
+static int64_t fake_boot;  /* ms; read by the liveness thread */
+
+static int64_t fake_boot_ms(void *arg)
+{
+	(void)arg;
+	return __atomic_load_n(&fake_boot, __ATOMIC_SEQ_CST);
+}
+
+static int64_t real_wall_ms(void *arg)
+{
+	(void)arg;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The tick callback counts as an exit report, so that wait_exits awaits it. */
+static void on_tick(void *arg)
+{
+	on_exit_cb(arg, 0, 0);
+}
+
+static void test_ticks_follow_the_engine_clock(void **state)
+{
+	static const struct lockfs_clock clock = { real_wall_ms, fake_boot_ms, NULL };
+	struct seen seen = { .exits = 0 };
+	struct lockfs_liveness *lv;
+	int ticks;
+	(void)state;
+
+	pthread_mutex_init(&seen.mu, NULL);
+	pthread_cond_init(&seen.cond, NULL);
+	__atomic_store_n(&fake_boot, 1000000, __ATOMIC_SEQ_CST);
+	lockfs_clock_override(&clock);
+	assert_int_equal(lockfs_liveness_new(&lv, on_exit_cb, on_tick, &seen, TICK_MS), 0);
+	assert_int_equal(lockfs_liveness_run(lv), 0);
+	/* The engine's clock stands still: ten ticks of real time bring none
+	 * (with CLOCK_MONOTONIC they brought about ten). */
+	assert_false(wait_exits(&seen, 1, 10 * TICK_MS));
+	/* It moves on by one tick: the thread ticks. */
+	__atomic_store_n(&fake_boot, 1000000 + TICK_MS, __ATOMIC_SEQ_CST);
+	assert_true(wait_exits(&seen, 1, 5000));
+	lockfs_liveness_free(lv);
+	lockfs_clock_override(NULL);
+	pthread_mutex_lock(&seen.mu);
+	ticks = seen.exits;
+	pthread_mutex_unlock(&seen.mu);
+	assert_int_equal(ticks, 1); /* the clock moved by one tick only */
+	pthread_cond_destroy(&seen.cond);
+	pthread_mutex_destroy(&seen.mu);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -296,6 +351,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_emfile_from_pidfd_open_polls_until_it_can_tell,
 						setup, teardown),
+		cmocka_unit_test(test_ticks_follow_the_engine_clock),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

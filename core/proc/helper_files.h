@@ -2,10 +2,10 @@
  * The files a helper's name stands for in a root: the system directories'
  * trust rules (docs/holder.md, "Genuine helpers"), and the lookup in a
  * caller's own root, which runs off the request path within a bound.
- * Internal to core/base (holder.c).
+ * Internal to core/proc (helpers.c, procfs.c).
  */
-#ifndef LOCKFS_BASE_HELPER_FILES_H
-#define LOCKFS_BASE_HELPER_FILES_H
+#ifndef LOCKFS_PROC_HELPER_FILES_H
+#define LOCKFS_PROC_HELPER_FILES_H
 
 #include <stdbool.h>
 #include <stddef.h>
