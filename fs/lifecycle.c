@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lockfs/backend.h"
 #include "fs.h"
 #include "lifecycle.h"
 

@@ -3,7 +3,8 @@
 #ifndef LOCKFS_FS_LIFECYCLE_H
 #define LOCKFS_FS_LIFECYCLE_H
 
-#include "lockfs/backend.h"
+struct lockfs_backend;
+
 #include "lockfs/log.h"
 
 /* Right after the log opens, before the engine recovers anything: a

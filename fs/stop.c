@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lockfs/backend.h"
 #include "stop.h"
 
 #define KICK_MS 10

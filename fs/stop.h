@@ -2,9 +2,10 @@
 #ifndef LOCKFS_STOP_H
 #define LOCKFS_STOP_H
 
+struct lockfs_backend;
+
 #include <fuse_lowlevel.h>
 
-#include "lockfs/backend.h"
 
 /* After fuse_set_signal_handlers(SE): replace its SIGTERM and SIGINT
  * handlers by ours (SIGHUP and SIGPIPE are left as they are).  A stop

@@ -30,6 +30,8 @@ import subprocess
 import sys
 
 ALL_FLOORS = ('fs', 'tools', 'core')
+# The fs/ files that may include backend.h (see allowed()).
+FS_BACKEND_USERS = ('main.c', 'stop.c', 'lifecycle.c')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 # The public headers (include/lockfs/) of the ground floor: its leaves'.
@@ -82,11 +84,15 @@ def allowed(src, path, target):
     public = to == 'public'
     if me == 'fs':
         # fs/ -> fs/ and the public headers but etcd_client.h; backend.h
-        # only in main.c (the registry); never a core/ header.
+        # only in main.c (the registry) and the two files that act on the
+        # store's state directory for the daemon's own life: stop.c (a
+        # stopping daemon says so) and lifecycle.c (a predecessor's end,
+        # for the log); never a core/ header.
         if to == 'fs':
             return None
         if public and base == 'backend.h':
-            return None if os.path.basename(path) == 'main.c' else 'backend.h outside fs/main.c'
+            return None if os.path.basename(path) in FS_BACKEND_USERS \
+                else 'backend.h outside fs/main.c, stop.c and lifecycle.c'
         if public and base != 'etcd_client.h':
             return None
         return 'fs/ may use fs/ and include/lockfs/ (not etcd_client.h), never core/'
