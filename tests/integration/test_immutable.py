@@ -54,7 +54,7 @@ def _mount_view(m):
         p = m.path(n)
         st = os.lstat(p)
         entry = [stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_mtime_ns]
-        if stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(st.st_mode) and n != '.flock':   # .flock holds no owner
             entry.append(sorted(os.listdir(p)))
             with open(os.path.join(p, 'owner'), 'rb') as f:
                 entry.append(f.read())

@@ -67,7 +67,7 @@ def flock_client(name):
         if pid == 0:
             try:
                 w = os.open(witness, os.O_WRONLY | os.O_APPEND)
-                fd = os.open(path, os.O_RDWR)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT)
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 tag = '%s:%d' % (name, os.getpid())
                 os.write(w, ('+ %s\n' % tag).encode())
