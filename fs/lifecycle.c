@@ -78,3 +78,13 @@ void lockfs_lifecycle_stopped(struct lockfs_log *log, const char *mountpoint, in
 	put(log, kv, "daemon-stopped");
 	fprintf(stderr, "lockfs: notice: stopped serving %s (%s)\n", mountpoint, cause);
 }
+
+void lockfs_lifecycle_failed(struct lockfs_log *log, const char *mountpoint, const char *cause)
+{
+	char uid[16], pid[16];
+	const char *kv[] = { "uid", uid, "pid", pid, "mount", mountpoint, "cause", cause, NULL };
+
+	snprintf(uid, sizeof(uid), "%u", (unsigned)geteuid());
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	put(log, kv, "daemon-stopped");
+}

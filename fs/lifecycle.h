@@ -13,7 +13,7 @@ struct lockfs_backend;
  * stderr, and forgotten. */
 void lockfs_lifecycle_predecessor(struct lockfs_log *log, struct lockfs_backend *be);
 
-/* Once the mount serves: `daemon-started` for MOUNTPOINT, naming the
+/* Right before the mount: `daemon-started` for MOUNTPOINT, naming the
  * stopping predecessor waited for, if any. */
 void lockfs_lifecycle_started(struct lockfs_log *log, const struct lockfs_backend *be,
 			      const char *mountpoint);
@@ -21,5 +21,9 @@ void lockfs_lifecycle_started(struct lockfs_log *log, const struct lockfs_backen
 /* After the loop ended and the engine stopped: `daemon-stopped`, with the
  * stop signal SIG (0: the mount was unmounted), and a notice on stderr. */
 void lockfs_lifecycle_stopped(struct lockfs_log *log, const char *mountpoint, int sig);
+
+/* A start that did not get to serve (CAUSE: mount-failed, start-failed):
+ * `daemon-stopped cause=CAUSE`, so that every started line has its end. */
+void lockfs_lifecycle_failed(struct lockfs_log *log, const char *mountpoint, const char *cause);
 
 #endif

@@ -447,6 +447,7 @@ int main(int argc, char *argv[])
 	struct lockfs_log_limits log_limits;
 	char *fsname = NULL, *mnt_abs = NULL;
 	bool served = false;  /* daemon-started is in the log */
+	bool start_failed = false; /* the threads could not start */
 	int rc, ret = 1;
 
 	if (argc >= 2 && strcmp(argv[1], "--guard") == 0)
@@ -581,8 +582,16 @@ int main(int argc, char *argv[])
 	/* Resolved before mounting: afterwards a lookup of the mount point
 	 * would be a request to ourselves, with nobody serving yet. */
 	mnt_abs = realpath(opts.mountpoint, NULL);
-	if (fuse_session_mount(fs.se, opts.mountpoint) != 0)
+	/* Before the mount, not after: once the mount shows, whoever waits
+	 * for it (a script, the tests) may look at DIR, and the log must not
+	 * grow under it then.  A start that fails from here on says so with
+	 * its own daemon-stopped line. */
+	lockfs_lifecycle_started(cfg.log, be, mnt_abs ? mnt_abs : opts.mountpoint);
+	served = true;
+	if (fuse_session_mount(fs.se, opts.mountpoint) != 0) {
+		lockfs_lifecycle_failed(cfg.log, mnt_abs ? mnt_abs : opts.mountpoint, "mount-failed");
 		goto out_signals;
+	}
 	{
 		/* Tells descriptors of this mount from an earlier mount's (fd
 		 * locks rebound at a restart); unknown, all count as earlier. */
@@ -607,11 +616,10 @@ int main(int argc, char *argv[])
 
 		fprintf(stderr, "lockfs: cannot start threads: %s\n", strerror(err));
 		lockfs_daemonize_done(err);
+		start_failed = true;
 		goto out_unmount;
 	}
 
-	lockfs_lifecycle_started(cfg.log, be, mnt_abs ? mnt_abs : opts.mountpoint);
-	served = true;
 	lockfs_notify_ready(opts.mountpoint, be->source);
 	lockfs_daemonize_done(0);
 	if (opts.singlethread) {
@@ -649,7 +657,9 @@ out_unmount:
 	/* Nothing grants any more: tell the waiters the service is gone. */
 	lockfs_flock_shutdown(&fs);
 	fuse_session_unmount(fs.se);
-	if (served)
+	if (served && start_failed)
+		lockfs_lifecycle_failed(cfg.log, mnt_abs ? mnt_abs : opts.mountpoint, "start-failed");
+	else if (served)
 		lockfs_lifecycle_stopped(cfg.log, mnt_abs ? mnt_abs : opts.mountpoint,
 					 lockfs_stop_signal());
 out_signals:
