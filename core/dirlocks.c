@@ -134,11 +134,6 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	rc = lockfs_caller_identify(t, caller, LOCKFS_PROC_NS |
 				    (lockfs_liveness_watches_pid(t->liveness, caller->tid)
 				     ? 0 : LOCKFS_PROC_PIDFD), &holder, slug, &argv, &bad_slug);
-	if (bad_slug) {
-		lockfs_audit_who(who, sizeof(who), NULL, "?", caller->tid);
-		lockfs_audit_refusal(t, caller->uid, caller->tid, who, name, "bad-slug");
-		return -EINVAL;
-	}
 	/* A helper that stops the walk at a uid boundary (`setpriv --reuid=U
 	 * mkdir`) would hold the lock only until it exits, at once: nobody
 	 * believable holds it.  A slug lock is (uid, slug)'s, not a process's. */
@@ -147,10 +142,12 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		rc = -EACCES;
 	}
 	if (rc < 0) {
-		if (rc == -EACCES) {
-			lockfs_audit_who(who, sizeof(who), slug, "?", caller->tid);
+		/* Refused before a holder is known: the log names the caller
+		 * by its thread (and its slug, unless that is what is wrong). */
+		if (bad_slug || rc == -EACCES) {
+			lockfs_audit_who(who, sizeof(who), bad_slug ? NULL : slug, "?", caller->tid);
 			lockfs_audit_refusal(t, caller->uid, caller->tid, who, name,
-					     "holder-unknown");
+					     bad_slug ? "bad-slug" : "holder-unknown");
 		}
 		lockfs_argv_free(argv);
 		/* A caller gone before we could read it gets no answer anyway. */
@@ -163,6 +160,9 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		holder.uid = caller->uid;
 		holder.gid = caller->gid;
 	}
+	/* WHO, built once: what a refusal and the `acquired` line name (the
+	 * record's slug, comm and pid are copies of these). */
+	lockfs_audit_who(who, sizeof(who), slug, holder.comm, holder.pid);
 	/* Room for one more lock of the uid it will count against, kept
 	 * until the cache counts it (or the store refuses). */
 	{
@@ -170,7 +170,6 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 
 		rc = lockfs_quota_lock_reserve(t->quota, holder.uid, true, &why);
 		if (rc < 0) {
-			lockfs_audit_who(who, sizeof(who), slug, holder.comm, holder.pid);
 			lockfs_caller_refuse(t, holder.uid, why, name, who, holder.pid);
 			lockfs_proc_put(&holder);
 			lockfs_argv_free(argv);
@@ -187,7 +186,6 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	}
 
 	fill_lock_stat(out, &rec, &st);
-	lockfs_audit_who(who, sizeof(who), rec.slug, rec.holder.comm, rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
 	lockfs_audit_ids(uid, pid, rec.holder.uid, rec.holder.pid);
 	/* The line under the stripe mutex: nothing can end this
