@@ -80,6 +80,20 @@ def test_arrows_up_fail(tmp_path, floors, files, culprit):
     assert culprit in r.stdout, r.stdout
 
 
+def test_engine_files_share_their_header(tmp_path):
+    """The files at core/'s top level are one floor, the engine: they share
+    core/engine.h (struct lockfs_core), which no floor below may include
+    (the 'lock-engine' case above)."""
+    tree(tmp_path, {'core/engine.c': ['engine.h', 'lock/table.h'],
+                    'core/views.c': ['engine.h', 'lock/queue.h'],
+                    'core/engine.h': ['lockfs/core.h', 'lock/table.h', 'proc/fds.h'],
+                    'core/lock/table.h': ['queue.h'], 'core/lock/queue.h': [],
+                    'core/proc/fds.h': []})
+    r = check(tmp_path, 'core')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == ''
+
+
 def test_v1_files_are_exempt(tmp_path):
     tree(tmp_path, {'core/backend/dir_v1.c': ['../lock/backend_v1.h', '../engine.h'],
                     'core/lock/backend_v1.h': [], 'core/engine.h': []})

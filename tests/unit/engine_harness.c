@@ -87,6 +87,7 @@ void engine_open(struct engine_harness *h, const struct engine_options *o)
 		.log = log,
 		.procs = &fake_procs_source,
 		.lease_s = o->lease_s,
+		.max_locks_per_uid = o->max_locks_per_uid,
 		.descendants_scan = true, /* no process-event connector */
 	}), 0);
 	h->t = lockfs_core_table(h->core);

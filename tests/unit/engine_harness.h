@@ -30,6 +30,7 @@ struct engine_options {
 	uint32_t stale_s;  /* be->stale_s: foreign locks may go stale (the fake
 			      calls them stale once 1 s old) */
 	unsigned caps;     /* be->caps (LOCKFS_BE_SESSIONS...: a store like etcd) */
+	uint32_t max_locks_per_uid; /* -o max_locks_per_uid; 0: the default */
 };
 
 struct engine_harness {

@@ -130,6 +130,58 @@ static void test_acquire_of_a_held_name_is_eexist(void **state)
 	assert_int_equal(engine_logged(&H, "build", "acquired", NULL), 1);
 }
 
+/* ---- who the log names for a mkdir ---- */
+
+/* The holder by comm[pid]; a slug instead, when the caller carries one. */
+static void test_acquire_logs_the_holder_or_its_slug(void **state)
+{
+	pid_t p = engine_proc(&H, NULL), q = engine_proc(&H, "deploy");
+	char who[32];
+
+	(void)state;
+	assert_int_equal(acquire(p, "build"), 0);
+	snprintf(who, sizeof(who), "worker[%d]", (int)p);
+	assert_int_equal(engine_logged(&H, "build", "acquired",
+				       (const char *const[]){ who, NULL }), 1);
+	assert_int_equal(acquire(q, "test"), 0);
+	assert_int_equal(engine_logged(&H, "test", "acquired",
+				       (const char *const[]){ "deploy", NULL }), 1);
+}
+
+/* A slug the name rule refuses: EINVAL, logged as the caller's thread. */
+static void test_acquire_with_a_bad_slug_is_einval_and_logs_the_thread(void **state)
+{
+	pid_t p = engine_proc(&H, "bad\x01slug");
+	char who[32];
+
+	(void)state;
+	assert_int_equal(acquire(p, "build"), -EINVAL);
+	assert_false(held("build"));
+	snprintf(who, sizeof(who), "?[%d]", (int)p);
+	assert_int_equal(engine_logged(&H, "build", "denied",
+				       (const char *const[]){ who, "reason=bad-slug", NULL }), 1);
+}
+
+/* Over the uid's cap: EDQUOT, and the burst's `refused` line names the
+ * holder-to-be as `acquired` would have. */
+static void test_acquire_over_the_cap_logs_the_holder_to_be(void **state)
+{
+	pid_t p;
+	char who[32];
+
+	(void)state;
+	engine_close(&H);
+	engine_open(&H, &(struct engine_options){ .max_locks_per_uid = 1 });
+	p = engine_proc(&H, NULL);
+	assert_int_equal(acquire(p, "build"), 0);
+	assert_int_equal(acquire(p, "test"), -EDQUOT);
+	assert_false(held("test"));
+	lockfs_core_stop(H.core); /* every burst ends: its line is written */
+	snprintf(who, sizeof(who), "worker[%d]", (int)p);
+	assert_int_equal(engine_logged(&H, "test", "refused",
+				       (const char *const[]){ who, NULL }), 1);
+}
+
 /* ---- refused releases ---- */
 
 static void test_release_by_another_process_is_eperm(void **state)
@@ -498,6 +550,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_acquire_takes_a_free_name_and_logs_acquired),
 		T(test_acquire_of_a_held_name_is_eexist),
+		T(test_acquire_logs_the_holder_or_its_slug),
+		T(test_acquire_with_a_bad_slug_is_einval_and_logs_the_thread),
+		T(test_acquire_over_the_cap_logs_the_holder_to_be),
 		T(test_release_by_another_process_is_eperm),
 		T(test_release_of_a_record_rewritten_with_another_token_is_eperm),
 		T(test_release_of_another_hosts_lock_is_eperm),

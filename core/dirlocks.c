@@ -1,0 +1,427 @@
+/*
+ * The lock directories: `mkdir M/NAME` (lockfs_core_acquire), `rmdir`
+ * (lockfs_core_release, and lockfs_core_lost for a lock lost with the
+ * store's session), the kernel's lookup (lockfs_core_stat, which also
+ * recovers a foreign lock the store calls stale) and `break`.  Each is a
+ * short sequence of calls into core/lock/: checks, the caller (caller.h),
+ * the table (table.h), the queue (queue.h), the audit line (audit.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockfs/name.h"
+#include "lockfs/utf8.h"
+#include "engine.h"
+#include "lock/audit.h"
+#include "lock/caller.h"
+#include "lock/fdlock.h"
+#include "lock/queue.h"
+#include "lock/recovery.h"
+#include "lock/session.h"
+#include "lock/table.h"
+
+/* The mount's view of a held lock: REC is NULL for a foreign lock. */
+static void fill_lock_stat(struct lockfs_lock_stat *out, const struct lockfs_record *rec,
+			   const struct lockfs_entry_stat *st)
+{
+	if (!out)
+		return;
+	out->identity = st->identity;
+	out->generation = rec ? rec->fence : st->identity;
+	out->fence = rec ? rec->fence : 0;
+	out->foreign = !rec;
+	if (!rec || !rec->has_holder) {
+		out->uid = st->uid;
+		out->gid = st->gid;
+		out->mtime_ms = st->mtime_ms;
+	} else {
+		out->uid = rec->holder.uid;
+		out->gid = rec->holder.gid;
+		out->mtime_ms = rec->acquired_at_ms;
+	}
+}
+
+/*
+ * Take back NAME's acquisition (store identity IDENTITY) whose `acquired`
+ * line could not be written (ERR): no lock is held that the log does not
+ * show.  If the store refuses, it stays held by its holder, watched like
+ * any other (fail closed), and we say so; its end is not logged either
+ * (the log never showed this holder).  With s->mu held.
+ */
+static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, const char *name,
+				uint64_t identity, int err)
+{
+	struct lockfs_table *t = &core->table;
+	int rc = t->be->ops->release(t->be, name, identity);
+
+	if (rc < 0 && rc != -ENOENT) {
+		struct cached *c = lockfs_table_find(s, name);
+
+		if (c)
+			c->unlogged = true;
+		fprintf(stderr, "lockfs: %s: the log refused its acquisition (%s), and taking it "
+			"back failed (%s): it stays with its holder until that exits\n",
+			name, strerror(-err), strerror(-rc));
+		return;
+	}
+	lockfs_table_drop(t, s, name);
+	/* A waiter that came meanwhile is tried now (and told the same). */
+	lockfs_queue_grant_locked(t, s, name);
+}
+
+/*
+ * Take NAME for REC in the store (fence issued there).  A foreign lock
+ * the store's staleness policy gives up (-o stale: the seed tool's rule)
+ * is recovered and NAME taken in the same request, as the seed tool would
+ * (logged `recovered evidence=foreign-stale`, as by the periodic sweep).
+ * 0 (ST filled), -EEXIST, -errno.
+ */
+static int acquire_or_stale(struct lockfs_core *core, const char *name,
+			    struct lockfs_record *rec, struct lockfs_entry_stat *st)
+{
+	struct lockfs_table *t = &core->table;
+	struct lockfs_grant_src g;
+	int rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+				     lockfs_table_grant_src(&g, rec, 0), NULL, st);
+
+	if (rc == -EEXIST && t->be->ops->foreign_stale && t->be->stale_s &&
+	    lockfs_recovery_stale_foreign(t, name) > 0)
+		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+					 lockfs_table_grant_src(&g, rec, 0), NULL, st);
+	if (rc == 0)
+		lockfs_table_grant_fence(&g, st);
+	return rc;
+}
+
+int lockfs_core_acquire(struct lockfs_core *core, const char *name,
+			const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
+{
+	struct lockfs_table *t = &core->table;
+	struct lockfs_entry_stat st;
+	struct lockfs_record rec;
+	struct lockfs_proc holder;
+	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
+	char **argv = NULL; /* the holder's, when lockfs_caller_identify read it */
+	bool bad_slug;
+	struct stripe *s;
+	int rc;
+
+	rc = lockfs_name_check(name);
+	if (rc < 0)
+		return rc;
+	/* No "is it free?" pre-check: the kernel looked NAME up just before
+	 * sending MKDIR and answers EEXIST itself when it exists; the
+	 * backend's indivisible step decides the rest.  But a name with
+	 * queued waiters is theirs first (no barging): it can only be free
+	 * here if a lock we cannot watch (the seed's) just went, so grant
+	 * the queue now and say EEXIST. */
+	s = lockfs_table_stripe(t, name);
+	pthread_mutex_lock(&s->mu);
+	if (lockfs_queue_has_waiters(s, name)) {
+		lockfs_queue_grant_locked(t, s, name);
+		lockfs_table_unlock(s);
+		return -EEXIST;
+	}
+	lockfs_table_unlock(s);
+	/* With a pidfd opened before the holder's facts were read, watching
+	 * it needs no second look at /proc -- unless the caller is watched
+	 * already (a process that takes locks again and again), when the
+	 * watch is simply shared. */
+	rc = lockfs_caller_identify(t, caller, LOCKFS_PROC_NS |
+				    (lockfs_liveness_watches_pid(t->liveness, caller->tid)
+				     ? 0 : LOCKFS_PROC_PIDFD), &holder, slug, &argv, &bad_slug);
+	/* A helper that stops the walk at a uid boundary (`setpriv --reuid=U
+	 * mkdir`) would hold the lock only until it exits, at once: nobody
+	 * believable holds it.  A slug lock is (uid, slug)'s, not a process's. */
+	if (rc == 0 && holder.at_uid_boundary && !*slug) {
+		lockfs_proc_put(&holder);
+		rc = -EACCES;
+	}
+	if (rc < 0) {
+		/* Refused before a holder is known: the log names the caller
+		 * by its thread (and its slug, unless that is what is wrong). */
+		if (bad_slug || rc == -EACCES) {
+			lockfs_audit_who(who, sizeof(who), bad_slug ? NULL : slug, "?", caller->tid);
+			lockfs_audit_refusal(t, caller->uid, caller->tid, who, name,
+					     bad_slug ? "bad-slug" : "holder-unknown");
+		}
+		lockfs_argv_free(argv);
+		/* A caller gone before we could read it gets no answer anyway. */
+		return rc == -ESRCH ? -EACCES : rc;
+	}
+	if (!holder.have_ids || *slug) {
+		/* The caller itself holds: its credentials came with the request.
+		 * A slug lock is bound to the uid of the process that asked,
+		 * whichever process the helper rule shows as holder. */
+		holder.uid = caller->uid;
+		holder.gid = caller->gid;
+	}
+	/* WHO, built once: what a refusal and the `acquired` line name (the
+	 * record's slug, comm and pid are copies of these). */
+	lockfs_audit_who(who, sizeof(who), slug, holder.comm, holder.pid);
+	/* Room for one more lock of the uid it will count against, kept
+	 * until the cache counts it (or the store refuses). */
+	{
+		enum quota_reason why;
+
+		rc = lockfs_quota_lock_reserve(t->quota, holder.uid, true, &why);
+		if (rc < 0) {
+			lockfs_caller_refuse(t, holder.uid, why, name, who, holder.pid);
+			lockfs_proc_put(&holder);
+			lockfs_argv_free(argv);
+			return rc;
+		}
+	}
+	rc = lockfs_caller_record(t, name, &holder, slug, &rec, &argv);
+	if (rc < 0)
+		goto unreserve;
+	rc = acquire_or_stale(core, name, &rec, &st);
+	if (rc < 0) {
+		lockfs_record_clear(&rec);
+		goto unreserve;
+	}
+
+	fill_lock_stat(out, &rec, &st);
+	snprintf(fence, sizeof(fence), "%" PRIu64, rec.fence);
+	lockfs_audit_ids(uid, pid, rec.holder.uid, rec.holder.pid);
+	/* The line under the stripe mutex: nothing can end this
+	 * acquisition before its `acquired` is written, or see it if that
+	 * write fails and it is taken back.  And only after taking it: a
+	 * release of NAME that made room for this acquisition writes its
+	 * line before it lets the mutex go (lockfs_queue_let_go_locked), so the log
+	 * never shows two holders at once. */
+	pthread_mutex_lock(&s->mu);
+	lockfs_table_put_new(t, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1);
+	lockfs_session_tombstone_forget(s, lockfs_table_find(s, name)); /* it has NAME again */
+	{
+		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, NULL };
+
+		rc = lockfs_audit_acquired(t, who, name, kv);
+	}
+	if (rc < 0)
+		undo_acquire_locked(core, s, name, st.identity, rc);
+	lockfs_table_unlock(s);
+	lockfs_quota_lock_unreserve(t->quota, holder.uid, true);
+	lockfs_record_clear(&rec);
+	return rc;
+unreserve:
+	lockfs_quota_lock_unreserve(t->quota, holder.uid, true);
+	lockfs_proc_put(&holder);
+	lockfs_argv_free(argv);
+	return rc;
+}
+
+int lockfs_core_release(struct lockfs_core *core, const char *name,
+			const struct lockfs_caller *caller)
+{
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return -ENOENT;
+	/* A session lost since the store last reported: its locks are lost
+	 * (tombstoned) before this rmdir looks for NAME. */
+	lockfs_session_check(t);
+	pthread_mutex_lock(&s->mu);
+	/* Release only what the record in the store says: the cached copy
+	 * counts only while the record file's identity (inode, times, size)
+	 * is unchanged, else it is read and parsed again. */
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
+	if (rc == -ENOENT && s->tombstones)
+		rc = lockfs_session_tombstone_take(t, s, name, caller); /* lost: ESTALE */
+	if (rc < 0)
+		goto out;
+	if (c && !lockfs_table_issued_here(c)) {
+		/* The record is not the one we issued: someone rewrote the
+		 * store behind our back.  Fail closed: keep it, say so. */
+		lockfs_table_unlock(s);
+		lockfs_caller_denied(t, name, caller, "token-mismatch");
+		return -EPERM;
+	}
+	/* A shared lock: the caller lets go of the first share it holds. */
+	{
+		size_t i = 0, n = c ? lockfs_record_holders(&c->rec) : 0;
+		struct lockfs_holder_ref h;
+
+		rc = -EPERM;
+		do {
+			lockfs_caller_ref_at(&h, c ? &c->rec : NULL, i);
+			rc = lockfs_caller_check(t, &h, caller);
+		} while (rc == -EPERM && ++i < n);
+		/* The caller's own lock was lost, and NAME was taken since
+		 * (here, on another host, by a foreign client): the answer is
+		 * "yours was lost" (ESTALE), asked before "not yours" (EPERM). */
+		if (rc < 0 && s->tombstones &&
+		    lockfs_session_tombstone_take(t, s, name, caller) == -ESTALE) {
+			rc = -ESTALE;
+			goto out;
+		}
+		if (rc < 0) {
+			lockfs_table_unlock(s);
+			lockfs_caller_denied(t, name, caller, foreign ? "foreign-lock" :
+				   rc != -EPERM ? "caller-unknown" :
+				   c->rec.has_holder && lockfs_table_elsewhere(t, &c->rec.holder)
+				   ? "other-host" : "not-holder");
+			return rc;
+		}
+		/* Also a grant whose descriptor let go while the store
+		 * refused (struct unlock_retry): nothing was logged for it
+		 * then, so this is its `released` -- unless it is a grant the
+		 * log refused, which never showed in the log at all. */
+		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
+			.identity = st.identity, .index = i,
+			.event = lockfs_fdlock_release_event(s, name, &c->rec, i) });
+		/* The store refused it (etcd unreachable): the rmdir says EIO,
+		 * and the engine completes the release once the store answers
+		 * (the tick's retries), logged then with retried=1. */
+		if (rc == -EIO && (t->be->caps & LOCKFS_BE_RETRY_RELEASES) &&
+		    (c = lockfs_table_find(s, name)) && i < lockfs_record_holders(&c->rec) &&
+		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD) {
+			const struct lockfs_holder *hd = lockfs_record_holder(&c->rec, i);
+			struct unlock_retry *r = lockfs_fdlock_retry_add(
+				s, name, "", lockfs_record_fence_at(&c->rec, i), rc, true);
+
+			if (r) {
+				lockfs_audit_who(r->who, sizeof(r->who), i == 0 ? c->rec.slug : NULL,
+						 hd->comm, hd->pid);
+				r->uid = hd->uid;
+				r->pid = hd->pid;
+			}
+		}
+	}
+out:
+	lockfs_table_unlock(s);
+	return rc;
+}
+
+bool lockfs_core_lost(struct lockfs_core *core, const char *name)
+{
+	struct lockfs_table *t = &core->table;
+	struct stripe *s;
+	bool lost = false;
+
+	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || lockfs_name_check(name) < 0)
+		return false;
+	s = lockfs_table_stripe(t, name);
+	pthread_mutex_lock(&s->mu);
+	for (struct tombstone *ts = s->tombstones; ts && !lost; ts = ts->next)
+		lost = strcmp(ts->name, name) == 0;
+	lockfs_table_unlock(s);
+	return lost;
+}
+
+static int view_stat(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+		     void *arg)
+{
+	fill_lock_stat(arg, c ? &c->rec : NULL, st);
+	return 0;
+}
+
+int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_lock_stat *out)
+{
+	struct lockfs_table *t = &core->table;
+	struct lockfs_lock_stat st;
+	int rc = lockfs_table_view(t, name, view_stat, &st);
+
+	/* A foreign lock the store gives up (-o stale) is recovered when
+	 * met, as by the periodic sweep: the kernel looks NAME up before it
+	 * sends a mkdir, so this is where `mkdir M/NAME` meets it -- the
+	 * lookup says "free" and the mkdir that follows acquires. */
+	if (rc == 0 && st.foreign && t->be->ops->foreign_stale && t->be->stale_s &&
+	    lockfs_recovery_stale_foreign(t, name) == 1)
+		rc = lockfs_table_view(t, name, view_stat, &st);
+	if (rc == 0 && out)
+		*out = st;
+	return rc;
+}
+
+/* Entries put_break_place adds after KV[N], its NULL included. */
+#define BREAK_PLACE_MAX 7
+
+/*
+ * The tail of a `broken` line, from KV[N] on: across hosts (a store that
+ * names keys, etcd) the breaking host and the broken key, since the
+ * holder's own host logs its side apart (as `lost`); then the reason.  KV
+ * has room for N + BREAK_PLACE_MAX entries.
+ */
+static void put_break_place(const struct lockfs_table *t, const struct lockfs_entry_stat *st,
+			    const char *why, const char **kv, size_t n)
+{
+	if (st->key[0]) {
+		kv[n++] = "host";
+		kv[n++] = t->be->host;
+		kv[n++] = "key";
+		kv[n++] = st->key;
+	}
+	kv[n++] = "reason";
+	kv[n++] = why;
+	kv[n] = NULL;
+}
+
+int lockfs_core_break(struct lockfs_core *core, const char *name,
+		      const struct lockfs_caller *caller, const char *reason, size_t len)
+{
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	char by[WHO_MAX], by_uid[16], by_pid[16], uid[16], none[16], *why;
+	bool foreign;
+	pid_t pid = 0;
+	unsigned long long start = 0;
+	int rc;
+
+	if (len > 0 && reason[len - 1] == '\n')
+		len--;
+	if (len > LOCKFS_REASON_MAX)
+		return -EFBIG;
+	if (len == 0 || memchr(reason, '\0', len) || !lockfs_utf8_valid(reason, len))
+		return -EINVAL;
+	if (lockfs_name_check(name) < 0)
+		return -ENOENT;
+	why = strndup(reason, len);
+	if (!why)
+		return -ENOMEM;
+	/* The breaker, as the kernel tells it, beside the name it goes by. */
+	lockfs_audit_ids(by_uid, by_pid, caller->uid,
+			 lockfs_caller_who(t, caller->tid, by, sizeof(by)));
+
+	pthread_mutex_lock(&s->mu);
+	rc = lockfs_table_reload(t, s, name, &st, &foreign, &c);
+	if (rc == 0 && c) {
+		const char *extra[6 + BREAK_PLACE_MAX] = { "by", by, "by_uid", by_uid,
+							   "by_pid", by_pid };
+
+		put_break_place(t, &st, why, extra, 6);
+		pid = c->rec.holder.pid;
+		start = c->rec.holder.start_time;
+		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
+			.identity = st.identity, .all = true, .event = "broken", .extra = extra });
+	} else if (rc == 0) {
+		/* A foreign lock: uid= owns DIR/NAME.lock, no process known. */
+		const char *kv[10 + BREAK_PLACE_MAX] = { "uid", uid, "pid", none, "by", by,
+							 "by_uid", by_uid, "by_pid", by_pid };
+
+		put_break_place(t, &st, why, kv, 10);
+		lockfs_audit_ids(uid, none, st.uid, 0);
+		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
+		rc = t->be->ops->release(t->be, name, st.identity);
+		if (rc == 0)
+			lockfs_audit_event(t, "?", name, kv, "broken");
+	}
+	lockfs_table_unlock(s);
+	free(why);
+	if (rc < 0)
+		return rc;
+	if (t->break_signal && pid > 0)
+		lockfs_liveness_signal(t->liveness, pid, start, t->break_signal);
+	return 0;
+}

@@ -1,0 +1,27 @@
+/*
+ * The engine floor's own header: struct lockfs_core, which the files at
+ * core/'s top level share.  engine.c makes, starts and closes it; the
+ * others answer requests on it.  Private to that floor: include/lockfs/
+ * core.h declares the struct opaque, and neither the floors below
+ * (core/lock/, core/proc/ ...) nor fs/ include this file.
+ */
+#ifndef LOCKFS_CORE_ENGINE_H
+#define LOCKFS_CORE_ENGINE_H
+
+#include <stdbool.h>
+
+#include "lockfs/core.h"
+#include "lock/table.h"
+#include "proc/fds.h"
+#include "proc/procevents.h"
+
+/* The engine: the table its floors share, and what only requests and
+ * opening need. */
+struct lockfs_core {
+	struct lockfs_table table;
+	struct lockfs_procevents *procevents; /* NULL: descendants found by scans */
+	struct lockfs_fds fds;  /* descriptors kept for callers (fds.h); its own mutex */
+	bool open_cap_given;    /* -o max_open_per_uid was set; read-only */
+};
+
+#endif

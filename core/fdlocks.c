@@ -1,0 +1,170 @@
+/*
+ * The fd-lock API (lockfs_core_fd_* of include/lockfs/core.h): flock(2)
+ * and whole-file fcntl locks on M/.flock/NAME, taken for an owner (an
+ * open file or a process) and queued FIFO with mkdir's callers
+ * (lock/queue.c); their grants are tracked by lock/fdlock.c.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockfs/name.h"
+#include "base/clock.h"
+#include "engine.h"
+#include "lock/audit.h"
+#include "lock/caller.h"
+#include "lock/fdlock.h"
+#include "lock/queue.h"
+#include "lock/table.h"
+
+/* How much of a waiter's command line is kept for its record. */
+#define WAITER_CMDLINE_MAX 4096
+
+int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *caller,
+			const struct lockfs_fd_request *rq, struct lockfs_wait *w)
+{
+	struct lockfs_table *t = &core->table;
+	struct qentry *e;
+	int rc;
+
+	rc = lockfs_name_check(rq->name);
+	if (rc < 0)
+		return rc;
+	if (strlen(rq->owner) >= LOCKFS_FD_OWNER_MAX)
+		return -EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	rc = lockfs_holder_resolve(t->procs, caller->tid, caller->uid, &t->helpers,
+				   LOCKFS_PROC_NS, &e->who);
+	if (rc < 0) {
+		free(e);
+		return rc == -ESRCH ? -EACCES : rc;
+	}
+	if (!e->who.have_ids) {
+		e->who.uid = caller->uid;
+		e->who.gid = caller->gid;
+	}
+	snprintf(e->owner, sizeof(e->owner), "%s", rq->owner);
+	e->via_file = rq->via_file;
+	e->mode = rq->mode;
+	e->uid = caller->uid;
+	e->gid = caller->gid;
+	e->since_ms = lockfs_wall_ms();
+	/* Read now, not at the grant: a hand-off should do no /proc read. */
+	if (lockfs_proc_source_cmdline(t->procs, e->who.pid, WAITER_CMDLINE_MAX, &e->cmdline) < 0)
+		e->cmdline = NULL;
+	{
+		/* The caller's LOCKFS_SLUG names the holder (lockctl --slug);
+		 * a bad one reads as none here rather than failing flock. */
+		char slug[LOCKFS_SLUG_MAX];
+
+		if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) == 0 && *slug)
+			e->slug = strdup(slug);
+	}
+	return lockfs_queue_enter(t, e, rq, w);
+}
+
+int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w)
+{
+	return lockfs_queue_cancel(&core->table, name, w);
+}
+
+int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char *owner)
+{
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign;
+	long held;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	/* The owner lets go: a place kept for it is no longer wanted. */
+	lockfs_queue_forget_kept(s, name, owner);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
+	held = rc == 0 && c ? lockfs_fdlock_holder_of(s, name, &c->rec, owner) : -1;
+	rc = 0;
+	if (held >= 0) {
+		if (!lockfs_table_issued_here(c)) {
+			/* Rewritten behind our back: keep it, say so (whose it
+			 * is, the record cannot be trusted to tell). */
+			const char *kv[] = { "uid", "", "pid", "", "reason", "token-mismatch", NULL };
+
+			lockfs_audit_event(t, "?", name, kv, "denied");
+			rc = -EPERM;
+		} else {
+			uint64_t fence = lockfs_record_fence_at(&c->rec, (size_t)held);
+
+			rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
+				.identity = st.identity, .index = (size_t)held,
+				.event = "released" });
+			if (rc < 0 && rc != -ENOENT)
+				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true);
+		}
+	}
+	lockfs_table_unlock(s);
+	return rc;
+}
+
+void lockfs_core_fd_file_closed(struct lockfs_core *core, const char *name, uint64_t file)
+{
+	struct stripe *s = lockfs_table_stripe(&core->table, name);
+	struct fdlock_via *taken;
+
+	if (!file)
+		return;
+	pthread_mutex_lock(&s->mu);
+	taken = lockfs_fdlock_take_file(s, name, file);
+	lockfs_table_unlock(s);
+	/* Each unlock takes the stripe mutex again: it may hand NAME on. */
+	for (struct fdlock_via *v = taken; v; v = v->next)
+		lockfs_core_fd_unlock(core, name, v->owner);
+	lockfs_fdlock_free(taken);
+}
+
+int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request *rq,
+			struct lockfs_fd_conflict *out)
+{
+	struct lockfs_table *t = &core->table;
+	const char *name = rq->name, *owner = rq->owner;
+	bool shared = rq->mode == LOCKFS_SHARED;
+	struct stripe *s = lockfs_table_stripe(t, name);
+	struct lockfs_entry_stat st;
+	struct cached *c;
+	bool foreign;
+	int rc;
+
+	if (lockfs_name_check(name) < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&s->mu);
+	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
+	if (rc == -ENOENT) {
+		rc = 0;
+	} else if (rc == 0 && !c) {
+		out->shared = false; /* a foreign lock: exclusive, holder unknown */
+		out->pid = 0;
+		rc = 1;
+	} else if (rc == 0) {
+		long mine = lockfs_fdlock_holder_of(s, name, &c->rec, owner);
+		bool others = lockfs_record_holders(&c->rec) > (mine >= 0 ? 1u : 0u);
+		struct lockq *q = lockfs_queue_find(s, name);
+
+		/* POSIX: a process's own lock never conflicts with itself.  A
+		 * shared request may join readers only with nobody queued
+		 * ahead (as F_SETLK would find). */
+		if (others && (!(shared && c->rec.mode == LOCKFS_SHARED) || (q && q->nactive))) {
+			out->shared = c->rec.mode == LOCKFS_SHARED;
+			out->pid = mine == 0 && c->rec.nshares ? c->rec.shares[0].holder.pid
+							       : c->rec.holder.pid;
+			rc = 1;
+		}
+	}
+	lockfs_table_unlock(s);
+	return rc;
+}
