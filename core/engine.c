@@ -978,6 +978,9 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	rc = lockfs_changes_init(t);
 	if (rc < 0)
 		goto fail;
+	/* table.c calls up into session.c through this, as the store's
+	 * answer replaces a cached lock (a loss, on a store with sessions). */
+	t->vanished = lockfs_session_vanished_locked;
 	/* The thread calls up into recovery.c through these, with the table. */
 	rc = lockfs_liveness_new(&t->liveness, lockfs_recovery_holder_exited, lockfs_recovery_tick,
 				 t, TICK_MS);

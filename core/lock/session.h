@@ -45,7 +45,8 @@ int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, cons
 
 /*
  * With S's mutex held, as the store's answer for C's name is about to
- * replace the cached lock C (lockfs_table_load): the store no longer
+ * replace the cached lock C (lockfs_table_load calls it through
+ * t->vanished, which engine.c sets: table.c is below): the store no longer
  * shows C -- its name is free (TOKEN NULL) or held by another acquisition
  * (TOKEN, that record's token) -- and this daemon did not write that
  * (its own writes update or drop the cache under the same mutex first).

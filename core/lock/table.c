@@ -11,7 +11,6 @@
 
 #include "lockfs/name.h"
 #include "base/clock.h"
-#include "session.h"
 #include "table.h"
 
 struct stripe *lockfs_table_stripe(struct lockfs_table *t, const char *name)
@@ -366,9 +365,18 @@ bool lockfs_table_issued_here(const struct cached *c)
 	return strcmp(c->issued, c->rec.token) == 0;
 }
 
+/* The store no longer shows WAS (TOKEN: what it shows instead): tell the
+ * floor above (t->vanished), which decides whether that is a loss. */
+static void vanished(struct lockfs_table *t, struct stripe *s, struct cached *was,
+		     const char *token)
+{
+	if (was && t->vanished)
+		t->vanished(t, s, was, token);
+}
+
 /* lockfs_table_load, or (FRESH) lockfs_table_reload.  A cached lock of
  * this host that the store no longer shows, where this daemon did not
- * write that, is lost on a store with sessions (session.h). */
+ * write that, is lost on a store with sessions (t->vanished: session.c). */
 static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct cached **c)
 {
@@ -385,7 +393,7 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		rc = t->be->ops->stat(t->be, name, st, *c != NULL);
 		if (rc < 0) {
 			if (rc == -ENOENT) {
-				lockfs_session_vanished_locked(t, s, was, NULL);
+				vanished(t, s, was, NULL);
 				lockfs_table_drop(t, s, name);
 			}
 			*c = NULL;
@@ -398,7 +406,7 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 	rc = t->be->ops->read(t->be, name, &buf, &len, st);
 	if (rc < 0) {
 		if (rc == -ENOENT) {
-			lockfs_session_vanished_locked(t, s, was, NULL);
+			vanished(t, s, was, NULL);
 			lockfs_table_drop(t, s, name);
 		}
 		return rc;
@@ -409,7 +417,7 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		/* Held, but not by a record we can read: a foreign lock. */
 		lockfs_record_clear(&rec);
 		free(buf);
-		lockfs_session_vanished_locked(t, s, was, NULL);
+		vanished(t, s, was, NULL);
 		lockfs_table_drop(t, s, name);
 		*foreign = true;
 		return 0;
@@ -422,12 +430,12 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		rec.fence = st->fence;
 	if (!rec.fence) {
 		lockfs_record_clear(&rec);
-		lockfs_session_vanished_locked(t, s, was, NULL);
+		vanished(t, s, was, NULL);
 		lockfs_table_drop(t, s, name);
 		*foreign = true;
 		return 0;
 	}
-	lockfs_session_vanished_locked(t, s, was, rec.token);
+	vanished(t, s, was, rec.token);
 	lockfs_table_put_read(t, s, name, st->identity, &rec);
 	*c = lockfs_table_find(s, name);
 	return *c ? 0 : -ENOMEM;

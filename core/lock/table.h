@@ -150,6 +150,17 @@ struct lockfs_table {
 	int64_t session_id;             /* protected by session_mu; 0: none seen */
 	int64_t session_lost_id;        /* the last session whose locks were
 					   lost; protected by session_mu */
+	/*
+	 * Called by lockfs_table_load/reload with S's mutex held, as the
+	 * store's answer for C's name is about to replace the cached lock C:
+	 * the store no longer shows C (TOKEN NULL: the name is free or not
+	 * readable; else the token of the record it shows now).  The floor
+	 * above sets it before the first load (engine.c wires session.c's
+	 * lockfs_session_vanished_locked), so that this file never calls up;
+	 * NULL: nothing to do.  Read-only.
+	 */
+	void (*vanished)(struct lockfs_table *t, struct stripe *s, struct cached *c,
+			 const char *token);
 	struct holder_index holders;    /* its own mutex, inside a stripe's */
 	struct stripe stripes[STRIPES]; /* each its own mutex */
 

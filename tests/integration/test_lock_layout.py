@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""The shape of core/lock/ and core/base/record*.c (issue 21): read from the
+built objects (nm) and the sources, with no mount.
+
+- no circle among the files of core/lock/ by the functions they call (a
+  call that goes up goes through a function pointer the floor above sets);
+- no header of core/lock/ declares a function of the floor above
+  (core/engine.c);
+- the store is reached only through core/lock/store.c's wrappers;
+- the lock floor's timers read core/base/clock.c (replaceable in unit
+  tests), never clock_gettime of their own;
+- no C file of core/lock/ or core/base/ over 1,000 lines;
+- names that say what they hold (no `struct cached`).
+
+LOCKFS_BUILD names the build root (default: the daemon's folder)."""
+
+import collections
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+
+from lockfs_helpers import LOCKFS_BIN
+
+SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            '..', '..'))
+BUILD = os.environ.get('LOCKFS_BUILD', os.path.dirname(LOCKFS_BIN))
+
+
+def _objects(lib):
+    objs = sorted(glob.glob(os.path.join(BUILD, 'core', f'liblockfs-{lib}.a.p', '*.o')))
+    if not objs:
+        pytest.fail(f'no objects of liblockfs-{lib} under {BUILD} (build first;'
+                    f' LOCKFS_BUILD names the build root)')
+    return objs
+
+
+def _symbols(obj):
+    """(defined global symbols, undefined symbols) of object OBJ."""
+    out = subprocess.run(['nm', obj], capture_output=True, text=True, check=True).stdout
+    defined, used = set(), set()
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] in 'TDBR':
+            defined.add(f[2])
+        elif len(f) == 2 and f[0] == 'U':
+            used.add(f[1])
+    return defined, used
+
+
+def call_graph(lib):
+    """{file: {file it calls: [symbols]}} among the objects of LIB."""
+    defs, uses = {}, {}
+    for o in _objects(lib):
+        name = os.path.basename(o).split('_', 1)[1][:-len('.o')]   # lock_queue.c.o
+        defs[name], uses[name] = _symbols(o)
+    owner = {sym: f for f, syms in defs.items() for sym in syms}
+    graph = collections.defaultdict(dict)
+    for f, used in uses.items():
+        for sym in used:
+            if sym in owner and owner[sym] != f:
+                graph[f].setdefault(owner[sym], []).append(sym)
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of GRAPH with more than one file."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _explain(graph, comp):
+    return '; '.join(f'{a} -> {b} ({", ".join(sorted(graph[a][b]))})'
+                     for a in comp for b in sorted(graph[a]) if b in comp)
+
+
+@pytest.mark.parametrize('lib', ['lock', 'base'])
+def test_no_circle_among_the_files_of_a_floor_by_the_functions_they_call(lib):
+    graph = call_graph(lib)
+    assert graph, 'no calls between files found: the check would pass vacuously'
+    found = cycles(graph)
+    assert not found, 'circles: ' + ' | '.join(_explain(graph, c) for c in found)
+
+
+def test_the_cycle_finder_finds_a_circle():
+    """Negative control: the finder itself sees a circle of three."""
+    g = {'a.c': {'b.c': ['f']}, 'b.c': {'c.c': ['g']}, 'c.c': {'a.c': ['h']}, 'd.c': {}}
+    assert cycles(g) == [['a.c', 'b.c', 'c.c']]
