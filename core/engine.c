@@ -32,6 +32,7 @@
 #include "lock/table.h"
 #include "proc/fds.h"
 #include "proc/procevents.h"
+#include "engine_test.h"
 
 #define DEFAULT_LEASE_S 600
 /* Quota defaults (docs/quota.md says why).  A lock costs DIR up to

@@ -89,9 +89,9 @@ def allowed(src, path, target):
             return None
         return 'tools/lockctl/ may use only name.h, utf8.h and limits.h'
     if me == 'engine':
-        # Every floor below is allowed: lock/, proc/, base/, and the
-        # public headers.
-        if to in ('lock', 'proc', 'base', 'public'):
+        # Its own headers (engine_test.h) and every floor below: lock/,
+        # proc/, base/, and the public headers.
+        if to in ('engine', 'lock', 'proc', 'base', 'public'):
             return None
         return 'core/engine.c may use lock/, proc/, base/ and include/'
     if me == 'lock':

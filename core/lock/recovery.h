@@ -42,9 +42,4 @@ void lockfs_recovery_retry_all(struct lockfs_table *t);
 int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c,
 					uint64_t *version);
 
-/* For unit tests only: CORE's table (engine.c), to call the functions
- * above without the liveness thread (lockfs_core_start not called). */
-struct lockfs_core;
-struct lockfs_table *lockfs_core_table(struct lockfs_core *core);
-
 #endif

@@ -113,3 +113,17 @@ def test_the_cycle_finder_finds_a_circle():
     """Negative control: the finder itself sees a circle of three."""
     g = {'a.c': {'b.c': ['f']}, 'b.c': {'c.c': ['g']}, 'c.c': {'a.c': ['h']}, 'd.c': {}}
     assert cycles(g) == [['a.c', 'b.c', 'c.c']]
+
+
+def test_no_header_of_core_lock_declares_a_function_of_the_engine():
+    """engine.c is the floor above core/lock/: nothing there may name it."""
+    engine = set()
+    for o in _objects('core'):
+        engine |= {s for s in _symbols(o)[0] if s.startswith('lockfs_')}
+    assert 'lockfs_core_open' in engine, 'engine.c not found: the check would pass vacuously'
+    found = []
+    for h in sorted(glob.glob(os.path.join(SOURCE_ROOT, 'core', 'lock', '*.h'))):
+        text = open(h, encoding='utf-8').read()
+        found += [f'{os.path.basename(h)}: {s}' for s in sorted(engine)
+                  if re.search(r'\b' + re.escape(s) + r'\s*\(', text)]
+    assert not found, found
