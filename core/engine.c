@@ -94,7 +94,7 @@ static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, cons
 	int rc = t->be->ops->release(t->be, name, identity);
 
 	if (rc < 0 && rc != -ENOENT) {
-		struct cached *c = lockfs_table_find(s, name);
+		struct held_lock *c = lockfs_table_find(s, name);
 
 		if (c)
 			c->unlogged = true;
@@ -258,7 +258,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -355,7 +355,7 @@ bool lockfs_core_lost(struct lockfs_core *core, const char *name)
 	return lost;
 }
 
-static int view_stat(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_stat(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 		     void *arg)
 {
 	fill_lock_stat(arg, c ? &c->rec : NULL, st);
@@ -476,7 +476,7 @@ static char *foreign_json(const char *name, const struct lockfs_entry_stat *st, 
  * store fields (add_store_fields).  TEXT as it is for dir.  NULL: no
  * memory (TEXT freed).
  */
-static char *with_store_fields(struct lockfs_table *t, const struct cached *c,
+static char *with_store_fields(struct lockfs_table *t, const struct held_lock *c,
 			       const struct lockfs_entry_stat *st, char *text, size_t *len)
 {
 	struct lockfs_session sess;
@@ -523,7 +523,7 @@ static int line_of(const char *text, char **out, size_t *len)
 	return 0;
 }
 
-static int view_owner(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_owner(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 		      void *arg)
 {
 	struct text_out *o = arg;
@@ -550,7 +550,7 @@ int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader, 
 	return lockfs_table_view(&core->table, name, view_owner, &o);
 }
 
-static int view_operation(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_operation(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 			  void *arg)
 {
 	struct text_out *o = arg;
@@ -569,7 +569,7 @@ int lockfs_core_operation(struct lockfs_core *core, const char *name, char **tex
 	return lockfs_table_view(&core->table, name, view_operation, &o);
 }
 
-static int view_lease(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_lease(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 		      void *arg)
 {
 	struct text_out *o = arg;
@@ -594,7 +594,7 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct lockfs_holder_ref h;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -615,12 +615,12 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
  */
 static int edit_as_holder(struct lockfs_core *core, const char *name,
 			  const struct lockfs_caller *caller,
-			  int (*edit)(struct lockfs_core *, struct cached *, void *), void *arg)
+			  int (*edit)(struct lockfs_core *, struct held_lock *, void *), void *arg)
 {
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -643,7 +643,7 @@ struct text_arg {
 	size_t len;
 };
 
-static int edit_operation(struct lockfs_core *core, struct cached *c, void *arg)
+static int edit_operation(struct lockfs_core *core, struct held_lock *c, void *arg)
 {
 	struct text_arg *t = arg;
 	char *op = t->len ? strndup(t->text, t->len) : NULL;
@@ -669,7 +669,7 @@ int lockfs_core_set_operation(struct lockfs_core *core, const char *name,
 	return edit_as_holder(core, name, caller, edit_operation, &t);
 }
 
-static int edit_lease(struct lockfs_core *core, struct cached *c, void *arg)
+static int edit_lease(struct lockfs_core *core, struct held_lock *c, void *arg)
 {
 	uint32_t ttl = *(uint32_t *)arg;
 
@@ -706,7 +706,7 @@ int lockfs_core_set_lease(struct lockfs_core *core, const char *name,
 	}
 }
 
-static int edit_renew(struct lockfs_core *core, struct cached *c, void *arg)
+static int edit_renew(struct lockfs_core *core, struct held_lock *c, void *arg)
 {
 	if (!c->rec.lease.ttl_s)
 		return 1; /* nothing to renew: touching is still allowed */
@@ -1059,7 +1059,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	t->be = NULL;
 	for (int i = 0; i < STRIPES; i++) {
 		while (t->stripes[i].head) {
-			struct cached *c = t->stripes[i].head;
+			struct held_lock *c = t->stripes[i].head;
 
 			lockfs_table_drop(t, &t->stripes[i], c->name);
 		}
@@ -1147,7 +1147,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	long held;
 	int rc;
@@ -1206,7 +1206,7 @@ int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request
 	bool shared = rq->mode == LOCKFS_SHARED;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -1304,8 +1304,8 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 	return 0;
 }
 
-static int view_waiters_of(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
-			   void *arg)
+static int view_waiters_of(const char *name, struct held_lock *c,
+			   const struct lockfs_entry_stat *st, void *arg)
 {
 	struct queue_text *o = arg;
 
@@ -1320,7 +1320,7 @@ int lockfs_core_waiters(struct lockfs_core *core, const char *name, char **text,
 	return lockfs_table_view(t, name, view_waiters_of, &o);
 }
 
-static int view_binding(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_binding(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 			void *arg)
 {
 	struct queue_text *o = arg;
@@ -1349,7 +1349,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name, const struct lo
 	struct lockfs_entry_stat st;
 	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct lockfs_proc writer;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign, to_slug;
 	int rc;
 
@@ -1474,7 +1474,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	char by[WHO_MAX], by_uid[16], by_pid[16], uid[16], none[16], *why;
 	bool foreign;
 	pid_t pid = 0;

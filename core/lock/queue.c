@@ -268,9 +268,39 @@ static void undo_grant_locked(struct lockfs_table *t, struct stripe *s, const ch
 	lockfs_record_clear(rec);
 }
 
+/*
+ * The store just granted NAME to E from G (its record, cleared here; ST
+ * the store's answer): E's place is the lock now.  Its `acquired` line
+ * before its answer -- nobody holds a lock the log does not show --, then
+ * E's request answered and the grant cached.  0, or the log's -errno
+ * (the grant taken back: undo_grant_locked).  With s->mu held.
+ */
+static int grant_made(struct lockfs_table *t, struct stripe *s, const char *name,
+		      struct qentry *e, struct lockfs_grant_src *g,
+		      const struct lockfs_entry_stat *st)
+{
+	struct lockfs_record *rec = g->rec;
+	int rc;
+
+	e->place = (struct lockfs_place){ 0 };
+	lockfs_table_grant_fence(g, st);
+	rc = log_granted(t, name, &rec->holder, rec->slug, rec->fence, rec->mode);
+	if (rc < 0) {
+		undo_grant_locked(t, s, name, st->identity, rec, e->owner, rec->fence);
+		return rc;
+	}
+	if (e->w) {
+		complete(s, name, e, 0);
+		e->w = NULL;
+	}
+	lockfs_table_put_new(t, s, name, st->identity, rec, -1);
+	lockfs_record_clear(rec);
+	return 0;
+}
+
 /* E joins C's shared lock as one more holder.  0, -ENOLCK (full),
  * -EAGAIN (not now), or the log's -errno (E is refused). */
-static int join_shared(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 		       struct lockfs_entry_stat *st, struct qentry *e)
 {
 	struct lockfs_record fresh;
@@ -386,19 +416,7 @@ static int claim_place(struct lockfs_table *t, struct stripe *s, const char *nam
 		rc = -EAGAIN;
 		goto out;
 	}
-	e->place = (struct lockfs_place){ 0 };
-	lockfs_table_grant_fence(&g, &st);
-	rc = log_granted(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
-	if (rc < 0) {
-		undo_grant_locked(t, s, name, st.identity, &rec, e->owner, rec.fence);
-		goto out;
-	}
-	if (e->w) {
-		complete(s, name, e, 0);
-		e->w = NULL;
-	}
-	lockfs_table_put_new(t, s, name, st.identity, &rec, -1);
-	lockfs_record_clear(&rec);
+	rc = grant_made(t, s, name, e, &g, &st);
 out:
 	lockfs_quota_lock_unreserve(t->quota, e->who.uid, true);
 	return rc;
@@ -414,7 +432,7 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
 	struct lockfs_grant_src g;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -478,21 +496,7 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 			rc = -EAGAIN;
 		goto out;
 	}
-	e->place = (struct lockfs_place){ 0 }; /* granted: it is the lock now */
-	lockfs_table_grant_fence(&g, &st);
-	/* Its line before its answer: nobody holds a lock the log does not
-	 * show. */
-	rc = log_granted(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
-	if (rc < 0) {
-		undo_grant_locked(t, s, name, st.identity, &rec, e->owner, rec.fence);
-		goto out;
-	}
-	if (e->w) {
-		complete(s, name, e, 0);
-		e->w = NULL;
-	}
-	lockfs_table_put_new(t, s, name, st.identity, &rec, -1);
-	lockfs_record_clear(&rec);
+	rc = grant_made(t, s, name, e, &g, &st);
 out:
 	lockfs_quota_lock_unreserve(t->quota, e->who.uid, true);
 	return rc;
@@ -562,7 +566,7 @@ struct end_line {
  * true if handed off (C is then replaced in the cache); else *UNREACHABLE
  * is -EIO when the store could not be asked (nothing changed that we
  * know of: a plain release would only wait for it a second time). */
-static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			   uint64_t identity, const struct end_line *l, const char *event,
 			   int *unreachable)
 {
@@ -667,7 +671,7 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 	struct lockfs_entry_stat st;
 	struct qentry *kept = NULL;
 	struct lockq *q;
-	struct cached *c;
+	struct held_lock *c;
 	size_t ahead = 0;
 	bool foreign;
 	long held;
@@ -841,7 +845,7 @@ static void end_line_of(struct end_line *l, const struct lockfs_record *r, size_
 }
 
 /* The whole lock goes (see lockfs_queue_let_go_locked). */
-static int release_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			  const struct lockfs_let_go *how)
 {
 	const char *event = c->unlogged ? NULL : how->event; /* no `acquired` logged either */
@@ -893,7 +897,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct cache
 }
 
 /* One holder of several leaves the record; the others keep the lock. */
-static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			     const struct lockfs_let_go *how)
 {
 	struct lockfs_record *r = &c->rec;
@@ -940,7 +944,7 @@ static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct ca
 	return rc;
 }
 
-int lockfs_queue_let_go_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+int lockfs_queue_let_go_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			       const struct lockfs_let_go *how)
 {
 	if (how->all || lockfs_record_holders(&c->rec) <= 1)

@@ -171,7 +171,7 @@ static bool todo_push(struct recovery_work *rw, uid_t uid, struct todo *todo)
 
 /* Queue KIND for C's lock.  Called with C's stripe mutex held.  Out of
  * memory, nothing is queued and the tick tries again. */
-static void todo_add(struct lockfs_table *t, struct cached *c, int kind)
+static void todo_add(struct lockfs_table *t, struct held_lock *c, int kind)
 {
 	size_t len = strlen(c->name);
 	struct todo *todo = calloc(1, sizeof(*todo) + len + 1);
@@ -227,7 +227,7 @@ static struct todo *todo_next(struct recovery_work *rw)
 /* Does an rmdir of C's holder that the store refused wait in S's retries?
  * Then that rmdir ends the grant once the store answers (logged `released
  * retried=1`), whatever the holder does meanwhile: it is no recovery. */
-static bool rmdir_pending(const struct stripe *s, const struct cached *c)
+static bool rmdir_pending(const struct stripe *s, const struct held_lock *c)
 {
 	for (const struct unlock_retry *r = s->retries; r; r = r->next)
 		if (!r->owner[0] && r->fence == c->rec.fence && strcmp(r->name, c->name) == 0)
@@ -245,7 +245,7 @@ static void recover(struct lockfs_table *t, const char *name, const char *token,
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign, released = false;
 	pid_t pid = 0;
 	unsigned long long start = 0;
@@ -273,7 +273,8 @@ static void recover(struct lockfs_table *t, const char *name, const char *token,
 		lockfs_liveness_signal(t->liveness, pid, start, t->break_signal);
 }
 
-int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c, uint64_t *version)
+int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct held_lock *c,
+					uint64_t *version)
 {
 	struct lockfs_descendant *v;
 	size_t n;
@@ -290,7 +291,8 @@ int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c
 
 /* Write C's list of descendants to the store, if it changed since it was
  * last written.  With s->mu held; C may be replaced (store refused: read back). */
-static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c)
+static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s,
+				       struct held_lock *c)
 {
 	struct lockfs_entry_stat st = { .identity = c->identity };
 	uint64_t version = c->desc_version;
@@ -310,8 +312,8 @@ static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s,
  * held, C may be replaced here (the store refused the record: C is read
  * back as the store has it, and the next tick decides again).
  */
-static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
-					const char *name)
+static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s,
+					struct held_lock *c, const char *name)
 {
 	struct lockfs_record *r = &c->rec;
 	struct lockfs_entry_stat st = { .identity = c->identity };
@@ -368,7 +370,7 @@ static void recover_gone(struct lockfs_table *t, const struct todo *todo)
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
 	char holder[WHO_MAX], start[24];
 	const char *evidence;
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, todo->name);
@@ -408,7 +410,7 @@ static void log_expired(struct lockfs_table *t, const char *name, const char *to
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	char who[WHO_MAX], fence[24], ttl[16], uid[16], pid[16], epid[16];
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, name);
@@ -481,7 +483,7 @@ static void collect(struct lockfs_table *t, bool leases, bool all)
 			lockfs_table_unlock(s);
 			continue;
 		}
-		for (struct cached *c = s->head; c; c = c->next) {
+		for (struct held_lock *c = s->head; c; c = c->next) {
 			const struct lockfs_lease *lease = &c->rec.lease;
 
 			/* Another host's lock is never judged here (table.h). */
@@ -537,7 +539,7 @@ static void collect(struct lockfs_table *t, bool leases, bool all)
 static bool unqueue(struct lockfs_table *t, const struct todo *todo)
 {
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
-	struct cached *c;
+	struct held_lock *c;
 	bool logged = false;
 
 	pthread_mutex_lock(&s->mu);
@@ -555,7 +557,7 @@ static bool unqueue(struct lockfs_table *t, const struct todo *todo)
 static void settle(struct lockfs_table *t, const struct todo *todo)
 {
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, todo->name);
@@ -568,7 +570,7 @@ static void settle(struct lockfs_table *t, const struct todo *todo)
 static void persist_todo(struct lockfs_table *t, const struct todo *todo)
 {
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, todo->name);
@@ -596,7 +598,7 @@ static bool mark_dead(struct lockfs_table *t, pid_t pid, unsigned long long star
 
 	for (size_t i = 0; i < n; i++) {
 		struct stripe *s = lockfs_table_stripe(t, names[i]);
-		struct cached *c;
+		struct held_lock *c;
 
 		pthread_mutex_lock(&s->mu);
 		c = lockfs_table_find(s, names[i]);
@@ -770,7 +772,7 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 {
 	for (struct unlock_retry **pp = &s->retries, *r; (r = *pp);) {
 		struct lockfs_entry_stat st;
-		struct cached *c;
+		struct held_lock *c;
 		bool foreign, done = true, gone = false;
 		int rc = lockfs_table_load(t, s, r->name, &st, &foreign, &c);
 
@@ -865,14 +867,14 @@ static bool share_gone(const struct lockfs_table *t, const struct lockfs_share *
 /* Share K of C's record is ended if its process-bound holder died,
  * logged `recovered` as recover_gone() logs a holder (docs/log.md).  true
  * when it had died: then C may have changed or gone. */
-static bool end_if_share_gone(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static bool end_if_share_gone(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			      size_t k)
 {
 	const struct lockfs_holder *h = &c->rec.shares[k].holder;
 	char holder[WHO_MAX], start[24];
 	const char *kv[] = { "holder", holder, "start", start, "evidence", "exited", NULL };
 	struct lockfs_entry_stat st;
-	struct cached *fresh;
+	struct held_lock *fresh;
 	bool foreign;
 	char *name;
 
@@ -906,7 +908,7 @@ static void dead_shares_locked(struct lockfs_table *t, struct stripe *s)
 	 * bounded number of times.  C is not touched after it acted. */
 	for (int tries = 0; again && tries < 64; tries++) {
 		again = false;
-		for (struct cached *c = s->head; c && !again; c = again ? NULL : c->next) {
+		for (struct held_lock *c = s->head; c && !again; c = again ? NULL : c->next) {
 			for (size_t k = 0; !again && k < c->rec.nshares; k++) {
 				if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
 					s->process_shares = true; /* look again next tick */

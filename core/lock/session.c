@@ -57,7 +57,7 @@ static void signals_add(struct signals *sg, pid_t pid, unsigned long long start)
 
 /* Keep holder I of C's record as a tombstone of S (no memory: its rmdir
  * answers ENOENT, as for a lock it never held). */
-static void tombstone_add(struct stripe *s, const struct cached *c, size_t i)
+static void tombstone_add(struct stripe *s, const struct held_lock *c, size_t i)
 {
 	struct tombstone *ts = calloc(1, sizeof(*ts));
 
@@ -72,7 +72,7 @@ static void tombstone_add(struct stripe *s, const struct cached *c, size_t i)
 }
 
 /* Log holder I of C `lost` (EVIDENCE; session= LEASE, in hex). */
-static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, int64_t lease,
+static void log_lost(struct lockfs_table *t, const struct held_lock *c, size_t i, int64_t lease,
 		     const char *evidence)
 {
 	const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
@@ -92,7 +92,7 @@ static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, i
  * record rewritten behind our back (another token) is not ours to judge,
  * and a waiter's place that the store shows at the head is not held
  * until claimed (with s->mu held). */
-static bool ours_here(struct lockfs_table *t, const struct cached *c)
+static bool ours_here(struct lockfs_table *t, const struct held_lock *c)
 {
 	return c->granted && c->rec.has_holder &&
 	       !lockfs_table_elsewhere(t, &c->rec.holder) && lockfs_table_issued_here(c);
@@ -101,7 +101,7 @@ static bool ours_here(struct lockfs_table *t, const struct cached *c)
 /* C lost (EVIDENCE, session LEASE): every holder of it logged `lost`,
  * tombstoned for its rmdir and, with -o break_signal, put into SG; then
  * C is dropped from the cache.  With s->mu held. */
-static void lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static void lose_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			int64_t lease, const char *evidence, struct signals *sg)
 {
 	size_t n = lockfs_record_holders(&c->rec);
@@ -123,7 +123,7 @@ static void lose_locked(struct lockfs_table *t, struct stripe *s, struct cached 
 /* Is C a lock of this host that the store no longer keeps on a live
  * session of this daemon (LEASE lost)?  ALL: the session is LOST right
  * now, so every lock of this host is (backend.h).  With s->mu held. */
-static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t lease, bool all)
+static bool lost_with(struct lockfs_table *t, const struct held_lock *c, int64_t lease, bool all)
 {
 	struct lockfs_entry_stat st;
 	int rc;
@@ -147,7 +147,7 @@ static void lose_all(struct lockfs_table *t, int64_t lease, bool all, struct sig
 		struct stripe *s = &t->stripes[k];
 
 		pthread_mutex_lock(&s->mu);
-		for (struct cached *c = s->head, *next; c; c = next) {
+		for (struct held_lock *c = s->head, *next; c; c = next) {
 			next = c->next;
 			if (lost_with(t, c, lease, all))
 				lose_locked(t, s, c, lease, "session-expired", sg);
@@ -156,7 +156,7 @@ static void lose_all(struct lockfs_table *t, int64_t lease, bool all, struct sig
 	}
 }
 
-void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				int64_t lease)
 {
 	size_t n = lockfs_record_holders(&c->rec);
@@ -246,7 +246,7 @@ void lockfs_session_check(struct lockfs_table *t)
 /* Does a release of C's that the store refused wait in S's retries (an
  * rmdir or fd unlock answered EIO)?  Then C's key may be gone by that very
  * write, applied late: this daemon's own, not a loss.  With s->mu held. */
-static bool release_pending(const struct stripe *s, const struct cached *c)
+static bool release_pending(const struct stripe *s, const struct held_lock *c)
 {
 	size_t n = lockfs_record_holders(&c->rec);
 
@@ -260,7 +260,7 @@ static bool release_pending(const struct stripe *s, const struct cached *c)
 	return false;
 }
 
-void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				    const char *token)
 {
 	struct lockfs_session cur;
@@ -294,9 +294,9 @@ void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s)
 {
 	if (!(t->be->caps & LOCKFS_BE_SESSIONS))
 		return;
-	for (struct cached *c = s->head, *next; c; c = next) {
+	for (struct held_lock *c = s->head, *next; c; c = next) {
 		struct lockfs_entry_stat st;
-		struct cached *now;
+		struct held_lock *now;
 		bool foreign;
 		char *name;
 
@@ -308,7 +308,7 @@ void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s)
 	}
 }
 
-void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c)
+void lockfs_session_tombstone_forget(struct stripe *s, const struct held_lock *c)
 {
 	const struct lockfs_holder *h;
 

@@ -10,7 +10,7 @@ built objects (nm) and the sources, with no mount.
 - the lock floor's timers read core/base/clock.c (replaceable in unit
   tests), never clock_gettime of their own;
 - no C file of core/lock/ or core/base/ over 1,000 lines;
-- names that say what they hold (no `struct cached`).
+- names that say what they hold (no `struct held_lock`).
 
 LOCKFS_BUILD names the build root (default: the daemon's folder)."""
 
@@ -127,3 +127,22 @@ def test_no_header_of_core_lock_declares_a_function_of_the_engine():
         found += [f'{os.path.basename(h)}: {s}' for s in sorted(engine)
                   if re.search(r'\b' + re.escape(s) + r'\s*\(', text)]
     assert not found, found
+
+
+def _sources(*folders, ext=('.c', '.h')):
+    out = []
+    for f in folders:
+        out += sorted(p for p in glob.glob(os.path.join(SOURCE_ROOT, f, '*'))
+                      if p.endswith(ext))
+    assert out, f'no sources under {folders}: the check would pass vacuously'
+    return out
+
+
+def test_the_cache_entry_is_named_after_what_it_holds():
+    """`struct held_lock` (a held lock's parsed record and what the engine
+    knows of it), not `struct cached`."""
+    found = [os.path.relpath(p, SOURCE_ROOT) for p in _sources('core', 'core/lock')
+             if re.search(r'\bstruct cached\b', open(p, encoding='utf-8').read())]
+    assert not found, found
+    assert any('struct held_lock {' in open(p, encoding='utf-8').read()
+               for p in _sources('core/lock'))
