@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
@@ -34,7 +33,8 @@
 /* How much queued work the liveness thread does before it looks for
  * events again: at most this many todos ... */
 #define SLICE_TODOS 64
-/* ... and no more than this long (a slug check scans /proc). */
+/* ... and no more than this long by the boot clock (a slug check scans
+ * /proc; a unit test that stops the clock gets the SLICE_TODOS bound). */
 #define SLICE_MS 5
 /* Stripes the tick walks in turn whether due or not, should a due time
  * ever be missed: every one once in 5 s at a 50 ms tick. */
@@ -81,14 +81,6 @@ struct recovery_work {
 	struct todo_user *last;  /* the user the last todo went to (a hint) */
 	size_t ntodo;
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int lockfs_recovery_init(struct lockfs_table *t)
 {
@@ -699,7 +691,7 @@ bool lockfs_recovery_work(void *arg)
 {
 	struct lockfs_table *t = arg;
 	struct recovery_work *rw = t->work;
-	int64_t until = mono_ms() + SLICE_MS;
+	int64_t until = lockfs_boot_ms() + SLICE_MS;
 	struct todo *todo;
 
 	/* What the store reported first: a waiter behind a lock that
@@ -708,7 +700,7 @@ bool lockfs_recovery_work(void *arg)
 
 	for (int n = 0; n < SLICE_TODOS && (todo = todo_next(rw)); n++) {
 		act(t, todo);
-		if (mono_ms() >= until)
+		if (lockfs_boot_ms() >= until)
 			break;
 	}
 	return more || rw->ntodo > 0;

@@ -146,3 +146,12 @@ def test_the_cache_entry_is_named_after_what_it_holds():
     assert not found, found
     assert any('struct held_lock {' in open(p, encoding='utf-8').read()
                for p in _sources('core/lock'))
+
+
+def test_the_lock_floor_reads_the_replaceable_clocks():
+    """core/base/clock.c's clocks, which a unit test replaces: no timer of
+    core/lock/ reads clock_gettime (or time()) of its own."""
+    found = [os.path.relpath(p, SOURCE_ROOT) for p in _sources('core/lock', ext=('.c',))
+             if re.search(r'\bclock_gettime\s*\(|\btime\s*\(\s*NULL',
+                          open(p, encoding='utf-8').read())]
+    assert not found, found
