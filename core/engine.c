@@ -29,6 +29,7 @@
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/startup.h"
+#include "lock/store.h"
 #include "lock/table.h"
 #include "proc/fds.h"
 #include "proc/procevents.h"
@@ -91,7 +92,7 @@ static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, cons
 				uint64_t identity, int err)
 {
 	struct lockfs_table *t = &core->table;
-	int rc = t->be->ops->release(t->be, name, identity);
+	int rc = lockfs_store_release(t->be, name, identity);
 
 	if (rc < 0 && rc != -ENOENT) {
 		struct held_lock *c = lockfs_table_find(s, name);
@@ -120,13 +121,13 @@ static int acquire_or_stale(struct lockfs_core *core, const char *name,
 {
 	struct lockfs_table *t = &core->table;
 	struct lockfs_grant_src g;
-	int rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
-				     lockfs_table_grant_src(&g, rec, 0), NULL, st);
+	int rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_TRY,
+				      lockfs_table_grant_src(&g, rec, 0), NULL, st);
 
-	if (rc == -EEXIST && t->be->ops->foreign_stale && t->be->stale_s &&
+	if (rc == -EEXIST && lockfs_store_stales_foreign(t->be) &&
 	    lockfs_recovery_stale_foreign(t, name) > 0)
-		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
-					 lockfs_table_grant_src(&g, rec, 0), NULL, st);
+		rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_TRY,
+					  lockfs_table_grant_src(&g, rec, 0), NULL, st);
 	if (rc == 0)
 		lockfs_table_grant_fence(&g, st);
 	return rc;
@@ -372,7 +373,7 @@ int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_l
 	 * met, as by the periodic sweep: the kernel looks NAME up before it
 	 * sends a mkdir, so this is where `mkdir M/NAME` meets it -- the
 	 * lookup says "free" and the mkdir that follows acquires. */
-	if (rc == 0 && st.foreign && t->be->ops->foreign_stale && t->be->stale_s &&
+	if (rc == 0 && st.foreign && lockfs_store_stales_foreign(t->be) &&
 	    lockfs_recovery_stale_foreign(t, name) == 1)
 		rc = lockfs_table_view(t, name, view_stat, &st);
 	if (rc == 0 && out)
@@ -491,7 +492,7 @@ static char *with_store_fields(struct lockfs_table *t, const struct held_lock *c
 		return NULL;
 	if ((t->be->caps & LOCKFS_BE_SESSIONS) && c->rec.has_holder &&
 	    !lockfs_table_elsewhere(t, &c->rec.holder) &&
-	    t->be->ops->session(t->be, NULL, &sess) == 0)
+	    lockfs_store_session(t->be, NULL, &sess) == 0)
 		json_object_set_new(o, "session", json_string(
 			sess.state == LOCKFS_SESSION_LIVE ? "live" : "uncertain"));
 	add_store_fields(o, st);
@@ -796,14 +797,14 @@ int lockfs_core_list(struct lockfs_core *core, char ***names, size_t *count)
 	struct lockfs_table *t = &core->table;
 	struct name_list l = { 0 };
 
-	return list_done(&l, t->be->ops->list(t->be, collect_name, &l), names, count);
+	return list_done(&l, lockfs_store_list(t->be, collect_name, &l), names, count);
 }
 
 int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count)
 {
 	struct lockfs_table *t = &core->table;
 	struct name_list l = { 0 };
-	int rc = t->be->ops->list(t->be, collect_name, &l);
+	int rc = lockfs_store_list(t->be, collect_name, &l);
 
 	/* Held names, and names that only have waiters (behind nothing we
 	 * could read yet, or in between). */
@@ -1026,7 +1027,7 @@ int lockfs_core_start(struct lockfs_core *core)
 	lockfs_session_check(t);
 	/* The store reports changes from now on: the startup scan is over,
 	 * and the thread that takes them in runs. */
-	return t->be->ops->start(t->be, lockfs_changes_report, t);
+	return lockfs_store_start(t->be, lockfs_changes_report, t);
 }
 
 void lockfs_core_stop(struct lockfs_core *core)
@@ -1055,7 +1056,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	 * thread is freed, and nothing below needs the store. */
 	lockfs_liveness_stop(t->liveness);
 	if (t->be)
-		t->be->ops->close(t->be);
+		lockfs_store_close(t->be);
 	t->be = NULL;
 	for (int i = 0; i < STRIPES; i++) {
 		while (t->stripes[i].head) {
@@ -1515,7 +1516,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 		put_break_place(t, &st, why, kv, 10);
 		lockfs_audit_ids(uid, none, st.uid, 0);
 		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
-		rc = t->be->ops->release(t->be, name, st.identity);
+		rc = lockfs_store_release(t->be, name, st.identity);
 		if (rc == 0)
 			lockfs_audit_event(t, "?", name, kv, "broken");
 	}

@@ -28,6 +28,7 @@
 #include "rebound.h"
 #include "recovery.h"
 #include "session.h"
+#include "store.h"
 #include "table.h"
 
 /* How much queued work the liveness thread does before it looks for
@@ -714,7 +715,7 @@ int lockfs_recovery_stale_foreign(struct lockfs_table *t, const char *name)
 
 	pthread_mutex_lock(&s->mu);
 	/* A lock in the cache carries a record lockfs wrote: never by age. */
-	if (!lockfs_table_find(s, name) && t->be->ops->foreign_stale(t->be, name, &st) == 1) {
+	if (!lockfs_table_find(s, name) && lockfs_store_foreign_stale(t->be, name, &st) == 1) {
 		int64_t now = lockfs_wall_ms();
 		char age[24], stale[24], uid[16], pid[16];
 		/* uid= owns the stored lock; no process is known (pid=-). */
@@ -725,7 +726,7 @@ int lockfs_recovery_stale_foreign(struct lockfs_table *t, const char *name)
 		snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
 		snprintf(stale, sizeof(stale), "%u", t->be->stale_s);
 		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
-		rc = t->be->ops->release(t->be, name, st.identity);
+		rc = lockfs_store_release(t->be, name, st.identity);
 		if (rc == 0) {
 			lockfs_audit_event(t, "?", name, kv, "recovered");
 			rc = 1;
@@ -947,7 +948,7 @@ void lockfs_recovery_tick(void *arg)
 	 * backend.h): then the locks are not walked for recoveries and
 	 * checks that cannot happen -- each would be tried again every tick
 	 * -- and they stay as they are (fail closed). */
-	bool vanished = t->be->ops->check && t->be->ops->check(t->be) < 0;
+	bool vanished = lockfs_store_check(t->be) < 0;
 
 	lockfs_log_tick(t->log);
 	/* A session lost without a report reaching us (or tombstones whose
@@ -960,7 +961,7 @@ void lockfs_recovery_tick(void *arg)
 		collect(t, true, false);
 	stripes_tick(t);
 	lockfs_quota_flush(t->quota, false, lockfs_audit_refused, t);
-	if (!vanished && t->be->ops->foreign_stale && t->be->stale_s &&
+	if (!vanished && lockfs_store_stales_foreign(t->be) &&
 	    lockfs_wall_ms() >= t->next_stale_scan_ms) {
 		t->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(t);

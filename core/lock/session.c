@@ -23,6 +23,7 @@
 #include "fdlock.h"
 #include "queue.h"
 #include "session.h"
+#include "store.h"
 #include "table.h"
 
 /* How long a holder's look at a lost NAME keeps answering ESTALE once it
@@ -132,7 +133,7 @@ static bool lost_with(struct lockfs_table *t, const struct held_lock *c, int64_t
 		return false;
 	if (all)
 		return true;
-	rc = t->be->ops->stat(t->be, c->name, &st, true);
+	rc = lockfs_store_stat(t->be, c->name, &st, true);
 	if (rc == -ENOENT || rc == -ESTALE)
 		return true;
 	return rc == 0 && (st.identity != c->identity || (lease && st.lease == lease));
@@ -205,7 +206,7 @@ void lockfs_session_check(struct lockfs_table *t)
 	int64_t lost = 0;
 	bool rejoin = false, tombs = false;
 
-	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || t->be->ops->session(t->be, NULL, &cur) < 0)
+	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || lockfs_store_session(t->be, NULL, &cur) < 0)
 		return;
 	pthread_mutex_lock(&t->session_mu);
 	if (cur.state == LOCKFS_SESSION_LOST) {
@@ -273,7 +274,7 @@ void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, st
 		return;
 	/* Gone because the session went (its keys read as absent before the
 	 * session report is taken in) or behind a live session's back. */
-	if (t->be->ops->session(t->be, NULL, &cur) == 0) {
+	if (lockfs_store_session(t->be, NULL, &cur) == 0) {
 		if (cur.state == LOCKFS_SESSION_LOST) {
 			evidence = "session-expired";
 			lease = cur.id;

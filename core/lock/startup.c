@@ -17,6 +17,7 @@
 #include "recovery.h"
 #include "session.h"
 #include "startup.h"
+#include "store.h"
 #include "table.h"
 
 /* How often one lock's adoption is asked for while the store cannot
@@ -61,9 +62,9 @@ static void adopt_locked(struct lockfs_table *t, struct stripe *s, struct held_l
 	    !lockfs_table_issued_here(c))
 		return;
 	/* The session the key is on now, for the line (the mirror: no wait). */
-	(void)t->be->ops->stat(t->be, c->name, &before, true);
+	(void)lockfs_store_stat(t->be, c->name, &before, true);
 	for (int i = 0; i < ADOPT_TRIES && rc == -EIO; i++)
-		rc = t->be->ops->adopt(t->be, c->name, c->identity, &after);
+		rc = lockfs_store_adopt(t->be, c->name, c->identity, &after);
 	if (rc == -ENOENT) {
 		lockfs_session_lose_locked(t, s, c, before.lease);
 		return;

@@ -11,6 +11,7 @@
 
 #include "lockfs/name.h"
 #include "base/clock.h"
+#include "store.h"
 #include "table.h"
 
 struct stripe *lockfs_table_stripe(struct lockfs_table *t, const char *name)
@@ -390,7 +391,7 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 	*foreign = false;
 	if (!fresh) {
 		*c = was;
-		rc = t->be->ops->stat(t->be, name, st, *c != NULL);
+		rc = lockfs_store_stat(t->be, name, st, *c != NULL);
 		if (rc < 0) {
 			if (rc == -ENOENT) {
 				vanished(t, s, was, NULL);
@@ -403,7 +404,7 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 			return 0;
 		*c = NULL;
 	}
-	rc = t->be->ops->read(t->be, name, &buf, &len, st);
+	rc = lockfs_store_read(t->be, name, &buf, &len, st);
 	if (rc < 0) {
 		if (rc == -ENOENT) {
 			vanished(t, s, was, NULL);
@@ -557,8 +558,8 @@ static void persist_issued_fence(struct lockfs_table *t, struct held_lock *c,
 	struct lockfs_grant_src g;
 
 	*grant_fence(&c->rec, which) = st->fence;
-	if (t->be->ops->update(t->be, c->name, st->identity, LOCKFS_UPD_EDIT,
-			       lockfs_table_grant_src(&g, &c->rec, which), &again) == 0) {
+	if (lockfs_store_update(t->be, c->name, st->identity, LOCKFS_UPD_EDIT,
+				lockfs_table_grant_src(&g, &c->rec, which), &again) == 0) {
 		c->identity = again.identity;
 		st->identity = again.identity;
 	}
@@ -574,8 +575,8 @@ static int persist(struct lockfs_table *t, struct stripe *s, struct held_lock *c
 	int rc;
 
 	fenceless = how == LOCKFS_UPD_GRANT && !*grant_fence(&c->rec, which);
-	rc = t->be->ops->update(t->be, c->name, st->identity, how,
-				lockfs_table_grant_src(&g, &c->rec, which), st);
+	rc = lockfs_store_update(t->be, c->name, st->identity, how,
+				 lockfs_table_grant_src(&g, &c->rec, which), st);
 	if (rc < 0) {
 		restore_locked(t, s, c, rc);
 		return rc;
@@ -654,7 +655,7 @@ static int add_name(void *arg, const char *name)
 int lockfs_table_names(struct lockfs_table *t, char ***names, size_t *count)
 {
 	struct name_vec nv = { 0 };
-	int rc = t->be->ops->list(t->be, add_name, &nv);
+	int rc = lockfs_store_list(t->be, add_name, &nv);
 
 	if (rc < 0) {
 		lockfs_table_names_free(nv.v, nv.n);

@@ -155,3 +155,25 @@ def test_the_lock_floor_reads_the_replaceable_clocks():
              if re.search(r'\bclock_gettime\s*\(|\btime\s*\(\s*NULL',
                           open(p, encoding='utf-8').read())]
     assert not found, found
+
+
+def test_the_engine_reaches_the_store_only_through_store_c():
+    """One wrapper per op (core/lock/store.c): no `be->ops->X` call in
+    core/engine.c or core/lock/ besides them.  fs/main.c closes a store
+    the engine never took (its open failed before) with be->ops->close:
+    fs/ may use no core/lock/ header, and close has no default to give."""
+    found = []
+    for p in _sources('core', 'core/lock', ext=('.c',)):
+        if p.endswith(os.path.join('lock', 'store.c')):
+            continue
+        for n, line in enumerate(open(p, encoding='utf-8'), 1):
+            if '->ops->' in line:
+                found.append(f'{os.path.relpath(p, SOURCE_ROOT)}:{n}: {line.strip()}')
+    assert not found, found
+    for p in _sources('fs', ext=('.c',)):
+        for n, line in enumerate(open(p, encoding='utf-8'), 1):
+            if '->ops->' in line:
+                assert os.path.basename(p) == 'main.c' and '->ops->close(' in line, \
+                    f'{os.path.relpath(p, SOURCE_ROOT)}:{n}: {line.strip()}'
+    store = open(os.path.join(SOURCE_ROOT, 'core', 'lock', 'store.c'), encoding='utf-8').read()
+    assert store.count('be->ops->') >= 15
