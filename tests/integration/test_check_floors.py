@@ -44,6 +44,8 @@ def check(root, floors):
               'core/lock/table.h': ['queue.h', 'proc/liveness.h', 'lockfs/backend.h'],
               'core/lock/queue.h': ['lockfs/record.h'], 'core/proc/liveness.h': ['fds.h'],
               'core/proc/fds.h': [], 'core/base/name.c': ['lockfs/name.h', 'lockfs/utf8.h'],
+              'core/base/record_encode.c': ['lockfs/record.h', 'record_compact.h', 'clock.h'],
+              'core/base/record_compact.h': ['lockfs/record.h'], 'core/base/clock.h': [],
               'core/backend/dir.c': ['statedir.h', 'lockfs/backend.h', 'lockfs/record.h'],
               'core/backend/statedir.h': []}),
 ], ids=['fs', 'tools', 'core'])
@@ -61,10 +63,13 @@ def test_arrows_down_pass(tmp_path, floors, files):
     ('tools', {'tools/lockctl/main.c': ['lockfs/record.h']}, 'tools/lockctl/main.c'),
     ('core', {'core/proc/fds.c': ['lock/table.h'], 'core/lock/table.h': []}, 'core/proc/fds.c'),
     ('core', {'core/base/name.c': ['lockfs/record.h']}, 'core/base/name.c'),
+    ('core', {'core/base/record_parse.c': ['log_line.h'], 'core/base/log_line.h': []},
+     'core/base/record_parse.c'),
     ('core', {'core/lock/queue.c': ['../engine.h'], 'core/engine.h': []}, 'core/lock/queue.c'),
     ('core', {'core/lock/a.h': ['b.h'], 'core/lock/b.h': ['a.h']}, 'header cycle'),
     ('fs', {'fs/ops.c': ['nowhere.h']}, 'not found'),
 ], ids=['fs-core', 'fs-backend', 'fs-etcd', 'lockctl-record', 'proc-lock', 'base-record',
+        'base-other-family',
         'lock-engine', 'lock-cycle', 'missing'])
 def test_arrows_up_fail(tmp_path, floors, files, culprit):
     tree(tmp_path, files)

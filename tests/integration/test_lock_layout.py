@@ -177,3 +177,16 @@ def test_the_engine_reaches_the_store_only_through_store_c():
                     f'{os.path.relpath(p, SOURCE_ROOT)}:{n}: {line.strip()}'
     store = open(os.path.join(SOURCE_ROOT, 'core', 'lock', 'store.c'), encoding='utf-8').read()
     assert store.count('be->ops->') >= 15
+
+
+def test_no_c_file_of_core_lock_or_of_the_record_is_over_1000_lines():
+    """One job per file (core/base/record.c was 1,087 lines: the model, two
+    encoders and the parser; now record.c, record_encode.c,
+    record_compact.c and record_parse.c)."""
+    files = _sources('core/lock', ext=('.c',)) + \
+        sorted(glob.glob(os.path.join(SOURCE_ROOT, 'core', 'base', 'record*.c')))
+    long = {os.path.relpath(p, SOURCE_ROOT): n for p in files
+            if (n := sum(1 for _ in open(p, encoding='utf-8'))) > 1000}
+    assert not long, long
+    names = {os.path.basename(p) for p in files}
+    assert {'record_encode.c', 'record_compact.c', 'record_parse.c'} <= names
