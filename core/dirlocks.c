@@ -22,6 +22,7 @@
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/session.h"
+#include "lock/store.h"
 #include "lock/table.h"
 
 /* The mount's view of a held lock: REC is NULL for a foreign lock. */
@@ -56,10 +57,10 @@ static void undo_acquire_locked(struct lockfs_core *core, struct stripe *s, cons
 				uint64_t identity, int err)
 {
 	struct lockfs_table *t = &core->table;
-	int rc = t->be->ops->release(t->be, name, identity);
+	int rc = lockfs_store_release(t->be, name, identity);
 
 	if (rc < 0 && rc != -ENOENT) {
-		struct cached *c = lockfs_table_find(s, name);
+		struct held_lock *c = lockfs_table_find(s, name);
 
 		if (c)
 			c->unlogged = true;
@@ -85,12 +86,12 @@ static int acquire_or_stale(struct lockfs_core *core, const char *name,
 {
 	struct lockfs_table *t = &core->table;
 	struct lockfs_grant_src g;
-	int rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+	int rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_TRY,
 				     lockfs_table_grant_src(&g, rec, 0), NULL, st);
 
-	if (rc == -EEXIST && t->be->ops->foreign_stale && t->be->stale_s &&
+	if (rc == -EEXIST && lockfs_store_stales_foreign(t->be) &&
 	    lockfs_recovery_stale_foreign(t, name) > 0)
-		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
+		rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_TRY,
 					 lockfs_table_grant_src(&g, rec, 0), NULL, st);
 	if (rc == 0)
 		lockfs_table_grant_fence(&g, st);
@@ -221,7 +222,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -318,7 +319,7 @@ bool lockfs_core_lost(struct lockfs_core *core, const char *name)
 	return lost;
 }
 
-static int view_stat(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_stat(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 		     void *arg)
 {
 	fill_lock_stat(arg, c ? &c->rec : NULL, st);
@@ -335,7 +336,7 @@ int lockfs_core_stat(struct lockfs_core *core, const char *name, struct lockfs_l
 	 * met, as by the periodic sweep: the kernel looks NAME up before it
 	 * sends a mkdir, so this is where `mkdir M/NAME` meets it -- the
 	 * lookup says "free" and the mkdir that follows acquires. */
-	if (rc == 0 && st.foreign && t->be->ops->foreign_stale && t->be->stale_s &&
+	if (rc == 0 && st.foreign && lockfs_store_stales_foreign(t->be) &&
 	    lockfs_recovery_stale_foreign(t, name) == 1)
 		rc = lockfs_table_view(t, name, view_stat, &st);
 	if (rc == 0 && out)
@@ -372,7 +373,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	char by[WHO_MAX], by_uid[16], by_pid[16], uid[16], none[16], *why;
 	bool foreign;
 	pid_t pid = 0;
@@ -413,7 +414,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 		put_break_place(t, &st, why, kv, 10);
 		lockfs_audit_ids(uid, none, st.uid, 0);
 		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
-		rc = t->be->ops->release(t->be, name, st.identity);
+		rc = lockfs_store_release(t->be, name, st.identity);
 		if (rc == 0)
 			lockfs_audit_event(t, "?", name, kv, "broken");
 	}

@@ -16,6 +16,7 @@
 
 #include "lockfs/holder.h"
 #include "engine.h"
+#include "engine_test.h"
 #include "lock/audit.h"
 #include "lock/caller.h"
 #include "lock/changes.h"
@@ -23,6 +24,7 @@
 #include "lock/recovery.h"
 #include "lock/session.h"
 #include "lock/startup.h"
+#include "lock/store.h"
 #include "lock/table.h"
 #include "proc/descendants.h"
 #include "proc/fds.h"
@@ -204,6 +206,9 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	rc = lockfs_changes_init(t);
 	if (rc < 0)
 		goto fail;
+	/* table.c calls up into session.c through this, as the store's
+	 * answer replaces a cached lock (a loss, on a store with sessions). */
+	t->vanished = lockfs_session_vanished_locked;
 	/* The thread calls up into recovery.c through these, with the table. */
 	rc = lockfs_liveness_new(&t->liveness, lockfs_recovery_holder_exited, lockfs_recovery_tick,
 				 t, TICK_MS);
@@ -248,7 +253,7 @@ int lockfs_core_start(struct lockfs_core *core)
 	lockfs_session_check(t);
 	/* The store reports changes from now on: the startup scan is over,
 	 * and the thread that takes them in runs. */
-	return t->be->ops->start(t->be, lockfs_changes_report, t);
+	return lockfs_store_start(t->be, lockfs_changes_report, t);
 }
 
 void lockfs_core_stop(struct lockfs_core *core)
@@ -277,11 +282,11 @@ void lockfs_core_close(struct lockfs_core *core)
 	 * thread is freed, and nothing below needs the store. */
 	lockfs_liveness_stop(t->liveness);
 	if (t->be)
-		t->be->ops->close(t->be);
+		lockfs_store_close(t->be);
 	t->be = NULL;
 	for (int i = 0; i < STRIPES; i++) {
 		while (t->stripes[i].head) {
-			struct cached *c = t->stripes[i].head;
+			struct held_lock *c = t->stripes[i].head;
 
 			lockfs_table_drop(t, &t->stripes[i], c->name);
 		}

@@ -77,7 +77,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	long held;
 	int rc;
@@ -136,7 +136,7 @@ int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request
 	bool shared = rq->mode == LOCKFS_SHARED;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 

@@ -27,7 +27,7 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct lockfs_holder_ref h;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -48,12 +48,12 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
  */
 static int edit_as_holder(struct lockfs_core *core, const char *name,
 			  const struct lockfs_caller *caller,
-			  int (*edit)(struct lockfs_core *, struct cached *, void *), void *arg)
+			  int (*edit)(struct lockfs_core *, struct held_lock *, void *), void *arg)
 {
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -76,7 +76,7 @@ struct text_arg {
 	size_t len;
 };
 
-static int edit_operation(struct lockfs_core *core, struct cached *c, void *arg)
+static int edit_operation(struct lockfs_core *core, struct held_lock *c, void *arg)
 {
 	struct text_arg *t = arg;
 	char *op = t->len ? strndup(t->text, t->len) : NULL;
@@ -102,7 +102,7 @@ int lockfs_core_set_operation(struct lockfs_core *core, const char *name,
 	return edit_as_holder(core, name, caller, edit_operation, &t);
 }
 
-static int edit_lease(struct lockfs_core *core, struct cached *c, void *arg)
+static int edit_lease(struct lockfs_core *core, struct held_lock *c, void *arg)
 {
 	uint32_t ttl = *(uint32_t *)arg;
 
@@ -139,7 +139,7 @@ int lockfs_core_set_lease(struct lockfs_core *core, const char *name,
 	}
 }
 
-static int edit_renew(struct lockfs_core *core, struct cached *c, void *arg)
+static int edit_renew(struct lockfs_core *core, struct held_lock *c, void *arg)
 {
 	if (!c->rec.lease.ttl_s)
 		return 1; /* nothing to renew: touching is still allowed */
@@ -160,7 +160,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name, const struct lo
 	struct lockfs_entry_stat st;
 	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	struct lockfs_proc writer;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign, to_slug;
 	int rc;
 

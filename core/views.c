@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
+#include "lock/store.h"
 #include "lock/table.h"
 
 /* What the store says of where it keeps NAME's holder (its fields, in
@@ -129,7 +130,7 @@ static char *foreign_json(const char *name, const struct lockfs_entry_stat *st, 
  * store fields (add_store_fields).  TEXT as it is for dir.  NULL: no
  * memory (TEXT freed).
  */
-static char *with_store_fields(struct lockfs_table *t, const struct cached *c,
+static char *with_store_fields(struct lockfs_table *t, const struct held_lock *c,
 			       const struct lockfs_entry_stat *st, char *text, size_t *len)
 {
 	struct lockfs_session sess;
@@ -144,7 +145,7 @@ static char *with_store_fields(struct lockfs_table *t, const struct cached *c,
 		return NULL;
 	if ((t->be->caps & LOCKFS_BE_SESSIONS) && c->rec.has_holder &&
 	    !lockfs_table_elsewhere(t, &c->rec.holder) &&
-	    t->be->ops->session(t->be, NULL, &sess) == 0)
+	    lockfs_store_session(t->be, NULL, &sess) == 0)
 		json_object_set_new(o, "session", json_string(
 			sess.state == LOCKFS_SESSION_LIVE ? "live" : "uncertain"));
 	add_store_fields(o, st);
@@ -176,7 +177,7 @@ static int line_of(const char *text, char **out, size_t *len)
 	return 0;
 }
 
-static int view_owner(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_owner(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 		      void *arg)
 {
 	struct text_out *o = arg;
@@ -203,7 +204,7 @@ int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader, 
 	return lockfs_table_view(&core->table, name, view_owner, &o);
 }
 
-static int view_operation(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_operation(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 			  void *arg)
 {
 	struct text_out *o = arg;
@@ -222,7 +223,7 @@ int lockfs_core_operation(struct lockfs_core *core, const char *name, char **tex
 	return lockfs_table_view(&core->table, name, view_operation, &o);
 }
 
-static int view_lease(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_lease(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 		      void *arg)
 {
 	struct text_out *o = arg;
@@ -317,14 +318,14 @@ int lockfs_core_list(struct lockfs_core *core, char ***names, size_t *count)
 	struct lockfs_table *t = &core->table;
 	struct name_list l = { 0 };
 
-	return list_done(&l, t->be->ops->list(t->be, collect_name, &l), names, count);
+	return list_done(&l, lockfs_store_list(t->be, collect_name, &l), names, count);
 }
 
 int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count)
 {
 	struct lockfs_table *t = &core->table;
 	struct name_list l = { 0 };
-	int rc = t->be->ops->list(t->be, collect_name, &l);
+	int rc = lockfs_store_list(t->be, collect_name, &l);
 
 	/* Held names, and names that only have waiters (behind nothing we
 	 * could read yet, or in between). */
@@ -405,7 +406,7 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 	return 0;
 }
 
-static int view_waiters_of(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_waiters_of(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 			   void *arg)
 {
 	struct queue_text *o = arg;
@@ -421,7 +422,7 @@ int lockfs_core_waiters(struct lockfs_core *core, const char *name, char **text,
 	return lockfs_table_view(t, name, view_waiters_of, &o);
 }
 
-static int view_binding(const char *name, struct cached *c, const struct lockfs_entry_stat *st,
+static int view_binding(const char *name, struct held_lock *c, const struct lockfs_entry_stat *st,
 			void *arg)
 {
 	struct queue_text *o = arg;

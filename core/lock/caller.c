@@ -413,7 +413,7 @@ int lockfs_caller_check(struct lockfs_table *t, const struct lockfs_holder_ref *
 }
 
 /* lockfs_caller_check() on the cached entry C (NULL: foreign). */
-int lockfs_caller_may_act(struct lockfs_table *t, const struct cached *c,
+int lockfs_caller_may_act(struct lockfs_table *t, const struct held_lock *c,
 			  const struct lockfs_caller *caller)
 {
 	struct lockfs_holder_ref h;

@@ -68,7 +68,7 @@ void lockfs_caller_ref_at(struct lockfs_holder_ref *h, const struct lockfs_recor
 int lockfs_caller_check(struct lockfs_table *t, const struct lockfs_holder_ref *h,
 			const struct lockfs_caller *caller);
 /* lockfs_caller_check on C's first holder (C NULL: a foreign lock). */
-int lockfs_caller_may_act(struct lockfs_table *t, const struct cached *c,
+int lockfs_caller_may_act(struct lockfs_table *t, const struct held_lock *c,
 			  const struct lockfs_caller *caller);
 
 /* Log a refused request of CALLER (resolved like a holder) for NAME. */

@@ -157,7 +157,7 @@ static void take_in(struct lockfs_table *t, const char *name)
 		lockfs_queue_grant_locked(t, s, name); /* loads NAME first */
 	} else if (lockfs_table_find(s, name)) {
 		struct lockfs_entry_stat st;
-		struct cached *c;
+		struct held_lock *c;
 		bool foreign;
 
 		(void)lockfs_table_load(t, s, name, &st, &foreign, &c);

@@ -22,7 +22,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +32,7 @@
 #include "caller.h"
 #include "fdlock.h"
 #include "queue.h"
+#include "store.h"
 #include "table.h"
 
 /* How long an interrupted waiter's place is kept. */
@@ -82,7 +82,7 @@ static bool store_has_line(const struct lockfs_table *t)
 static void leave_place(const char *name, struct qentry *e)
 {
 	if (e->place.rank && e->be)
-		(void)e->be->ops->leave(e->be, name, &e->place);
+		(void)lockfs_store_leave(e->be, name, &e->place);
 	e->place = (struct lockfs_place){ 0 };
 }
 
@@ -139,14 +139,16 @@ void lockfs_queue_free_all(struct stripe *s)
 /* Answer E's parked request for NAME with RESULT now, under the stripe
  * mutex: the waiter runs as soon as possible (a hand-off's latency is
  * this).  A grant's `acquired` line is written before (no grant without
- * its line), and the open file it came through remembered.  DONE must
- * not call back into the engine. */
+ * its line), and the open file it came through remembered.  E->w is
+ * cleared (DONE may free W); active_end still counts E out of its queue.
+ * DONE must not call back into the engine. */
 static void complete(struct stripe *s, const char *name, struct qentry *e, int result)
 {
 	struct lockfs_wait *w = e->w;
 
 	if (result == 0 && e->via_file)
 		lockfs_fdlock_granted_via(s, name, e->owner, e->via_file);
+	e->w = NULL;
 	w->parked = false;
 	w->entry = NULL;
 	w->done(w, result);
@@ -259,7 +261,7 @@ static void undo_grant_locked(struct lockfs_table *t, struct stripe *s, const ch
 			      uint64_t identity, struct lockfs_record *rec, const char *owner,
 			      uint64_t fence)
 {
-	int rc = t->be->ops->release(t->be, name, identity);
+	int rc = lockfs_store_release(t->be, name, identity);
 
 	if (rc < 0 && rc != -ENOENT) {
 		lockfs_table_put_new(t, s, name, identity, rec, -1);
@@ -268,9 +270,37 @@ static void undo_grant_locked(struct lockfs_table *t, struct stripe *s, const ch
 	lockfs_record_clear(rec);
 }
 
+/*
+ * The store just granted NAME to E from G (its record, cleared here; ST
+ * the store's answer): E's place is the lock now.  Its `acquired` line
+ * before its answer -- nobody holds a lock the log does not show --, then
+ * E's request answered and the grant cached.  0, or the log's -errno
+ * (the grant taken back: undo_grant_locked).  With s->mu held.
+ */
+static int grant_made(struct lockfs_table *t, struct stripe *s, const char *name,
+		      struct qentry *e, struct lockfs_grant_src *g,
+		      const struct lockfs_entry_stat *st)
+{
+	struct lockfs_record *rec = g->rec;
+	int rc;
+
+	e->place = (struct lockfs_place){ 0 };
+	lockfs_table_grant_fence(g, st);
+	rc = log_granted(t, name, &rec->holder, rec->slug, rec->fence, rec->mode);
+	if (rc < 0) {
+		undo_grant_locked(t, s, name, st->identity, rec, e->owner, rec->fence);
+		return rc;
+	}
+	if (e->w)
+		complete(s, name, e, 0);
+	lockfs_table_put_new(t, s, name, st->identity, rec, -1);
+	lockfs_record_clear(rec);
+	return 0;
+}
+
 /* E joins C's shared lock as one more holder.  0, -ENOLCK (full),
  * -EAGAIN (not now), or the log's -errno (E is refused). */
-static int join_shared(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 		       struct lockfs_entry_stat *st, struct qentry *e)
 {
 	struct lockfs_record fresh;
@@ -324,10 +354,8 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct cached *
 		free(name);
 		return rc;
 	}
-	if (e->w) {
+	if (e->w)
 		complete(s, c->name, e, 0);
-		e->w = NULL;
-	}
 	return 0;
 }
 
@@ -346,8 +374,8 @@ static int take_place(struct lockfs_table *t, const char *name, struct qentry *e
 		return -EAGAIN;
 	if (build_fd_record(t, name, e, &rec) < 0)
 		return -EAGAIN;
-	rc = t->be->ops->acquire(t->be, name, how, lockfs_table_grant_src(&g, &rec, 0),
-				 &e->place, &st);
+	rc = lockfs_store_acquire(t->be, name, how, lockfs_table_grant_src(&g, &rec, 0),
+				  &e->place, &st);
 	lockfs_record_clear(&rec);
 	if (rc == -EINPROGRESS)
 		e->be = t->be;
@@ -372,7 +400,7 @@ static int claim_place(struct lockfs_table *t, struct stripe *s, const char *nam
 	rc = build_fd_record(t, name, e, &rec);
 	if (rc < 0)
 		goto out;
-	rc = t->be->ops->claim(t->be, name, &e->place, lockfs_table_grant_src(&g, &rec, 0), &st);
+	rc = lockfs_store_claim(t->be, name, &e->place, lockfs_table_grant_src(&g, &rec, 0), &st);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
 		if (rc == -ENOENT) {
@@ -386,19 +414,7 @@ static int claim_place(struct lockfs_table *t, struct stripe *s, const char *nam
 		rc = -EAGAIN;
 		goto out;
 	}
-	e->place = (struct lockfs_place){ 0 };
-	lockfs_table_grant_fence(&g, &st);
-	rc = log_granted(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
-	if (rc < 0) {
-		undo_grant_locked(t, s, name, st.identity, &rec, e->owner, rec.fence);
-		goto out;
-	}
-	if (e->w) {
-		complete(s, name, e, 0);
-		e->w = NULL;
-	}
-	lockfs_table_put_new(t, s, name, st.identity, &rec, -1);
-	lockfs_record_clear(&rec);
+	rc = grant_made(t, s, name, e, &g, &st);
 out:
 	lockfs_quota_lock_unreserve(t->quota, e->who.uid, true);
 	return rc;
@@ -414,7 +430,7 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
 	struct lockfs_grant_src g;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -458,15 +474,15 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 		goto out;
 	if (store_has_line(t) && !e->nowait) {
 		/* Granted now, or a place at the tail of the store's line. */
-		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_OR_QUEUE,
-					 lockfs_table_grant_src(&g, &rec, 0), &e->place, &st);
+		rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_OR_QUEUE,
+					  lockfs_table_grant_src(&g, &rec, 0), &e->place, &st);
 		if (rc == -EINPROGRESS)
 			e->be = t->be;
 		else if (rc < 0)
 			e->place = (struct lockfs_place){ 0 };
 	} else {
-		rc = t->be->ops->acquire(t->be, name, LOCKFS_ACQ_TRY,
-					 lockfs_table_grant_src(&g, &rec, 0), NULL, &st);
+		rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_TRY,
+					  lockfs_table_grant_src(&g, &rec, 0), NULL, &st);
 	}
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
@@ -478,21 +494,7 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 			rc = -EAGAIN;
 		goto out;
 	}
-	e->place = (struct lockfs_place){ 0 }; /* granted: it is the lock now */
-	lockfs_table_grant_fence(&g, &st);
-	/* Its line before its answer: nobody holds a lock the log does not
-	 * show. */
-	rc = log_granted(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
-	if (rc < 0) {
-		undo_grant_locked(t, s, name, st.identity, &rec, e->owner, rec.fence);
-		goto out;
-	}
-	if (e->w) {
-		complete(s, name, e, 0);
-		e->w = NULL;
-	}
-	lockfs_table_put_new(t, s, name, st.identity, &rec, -1);
-	lockfs_record_clear(&rec);
+	rc = grant_made(t, s, name, e, &g, &st);
 out:
 	lockfs_quota_lock_unreserve(t->quota, e->who.uid, true);
 	return rc;
@@ -562,7 +564,7 @@ struct end_line {
  * true if handed off (C is then replaced in the cache); else *UNREACHABLE
  * is -EIO when the store could not be asked (nothing changed that we
  * know of: a plain release would only wait for it a second time). */
-static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			   uint64_t identity, const struct end_line *l, const char *event,
 			   int *unreachable)
 {
@@ -598,8 +600,8 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct cach
 	from_place = store_has_line(t) && e->place.rank;
 	if (from_place)
 		place = e->place;
-	rc = t->be->ops->handoff(t->be, name, identity, &place,
-				 lockfs_table_grant_src(&g, &rec, 0), &st);
+	rc = lockfs_store_handoff(t->be, name, identity, &place,
+				  lockfs_table_grant_src(&g, &rec, 0), &st);
 	if (rc == 0 && from_place) {
 		e->place = (struct lockfs_place){ 0 }; /* the lock now */
 		lockfs_table_grant_fence(&g, &st);
@@ -667,7 +669,7 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 	struct lockfs_entry_stat st;
 	struct qentry *kept = NULL;
 	struct lockq *q;
-	struct cached *c;
+	struct held_lock *c;
 	size_t ahead = 0;
 	bool foreign;
 	long held;
@@ -824,24 +826,20 @@ static void end_line_of(struct end_line *l, const struct lockfs_record *r, size_
 			const char *const *extra)
 {
 	const struct lockfs_holder *h = lockfs_record_holder(r, i);
-	int n = 6;
+	int n = 6; /* after fence=, uid=, pid= */
 
 	lockfs_audit_who(l->who, sizeof(l->who), lockfs_record_slug_at(r, i), h->comm, h->pid);
 	snprintf(l->fence, sizeof(l->fence), "%" PRIu64, lockfs_record_fence_at(r, i));
 	lockfs_audit_ids(l->uid, l->pid, h->uid, h->pid);
-	l->kv[0] = "fence";
-	l->kv[1] = l->fence;
-	l->kv[2] = "uid";
-	l->kv[3] = l->uid;
-	l->kv[4] = "pid";
-	l->kv[5] = l->pid;
+	memcpy(l->kv, (const char *[]){ "fence", l->fence, "uid", l->uid, "pid", l->pid },
+	       6 * sizeof(*l->kv));
 	for (; extra && *extra && n < (int)(sizeof(l->kv) / sizeof(l->kv[0])) - 2; extra++)
 		l->kv[n++] = *extra;
 	l->kv[n] = NULL;
 }
 
 /* The whole lock goes (see lockfs_queue_let_go_locked). */
-static int release_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			  const struct lockfs_let_go *how)
 {
 	const char *event = c->unlogged ? NULL : how->event; /* no `acquired` logged either */
@@ -866,7 +864,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct cache
 		free(name);
 		return unreachable;
 	}
-	rc = t->be->ops->release(t->be, name, how->identity);
+	rc = lockfs_store_release(t->be, name, how->identity);
 	if (rc < 0 && rc != -ENOENT) {
 		/* The store refused (EIO, said by the backend): the lock is
 		 * still held, so it stays cached and its holder watched, and
@@ -893,7 +891,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct cache
 }
 
 /* One holder of several leaves the record; the others keep the lock. */
-static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			     const struct lockfs_let_go *how)
 {
 	struct lockfs_record *r = &c->rec;
@@ -940,7 +938,7 @@ static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct ca
 	return rc;
 }
 
-int lockfs_queue_let_go_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+int lockfs_queue_let_go_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			       const struct lockfs_let_go *how)
 {
 	if (how->all || lockfs_record_holders(&c->rec) <= 1)

@@ -69,7 +69,7 @@ struct lockfs_let_go {
  * nothing logged), or -errno of the store (-EIO): then the lock is still
  * held, C is read back as the store has it, and nothing is logged.
  */
-int lockfs_queue_let_go_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+int lockfs_queue_let_go_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			       const struct lockfs_let_go *how);
 
 /* NAME's queue, or NULL. */

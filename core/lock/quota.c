@@ -4,12 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "quota.h"
 
 #define BUCKETS 256
-/* A burst ends after this long without a refusal ... */
+/* By the boot clock (base/clock.h, which a unit test may move): a burst
+ * ends after this long without a refusal ... */
 #define BURST_QUIET_MS 1000
 /* ... or this long after it began (a refusal loop still shows every 10 s). */
 #define BURST_MAX_MS 10000
@@ -31,14 +32,6 @@ struct quota {
 	uint64_t locks, reserved;      /* in all; protected by mu */
 	struct quota_burst *bursts;    /* protected by mu */
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int lockfs_quota_new(struct quota **out, const struct quota_limits *lim)
 {
@@ -312,7 +305,7 @@ static struct quota_burst *burst_find(struct quota *q, uid_t uid, enum quota_rea
 
 bool lockfs_quota_refused(struct quota *q, uid_t uid, enum quota_reason reason, const char *name)
 {
-	int64_t now = mono_ms();
+	int64_t now = lockfs_boot_ms();
 	struct quota_burst *b;
 	bool fresh = false;
 
@@ -358,7 +351,7 @@ void lockfs_quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason
 void lockfs_quota_flush(struct quota *q, bool all,
 		 void (*emit)(void *arg, const struct quota_burst *b), void *arg)
 {
-	int64_t now = mono_ms();
+	int64_t now = lockfs_boot_ms();
 	struct quota_burst *done = NULL, **tail = &done;
 
 	pthread_mutex_lock(&q->mu);

@@ -87,7 +87,7 @@ static int holder_move(struct lockfs_table *t, struct lockfs_holder *h, pid_t pi
 /* End holder I of C, whose old descriptor nobody holds any more: logged
  * `recovered` with EVIDENCE, like a holder that exited.  With s->mu held
  * and C fresh; C may be gone afterwards.  0 or -errno. */
-static int end_closed(struct lockfs_table *t, struct stripe *s, struct cached *c, size_t i,
+static int end_closed(struct lockfs_table *t, struct stripe *s, struct held_lock *c, size_t i,
 		      const char *evidence)
 {
 	const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
@@ -102,7 +102,7 @@ static int end_closed(struct lockfs_table *t, struct stripe *s, struct cached *c
 								   .extra = extra });
 }
 
-void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				struct lockfs_entry_stat *st)
 {
 	struct lockfs_record *r = &c->rec;
@@ -204,7 +204,7 @@ static void end_if_still(struct lockfs_table *t, const char *name, const char *t
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 
 	pthread_mutex_lock(&s->mu);
@@ -229,7 +229,7 @@ void lockfs_rebound_check(struct lockfs_table *t, const char *name, const char *
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct look *v = NULL;
 	size_t n = 0;
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, name);

@@ -14,7 +14,7 @@
 #include "table.h"
 
 #define REBOUND_CHECK_MS 1000
-void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				struct lockfs_entry_stat *st);
 void lockfs_rebound_check(struct lockfs_table *t, const char *name, const char *token);
 

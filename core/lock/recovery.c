@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
@@ -29,12 +28,14 @@
 #include "rebound.h"
 #include "recovery.h"
 #include "session.h"
+#include "store.h"
 #include "table.h"
 
 /* How much queued work the liveness thread does before it looks for
  * events again: at most this many todos ... */
 #define SLICE_TODOS 64
-/* ... and no more than this long (a slug check scans /proc). */
+/* ... and no more than this long by the boot clock (a slug check scans
+ * /proc; a unit test that stops the clock gets the SLICE_TODOS bound). */
 #define SLICE_MS 5
 /* Stripes the tick walks in turn whether due or not, should a due time
  * ever be missed: every one once in 5 s at a 50 ms tick. */
@@ -81,14 +82,6 @@ struct recovery_work {
 	struct todo_user *last;  /* the user the last todo went to (a hint) */
 	size_t ntodo;
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int lockfs_recovery_init(struct lockfs_table *t)
 {
@@ -171,7 +164,7 @@ static bool todo_push(struct recovery_work *rw, uid_t uid, struct todo *todo)
 
 /* Queue KIND for C's lock.  Called with C's stripe mutex held.  Out of
  * memory, nothing is queued and the tick tries again. */
-static void todo_add(struct lockfs_table *t, struct cached *c, int kind)
+static void todo_add(struct lockfs_table *t, struct held_lock *c, int kind)
 {
 	size_t len = strlen(c->name);
 	struct todo *todo = calloc(1, sizeof(*todo) + len + 1);
@@ -227,7 +220,7 @@ static struct todo *todo_next(struct recovery_work *rw)
 /* Does an rmdir of C's holder that the store refused wait in S's retries?
  * Then that rmdir ends the grant once the store answers (logged `released
  * retried=1`), whatever the holder does meanwhile: it is no recovery. */
-static bool rmdir_pending(const struct stripe *s, const struct cached *c)
+static bool rmdir_pending(const struct stripe *s, const struct held_lock *c)
 {
 	for (const struct unlock_retry *r = s->retries; r; r = r->next)
 		if (!r->owner[0] && r->fence == c->rec.fence && strcmp(r->name, c->name) == 0)
@@ -245,7 +238,7 @@ static void recover(struct lockfs_table *t, const char *name, const char *token,
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign, released = false;
 	pid_t pid = 0;
 	unsigned long long start = 0;
@@ -273,7 +266,8 @@ static void recover(struct lockfs_table *t, const char *name, const char *token,
 		lockfs_liveness_signal(t->liveness, pid, start, t->break_signal);
 }
 
-int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c, uint64_t *version)
+int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct held_lock *c,
+					uint64_t *version)
 {
 	struct lockfs_descendant *v;
 	size_t n;
@@ -290,7 +284,8 @@ int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c
 
 /* Write C's list of descendants to the store, if it changed since it was
  * last written.  With s->mu held; C may be replaced (store refused: read back). */
-static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c)
+static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s,
+				       struct held_lock *c)
 {
 	struct lockfs_entry_stat st = { .identity = c->identity };
 	uint64_t version = c->desc_version;
@@ -310,8 +305,8 @@ static void persist_descendants_locked(struct lockfs_table *t, struct stripe *s,
  * held, C may be replaced here (the store refused the record: C is read
  * back as the store has it, and the next tick decides again).
  */
-static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
-					const char *name)
+static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s,
+					struct held_lock *c, const char *name)
 {
 	struct lockfs_record *r = &c->rec;
 	struct lockfs_entry_stat st = { .identity = c->identity };
@@ -368,7 +363,7 @@ static void recover_gone(struct lockfs_table *t, const struct todo *todo)
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
 	char holder[WHO_MAX], start[24];
 	const char *evidence;
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, todo->name);
@@ -408,7 +403,7 @@ static void log_expired(struct lockfs_table *t, const char *name, const char *to
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	char who[WHO_MAX], fence[24], ttl[16], uid[16], pid[16], epid[16];
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, name);
@@ -481,7 +476,7 @@ static void collect(struct lockfs_table *t, bool leases, bool all)
 			lockfs_table_unlock(s);
 			continue;
 		}
-		for (struct cached *c = s->head; c; c = c->next) {
+		for (struct held_lock *c = s->head; c; c = c->next) {
 			const struct lockfs_lease *lease = &c->rec.lease;
 
 			/* Another host's lock is never judged here (table.h). */
@@ -537,7 +532,7 @@ static void collect(struct lockfs_table *t, bool leases, bool all)
 static bool unqueue(struct lockfs_table *t, const struct todo *todo)
 {
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
-	struct cached *c;
+	struct held_lock *c;
 	bool logged = false;
 
 	pthread_mutex_lock(&s->mu);
@@ -555,7 +550,7 @@ static bool unqueue(struct lockfs_table *t, const struct todo *todo)
 static void settle(struct lockfs_table *t, const struct todo *todo)
 {
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, todo->name);
@@ -568,7 +563,7 @@ static void settle(struct lockfs_table *t, const struct todo *todo)
 static void persist_todo(struct lockfs_table *t, const struct todo *todo)
 {
 	struct stripe *s = lockfs_table_stripe(t, todo->name);
-	struct cached *c;
+	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, todo->name);
@@ -596,7 +591,7 @@ static bool mark_dead(struct lockfs_table *t, pid_t pid, unsigned long long star
 
 	for (size_t i = 0; i < n; i++) {
 		struct stripe *s = lockfs_table_stripe(t, names[i]);
-		struct cached *c;
+		struct held_lock *c;
 
 		pthread_mutex_lock(&s->mu);
 		c = lockfs_table_find(s, names[i]);
@@ -697,7 +692,7 @@ bool lockfs_recovery_work(void *arg)
 {
 	struct lockfs_table *t = arg;
 	struct recovery_work *rw = t->work;
-	int64_t until = mono_ms() + SLICE_MS;
+	int64_t until = lockfs_boot_ms() + SLICE_MS;
 	struct todo *todo;
 
 	/* What the store reported first: a waiter behind a lock that
@@ -706,7 +701,7 @@ bool lockfs_recovery_work(void *arg)
 
 	for (int n = 0; n < SLICE_TODOS && (todo = todo_next(rw)); n++) {
 		act(t, todo);
-		if (mono_ms() >= until)
+		if (lockfs_boot_ms() >= until)
 			break;
 	}
 	return more || rw->ntodo > 0;
@@ -720,7 +715,7 @@ int lockfs_recovery_stale_foreign(struct lockfs_table *t, const char *name)
 
 	pthread_mutex_lock(&s->mu);
 	/* A lock in the cache carries a record lockfs wrote: never by age. */
-	if (!lockfs_table_find(s, name) && t->be->ops->foreign_stale(t->be, name, &st) == 1) {
+	if (!lockfs_table_find(s, name) && lockfs_store_foreign_stale(t->be, name, &st) == 1) {
 		int64_t now = lockfs_wall_ms();
 		char age[24], stale[24], uid[16], pid[16];
 		/* uid= owns the stored lock; no process is known (pid=-). */
@@ -731,7 +726,7 @@ int lockfs_recovery_stale_foreign(struct lockfs_table *t, const char *name)
 		snprintf(age, sizeof(age), "%" PRId64, (now - st.mtime_ms) / 1000);
 		snprintf(stale, sizeof(stale), "%u", t->be->stale_s);
 		/* Logged once it happened, under the mutex (lockfs_queue_let_go_locked). */
-		rc = t->be->ops->release(t->be, name, st.identity);
+		rc = lockfs_store_release(t->be, name, st.identity);
 		if (rc == 0) {
 			lockfs_audit_event(t, "?", name, kv, "recovered");
 			rc = 1;
@@ -770,7 +765,7 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 {
 	for (struct unlock_retry **pp = &s->retries, *r; (r = *pp);) {
 		struct lockfs_entry_stat st;
-		struct cached *c;
+		struct held_lock *c;
 		bool foreign, done = true, gone = false;
 		int rc = lockfs_table_load(t, s, r->name, &st, &foreign, &c);
 
@@ -865,14 +860,14 @@ static bool share_gone(const struct lockfs_table *t, const struct lockfs_share *
 /* Share K of C's record is ended if its process-bound holder died,
  * logged `recovered` as recover_gone() logs a holder (docs/log.md).  true
  * when it had died: then C may have changed or gone. */
-static bool end_if_share_gone(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static bool end_if_share_gone(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			      size_t k)
 {
 	const struct lockfs_holder *h = &c->rec.shares[k].holder;
 	char holder[WHO_MAX], start[24];
 	const char *kv[] = { "holder", holder, "start", start, "evidence", "exited", NULL };
 	struct lockfs_entry_stat st;
-	struct cached *fresh;
+	struct held_lock *fresh;
 	bool foreign;
 	char *name;
 
@@ -906,7 +901,7 @@ static void dead_shares_locked(struct lockfs_table *t, struct stripe *s)
 	 * bounded number of times.  C is not touched after it acted. */
 	for (int tries = 0; again && tries < 64; tries++) {
 		again = false;
-		for (struct cached *c = s->head; c && !again; c = again ? NULL : c->next) {
+		for (struct held_lock *c = s->head; c && !again; c = again ? NULL : c->next) {
 			for (size_t k = 0; !again && k < c->rec.nshares; k++) {
 				if (c->rec.shares[k].bound == LOCKFS_BOUND_PROCESS)
 					s->process_shares = true; /* look again next tick */
@@ -953,7 +948,7 @@ void lockfs_recovery_tick(void *arg)
 	 * backend.h): then the locks are not walked for recoveries and
 	 * checks that cannot happen -- each would be tried again every tick
 	 * -- and they stay as they are (fail closed). */
-	bool vanished = t->be->ops->check && t->be->ops->check(t->be) < 0;
+	bool vanished = lockfs_store_check(t->be) < 0;
 
 	lockfs_log_tick(t->log);
 	/* A session lost without a report reaching us (or tombstones whose
@@ -966,7 +961,7 @@ void lockfs_recovery_tick(void *arg)
 		collect(t, true, false);
 	stripes_tick(t);
 	lockfs_quota_flush(t->quota, false, lockfs_audit_refused, t);
-	if (!vanished && t->be->ops->foreign_stale && t->be->stale_s &&
+	if (!vanished && lockfs_store_stales_foreign(t->be) &&
 	    lockfs_wall_ms() >= t->next_stale_scan_ms) {
 		t->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(t);

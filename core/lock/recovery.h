@@ -39,12 +39,7 @@ void lockfs_recovery_retry_all(struct lockfs_table *t);
 /* Replace C's list of descendants by the live ones (in memory; the tick
  * writes a changed list to the store), and set *VERSION (may be NULL) to
  * the list's version.  With the stripe mutex held.  0 or -errno. */
-int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct cached *c,
+int lockfs_recovery_descendants_refresh(struct lockfs_table *t, struct held_lock *c,
 					uint64_t *version);
-
-/* For unit tests only: CORE's table (engine.c), to call the functions
- * above without the liveness thread (lockfs_core_start not called). */
-struct lockfs_core;
-struct lockfs_table *lockfs_core_table(struct lockfs_core *core);
 
 #endif

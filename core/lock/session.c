@@ -23,6 +23,7 @@
 #include "fdlock.h"
 #include "queue.h"
 #include "session.h"
+#include "store.h"
 #include "table.h"
 
 /* How long a holder's look at a lost NAME keeps answering ESTALE once it
@@ -57,7 +58,7 @@ static void signals_add(struct signals *sg, pid_t pid, unsigned long long start)
 
 /* Keep holder I of C's record as a tombstone of S (no memory: its rmdir
  * answers ENOENT, as for a lock it never held). */
-static void tombstone_add(struct stripe *s, const struct cached *c, size_t i)
+static void tombstone_add(struct stripe *s, const struct held_lock *c, size_t i)
 {
 	struct tombstone *ts = calloc(1, sizeof(*ts));
 
@@ -72,7 +73,7 @@ static void tombstone_add(struct stripe *s, const struct cached *c, size_t i)
 }
 
 /* Log holder I of C `lost` (EVIDENCE; session= LEASE, in hex). */
-static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, int64_t lease,
+static void log_lost(struct lockfs_table *t, const struct held_lock *c, size_t i, int64_t lease,
 		     const char *evidence)
 {
 	const struct lockfs_holder *h = lockfs_record_holder(&c->rec, i);
@@ -92,7 +93,7 @@ static void log_lost(struct lockfs_table *t, const struct cached *c, size_t i, i
  * record rewritten behind our back (another token) is not ours to judge,
  * and a waiter's place that the store shows at the head is not held
  * until claimed (with s->mu held). */
-static bool ours_here(struct lockfs_table *t, const struct cached *c)
+static bool ours_here(struct lockfs_table *t, const struct held_lock *c)
 {
 	return c->granted && c->rec.has_holder &&
 	       !lockfs_table_elsewhere(t, &c->rec.holder) && lockfs_table_issued_here(c);
@@ -101,7 +102,7 @@ static bool ours_here(struct lockfs_table *t, const struct cached *c)
 /* C lost (EVIDENCE, session LEASE): every holder of it logged `lost`,
  * tombstoned for its rmdir and, with -o break_signal, put into SG; then
  * C is dropped from the cache.  With s->mu held. */
-static void lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static void lose_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			int64_t lease, const char *evidence, struct signals *sg)
 {
 	size_t n = lockfs_record_holders(&c->rec);
@@ -123,7 +124,7 @@ static void lose_locked(struct lockfs_table *t, struct stripe *s, struct cached 
 /* Is C a lock of this host that the store no longer keeps on a live
  * session of this daemon (LEASE lost)?  ALL: the session is LOST right
  * now, so every lock of this host is (backend.h).  With s->mu held. */
-static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t lease, bool all)
+static bool lost_with(struct lockfs_table *t, const struct held_lock *c, int64_t lease, bool all)
 {
 	struct lockfs_entry_stat st;
 	int rc;
@@ -132,7 +133,7 @@ static bool lost_with(struct lockfs_table *t, const struct cached *c, int64_t le
 		return false;
 	if (all)
 		return true;
-	rc = t->be->ops->stat(t->be, c->name, &st, true);
+	rc = lockfs_store_stat(t->be, c->name, &st, true);
 	if (rc == -ENOENT || rc == -ESTALE)
 		return true;
 	return rc == 0 && (st.identity != c->identity || (lease && st.lease == lease));
@@ -147,7 +148,7 @@ static void lose_all(struct lockfs_table *t, int64_t lease, bool all, struct sig
 		struct stripe *s = &t->stripes[k];
 
 		pthread_mutex_lock(&s->mu);
-		for (struct cached *c = s->head, *next; c; c = next) {
+		for (struct held_lock *c = s->head, *next; c; c = next) {
 			next = c->next;
 			if (lost_with(t, c, lease, all))
 				lose_locked(t, s, c, lease, "session-expired", sg);
@@ -156,7 +157,7 @@ static void lose_all(struct lockfs_table *t, int64_t lease, bool all, struct sig
 	}
 }
 
-void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				int64_t lease)
 {
 	size_t n = lockfs_record_holders(&c->rec);
@@ -205,7 +206,7 @@ void lockfs_session_check(struct lockfs_table *t)
 	int64_t lost = 0;
 	bool rejoin = false, tombs = false;
 
-	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || t->be->ops->session(t->be, NULL, &cur) < 0)
+	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || lockfs_store_session(t->be, NULL, &cur) < 0)
 		return;
 	pthread_mutex_lock(&t->session_mu);
 	if (cur.state == LOCKFS_SESSION_LOST) {
@@ -246,7 +247,7 @@ void lockfs_session_check(struct lockfs_table *t)
 /* Does a release of C's that the store refused wait in S's retries (an
  * rmdir or fd unlock answered EIO)?  Then C's key may be gone by that very
  * write, applied late: this daemon's own, not a loss.  With s->mu held. */
-static bool release_pending(const struct stripe *s, const struct cached *c)
+static bool release_pending(const struct stripe *s, const struct held_lock *c)
 {
 	size_t n = lockfs_record_holders(&c->rec);
 
@@ -260,7 +261,7 @@ static bool release_pending(const struct stripe *s, const struct cached *c)
 	return false;
 }
 
-void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				    const char *token)
 {
 	struct lockfs_session cur;
@@ -273,7 +274,7 @@ void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, st
 		return;
 	/* Gone because the session went (its keys read as absent before the
 	 * session report is taken in) or behind a live session's back. */
-	if (t->be->ops->session(t->be, NULL, &cur) == 0) {
+	if (lockfs_store_session(t->be, NULL, &cur) == 0) {
 		if (cur.state == LOCKFS_SESSION_LOST) {
 			evidence = "session-expired";
 			lease = cur.id;
@@ -294,9 +295,9 @@ void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s)
 {
 	if (!(t->be->caps & LOCKFS_BE_SESSIONS))
 		return;
-	for (struct cached *c = s->head, *next; c; c = next) {
+	for (struct held_lock *c = s->head, *next; c; c = next) {
 		struct lockfs_entry_stat st;
-		struct cached *now;
+		struct held_lock *now;
 		bool foreign;
 		char *name;
 
@@ -308,7 +309,7 @@ void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s)
 	}
 }
 
-void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c)
+void lockfs_session_tombstone_forget(struct stripe *s, const struct held_lock *c)
 {
 	const struct lockfs_holder *h;
 

@@ -45,7 +45,8 @@ int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, cons
 
 /*
  * With S's mutex held, as the store's answer for C's name is about to
- * replace the cached lock C (lockfs_table_load): the store no longer
+ * replace the cached lock C (lockfs_table_load calls it through
+ * t->vanished, which engine.c sets: table.c is below): the store no longer
  * shows C -- its name is free (TOKEN NULL) or held by another acquisition
  * (TOKEN, that record's token) -- and this daemon did not write that
  * (its own writes update or drop the cache under the same mutex first).
@@ -55,7 +56,7 @@ int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, cons
  * signalled (-o break_signal) and tombstoned, and C dropped.  Anything
  * else: nothing (the caller drops or replaces C as before).
  */
-void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_session_vanished_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				    const char *token);
 
 /* With S's mutex held, after the store said "anything may have changed"
@@ -67,7 +68,7 @@ void lockfs_session_recheck_locked(struct lockfs_table *t, struct stripe *s);
 /* With S's mutex held: C's lock was just granted on this host.  Its
  * holder's tombstones of that name go: it holds the name again, so
  * there is no loss left to tell it of. */
-void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c);
+void lockfs_session_tombstone_forget(struct stripe *s, const struct held_lock *c);
 
 /*
  * With S's mutex held: C, a lock of this host, was lost with session
@@ -76,7 +77,7 @@ void lockfs_session_tombstone_forget(struct stripe *s, const struct cached *c);
  * session: each holder logged `lost`, signalled (-o break_signal) and
  * kept as a tombstone for its rmdir (ESTALE); C is dropped from the cache.
  */
-void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct cached *c,
+void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				int64_t lease);
 
 /* Free S's tombstones (the engine's close). */

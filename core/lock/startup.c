@@ -17,6 +17,7 @@
 #include "recovery.h"
 #include "session.h"
 #include "startup.h"
+#include "store.h"
 #include "table.h"
 
 /* How often one lock's adoption is asked for while the store cannot
@@ -25,7 +26,7 @@
 
 /* Log C's `adopted` line: its key moved from session FROM to the store's
  * ST (the new one). */
-static void log_adopted(struct lockfs_table *t, const struct cached *c, int64_t from,
+static void log_adopted(struct lockfs_table *t, const struct held_lock *c, int64_t from,
 			const struct lockfs_entry_stat *st)
 {
 	const struct lockfs_record *r = &c->rec;
@@ -52,7 +53,7 @@ static void log_adopted(struct lockfs_table *t, const struct cached *c, int64_t 
  * (the store says why on stderr) and ends with the earlier session.
  * With s->mu held; C may be gone afterwards.
  */
-static void adopt_locked(struct lockfs_table *t, struct stripe *s, struct cached *c)
+static void adopt_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c)
 {
 	struct lockfs_entry_stat before = { 0 }, after;
 	int rc = -EIO;
@@ -61,9 +62,9 @@ static void adopt_locked(struct lockfs_table *t, struct stripe *s, struct cached
 	    !lockfs_table_issued_here(c))
 		return;
 	/* The session the key is on now, for the line (the mirror: no wait). */
-	(void)t->be->ops->stat(t->be, c->name, &before, true);
+	(void)lockfs_store_stat(t->be, c->name, &before, true);
 	for (int i = 0; i < ADOPT_TRIES && rc == -EIO; i++)
-		rc = t->be->ops->adopt(t->be, c->name, c->identity, &after);
+		rc = lockfs_store_adopt(t->be, c->name, c->identity, &after);
 	if (rc == -ENOENT) {
 		lockfs_session_lose_locked(t, s, c, before.lease);
 		return;
@@ -90,7 +91,7 @@ static void adopt_all(struct lockfs_table *t)
 		struct stripe *s = &t->stripes[k];
 
 		pthread_mutex_lock(&s->mu);
-		for (struct cached *c = s->head, *next; c; c = next) {
+		for (struct held_lock *c = s->head, *next; c; c = next) {
 			next = c->next;
 			adopt_locked(t, s, c);
 		}
@@ -109,7 +110,7 @@ int lockfs_startup_scan(struct lockfs_table *t)
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct stripe *s = lockfs_table_stripe(t, names[i]);
 		struct lockfs_entry_stat st;
-		struct cached *c;
+		struct held_lock *c;
 		bool foreign;
 
 		/* Reading each record caches it and watches its holder; a

@@ -11,7 +11,7 @@
 
 #include "lockfs/name.h"
 #include "base/clock.h"
-#include "session.h"
+#include "store.h"
 #include "table.h"
 
 struct stripe *lockfs_table_stripe(struct lockfs_table *t, const char *name)
@@ -23,9 +23,9 @@ struct stripe *lockfs_table_stripe(struct lockfs_table *t, const char *name)
 	return &t->stripes[h % STRIPES];
 }
 
-struct cached *lockfs_table_find(struct stripe *s, const char *name)
+struct held_lock *lockfs_table_find(struct stripe *s, const char *name)
 {
-	for (struct cached *c = s->head; c; c = c->next)
+	for (struct held_lock *c = s->head; c; c = c->next)
 		if (strcmp(c->name, name) == 0)
 			return c;
 	return NULL;
@@ -49,7 +49,7 @@ bool lockfs_table_desc_keep(const struct lockfs_record *rec)
 	       rec->nshares == 0 && rec->has_holder;
 }
 
-void lockfs_table_account(struct lockfs_table *t, const struct cached *c, int sign)
+void lockfs_table_account(struct lockfs_table *t, const struct held_lock *c, int sign)
 {
 	const struct lockfs_record *r = &c->rec;
 
@@ -69,9 +69,9 @@ static size_t holder_bucket(pid_t pid)
 }
 
 /* C's holder is watched: C joins the index.  With its stripe mutex held. */
-static void holder_index_add(struct lockfs_table *t, struct cached *c)
+static void holder_index_add(struct lockfs_table *t, struct held_lock *c)
 {
-	struct cached **head = &t->holders.buckets[holder_bucket(c->rec.holder.pid)];
+	struct held_lock **head = &t->holders.buckets[holder_bucket(c->rec.holder.pid)];
 
 	pthread_mutex_lock(&t->holders.mu);
 	c->hpid = c->rec.holder.pid;
@@ -87,7 +87,7 @@ static void holder_index_add(struct lockfs_table *t, struct cached *c)
 }
 
 /* Called with t->holders.mu held. */
-static void holder_unlink(struct lockfs_table *t, struct cached *c)
+static void holder_unlink(struct lockfs_table *t, struct held_lock *c)
 {
 	if (!c->indexed)
 		return;
@@ -101,7 +101,7 @@ static void holder_unlink(struct lockfs_table *t, struct cached *c)
 	c->indexed = false;
 }
 
-static void holder_index_del(struct lockfs_table *t, struct cached *c)
+static void holder_index_del(struct lockfs_table *t, struct held_lock *c)
 {
 	pthread_mutex_lock(&t->holders.mu);
 	holder_unlink(t, c);
@@ -114,7 +114,7 @@ bool lockfs_table_holder_uid(struct lockfs_table *t, pid_t pid, unsigned long lo
 	bool found = false;
 
 	pthread_mutex_lock(&t->holders.mu);
-	for (struct cached *c = t->holders.buckets[holder_bucket(pid)]; c && !found;
+	for (struct held_lock *c = t->holders.buckets[holder_bucket(pid)]; c && !found;
 	     c = c->hnext) {
 		if (c->hpid == pid && c->hstart == start) {
 			*uid = c->huid;
@@ -133,7 +133,7 @@ int lockfs_table_take_dead(struct lockfs_table *t, pid_t pid, unsigned long long
 	int rc = v ? 0 : -ENOMEM;
 
 	pthread_mutex_lock(&t->holders.mu);
-	for (struct cached *c = t->holders.buckets[holder_bucket(pid)], *next;
+	for (struct held_lock *c = t->holders.buckets[holder_bucket(pid)], *next;
 	     c && v && n < max; c = next) {
 		next = c->hnext;
 		if (c->hpid != pid || c->hstart != start)
@@ -159,7 +159,7 @@ int lockfs_table_take_dead(struct lockfs_table *t, pid_t pid, unsigned long long
  * lock kept for its dead holder's descendants (each tick counts them);
  * else the earlier of its lease's deadline and, for an fd lock rebound at
  * startup, its next look for the old descriptor; INT64_MAX for never. */
-static int64_t entry_due(const struct cached *c)
+static int64_t entry_due(const struct held_lock *c)
 {
 	const struct lockfs_lease *l = &c->rec.lease;
 	int64_t due = INT64_MAX;
@@ -180,7 +180,7 @@ static int64_t entry_due(const struct cached *c)
 	return due;
 }
 
-void lockfs_table_note_due(struct stripe *s, const struct cached *c)
+void lockfs_table_note_due(struct stripe *s, const struct held_lock *c)
 {
 	int64_t due = entry_due(c);
 
@@ -192,7 +192,7 @@ void lockfs_table_set_due(struct stripe *s)
 {
 	int64_t due = INT64_MAX;
 
-	for (struct cached *c = s->head; c; c = c->next) {
+	for (struct held_lock *c = s->head; c; c = c->next) {
 		int64_t d = entry_due(c);
 
 		if (d < due)
@@ -207,7 +207,7 @@ bool lockfs_table_elsewhere(const struct lockfs_table *t, const struct lockfs_ho
 }
 
 /* Stop watching C's holder, if we were.  Called with the stripe mutex held. */
-void lockfs_table_unwatch(struct lockfs_table *t, struct cached *c)
+void lockfs_table_unwatch(struct lockfs_table *t, struct held_lock *c)
 {
 	if (c->watched) {
 		holder_index_del(t, c);
@@ -225,7 +225,7 @@ void lockfs_table_unwatch(struct lockfs_table *t, struct cached *c)
  * or one that is gone already, marks the entry for recovery instead: only
  * a live holder keeps a lock.  Called with the stripe mutex held.
  */
-void lockfs_table_watch(struct lockfs_table *t, struct cached *c, int pidfd)
+void lockfs_table_watch(struct lockfs_table *t, struct held_lock *c, int pidfd)
 {
 	int rc;
 
@@ -286,8 +286,8 @@ void lockfs_table_watch(struct lockfs_table *t, struct cached *c, int pidfd)
 
 void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *name)
 {
-	for (struct cached **pp = &s->head; *pp; pp = &(*pp)->next) {
-		struct cached *c = *pp;
+	for (struct held_lock **pp = &s->head; *pp; pp = &(*pp)->next) {
+		struct held_lock *c = *pp;
 
 		if (strcmp(c->name, name) == 0) {
 			*pp = c->next;
@@ -305,7 +305,7 @@ void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *nam
 static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint64_t identity,
 		struct lockfs_record *rec, int pidfd, bool ours)
 {
-	struct cached *c = lockfs_table_find(s, name);
+	struct held_lock *c = lockfs_table_find(s, name);
 
 	if (!c || ours) {
 		if (c)
@@ -361,18 +361,27 @@ void lockfs_table_put_read(struct lockfs_table *t, struct stripe *s, const char 
 	put(t, s, name, identity, rec, -1, false);
 }
 
-bool lockfs_table_issued_here(const struct cached *c)
+bool lockfs_table_issued_here(const struct held_lock *c)
 {
 	return strcmp(c->issued, c->rec.token) == 0;
 }
 
+/* The store no longer shows WAS (TOKEN: what it shows instead): tell the
+ * floor above (t->vanished), which decides whether that is a loss. */
+static void vanished(struct lockfs_table *t, struct stripe *s, struct held_lock *was,
+		     const char *token)
+{
+	if (was && t->vanished)
+		t->vanished(t, s, was, token);
+}
+
 /* lockfs_table_load, or (FRESH) lockfs_table_reload.  A cached lock of
  * this host that the store no longer shows, where this daemon did not
- * write that, is lost on a store with sessions (session.h). */
+ * write that, is lost on a store with sessions (t->vanished: session.c). */
 static int load(struct lockfs_table *t, struct stripe *s, const char *name,
-		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct cached **c)
+		struct lockfs_entry_stat *st, bool *foreign, bool fresh, struct held_lock **c)
 {
-	struct cached *was = lockfs_table_find(s, name);
+	struct held_lock *was = lockfs_table_find(s, name);
 	struct lockfs_record rec;
 	char *buf = NULL;
 	size_t len = 0;
@@ -382,10 +391,10 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 	*foreign = false;
 	if (!fresh) {
 		*c = was;
-		rc = t->be->ops->stat(t->be, name, st, *c != NULL);
+		rc = lockfs_store_stat(t->be, name, st, *c != NULL);
 		if (rc < 0) {
 			if (rc == -ENOENT) {
-				lockfs_session_vanished_locked(t, s, was, NULL);
+				vanished(t, s, was, NULL);
 				lockfs_table_drop(t, s, name);
 			}
 			*c = NULL;
@@ -395,10 +404,10 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 			return 0;
 		*c = NULL;
 	}
-	rc = t->be->ops->read(t->be, name, &buf, &len, st);
+	rc = lockfs_store_read(t->be, name, &buf, &len, st);
 	if (rc < 0) {
 		if (rc == -ENOENT) {
-			lockfs_session_vanished_locked(t, s, was, NULL);
+			vanished(t, s, was, NULL);
 			lockfs_table_drop(t, s, name);
 		}
 		return rc;
@@ -409,7 +418,7 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		/* Held, but not by a record we can read: a foreign lock. */
 		lockfs_record_clear(&rec);
 		free(buf);
-		lockfs_session_vanished_locked(t, s, was, NULL);
+		vanished(t, s, was, NULL);
 		lockfs_table_drop(t, s, name);
 		*foreign = true;
 		return 0;
@@ -422,25 +431,25 @@ static int load(struct lockfs_table *t, struct stripe *s, const char *name,
 		rec.fence = st->fence;
 	if (!rec.fence) {
 		lockfs_record_clear(&rec);
-		lockfs_session_vanished_locked(t, s, was, NULL);
+		vanished(t, s, was, NULL);
 		lockfs_table_drop(t, s, name);
 		*foreign = true;
 		return 0;
 	}
-	lockfs_session_vanished_locked(t, s, was, rec.token);
+	vanished(t, s, was, rec.token);
 	lockfs_table_put_read(t, s, name, st->identity, &rec);
 	*c = lockfs_table_find(s, name);
 	return *c ? 0 : -ENOMEM;
 }
 
 int lockfs_table_load(struct lockfs_table *t, struct stripe *s, const char *name,
-		      struct lockfs_entry_stat *st, bool *foreign, struct cached **c)
+		      struct lockfs_entry_stat *st, bool *foreign, struct held_lock **c)
 {
 	return load(t, s, name, st, foreign, false, c);
 }
 
 int lockfs_table_reload(struct lockfs_table *t, struct stripe *s, const char *name,
-			struct lockfs_entry_stat *st, bool *foreign, struct cached **c)
+			struct lockfs_entry_stat *st, bool *foreign, struct held_lock **c)
 {
 	return load(t, s, name, st, foreign, true, c);
 }
@@ -457,9 +466,9 @@ int lockfs_table_reload(struct lockfs_table *t, struct stripe *s, const char *na
  * so that forks seen so far are not forgotten).  A lock gone from the
  * store is just dropped.  With s->mu held; C is freed.
  */
-static void restore_locked(struct lockfs_table *t, struct stripe *s, struct cached *c, int rc)
+static void restore_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c, int rc)
 {
-	struct cached kept = *c; /* its flags, ids and token: no pointer of it is used */
+	struct held_lock kept = *c; /* its flags, ids and token: no pointer of it is used */
 	char *name = strdup(c->name);
 	struct lockfs_entry_stat st;
 	bool foreign, desc_held;
@@ -542,15 +551,15 @@ static uint64_t *grant_fence(struct lockfs_record *rec, size_t which)
  * If that second write fails, the grant stands (the store has it) and the
  * cache keeps the fence: the record's next write carries it.
  */
-static void persist_issued_fence(struct lockfs_table *t, struct cached *c,
+static void persist_issued_fence(struct lockfs_table *t, struct held_lock *c,
 				 struct lockfs_entry_stat *st, size_t which)
 {
 	struct lockfs_entry_stat again;
 	struct lockfs_grant_src g;
 
 	*grant_fence(&c->rec, which) = st->fence;
-	if (t->be->ops->update(t->be, c->name, st->identity, LOCKFS_UPD_EDIT,
-			       lockfs_table_grant_src(&g, &c->rec, which), &again) == 0) {
+	if (lockfs_store_update(t->be, c->name, st->identity, LOCKFS_UPD_EDIT,
+				lockfs_table_grant_src(&g, &c->rec, which), &again) == 0) {
 		c->identity = again.identity;
 		st->identity = again.identity;
 	}
@@ -558,7 +567,7 @@ static void persist_issued_fence(struct lockfs_table *t, struct cached *c,
 
 /* lockfs_table_persist (EDIT) or lockfs_table_persist_grant (GRANT of
  * holder WHICH). */
-static int persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
+static int persist(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 		   struct lockfs_entry_stat *st, enum lockfs_update_how how, size_t which)
 {
 	struct lockfs_grant_src g;
@@ -566,8 +575,8 @@ static int persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
 	int rc;
 
 	fenceless = how == LOCKFS_UPD_GRANT && !*grant_fence(&c->rec, which);
-	rc = t->be->ops->update(t->be, c->name, st->identity, how,
-				lockfs_table_grant_src(&g, &c->rec, which), st);
+	rc = lockfs_store_update(t->be, c->name, st->identity, how,
+				 lockfs_table_grant_src(&g, &c->rec, which), st);
 	if (rc < 0) {
 		restore_locked(t, s, c, rc);
 		return rc;
@@ -579,13 +588,13 @@ static int persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
 	return 0;
 }
 
-int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
+int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			 struct lockfs_entry_stat *st)
 {
 	return persist(t, s, c, st, LOCKFS_UPD_EDIT, 0);
 }
 
-int lockfs_table_persist_grant(struct lockfs_table *t, struct stripe *s, struct cached *c,
+int lockfs_table_persist_grant(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			       struct lockfs_entry_stat *st, size_t share)
 {
 	return persist(t, s, c, st, LOCKFS_UPD_GRANT, share);
@@ -597,13 +606,13 @@ int lockfs_table_persist_grant(struct lockfs_table *t, struct stripe *s, struct 
  * result, -ENOENT when not held, -errno.
  */
 int lockfs_table_view(struct lockfs_table *t, const char *name,
-		int (*view)(const char *name, struct cached *c,
+		int (*view)(const char *name, struct held_lock *c,
 			    const struct lockfs_entry_stat *st, void *arg),
 		void *arg)
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
-	struct cached *c;
+	struct held_lock *c;
 	bool foreign;
 	int rc;
 
@@ -646,7 +655,7 @@ static int add_name(void *arg, const char *name)
 int lockfs_table_names(struct lockfs_table *t, char ***names, size_t *count)
 {
 	struct name_vec nv = { 0 };
-	int rc = t->be->ops->list(t->be, add_name, &nv);
+	int rc = lockfs_store_list(t->be, add_name, &nv);
 
 	if (rc < 0) {
 		lockfs_table_names_free(nv.v, nv.n);

@@ -41,8 +41,8 @@ struct lockfs_changes;   /* changes.c */
 #define WHO_MAX (LOCKFS_SLUG_MAX + 32)
 
 /* A parsed record of a held lock, valid while the store's identity is. */
-struct cached {
-	struct cached *next;
+struct held_lock {
+	struct held_lock *next;
 	char *name;
 	uint64_t identity;
 	struct lockfs_record rec;
@@ -66,7 +66,7 @@ struct cached {
 	/* In t->holders while watched, until its holder's death is seen
 	 * (protected by t->holders.mu, not by the stripe mutex): */
 	bool indexed;
-	struct cached *hnext, *hprev;
+	struct held_lock *hnext, *hprev;
 	pid_t hpid;                  /* the holder indexed, as indexed */
 	unsigned long long hstart;
 	uid_t huid;
@@ -81,7 +81,7 @@ struct cached {
 
 struct stripe {
 	pthread_mutex_t mu;
-	struct cached *head;     /* protected by mu */
+	struct held_lock *head;     /* protected by mu */
 	/* Boot ms from which the tick's collect() must look at this stripe
 	 * (a lease runs out, a dead holder's lock is not queued, a holder is
 	 * not watched); INT64_MAX: nothing to do.  Protected by mu. */
@@ -103,7 +103,7 @@ struct stripe {
 #define HOLDER_BUCKETS 4096
 struct holder_index {
 	pthread_mutex_t mu;
-	struct cached *buckets[HOLDER_BUCKETS]; /* by pid; protected by mu */
+	struct held_lock *buckets[HOLDER_BUCKETS]; /* by pid; protected by mu */
 };
 
 struct uid_name {
@@ -150,6 +150,17 @@ struct lockfs_table {
 	int64_t session_id;             /* protected by session_mu; 0: none seen */
 	int64_t session_lost_id;        /* the last session whose locks were
 					   lost; protected by session_mu */
+	/*
+	 * Called by lockfs_table_load/reload with S's mutex held, as the
+	 * store's answer for C's name is about to replace the cached lock C:
+	 * the store no longer shows C (TOKEN NULL: the name is free or not
+	 * readable; else the token of the record it shows now).  The floor
+	 * above sets it before the first load (engine.c wires session.c's
+	 * lockfs_session_vanished_locked), so that this file never calls up;
+	 * NULL: nothing to do.  Read-only.
+	 */
+	void (*vanished)(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
+			 const char *token);
 	struct holder_index holders;    /* its own mutex, inside a stripe's */
 	struct stripe stripes[STRIPES]; /* each its own mutex */
 
@@ -174,7 +185,7 @@ void lockfs_table_unlock(struct stripe *s);
 /* The rest with s->mu held. */
 
 /* NAME's cache entry, or NULL. */
-struct cached *lockfs_table_find(struct stripe *s, const char *name);
+struct held_lock *lockfs_table_find(struct stripe *s, const char *name);
 /* Forget NAME's entry (unwatched, uncounted, freed); nothing if none. */
 void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *name);
 
@@ -187,9 +198,9 @@ void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *nam
  * read.  Returns 0, -ENOENT when not held, -errno.
  */
 int lockfs_table_load(struct lockfs_table *t, struct stripe *s, const char *name,
-		      struct lockfs_entry_stat *st, bool *foreign, struct cached **c);
+		      struct lockfs_entry_stat *st, bool *foreign, struct held_lock **c);
 int lockfs_table_reload(struct lockfs_table *t, struct stripe *s, const char *name,
-			struct lockfs_entry_stat *st, bool *foreign, struct cached **c);
+			struct lockfs_entry_stat *st, bool *foreign, struct held_lock **c);
 
 /*
  * Take over REC as NAME's cached record (store identity IDENTITY) and
@@ -206,7 +217,7 @@ void lockfs_table_put_read(struct lockfs_table *t, struct stripe *s, const char 
 
 /* Does the store still show the token this daemon issued (or adopted)
  * for C's acquisition?  false: the record was rewritten behind our back. */
-bool lockfs_table_issued_here(const struct cached *c);
+bool lockfs_table_issued_here(const struct held_lock *c);
 
 /* Write C's record back to the store and follow its new identity (ST's
  * identity is the one written over, and is updated).  0 or -errno (then C
@@ -214,9 +225,9 @@ bool lockfs_table_issued_here(const struct cached *c);
  * lockfs_table_persist_grant: the record has one more holder, share
  * SHARE (a shared holder joins), whose fence the store issues in the same
  * write (update GRANT); -EAGAIN: someone waits for NAME in the store. */
-int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct cached *c,
+int lockfs_table_persist(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			 struct lockfs_entry_stat *st);
-int lockfs_table_persist_grant(struct lockfs_table *t, struct stripe *s, struct cached *c,
+int lockfs_table_persist_grant(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			       struct lockfs_entry_stat *st, size_t share);
 
 /*
@@ -245,7 +256,7 @@ void lockfs_table_grant_fence(struct lockfs_grant_src *g, const struct lockfs_en
  * result, -ENOENT when not held (or NAME is no lock name), -errno.
  */
 int lockfs_table_view(struct lockfs_table *t, const char *name,
-		      int (*view)(const char *name, struct cached *c,
+		      int (*view)(const char *name, struct held_lock *c,
 				  const struct lockfs_entry_stat *st, void *arg),
 		      void *arg);
 
@@ -262,17 +273,17 @@ bool lockfs_table_desc_keep(const struct lockfs_record *rec);
 /* Count (SIGN 1) or stop counting (-1) every holder of C's record against
  * its uid's locks (quota.h).  The cache is what is counted: every change
  * of a cached record is bracketed by the two. */
-void lockfs_table_account(struct lockfs_table *t, const struct cached *c, int sign);
+void lockfs_table_account(struct lockfs_table *t, const struct held_lock *c, int sign);
 
 /* Watching C's holder, if the lock is process-bound (through PIDFD when
  * >= 0, taken over).  A holder of another boot, or one gone already, marks
  * the entry for recovery instead. */
-void lockfs_table_watch(struct lockfs_table *t, struct cached *c, int pidfd);
-void lockfs_table_unwatch(struct lockfs_table *t, struct cached *c);
+void lockfs_table_watch(struct lockfs_table *t, struct held_lock *c, int pidfd);
+void lockfs_table_unwatch(struct lockfs_table *t, struct held_lock *c);
 
 /* The tick must look at S by when C needs it (see due_boot_ms).
  * lockfs_table_set_due recomputes it from every entry. */
-void lockfs_table_note_due(struct stripe *s, const struct cached *c);
+void lockfs_table_note_due(struct stripe *s, const struct held_lock *c);
 void lockfs_table_set_due(struct stripe *s);
 
 /* The holder index (takes holders.mu; no stripe mutex needed). */

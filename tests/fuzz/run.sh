@@ -13,7 +13,7 @@ mkdir -p "$out/corpus"
 cp -n "$here"/corpus/record/* "$out/corpus/" 2>/dev/null || true
 clang -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -I"$top/include" -I"$top/core/base" \
-	"$top/core/base/record.c" "$top/core/base/utf8.c" "$top/core/base/clock.c" "$here/fuzz_record.c" \
+	"$top"/core/base/record*.c "$top/core/base/utf8.c" "$top/core/base/clock.c" "$here/fuzz_record.c" \
 	$(pkg-config --cflags --libs jansson) -o "$out/fuzz_record"
 cd "$out"
 ./fuzz_record -max_total_time="$secs" -max_len=70000 -timeout=5 \

@@ -100,7 +100,7 @@ def test_one_header_named_etcd_h():
 
 
 def test_engine_names_no_etcd_owner_field():
-    s = code('core/engine.c', strings=True)
+    s = code('core/views.c', strings=True)
     m = re.search(r'static void add_store_fields\(.*?\n\}', s, flags=re.S)
     assert m
     for word in ('"etcd_lease"', '"create_revision"', '"key"', '"lease"'):

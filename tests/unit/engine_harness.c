@@ -21,6 +21,7 @@
 #include "base/clock.h"
 #include "lock/changes.h"
 #include "lock/recovery.h"
+#include "engine_test.h"
 
 /* Above PID_MAX_LIMIT (2^22): no real process has such a pid or session,
  * so the descendants' scans of the real /proc never count one for ours. */

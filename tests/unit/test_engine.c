@@ -23,6 +23,7 @@
 #include "engine_harness.h"
 #include "fake_backend.h"
 #include "fake_procs.h"
+#include "lock/store.h"
 
 static struct engine_harness H;
 
@@ -543,6 +544,79 @@ static void test_acquisition_the_log_cannot_record_is_not_granted(void **state)
 	assert_int_equal(engine_logged(&H, "build", "acquired", NULL), 1);
 }
 
+/* ---- the store, through lock/store.h ---- */
+
+/* A fault of store.c's: counts each op; fails FAIL_OP on FAIL_NAME with
+ * -EIO while FAIL_NAME is set. */
+struct store_watch {
+	int calls[LOCKFS_STORE_CHECK + 1];
+	enum lockfs_store_op fail_op;
+	const char *fail_name;
+};
+
+static int watch_store(void *arg, enum lockfs_store_op op, const char *name)
+{
+	struct store_watch *sw = arg;
+
+	sw->calls[op]++;
+	if (sw->fail_name && op == sw->fail_op && name && strcmp(name, sw->fail_name) == 0)
+		return -EIO;
+	return 0;
+}
+
+static void test_every_store_call_of_a_lock_goes_through_store_c(void **state)
+{
+	struct store_watch sw = { 0 };
+	struct lockfs_store_fault f = { watch_store, &sw };
+	pid_t p = engine_proc(&H, NULL);
+
+	(void)state;
+	lockfs_store_fault_set(&f);
+	assert_int_equal(acquire(p, "build"), 0);
+	assert_int_equal(release(p, "build"), 0);
+	engine_tick(&H);
+	lockfs_store_fault_set(NULL);
+	assert_int_equal(sw.calls[LOCKFS_STORE_ACQUIRE], 1);
+	assert_int_equal(sw.calls[LOCKFS_STORE_RELEASE], 1);
+	assert_true(sw.calls[LOCKFS_STORE_STAT] + sw.calls[LOCKFS_STORE_READ] >= 1);
+	assert_int_equal(sw.calls[LOCKFS_STORE_CHECK], 1); /* the tick's */
+}
+
+static void test_a_fault_injected_in_store_c_is_the_stores_answer(void **state)
+{
+	struct store_watch sw = { .fail_op = LOCKFS_STORE_ACQUIRE, .fail_name = "build" };
+	struct lockfs_store_fault f = { watch_store, &sw };
+	pid_t p = engine_proc(&H, NULL);
+
+	(void)state;
+	lockfs_store_fault_set(&f);
+	assert_int_equal(acquire(p, "build"), -EIO);
+	assert_int_equal(acquire(p, "other"), 0); /* only BUILD's acquire fails */
+	lockfs_store_fault_set(NULL);
+	assert_false(held("build"));
+	assert_int_equal(engine_logged(&H, "build", "acquired", NULL), 0);
+	assert_int_equal(acquire(p, "build"), 0);
+	assert_int_equal(holder_pid("build"), p);
+}
+
+static void test_optional_store_ops_left_null_have_defaults(void **state)
+{
+	struct lockfs_backend_ops ops = *H.be->ops;
+	struct lockfs_backend be = *H.be;
+	struct lockfs_entry_stat st;
+
+	(void)state;
+	ops.check = NULL;         /* etcd's: the session thread watches */
+	ops.foreign_stale = NULL; /* etcd's: a foreign holder ends by its lease */
+	be.ops = &ops;
+	be.stale_s = 60;
+	assert_int_equal(lockfs_store_check(&be), 0);
+	assert_int_equal(lockfs_store_foreign_stale(&be, "x", &st), 0);
+	assert_false(lockfs_store_stales_foreign(&be));
+	be.ops = H.be->ops;
+	assert_true(lockfs_store_stales_foreign(&be)); /* the fake has a policy */
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -553,6 +627,9 @@ int main(void)
 		T(test_acquire_logs_the_holder_or_its_slug),
 		T(test_acquire_with_a_bad_slug_is_einval_and_logs_the_thread),
 		T(test_acquire_over_the_cap_logs_the_holder_to_be),
+		T(test_every_store_call_of_a_lock_goes_through_store_c),
+		T(test_a_fault_injected_in_store_c_is_the_stores_answer),
+		T(test_optional_store_ops_left_null_have_defaults),
 		T(test_release_by_another_process_is_eperm),
 		T(test_release_of_a_record_rewritten_with_another_token_is_eperm),
 		T(test_release_of_another_hosts_lock_is_eperm),

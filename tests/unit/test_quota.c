@@ -9,11 +9,43 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "../../core/base/clock.h"
 #include "../../core/lock/quota.h"
+
+/* The boot clock the bursts read (base/clock.h), moved by hand: a burst's
+ * quiet second and its ten-second cap pass without sleeping. */
+static int64_t fake_boot_ms = 1000000;
+
+static int64_t fake_wall(void *arg)
+{
+	(void)arg;
+	return 1800000000000 + fake_boot_ms;
+}
+
+static int64_t fake_boot(void *arg)
+{
+	(void)arg;
+	return fake_boot_ms;
+}
+
+static const struct lockfs_clock fake_clock = { fake_wall, fake_boot, NULL };
+
+static int use_fake_clock(void **state)
+{
+	(void)state;
+	lockfs_clock_override(&fake_clock);
+	return 0;
+}
+
+static int use_real_clock(void **state)
+{
+	(void)state;
+	lockfs_clock_override(NULL);
+	return 0;
+}
 
 static struct quota *make(uint32_t open, uint32_t locks, uint32_t waiters, uint32_t total)
 {
@@ -175,7 +207,10 @@ static void test_a_burst_ends_after_a_quiet_second(void **state)
 	lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x");
 	lockfs_quota_burst_who(q, 4242, QUOTA_LOCKS_PER_UID, "bash[7]", 7);
 	lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y");
-	usleep(1100 * 1000);
+	fake_boot_ms += 999;
+	lockfs_quota_flush(q, false, emit, &e);
+	assert_int_equal(e.n, 0); /* not quiet for a second yet */
+	fake_boot_ms += 1;
 	lockfs_quota_flush(q, false, emit, &e);
 	assert_int_equal(e.n, 1);
 	assert_int_equal(e.last.count, 2);
@@ -184,6 +219,27 @@ static void test_a_burst_ends_after_a_quiet_second(void **state)
 	assert_string_equal(e.last.who, "bash[7]");
 	assert_string_equal(e.last.name, "x");
 	assert_string_equal(lockfs_quota_reason_name(e.last.reason), "locks-per-uid");
+	assert_true(lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "z")); /* a new one */
+	lockfs_quota_free(q);
+}
+
+static void test_a_burst_that_never_pauses_ends_after_ten_seconds(void **state)
+{
+	struct quota *q = make(1, 5, 1, 1);
+	struct emitted e = { 0 };
+
+	assert_true(lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "x"));
+	for (int i = 0; i < 99; i++) {
+		fake_boot_ms += 100; /* a refusal every 100 ms: never quiet */
+		assert_false(lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y"));
+		lockfs_quota_flush(q, false, emit, &e);
+		assert_int_equal(e.n, 0);
+	}
+	fake_boot_ms += 100; /* ten seconds since the first */
+	lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "y");
+	lockfs_quota_flush(q, false, emit, &e);
+	assert_int_equal(e.n, 1);
+	assert_int_equal(e.last.count, 101);
 	assert_true(lockfs_quota_refused(q, 4242, QUOTA_LOCKS_PER_UID, "z")); /* a new one */
 	lockfs_quota_free(q);
 }
@@ -199,7 +255,10 @@ int main(void)
 		cmocka_unit_test(test_waiters_and_opens_have_their_own_caps),
 		cmocka_unit_test(test_none_is_never_reached),
 		cmocka_unit_test(test_a_burst_is_one_line_with_its_count),
-		cmocka_unit_test(test_a_burst_ends_after_a_quiet_second),
+		cmocka_unit_test_setup_teardown(test_a_burst_ends_after_a_quiet_second,
+						use_fake_clock, use_real_clock),
+		cmocka_unit_test_setup_teardown(test_a_burst_that_never_pauses_ends_after_ten_seconds,
+						use_fake_clock, use_real_clock),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
