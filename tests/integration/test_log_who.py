@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 
-from lockfs_helpers import (LINE_BREAKERS, LOG_EVENTS, LogLine, agent_named, log_escape,
+from lockfs_helpers import (DAEMON_EVENTS, LINE_BREAKERS, LOG_EVENTS, LogLine, agent_named, log_escape,
                             log_for, log_unescape, read_log, wait_free, wait_log, wait_until,
                             who_of)
 
@@ -178,7 +178,8 @@ def test_a_comm_a_slug_or_a_name_cannot_start_a_line_for_splitlines(mnt_ao, proc
     lines = text.splitlines()
     assert lines == text.split('\n')[:-1], 'splitlines() sees another line than awk does'
     parsed = [LogLine(l) for l in lines]
-    assert all(l.event in LOG_EVENTS and 'uid' in l.details and 'pid' in l.details
+    assert all(l.event in LOG_EVENTS + DAEMON_EVENTS and 'uid' in l.details
+               and 'pid' in l.details
                for l in parsed), lines
     mine = [l for l in parsed if l.name == name.encode()]
     assert [(l.who, l.event, l.details['uid']) for l in mine] == [
