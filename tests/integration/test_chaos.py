@@ -318,6 +318,11 @@ def _ts_ms(ts):
 # (a file of the recovered lock open); lockfs now sends no notification.
 EXPECTED_STDERR = [
     re.compile(r'^fuse: writing device: Directory not empty$'),
+    # The daemon's own start and stop (log.md, "The daemon's own lines"):
+    # after a kill -9 the next daemon says it found its predecessor dead.
+    re.compile(r'^lockfs: notice: the previous daemon of .* \(pid \d+\) ended without a '
+               r'clean stop$'),
+    re.compile(r'^lockfs: notice: stopped serving .* \((unmount|SIG[A-Z]+)\)$'),
 ]
 
 
