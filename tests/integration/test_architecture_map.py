@@ -24,8 +24,23 @@ import re
 
 import pytest
 
-SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            '..', '..'))
+
+def _source_root():
+    """The tree this file sits in: the nearest folder above it with
+    docs/architecture.md and README.md (so that the test still finds it
+    when tests/ is regrouped into deeper folders)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    while True:
+        if all(os.path.exists(os.path.join(here, f))
+               for f in ('README.md', 'meson.build', os.path.join('docs', 'architecture.md'))):
+            return here
+        up = os.path.dirname(here)
+        if up == here:
+            raise RuntimeError('no source tree with docs/architecture.md above ' + __file__)
+        here = up
+
+
+SOURCE_ROOT = _source_root()
 ARCHITECTURE = os.path.join(SOURCE_ROOT, 'docs', 'architecture.md')
 README = os.path.join(SOURCE_ROOT, 'README.md')
 
