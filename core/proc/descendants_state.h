@@ -89,6 +89,24 @@ static inline bool lockfs_desc_left_session(const struct root *r, pid_t sid)
 	return r->sid > 0 && sid > 0 && sid != r->sid;
 }
 
+/* Most roots one process counts for: nested locks, each held by a
+ * descendant of the last.  More are not counted (a scan finds them). */
+#define SET_MAX 64
+/* The entry table's smallest size (a power of two). */
+#define ENTRY_BUCKETS_MIN 256
+
+/* The table's own helpers (descendants_table.c), for the tracking: a root
+ * by holder, references of roots and sets, a new set, and the counts kept
+ * right when a set or a root changes. */
+struct root *lockfs_desc_root_find(struct lockfs_descendants *d, pid_t pid, unsigned long long start);
+void lockfs_desc_root_put(struct root *r);
+void lockfs_desc_set_put(struct rootset *s);
+bool lockfs_desc_set_proves(const struct rootset *s, const struct root *r);
+struct rootset *lockfs_desc_set_new(const struct member *v, unsigned n);
+void lockfs_desc_entry_set_changed(struct entry *e);
+void lockfs_desc_root_maybe_unlist(struct lockfs_descendants *d, struct root *r);
+void lockfs_desc_root_mark_dead(struct lockfs_descendants *d, struct root *r);
+
 /* The entry of PID, or NULL. */
 struct entry *lockfs_desc_entry_find(struct lockfs_descendants *d, pid_t pid);
 /* A new entry for (PID, START) (START 0: not known yet), or NULL (no memory). */
