@@ -364,7 +364,7 @@ static void waiter_main(const struct ho_lock *lk, struct ho_shared *sh,
 	if (child_setup() != 0)
 		_exit(1);
 	if (!lk->poll) {
-		fd = open(lk->waiter_path, O_RDWR | O_CLOEXEC);
+		fd = open(lk->waiter_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0) {
 			fprintf(stderr, "bench_handoff: waiter open %s: %s\n",
 				lk->waiter_path, strerror(errno));
@@ -479,7 +479,7 @@ static int pair_start(struct ho_pair *p, long n)
 		return -1;
 	}
 	if (!p->lk.poll) {
-		p->fd = open(p->lk.path, O_RDWR | O_CLOEXEC);
+		p->fd = open(p->lk.path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (p->fd < 0) {
 			fprintf(stderr, "bench_handoff: open %s: %s\n",
 				p->lk.path, strerror(errno));
@@ -593,7 +593,7 @@ static void herd_agent(struct herd_shared *sh, int slot, const char *file,
 
 	if (child_setup() != 0)
 		_exit(1);
-	fd = open(file, O_RDWR | O_CLOEXEC);
+	fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		fprintf(stderr, "bench_handoff: agent open %s: %s\n", file,
 			strerror(errno));
