@@ -7,10 +7,11 @@ Floors, top to bottom: fs/ (the FUSE adapter), the engine (the files at
 core/'s top level: engine.c and its siblings, sharing engine.h), core/lock/,
 core/proc/ and core/backend/, core/base/ (with the public headers of the
 ground floor: name.h, utf8.h, record.h, log.h, limits.h).  core/proc/'s
-public headers are proc.h (processes as /proc describes them) and holder.h
-(the holder rule); core/backend/ may use proc.h (a daemon's start time),
-never the other way.
-tools/lockctl/ stands apart and uses only the name rule and the limits.
+public headers are proc.h (processes as /proc describes them), holder.h
+(the holder rule), descendants.h and procevents.h; core/backend/ may use
+proc.h (a daemon's start time), never the other way.
+tools/lockctl/ stands apart and uses only the name rule and the limits;
+tools/bench/'s programs use only the public headers (include/lockfs/).
 
 Checks, for each floor named in --floors (default: all three):
 - includes: every `#include "..."` in a .c or .h file of the floor names a
@@ -47,8 +48,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # The public headers (include/lockfs/) of the ground floor: its leaves'.
 BASE_PUBLIC = {'name.h', 'utf8.h', 'record.h', 'log.h', 'limits.h'}
 # The public headers of core/proc/: processes as /proc describes them
-# (proc.h), and the holder rule (holder.h).
-PROC_PUBLIC = {'proc.h', 'holder.h'}
+# (proc.h), the holder rule (holder.h), the descendants of holders
+# (descendants.h) and the kernel's process events (procevents.h).
+PROC_PUBLIC = {'proc.h', 'holder.h', 'descendants.h', 'procevents.h'}
 
 
 def floor_of(src, path):
@@ -59,6 +61,8 @@ def floor_of(src, path):
         return 'fs'
     if parts[:2] == ['tools', 'lockctl']:
         return 'lockctl'
+    if parts[:2] == ['tools', 'bench']:
+        return 'bench'
     if parts[0] == 'core':
         if len(parts) == 2:
             return 'engine'
@@ -110,6 +114,12 @@ def allowed(src, path, target):
         if to == 'lockctl' or (public and base in ('name.h', 'utf8.h', 'limits.h')):
             return None
         return 'tools/lockctl/ may use only name.h, utf8.h and limits.h'
+    if me == 'bench':
+        # A benchmark is a client of the code it measures, like fs/ or a
+        # user: the interfaces in include/lockfs/, never a floor's inside.
+        if to == 'bench' or public:
+            return None
+        return 'tools/bench/ may use only the public headers (include/lockfs/)'
     if me == 'engine':
         # Its own headers (engine.h: struct lockfs_core, shared by the
         # files at core/'s top level; engine_test.h) and every floor below: lock/,
@@ -166,7 +176,7 @@ def sources(src, floor):
     if floor == 'fs':
         roots = ['fs']
     elif floor == 'tools':
-        roots = ['tools/lockctl']
+        roots = ['tools/lockctl', 'tools/bench']
     else:
         roots = ['core']
     out = []

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "descendants.h"
+#include "lockfs/descendants.h"
 #include "descendants_state.h"
 
 #define ENTRY_BUCKETS_MIN 256

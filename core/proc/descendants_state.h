@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "descendants.h"
+#include "lockfs/descendants.h"
 
 #define ROOT_BUCKETS 256
 

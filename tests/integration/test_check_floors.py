@@ -14,7 +14,7 @@ SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__fi
                                             '..', '..'))
 CHECK = os.path.join(SOURCE_ROOT, 'tools', 'check_floors.py')
 PUBLIC = ['core.h', 'backend.h', 'etcd_client.h', 'name.h', 'utf8.h', 'limits.h', 'record.h',
-          'holder.h', 'proc.h', 'log.h']
+          'holder.h', 'proc.h', 'log.h', 'descendants.h', 'procevents.h']
 
 
 def tree(root, files):
@@ -39,6 +39,8 @@ def check(root, floors):
             'core/lock/backend_v1.h': []}),
     ('tools', {'tools/lockctl/args.c': ['lockctl.h', 'lockfs/name.h', 'lockfs/limits.h'],
                'tools/lockctl/lockctl.h': []}),
+    ('tools', {'tools/bench/bench_desc_ops.c': ['lockfs/descendants.h', 'lockfs/procevents.h'],
+               'tools/bench/etcd_raw.c': ['lockfs/etcd_client.h']}),
     ('core', {'core/engine.c': ['lock/table.h', 'proc/liveness.h', 'lockfs/core.h',
                                'engine_test.h'], 'core/engine_test.h': [],
               'core/lock/table.h': ['queue.h', 'proc/liveness.h', 'lockfs/backend.h'],
@@ -52,7 +54,7 @@ def check(root, floors):
                                                                               'helpers.h'],
               'core/proc/helpers.h': ['lockfs/holder.h'],
               'core/lock/caller.c': ['lockfs/holder.h', 'lockfs/proc.h']}),
-], ids=['fs', 'tools', 'core', 'proc-public'])
+], ids=['fs', 'tools', 'bench', 'core', 'proc-public'])
 def test_arrows_down_pass(tmp_path, floors, files):
     tree(tmp_path, files)
     r = check(tmp_path, floors)
@@ -65,6 +67,9 @@ def test_arrows_down_pass(tmp_path, floors, files):
     ('fs', {'fs/ops.c': ['lockfs/backend.h']}, 'backend.h outside fs/main.c'),
     ('fs', {'fs/ops.c': ['lockfs/etcd_client.h']}, 'fs/ops.c'),
     ('tools', {'tools/lockctl/main.c': ['lockfs/record.h']}, 'tools/lockctl/main.c'),
+    # A benchmark measures through the public interfaces, like any client.
+    ('tools', {'tools/bench/bench_desc_ops.c': ['../../core/proc/descendants_state.h'],
+               'core/proc/descendants_state.h': []}, 'tools/bench/ may use only the public'),
     ('core', {'core/proc/fds.c': ['lock/table.h'], 'core/lock/table.h': []}, 'core/proc/fds.c'),
     ('core', {'core/base/name.c': ['lockfs/record.h']}, 'core/base/name.c'),
     ('core', {'core/base/record_parse.c': ['log_line.h'], 'core/base/log_line.h': []},
@@ -76,7 +81,7 @@ def test_arrows_down_pass(tmp_path, floors, files):
     # a store reads /proc (proc.h), never the holder rule.
     ('core', {'core/backend/etcd.c': ['lockfs/holder.h']}, 'core/backend/etcd.c'),
     ('core', {'core/base/record.c': ['lockfs/proc.h']}, 'core/base/record.c'),
-], ids=['fs-core', 'fs-backend', 'fs-etcd', 'lockctl-record', 'proc-lock', 'base-record',
+], ids=['fs-core', 'fs-backend', 'fs-etcd', 'lockctl-record', 'bench-internal', 'proc-lock', 'base-record',
         'base-other-family', 'lock-engine', 'lock-cycle', 'missing', 'backend-holder',
         'base-proc'])
 def test_arrows_up_fail(tmp_path, floors, files, culprit):
