@@ -26,10 +26,10 @@
 #include "lock/startup.h"
 #include "lock/store.h"
 #include "lock/table.h"
-#include "proc/descendants.h"
+#include "lockfs/descendants.h"
 #include "proc/fds.h"
 #include "proc/liveness.h"
-#include "proc/procevents.h"
+#include "lockfs/procevents.h"
 #include "proc/requesters.h"
 
 #define DEFAULT_LEASE_S 600

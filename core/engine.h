@@ -13,7 +13,7 @@
 #include "lockfs/core.h"
 #include "lock/table.h"
 #include "proc/fds.h"
-#include "proc/procevents.h"
+#include "lockfs/procevents.h"
 
 /* The engine: the table its floors share, and what only requests and
  * opening need. */

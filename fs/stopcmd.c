@@ -28,6 +28,7 @@
 
 #include "mounts.h"
 #include "stopcmd.h"
+#include "takeover.h"
 
 /* How long the daemon may take to exit after SIGTERM (its own stop takes
  * milliseconds: docs/performance.md), and then to be gone from the mount
@@ -61,51 +62,13 @@ static int canonical(const char *arg, char out[PATH_MAX])
 	return 0;
 }
 
-/* The pid in the file FD, or 0. */
-static pid_t pid_in(int fd)
-{
-	char buf[32];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-	long pid;
-
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	pid = strtol(buf, NULL, 10);
-	return pid > 0 && pid <= INT32_MAX ? (pid_t)pid : 0;
-}
-
-/* Has PID the file LOCK (DIR/.lockfs) open?  Only links that name a
- * .lockfs are stat()ed: nothing here touches a FUSE mount. */
+/* Has PID the file LOCK (DIR/.lockfs) open? */
 static bool holds(pid_t pid, const struct stat *lock)
 {
-	char dir[64], link[64 + 256 + 2], target[PATH_MAX];
-	struct dirent *d;
-	bool found = false;
-	DIR *fds;
+	char dir[64];
 
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	fds = opendir(dir);
-	if (!fds)
-		return false;
-	while (!found && (d = readdir(fds))) {
-		struct stat st;
-		ssize_t n;
-
-		if (d->d_name[0] == '.')
-			continue;
-		snprintf(link, sizeof(link), "%s/%s", dir, d->d_name);
-		n = readlink(link, target, sizeof(target) - 1);
-		if (n < 8)
-			continue;
-		target[n] = '\0';
-		if (strcmp(target + n - 8, "/.lockfs") != 0)
-			continue;
-		found = stat(link, &st) == 0 && st.st_dev == lock->st_dev &&
-			st.st_ino == lock->st_ino;
-	}
-	closedir(fds);
-	return found;
+	return lockfs_fd_dir_holds(dir, lock);
 }
 
 /* Is the topmost mount at PATH still the one of device MAJOR:MINOR? */
@@ -204,7 +167,7 @@ int lockfs_stop_main(int argc, char *argv[])
 	}
 	free(buf);
 	fd = open(lockpath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	pid = fd >= 0 && fstat(fd, &lock) == 0 ? pid_in(fd) : 0;
+	pid = fd >= 0 && fstat(fd, &lock) == 0 ? lockfs_recorded_pid(fd) : 0;
 	if (fd >= 0)
 		close(fd);
 	if (pid <= 0 || !holds(pid, &lock)) {

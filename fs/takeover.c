@@ -48,8 +48,7 @@
 #define AFTER_ABORT_MS 5000
 #define MAX_CONNS 16
 
-/* The pid in DIR/.lockfs, or 0. */
-static pid_t recorded_pid(int lockfd)
+pid_t lockfs_recorded_pid(int lockfd)
 {
 	char buf[32];
 	ssize_t n = pread(lockfd, buf, sizeof(buf) - 1, 0);
@@ -71,16 +70,16 @@ static char state_of(pid_t pid, pid_t tid)
 	return lockfs_procfs_stat(pid, tid, &st) == 0 ? st.state : 0;
 }
 
-/* Does task TID of PID have the file of LOCKFD open?  (Only links that
- * name a .lockfs are stat()ed: nothing here touches a FUSE mount.) */
-static bool task_has_file(pid_t pid, const char *tid, const struct stat *lock)
+/* Does the fd folder DIR (/proc/PID/fd, /proc/PID/task/TID/fd) hold the
+ * file LOCK (DIR/.lockfs) open?  Only links that name a .lockfs are
+ * stat()ed: nothing here touches a FUSE mount. */
+bool lockfs_fd_dir_holds(const char *dir, const struct stat *lock)
 {
-	char dir[64], link[64 + 256 + 2], target[PATH_MAX];
+	char link[64 + 256 + 2], target[PATH_MAX];
 	struct dirent *d;
 	DIR *fds;
 	bool found = false;
 
-	snprintf(dir, sizeof(dir), "/proc/%d/task/%s/fd", (int)pid, tid);
 	fds = opendir(dir);
 	if (!fds)
 		return false;
@@ -102,6 +101,15 @@ static bool task_has_file(pid_t pid, const char *tid, const struct stat *lock)
 	}
 	closedir(fds);
 	return found;
+}
+
+/* Does task TID of PID have the file of LOCKFD open? */
+static bool task_has_file(pid_t pid, const char *tid, const struct stat *lock)
+{
+	char dir[64];
+
+	snprintf(dir, sizeof(dir), "/proc/%d/task/%s/fd", (int)pid, tid);
+	return lockfs_fd_dir_holds(dir, lock);
 }
 
 /* Is PID a zombie of which a live thread has the file of LOCKFD open?
@@ -225,7 +233,7 @@ static int abort_conn(unsigned minor)
 int lockfs_takeover(int lockfd, int dirfd, const char *dir)
 {
 	struct conns c = { .dirfd = dirfd };
-	pid_t pid = recorded_pid(lockfd);
+	pid_t pid = lockfs_recorded_pid(lockfd);
 	char tid[16], path[64];
 
 	if (pid <= 0 || !zombie_holding(pid, lockfd, tid))

@@ -2,6 +2,10 @@
 #ifndef LOCKFS_TAKEOVER_H
 #define LOCKFS_TAKEOVER_H
 
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
 /*
  * flock(LOCKFD) found DIR/.lockfs held.  If its holder is our wedged
  * predecessor (a zombie whose stuck thread keeps DIR/.lockfs and its FUSE
@@ -21,5 +25,13 @@ int lockfs_takeover(int lockfd, int dirfd, const char *dir);
  * on stderr.
  */
 int lockfs_clear_dead_mount(int dirfd, const char *dir, const char *mountpoint);
+
+/* The pid a daemon wrote in its state directory's .lockfs (open as
+ * LOCKFD), or 0.  Used by stopcmd.c too. */
+pid_t lockfs_recorded_pid(int lockfd);
+
+/* Does the fd folder DIR (/proc/PID/fd, /proc/PID/task/TID/fd) hold the
+ * file LOCK (a state directory's .lockfs) open?  Used by stopcmd.c too. */
+bool lockfs_fd_dir_holds(const char *dir, const struct stat *lock);
 
 #endif

@@ -7,10 +7,11 @@ Floors, top to bottom: fs/ (the FUSE adapter), the engine (the files at
 core/'s top level: engine.c and its siblings, sharing engine.h), core/lock/,
 core/proc/ and core/backend/, core/base/ (with the public headers of the
 ground floor: name.h, utf8.h, record.h, log.h, limits.h).  core/proc/'s
-public headers are proc.h (processes as /proc describes them) and holder.h
-(the holder rule); core/backend/ may use proc.h (a daemon's start time),
-never the other way.
-tools/lockctl/ stands apart and uses only the name rule and the limits.
+public headers are proc.h (processes as /proc describes them), holder.h
+(the holder rule), descendants.h and procevents.h; core/backend/ may use
+proc.h (a daemon's start time), never the other way.
+tools/lockctl/ stands apart and uses only the name rule and the limits;
+tools/bench/'s programs use only the public headers (include/lockfs/).
 
 Checks, for each floor named in --floors (default: all three):
 - includes: every `#include "..."` in a .c or .h file of the floor names a
@@ -18,7 +19,16 @@ Checks, for each floor named in --floors (default: all three):
 - core: no cycle among the headers of core/lock/;
 - symbols (with --build): every global function (`nm` type T) of the
   floor's objects starts with `lockfs_` (core: the static libraries
-  BUILD/core/liblockfs-*.a; fs: the daemon's fs/ objects; tools: lockctl's).
+  BUILD/core/liblockfs-*.a; fs: the daemon's fs/ objects; tools: lockctl's);
+- calls (with --build): no circle of .c files by the functions and data
+  they name, in any folder (core/*, core/*/*, fs/, tools/): file A names a
+  global that file B defines (`nm`: U in A's object, T/D/B/R in B's) draws
+  A -> B, and a circle A -> B -> ... -> A is a problem line.  A call that
+  has to go up goes through a function pointer the floor above sets (as
+  docs/architecture.md says): the floor above names the function, the one
+  below only calls the pointer, so no arrow points up.  Each program is its
+  own graph: the daemon (fs/ and core/'s libraries), lockctl, each bench
+  program (with the libraries it may link).
 Files named *_v1.[ch] are exempt until the engine leaves backend v1.
 
 Prints one line per violation and exits 1 if there is any, else 0.
@@ -38,8 +48,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # The public headers (include/lockfs/) of the ground floor: its leaves'.
 BASE_PUBLIC = {'name.h', 'utf8.h', 'record.h', 'log.h', 'limits.h'}
 # The public headers of core/proc/: processes as /proc describes them
-# (proc.h), and the holder rule (holder.h).
-PROC_PUBLIC = {'proc.h', 'holder.h'}
+# (proc.h), the holder rule (holder.h), the descendants of holders
+# (descendants.h) and the kernel's process events (procevents.h).
+PROC_PUBLIC = {'proc.h', 'holder.h', 'descendants.h', 'procevents.h'}
 
 
 def floor_of(src, path):
@@ -50,6 +61,8 @@ def floor_of(src, path):
         return 'fs'
     if parts[:2] == ['tools', 'lockctl']:
         return 'lockctl'
+    if parts[:2] == ['tools', 'bench']:
+        return 'bench'
     if parts[0] == 'core':
         if len(parts) == 2:
             return 'engine'
@@ -101,6 +114,12 @@ def allowed(src, path, target):
         if to == 'lockctl' or (public and base in ('name.h', 'utf8.h', 'limits.h')):
             return None
         return 'tools/lockctl/ may use only name.h, utf8.h and limits.h'
+    if me == 'bench':
+        # A benchmark is a client of the code it measures, like fs/ or a
+        # user: the interfaces in include/lockfs/, never a floor's inside.
+        if to == 'bench' or public:
+            return None
+        return 'tools/bench/ may use only the public headers (include/lockfs/)'
     if me == 'engine':
         # Its own headers (engine.h: struct lockfs_core, shared by the
         # files at core/'s top level; engine_test.h) and every floor below: lock/,
@@ -157,7 +176,7 @@ def sources(src, floor):
     if floor == 'fs':
         roots = ['fs']
     elif floor == 'tools':
-        roots = ['tools/lockctl']
+        roots = ['tools/lockctl', 'tools/bench']
     else:
         roots = ['core']
     out = []
@@ -246,6 +265,154 @@ def check_symbols(build, floor):
     return errors
 
 
+# The objects of the programs the call check reads, as globs under BUILD:
+# core/'s static libraries (the engine's floors, linked into the daemon and
+# into the bench programs that use them), then each program's own objects.
+LIBRARY_OBJECTS = ('core/liblockfs-*.a.p/*.o', 'core/*/liblockfs-*.a.p/*.o')
+PROGRAMS = {
+    'lockfs': ('lockfs.p/*.o',),
+    'lockctl': ('tools/lockctl.p/*.o',),
+    'bench': ('tools/bench/*.p/*.o',),
+}
+
+
+def object_source(src, build, obj, cache):
+    """The source file (relative to SRC) that object OBJ was compiled from.
+    meson names BUILD/D/TARGET.p/X.o after the source's path relative to
+    SRC/D, its separators made '_' (lock/queue.c -> lock_queue.c.o,
+    ../core/base/name.c -> .._core_base_name.c.o).  None if no .c matches."""
+    d = os.path.relpath(os.path.dirname(os.path.dirname(obj)), build)
+    if d not in cache:
+        here = os.path.normpath(os.path.join(src, d))
+        names = {}
+        for root in ('core', 'fs', 'tools'):
+            for dirpath, _, files in os.walk(os.path.join(src, root)):
+                for f in files:
+                    if f.endswith('.c'):
+                        full = os.path.join(dirpath, f)
+                        mangled = os.path.relpath(full, here).replace(os.sep, '_')
+                        names[mangled + '.o'] = os.path.relpath(full, src)
+        cache[d] = names
+    return cache[d].get(os.path.basename(obj))
+
+
+def object_symbols(objs):
+    """{object: (globals it defines, symbols it names undefined)}, by nm."""
+    out = {o: (set(), set()) for o in objs}
+    if not objs:
+        return out
+    r = subprocess.run(['nm', '-A'] + objs, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f'nm failed: {r.stderr.strip()}')
+    for line in r.stdout.splitlines():
+        where, _, rest = line.rpartition(':')   # "file.o:0000 T name", "file.o: U name"
+        f = rest.split()
+        if where not in out:
+            continue
+        if len(f) == 3 and f[1] in 'TDBRC':
+            out[where][0].add(f[2])
+        elif len(f) == 2 and f[0] == 'U':
+            out[where][1].add(f[1])
+    return out
+
+
+def call_graph(src, build, objs, symbols=None, cache=None):
+    """{file: {file it names: [symbols]}} among the .c files of OBJS
+    (paths relative to SRC).  Objects of one source (name.c compiled into
+    lockctl and into lockfs-base) are one file."""
+    symbols = symbols if symbols is not None else object_symbols(objs)
+    cache = cache if cache is not None else {}
+    defs, uses = {}, {}
+    for o in objs:
+        f = object_source(src, build, o, cache) or os.path.relpath(o, build)
+        defs.setdefault(f, set()).update(symbols[o][0])
+        uses.setdefault(f, set()).update(symbols[o][1])
+    owners = {}
+    for f, syms in defs.items():
+        for s in syms:
+            owners.setdefault(s, set()).add(f)
+    graph = {f: {} for f in defs}
+    for f, used in uses.items():
+        for s in sorted(used):
+            own = owners.get(s, set())
+            if len(own) == 1 and f not in own:   # two definers: not ours to judge
+                graph[f].setdefault(next(iter(own)), []).append(s)
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of GRAPH with more than one file
+    (each sorted; Tarjan's algorithm): every circle lies inside one."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, {})):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def explain(graph, comp):
+    """COMP's arrows, each with the symbols that draw it."""
+    return '; '.join(f'{a} -> {b} ({", ".join(sorted(graph[a][b]))})'
+                     for a in comp for b in sorted(graph.get(a, {})) if b in comp)
+
+
+def program_graphs(src, build):
+    """{program: call graph} for each program whose objects are under BUILD."""
+    libs = sorted(o for g in LIBRARY_OBJECTS for o in glob.glob(os.path.join(build, g)))
+    own = {p: sorted(o for g in globs for o in glob.glob(os.path.join(build, g)))
+           for p, globs in PROGRAMS.items()}
+    every = sorted(set(libs).union(*own.values()))
+    symbols = object_symbols(every)
+    cache = {}
+    graphs = {}
+    if libs:
+        graphs['core'] = call_graph(src, build, libs, symbols, cache)
+    for p, objs in own.items():
+        if objs:
+            graphs[p] = call_graph(src, build, objs + libs, symbols, cache)
+    return graphs
+
+
+def check_calls(src, build):
+    """One line per circle of files by the functions they call."""
+    try:
+        graphs = program_graphs(src, build)
+    except RuntimeError as e:
+        return [f'calls: {e}']
+    if not graphs:
+        return [f'calls: no objects under {build} (build first)']
+    errors, seen = [], set()
+    for prog, graph in graphs.items():
+        for comp in cycles(graph):
+            if tuple(comp) in seen:      # the libraries' circles, once
+                continue
+            seen.add(tuple(comp))
+            errors.append(f'call cycle ({prog}): {" <-> ".join(comp)}: {explain(graph, comp)}')
+    return errors
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--floors', default=','.join(ALL_FLOORS),
@@ -264,6 +431,8 @@ def main():
         errors += check_includes(src, f)
         if a.build:
             errors += check_symbols(a.build, f)
+    if a.build:
+        errors += check_calls(src, os.path.normpath(a.build))
     for e in errors:
         print(e)
     print(f'check_floors: {", ".join(floors)}: {len(errors)} problem(s)', file=sys.stderr)

@@ -28,6 +28,7 @@
 
 #include "base/clock.h"
 #include "etcd.h"
+#include "options.h"
 #include "registry.h"
 
 static struct etcd_store *to_etcd(struct lockfs_backend *be)

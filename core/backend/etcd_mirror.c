@@ -348,6 +348,19 @@ int lockfs_etcdbe_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_e
 	return names_add(changed, name);
 }
 
+/* K of NAME was deleted at REV: it stays, dead, until the sweep (its rank
+ * still orders the line), its value freed. */
+static void key_gone(struct etcd_mirror *m, const char *name, struct etcd_key *k, int64_t rev)
+{
+	k->dead = true;
+	mark_sweep(m, hash_name(name));
+	k->mod_rev = rev;
+	free(k->value);
+	k->value = NULL;
+	k->value_len = 0;
+	k->record_fence_known = false;
+}
+
 int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, int64_t rev,
 			      int64_t delay_until_ms, struct etcd_names *changed)
 {
@@ -369,13 +382,7 @@ int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, i
 	/* An expired session's head key: nobody gets NAME for a while. */
 	if (delay_until_ms && first_live(n) == k && n->delay_until_ms < delay_until_ms)
 		n->delay_until_ms = delay_until_ms;
-	k->dead = true;
-	mark_sweep(m, hash_name(name));
-	k->mod_rev = rev;
-	free(k->value);
-	k->value = NULL;
-	k->value_len = 0;
-	k->record_fence_known = false;
+	key_gone(m, name, k, rev);
 	return names_add(changed, name);
 }
 
@@ -389,13 +396,7 @@ void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *
 
 		if (k->dead || k->create_rev >= rank || k->mod_rev >= rev)
 			continue;
-		k->dead = true;
-		mark_sweep(m, hash_name(name));
-		k->mod_rev = rev;
-		free(k->value);
-		k->value = NULL;
-		k->value_len = 0;
-		k->record_fence_known = false;
+		key_gone(m, name, k, rev);
 	}
 }
 

@@ -1,7 +1,8 @@
 /*
  * The -o options of a store (lockfs/backend.h "Opening a store by name"):
- * the one line a refusal leaves for fs/main.c to print, and the grammar
- * of a number of seconds, which fs/main.c's own options share.
+ * the one line a refusal leaves for fs/main.c to print, the grammar of a
+ * number of seconds, which fs/main.c's own options share, and the etcd
+ * kind's -o keys.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -10,6 +11,15 @@
 
 #include "lockfs/limits.h"
 #include "options.h"
+
+/* The etcd kind's keys, here rather than in etcd.c: without etcd support
+ * they are still known by name (fs/main.c: "needs -o backend=etcd").  Not
+ * in registry.c either, which lists etcd.c's kind: etcd.c's kind names
+ * this list, so the list lies below both (no circle of files). */
+const char *const lockfs_backend_etcd_option_keys[] = {
+	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
+	"backing", NULL,
+};
 
 void lockfs_backend_say(const struct lockfs_backend_config *cfg, const char *fmt, ...)
 {

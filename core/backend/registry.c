@@ -8,14 +8,8 @@
 
 #include "lockfs/backend.h"
 #include "dir.h"
+#include "options.h"
 #include "registry.h"
-
-/* The etcd kind's keys, here rather than in etcd.c: without etcd support
- * they are still known by name (fs/main.c: "needs -o backend=etcd"). */
-const char *const lockfs_backend_etcd_option_keys[] = {
-	"etcd", "prefix", "host", "ttl", "lock_delay", "etcd_cacert", "etcd_cert", "etcd_key",
-	"backing", NULL,
-};
 
 #ifdef LOCKFS_WITH_ETCD
 #include "etcd.h"

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "lockfs/log.h"
 
 /* Distinct uids with a burst open at once; past this they share one. */
@@ -68,14 +69,6 @@ struct lockfs_log {
 	size_t nbursts, cap_bursts;
 	int reopen_asked;      /* set from a signal handler: __atomic only */
 };
-
-static int64_t clock_ms(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /*
  * Open DIR/NAME for appending: made fresh (O_EXCL) when CREATE and it is
@@ -302,7 +295,7 @@ static int flush_locked(struct lockfs_log *log)
 		snprintf(count, sizeof(count), "%" PRIu64, log->lost);
 		snprintf(uid, sizeof(uid), "%u", (unsigned)geteuid());
 		snprintf(pid, sizeof(pid), "%d", (int)getpid());
-		n = lockfs_log_format_fit(line, clock_ms(CLOCK_REALTIME), "lockfs", "", kv, "lost");
+		n = lockfs_log_format_fit(line, lockfs_wall_ms(), "lockfs", "", kv, "lost");
 		rc = put_locked(log, line, (size_t)n);
 		if (rc < 0)
 			return rc;
@@ -361,7 +354,7 @@ int lockfs_log_event(struct lockfs_log *log, const char *who, const char *name,
 
 	if (!log)
 		return -EBADF;
-	n = lockfs_log_format_fit(line, clock_ms(CLOCK_REALTIME), who, name, kv, event);
+	n = lockfs_log_format_fit(line, lockfs_wall_ms(), who, name, kv, event);
 	pthread_mutex_lock(&log->mu);
 	/* The kept lines first: a line that is written is never ahead of
 	 * one that happened before it. */
@@ -382,7 +375,7 @@ int lockfs_log_event_or_keep(struct lockfs_log *log, const char *who, const char
 
 	if (!log)
 		return -EBADF;
-	n = lockfs_log_format_fit(line, clock_ms(CLOCK_REALTIME), who, name, kv, event);
+	n = lockfs_log_format_fit(line, lockfs_wall_ms(), who, name, kv, event);
 	pthread_mutex_lock(&log->mu);
 	rc = emit_or_keep_locked(log, line, (size_t)n);
 	pthread_mutex_unlock(&log->mu);
@@ -405,7 +398,7 @@ static void denied_locked(struct lockfs_log *log, uid_t uid, pid_t pid, const ch
 	else
 		p[0] = '\0'; /* written as "-": unknown */
 	snprintf(c, sizeof(c), "%" PRIu64, count);
-	n = lockfs_log_format_fit(line, clock_ms(CLOCK_REALTIME), who, name, kv, "denied");
+	n = lockfs_log_format_fit(line, lockfs_wall_ms(), who, name, kv, "denied");
 	emit_or_keep_locked(log, line, (size_t)n);
 }
 
@@ -460,7 +453,7 @@ static struct burst *burst_get(struct lockfs_log *log, uid_t uid)
 void lockfs_log_denied(struct lockfs_log *log, uid_t uid, pid_t pid, const char *who,
 		       const char *name, const char *reason)
 {
-	int64_t now = clock_ms(CLOCK_BOOTTIME);
+	int64_t now = lockfs_boot_ms();
 	struct burst *b;
 
 	if (!log)
@@ -495,7 +488,7 @@ void lockfs_log_request_reopen(struct lockfs_log *log)
 
 void lockfs_log_tick(struct lockfs_log *log)
 {
-	int64_t now = clock_ms(CLOCK_BOOTTIME);
+	int64_t now = lockfs_boot_ms();
 
 	if (!log)
 		return;

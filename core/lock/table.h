@@ -26,7 +26,7 @@
 #include "lockfs/log.h"
 #include "lockfs/record.h"
 #include "lockfs/backend.h"
-#include "proc/descendants.h"
+#include "lockfs/descendants.h"
 #include "proc/requesters.h"
 #include "proc/liveness.h"
 #include "quota.h"

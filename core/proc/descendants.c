@@ -1,7 +1,8 @@
 /*
  * Descendants of lock holders, tracked from the process events; see
  * descendants.h.  What /proc shows when the events do not tell is
- * descendants_scan.c's; the state both share is descendants_state.h.
+ * descendants_scan.c's; the state both share (entries, roots, rootsets) is
+ * descendants_state.c's (descendants_state.h).
  *
  * The state, all protected by d->mu:
  *  - roots: one per watched holder process (pid, start), with the number
@@ -23,9 +24,10 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "descendants.h"
+#include "lockfs/descendants.h"
 #include "descendants_state.h"
 
+#define ENTRY_BUCKETS_MIN 256
 /* Ancestors looked at when a caller asks to act for a holder. */
 #define WALK_MAX 64
 /* How often the descendants of holders that exited are checked against
@@ -42,6 +44,24 @@ static uint64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- roots ------------------------------------------------------------------ */
+
+static struct root *root_find(struct lockfs_descendants *d, pid_t pid, unsigned long long start)
+{
+	for (struct root *r = d->roots[(unsigned)pid % ROOT_BUCKETS]; r; r = r->next)
+		if (r->pid == pid && r->start == start)
+			return r;
+	return NULL;
+}
+
+/* Is R in S as a proven descendant's root (not a mere candidate)? */
+static bool set_proves(const struct rootset *s, const struct root *r)
+{
+	const struct member *m = lockfs_desc_set_find(s, r);
+
+	return m && !m->candidate;
 }
 
 /* ---- events --------------------------------------------------------------- */
@@ -155,6 +175,7 @@ static void on_exit_event(struct lockfs_descendants *d, const struct lockfs_proc
 	}
 	lockfs_desc_entry_drop(d, e);
 }
+
 
 static void on_sid_event(struct lockfs_descendants *d, const struct lockfs_proc_event *ev)
 {
@@ -364,7 +385,7 @@ int lockfs_descendants_watch(struct lockfs_descendants *d, pid_t pid,
 	if (sid <= 0 && d->procs.stat(d->procs.ctx, pid, &p) == 0 && p.start == start)
 		sid = p.sid;
 	pthread_mutex_lock(&d->mu);
-	r = lockfs_desc_root_find(d, pid, start);
+	r = root_find(d, pid, start);
 	if (r) {
 		r->refs++;
 		goto out;
@@ -408,7 +429,7 @@ void lockfs_descendants_unwatch(struct lockfs_descendants *d, pid_t pid,
 	struct root *r;
 
 	pthread_mutex_lock(&d->mu);
-	r = lockfs_desc_root_find(d, pid, start);
+	r = root_find(d, pid, start);
 	if (r && r->refs > 0) {
 		r->refs--;
 		lockfs_desc_root_maybe_unlist(d, r);
@@ -430,7 +451,7 @@ int lockfs_descendants_holder_exited(struct lockfs_descendants *d,
 
 	pthread_mutex_lock(&d->mu);
 	drain(d);
-	r = lockfs_desc_root_find(d, pid, start);
+	r = root_find(d, pid, start);
 	if (!r) {
 		/* Not watched (no memory then, or a record read afresh):
 		 * nothing was counted, so look. */
@@ -489,7 +510,7 @@ int lockfs_descendants_count(struct lockfs_descendants *d, pid_t pid,
 	int n = -ENOENT;
 
 	pthread_mutex_lock(&d->mu);
-	r = lockfs_desc_root_find(d, pid, start);
+	r = root_find(d, pid, start);
 	if (r) {
 		n = r->live > 1000000 ? 1000000 : (int)r->live;
 		if (version)
@@ -519,7 +540,7 @@ int lockfs_descendants_list(struct lockfs_descendants *d, pid_t pid, unsigned lo
 	*n = 0;
 	pthread_mutex_lock(&d->mu);
 	drain(d);
-	r = lockfs_desc_root_find(d, pid, start);
+	r = root_find(d, pid, start);
 	if (!r) {
 		rc = -ENOENT;
 		goto out;
@@ -575,12 +596,12 @@ bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
 
 	pthread_mutex_lock(&d->mu);
 	drain(d);
-	r = lockfs_desc_root_find(d, pid, start);
+	r = root_find(d, pid, start);
 	for (int i = 0; r && i < WALK_MAX && caller > 1; i++) {
 		struct entry *e = lockfs_desc_entry_find(d, caller);
 		struct lockfs_desc_proc p, q;
 
-		if (e && (!e->start || e->start == caller_start) && lockfs_desc_set_proves(e->set, r)) {
+		if (e && (!e->start || e->start == caller_start) && set_proves(e->set, r)) {
 			yes = true;
 			break;
 		}

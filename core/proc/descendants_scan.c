@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "lockfs/proc.h"
-#include "descendants.h"
+#include "lockfs/descendants.h"
 #include "descendants_state.h"
 
 /* ---- scanning /proc ------------------------------------------------------- */

@@ -1,7 +1,8 @@
 /*
  * The state of the descendants module, shared by its two halves: the
- * tracking (descendants.c: entries, roots, events, the interface) and the
- * /proc scan (descendants_scan.c).  All of it is protected by d->mu, held
+ * tracking (descendants.c: events, the interface) and the /proc scan
+ * (descendants_scan.c); the entries, roots and rootsets are kept by
+ * descendants_state.c, below both.  All of it is protected by d->mu, held
  * by every function below.  Internal to core/proc.
  */
 #ifndef LOCKFS_PROC_DESCENDANTS_STATE_H
@@ -13,7 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "descendants.h"
+#include "lockfs/descendants.h"
 
 #define ROOT_BUCKETS 256
 
@@ -92,21 +93,23 @@ static inline bool lockfs_desc_left_session(const struct root *r, pid_t sid)
 /* Most roots one process counts for: nested locks, each held by a
  * descendant of the last.  More are not counted (a scan finds them). */
 #define SET_MAX 64
-/* The entry table's smallest size (a power of two). */
-#define ENTRY_BUCKETS_MIN 256
 
-/* The table's own helpers (descendants_table.c), for the tracking: a root
- * by holder, references of roots and sets, a new set, and the counts kept
- * right when a set or a root changes. */
-struct root *lockfs_desc_root_find(struct lockfs_descendants *d, pid_t pid, unsigned long long start);
+/* descendants_state.c: the entries, roots and rootsets, and their changes. */
+
+/* Free R once nothing names it (unlisted, no entry, no rootset). */
 void lockfs_desc_root_put(struct root *r);
+/* Drop a reference to S (NULL: nothing), freeing it with the last. */
 void lockfs_desc_set_put(struct rootset *s);
-bool lockfs_desc_set_proves(const struct rootset *s, const struct root *r);
+/* A new set of the N members in V (no root twice), one reference.  NULL
+ * when out of memory. */
 struct rootset *lockfs_desc_set_new(const struct member *v, unsigned n);
+/* E's set changed: forget the cached set of its children. */
 void lockfs_desc_entry_set_changed(struct entry *e);
+/* Unlist R once nothing needs to find it: no lock depends on it, and its
+ * holder lives or none of its descendants does. */
 void lockfs_desc_root_maybe_unlist(struct lockfs_descendants *d, struct root *r);
+/* R's holder exited. */
 void lockfs_desc_root_mark_dead(struct lockfs_descendants *d, struct root *r);
-
 /* The entry of PID, or NULL. */
 struct entry *lockfs_desc_entry_find(struct lockfs_descendants *d, pid_t pid);
 /* A new entry for (PID, START) (START 0: not known yet), or NULL (no memory). */

@@ -12,7 +12,7 @@
 #include <linux/connector.h>
 #include <linux/netlink.h>
 
-#include "procevents.h"
+#include "lockfs/procevents.h"
 
 /* Room for a burst of fork/exit events between two drains (each costs
  * the socket about 1 KiB of buffer). */

@@ -36,7 +36,7 @@
 #include <sys/types.h>
 
 #include "lockfs/limits.h"
-#include "descendants.h"
+#include "lockfs/descendants.h"
 
 struct lockfs_requesters;
 

@@ -2,7 +2,7 @@
 """The etcd store's files as issue 21 left them: calls between the files of
 core/backend/ go one way (the session calls nothing of the store above
 it), no etcd file over 1,000 lines, one list of the etcd kind's -o keys
-(the registry's), one say() and one parse_seconds, one header called
+(options.c, below the registry and etcd.c), one say() and one parse_seconds, one header called
 etcd.h, and an engine that names none of etcd's `owner` fields.  Reads the
 source only (LOCKFS_SOURCE_ROOT, default this tree); the last test runs the
 daemon for the message the one list of keys gives."""
@@ -71,7 +71,7 @@ def test_etcd_option_keys_are_listed_once():
         with open(os.path.join(SOURCE_ROOT, p)) as f:
             if re.search(r'"lock_delay",\s*"etcd_cacert"', f.read()):
                 where.append(p)
-    assert where == ['core/backend/registry.c']
+    assert where == ['core/backend/options.c']
 
 
 def test_etcd_store_includes_no_dir_header():

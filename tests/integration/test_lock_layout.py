@@ -2,8 +2,10 @@
 """The shape of core/lock/ and core/base/record*.c (issue 21): read from the
 built objects (nm) and the sources, with no mount.
 
-- no circle among the files of core/lock/ by the functions they call (a
-  call that goes up goes through a function pointer the floor above sets);
+- no circle among the files of core/lock/ (and of core/base/) by the
+  functions they call (a call that goes up goes through a function pointer
+  the floor above sets), by tools/check_floors.py's finder, which the lint
+  suite runs over every folder;
 - no header of core/lock/ declares a function of the floor above
   (core/engine.c);
 - the store is reached only through core/lock/store.c's wrappers;
@@ -14,11 +16,10 @@ built objects (nm) and the sources, with no mount.
 
 LOCKFS_BUILD names the build root (default: the daemon's folder)."""
 
-import collections
 import glob
+import importlib.util
 import os
 import re
-import subprocess
 
 import pytest
 
@@ -37,68 +38,35 @@ def _objects(lib):
     return objs
 
 
+def _load_check_floors():
+    """tools/check_floors.py as a module: its call graph and circle finder
+    (run over every folder by `meson test --suite lint`) are the ones used
+    here, on one floor at a time."""
+    spec = importlib.util.spec_from_file_location(
+        'check_floors', os.path.join(SOURCE_ROOT, 'tools', 'check_floors.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+check_floors = _load_check_floors()
+
+
 def _symbols(obj):
     """(defined global symbols, undefined symbols) of object OBJ."""
-    out = subprocess.run(['nm', obj], capture_output=True, text=True, check=True).stdout
-    defined, used = set(), set()
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) == 3 and f[1] in 'TDBR':
-            defined.add(f[2])
-        elif len(f) == 2 and f[0] == 'U':
-            used.add(f[1])
-    return defined, used
+    return check_floors.object_symbols([obj])[obj]
 
 
 def call_graph(lib):
     """{file: {file it calls: [symbols]}} among the objects of LIB."""
-    defs, uses = {}, {}
-    for o in _objects(lib):
-        name = os.path.basename(o).split('_', 1)[1][:-len('.o')]   # lock_queue.c.o
-        defs[name], uses[name] = _symbols(o)
-    owner = {sym: f for f, syms in defs.items() for sym in syms}
-    graph = collections.defaultdict(dict)
-    for f, used in uses.items():
-        for sym in used:
-            if sym in owner and owner[sym] != f:
-                graph[f].setdefault(owner[sym], []).append(sym)
-    return graph
+    return check_floors.call_graph(SOURCE_ROOT, BUILD, _objects(lib))
 
 
-def cycles(graph):
-    """The strongly connected components of GRAPH with more than one file."""
-    index, low, stack, on, found = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, {}):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+cycles = check_floors.cycles
 
 
 def _explain(graph, comp):
-    return '; '.join(f'{a} -> {b} ({", ".join(sorted(graph[a][b]))})'
-                     for a in comp for b in sorted(graph[a]) if b in comp)
+    return check_floors.explain(graph, comp)
 
 
 @pytest.mark.parametrize('lib', ['lock', 'base'])

@@ -21,8 +21,8 @@
 #include <cmocka.h>
 
 #include "../../core/base/clock.h"
-#include "../../core/proc/descendants.h"
-#include "../../core/proc/procevents.h"
+#include "lockfs/descendants.h"
+#include "lockfs/procevents.h"
 #include "../../core/proc/requesters.h"
 #include "lockfs/holder.h"
 

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "../../core/base/clock.h"
 #include "lockfs/log.h"
 #include "lockfs/utf8.h"
 
@@ -409,6 +410,67 @@ static void test_real_file(void **state)
 	close(dirfd);
 }
 
+/* The log reads the engine's clocks (core/base/clock.c), which a test
+ * replaces: its lines carry the wall clock's time, and a burst of refusals
+ * ends by the boot clock. */
+static int64_t fake_wall_ms = 1000000000000; /* 2001-09-09T01:46:40.000Z */
+static int64_t fake_boot_ms = 5000;
+
+static int64_t fake_wall(void *arg)
+{
+	(void)arg;
+	return fake_wall_ms;
+}
+
+static int64_t fake_boot(void *arg)
+{
+	(void)arg;
+	return fake_boot_ms;
+}
+
+static int count_in(const char *text, const char *what)
+{
+	int n = 0;
+
+	for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
+
+static void test_log_reads_the_replaceable_clocks(void **state)
+{
+	char dir[] = "/tmp/lockfs-test-log-XXXXXX";
+	static const struct lockfs_clock clock = { fake_wall, fake_boot, NULL };
+	const struct lockfs_log_limits lim = { .keep = 1, .denied_interval_s = 10 };
+	struct lockfs_log *log;
+	char *text;
+	int dirfd;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dirfd >= 0);
+	lockfs_clock_override(&clock);
+	assert_int_equal(lockfs_log_open(&log, dirfd, "lock.log", &lim), 0);
+	assert_int_equal(lockfs_log_event(log, "alice:1", "deploy", NULL, "acquired"), 0);
+	lockfs_log_denied(log, 1000, 1, "bob:2", "deploy", "not-holder");
+	lockfs_log_denied(log, 1000, 1, "bob:2", "deploy", "not-holder"); /* same burst */
+	fake_boot_ms += 11000;                                            /* the burst is over */
+	lockfs_log_tick(log);
+	lockfs_log_denied(log, 1000, 1, "bob:2", "deploy", "not-holder");
+	lockfs_log_close(log);
+	lockfs_clock_override(NULL);
+
+	text = slurp(dir, "lock.log");
+	assert_int_equal(strncmp(text, "2001-09-09T01:46:40.000Z ", 25), 0);
+	/* the first of the burst, its count line at the tick, a new burst's first */
+	assert_int_equal(count_in(text, " denied\n"), 3);
+	assert_int_equal(count_in(text, "2001-09-09T01:46:40.000Z "), 4);
+	free(text);
+	cleanup_dir(dir, "lock.log");
+	close(dirfd);
+}
+
 static void test_open_error(void **state)
 {
 	struct lockfs_log *log = NULL;
@@ -699,6 +761,7 @@ int main(void)
 		cmocka_unit_test(test_fit_keeps_uid_and_pid),
 		cmocka_unit_test(test_rotation_keeps_keep_files_within_max),
 		cmocka_unit_test(test_open_refuses_links),
+		cmocka_unit_test(test_log_reads_the_replaceable_clocks),
 		cmocka_unit_test(test_kept_lines_come_out_in_order),
 		cmocka_unit_test(test_open_ro_follows_the_file_being_written),
 	};

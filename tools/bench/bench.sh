@@ -34,6 +34,9 @@
 
 set -euo pipefail
 
+# usage, die, is_mounted, stop_daemon, the work dir and the traps
+. "$(dirname "$(readlink -f "$0")")/bench_helpers.sh"
+
 ROUNDS=7
 PAIRS=2000
 SECONDS_RATE=2
@@ -43,11 +46,6 @@ WHERE=0
 SMOKE=0
 BUILD=./build
 PY=/usr/bin/python3
-
-usage() {
-	sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
-}
 
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -66,8 +64,6 @@ while [ $# -gt 0 ]; do
 	*) BUILD=$1; shift ;;
 	esac
 done
-
-die() { echo "bench.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (it mounts a tmpfs and FUSE filesystems)"
 [[ $ROUNDS =~ ^[0-9]+$ ]] && [ "$ROUNDS" -ge 1 ] || die "--rounds must be a positive integer"
@@ -89,10 +85,6 @@ T=""             # our private tmpfs, $W/tmpfs
 MOUNTS=()        # everything we mounted, in mount order
 PIDS=()          # every daemon we started
 
-is_mounted() { # MOUNTPOINT
-	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo
-}
-
 unmount_one() { # MOUNTPOINT
 	local m=$1
 	is_mounted "$m" || return 0
@@ -100,17 +92,6 @@ unmount_one() { # MOUNTPOINT
 	fuse*) fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null || true ;;
 	*) umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true ;;
 	esac
-}
-
-stop_daemon() { # PID: wait for it after its unmount, then TERM, then KILL
-	local pid=$1 i
-	for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for i in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-	fi
-	wait "$pid" 2>/dev/null || echo "bench.sh: daemon $pid exited with status $?" >&2
 }
 
 cleanup() {
@@ -124,27 +105,13 @@ cleanup() {
 	done
 	for pid in "${PIDS[@]}"; do stop_daemon "$pid"; done
 	[ -z "$T" ] || unmount_one "$T"
-	if [ -n "$W" ] && [ -d "$W" ]; then
-		if grep -q " ${W}[/ ]" /proc/self/mountinfo; then
-			echo "bench.sh: something is still mounted under $W; not removing it" >&2
-		else
-			# lockfs made its mount points immutable (the guard)
-			for m in "${MOUNTS[@]}"; do chattr -i "$m" 2>/dev/null; done
-			rm -rf --one-file-system "$W"
-		fi
-	fi
+	bench_workdir_remove "${MOUNTS[@]}"
 	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps
 
 # ------------------------------------------------------------------ setup ---
-W=$(mktemp -d /var/tmp/lockfs-bench.XXXXXX)
-chmod 0700 "$W"
-T=$W/tmpfs
-mkdir "$T"
-mount -t tmpfs -o size=256m,mode=0700 tmpfs "$T"
+bench_workdir lockfs-bench 256m
 MOUNTS+=("$T")
 mkdir -m 0700 "$T/backing" "$T/backing-nice" "$T/direct"
 : > "$T/flock"

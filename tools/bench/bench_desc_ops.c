@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/proc/descendants.h"
-#include "../core/proc/procevents.h"
+#include "lockfs/descendants.h"
+#include "lockfs/procevents.h"
 
 /* The connector, counting what it hands out. */
 static struct lockfs_event_source inner;

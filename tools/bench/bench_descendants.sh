@@ -28,6 +28,9 @@
 
 set -euo pipefail
 
+# usage, die, is_mounted, stop_daemon, the work dir and the traps
+. "$(dirname "$(readlink -f "$0")")/bench_helpers.sh"
+
 ROUNDS=9
 PAIRS=2000
 LOAD_SECONDS=5
@@ -36,11 +39,6 @@ MICRO_FORKS=5000
 BASE=""
 BUILD=./build
 PY=/usr/bin/python3
-
-usage() {
-	sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
-}
 
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -58,8 +56,6 @@ while [ $# -gt 0 ]; do
 	*) BUILD=$1; shift ;;
 	esac
 done
-
-die() { echo "bench_descendants.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (it mounts a tmpfs and FUSE filesystems)"
 [ -n "$BASE" ] || die "--base BASE_BUILD is required (a build of the commit to compare with)"
@@ -81,8 +77,6 @@ MOUNTS=()     # FUSE mounts, in mount order
 PIDS=()       # daemons
 LOADPID=""    # the fork load
 
-is_mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
-
 stop_load() {
 	if [ -n "$LOADPID" ]; then
 		kill -TERM "$LOADPID" 2>/dev/null || true
@@ -96,36 +90,15 @@ cleanup() {
 	trap - EXIT INT TERM
 	set +e
 	stop_load
-	for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-		is_mounted "${MOUNTS[i]}" && { fusermount3 -u "${MOUNTS[i]}" 2>/dev/null ||
-			fusermount3 -u -z "${MOUNTS[i]}"; }
-	done
-	for p in "${PIDS[@]}"; do
-		for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-		kill -0 "$p" 2>/dev/null && kill -KILL "$p"
-		wait "$p" 2>/dev/null
-	done
-	[ -z "$T" ] || ! is_mounted "$T" || umount "$T" || umount -l "$T"
-	if [ -n "$W" ] && [ -d "$W" ] && ! grep -q " ${W}[/ ]" /proc/self/mountinfo; then
-		# lockfs makes its mount point immutable once unmounted (the
-		# guard, recovery.md): clear that first, as bench_stop.py does.
-		for p in "$W"/m-*; do
-			[ -d "$p" ] && chattr -i "$p"
-		done
-		rm -rf --one-file-system "$W"
-	fi
+	for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do unmount_fuse "${MOUNTS[i]}"; done
+	for p in "${PIDS[@]}"; do stop_daemon "$p"; done
+	bench_workdir_remove "$W"/m-*
 	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps
 
 # ------------------------------------------------------------------ setup ---
-W=$(mktemp -d /var/tmp/lockfs-bench-desc.XXXXXX)
-chmod 0700 "$W"
-T=$W/tmpfs
-mkdir "$T"
-mount -t tmpfs -o size=256m,mode=0700 tmpfs "$T"
+bench_workdir lockfs-bench-desc 256m
 
 declare -A MNT DPID
 start() { # NAME BINARY [OPTION...]

@@ -80,6 +80,9 @@
 
 set -euo pipefail
 
+# usage, die, is_mounted, stop_daemon, the work dir and the traps
+. "$(dirname "$(readlink -f "$0")")/bench_helpers.sh"
+
 ROUNDS=7
 PAIRS=500
 SAMPLES=200
@@ -92,11 +95,6 @@ BASE=""
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 FIXTURES=$HERE/../../tests/integration/etcd_fixtures.py
-
-usage() {
-	sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
-}
 
 ARGS=("$@")
 while [ $# -gt 0 ]; do
@@ -114,7 +112,6 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-die() { echo "bench_etcd.sh: $*" >&2; exit 1; }
 skip() { echo "SKIP: bench_etcd.sh: $*"; exit 77; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (it mounts a tmpfs and lockfs)"
@@ -158,21 +155,6 @@ MOUNTS=()        # lockfs mount points we mounted
 PIDS=()          # their daemons
 CLIENT_PID=""    # a benchmark client in progress
 
-is_mounted() { # MOUNTPOINT
-	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo
-}
-
-stop_daemon() { # PID: wait for it after its unmount, then TERM, then KILL
-	local pid=$1 i
-	for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for i in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-	fi
-	wait "$pid" 2>/dev/null || echo "bench_etcd.sh: daemon $pid exited with status $?" >&2
-}
-
 cleanup() {
 	local rc=$? m p
 	trap - EXIT INT TERM
@@ -181,34 +163,15 @@ cleanup() {
 		kill -KILL "$CLIENT_PID"
 		wait "$CLIENT_PID" 2>/dev/null
 	fi
-	for m in "${MOUNTS[@]}"; do
-		is_mounted "$m" && { fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null; }
-	done
+	for m in "${MOUNTS[@]}"; do unmount_fuse "$m"; done
 	for p in "${PIDS[@]}"; do stop_daemon "$p"; done
-	if [ -n "$T" ] && is_mounted "$T"; then
-		umount "$T" 2>/dev/null || umount -l "$T"
-	fi
-	if [ -n "$W" ] && [ -d "$W" ]; then
-		if grep -q " ${W}[/ ]" /proc/self/mountinfo; then
-			echo "bench_etcd.sh: something is still mounted under $W; not removing it" >&2
-		else
-			# lockfs made its mount points immutable (the guard)
-			for m in "${MOUNTS[@]}"; do chattr -i "$m" 2>/dev/null; done
-			rm -rf --one-file-system "$W"
-		fi
-	fi
+	bench_workdir_remove "${MOUNTS[@]}"
 	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps
 
 # ------------------------------------------------------------------ setup ---
-W=$(mktemp -d /var/tmp/lockfs-etcd-bench.XXXXXX)
-chmod 0700 "$W"
-T=$W/tmpfs
-mkdir "$T"
-mount -t tmpfs -o size=64m,mode=0700 tmpfs "$T"
+bench_workdir lockfs-etcd-bench 64m
 PREFIX=/bench-$$-$RANDOM/
 
 mount_one() { # NAME OPTIONS...: mount lockfs on $W/NAME with -o OPTIONS; echoes nothing

@@ -46,6 +46,9 @@
 
 set -euo pipefail
 
+# usage, die, is_mounted, stop_daemon, the work dir and the traps
+. "$(dirname "$(readlink -f "$0")")/bench_helpers.sh"
+
 ROUNDS=7
 SAMPLES=500
 POLL_SAMPLES=40
@@ -58,11 +61,6 @@ BASE=""
 SMOKE=0
 BUILD=./build
 PY=/usr/bin/python3
-
-usage() {
-	sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
-}
 
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -81,8 +79,6 @@ while [ $# -gt 0 ]; do
 	*) BUILD=$1; shift ;;
 	esac
 done
-
-die() { echo "bench_handoff.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (it mounts a tmpfs and lockfs)"
 for v in ROUNDS SAMPLES AGENTS PER_AGENT TIMEOUT; do
@@ -114,10 +110,6 @@ MB=""           # the base lockfs's mount point (--base), once mounted
 BASE_PID=""     # the base lockfs daemon
 CLIENT_PID=""   # the bench_handoff run in progress (its children die with it)
 
-is_mounted() { # MOUNTPOINT
-	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo
-}
-
 cleanup() {
 	local rc=$? i
 	trap - EXIT INT TERM
@@ -126,46 +118,18 @@ cleanup() {
 		kill -KILL "$CLIENT_PID"
 		wait "$CLIENT_PID" 2>/dev/null
 	fi
-	for mp in "$M" "$MB"; do
-		if [ -n "$mp" ] && is_mounted "$mp"; then
-			fusermount3 -u "$mp" 2>/dev/null || fusermount3 -u -z "$mp" 2>/dev/null
-		fi
-	done
+	unmount_fuse "$M"
+	unmount_fuse "$MB"
 	for pid in "$DAEMON_PID" "$BASE_PID"; do
-		[ -n "$pid" ] || continue
-		for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$pid" 2>/dev/null; then
-			kill -TERM "$pid"
-			for i in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-			kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-		fi
-		wait "$pid" 2>/dev/null || echo "bench_handoff.sh: lockfs daemon $pid exited with status $?" >&2
+		[ -z "$pid" ] || stop_daemon "$pid"
 	done
-	if [ -n "$T" ] && is_mounted "$T"; then
-		umount "$T" 2>/dev/null || umount -l "$T"
-	fi
-	if [ -n "$W" ] && [ -d "$W" ]; then
-		if grep -q " ${W}[/ ]" /proc/self/mountinfo; then
-			echo "bench_handoff.sh: something is still mounted under $W; not removing it" >&2
-		else
-			# lockfs made its mount point immutable (the guard)
-			[ -z "$M" ] || chattr -i "$M" 2>/dev/null
-			[ -z "$MB" ] || chattr -i "$MB" 2>/dev/null
-			rm -rf --one-file-system "$W"
-		fi
-	fi
+	bench_workdir_remove "$M" "$MB"
 	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps
 
 # ------------------------------------------------------------------ setup ---
-W=$(mktemp -d /var/tmp/lockfs-handoff.XXXXXX)
-chmod 0700 "$W"
-T=$W/tmpfs
-mkdir "$T"
-mount -t tmpfs -o size=64m,mode=0700 tmpfs "$T"
+bench_workdir lockfs-handoff 64m
 DIR=$T/backing
 mkdir -m 0700 "$DIR"
 : > "$T/kflock-handoff"

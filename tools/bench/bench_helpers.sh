@@ -20,15 +20,80 @@
 
 set -euo pipefail
 
+# ------------------------------------------------- shared by the benchmarks ---
+# bench.sh, bench_descendants.sh, bench_etcd.sh and bench_handoff.sh source
+# this file for the functions below (each defines its own cleanup(); W and
+# T, its work dir and private tmpfs, must be set, empty, before
+# bench_traps).  Sourced, the file stops after them.
+BENCH_NAME=${0##*/}
+
+usage() { # the calling script's header comment, as its help
+	sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
+	exit 2
+}
+
+die() { echo "$BENCH_NAME: $*" >&2; exit 1; }
+
+is_mounted() { # MOUNTPOINT
+	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo
+}
+
+unmount_fuse() { # MOUNTPOINT: a FUSE mount of ours, lazily when it is busy
+	is_mounted "$1" || return 0
+	fusermount3 -u "$1" 2>/dev/null || fusermount3 -u -z "$1" 2>/dev/null || true
+}
+
+stop_daemon() { # PID: wait for it after its unmount, then TERM, then KILL
+	local pid=$1 i
+	for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null || true
+		for i in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || echo "$BENCH_NAME: daemon $pid exited with status $?" >&2
+}
+
+bench_workdir() { # NAME SIZE: W=/var/tmp/NAME.XXXXXX (0700) and our tmpfs of SIZE on T=$W/tmpfs
+	W=$(mktemp -d "/var/tmp/$1.XXXXXX")
+	chmod 0700 "$W"
+	T=$W/tmpfs
+	mkdir "$T"
+	mount -t tmpfs -o "size=$2,mode=0700" tmpfs "$T"
+}
+
+bench_workdir_remove() { # [MOUNTPOINT...]: the last step of a cleanup, once
+	# every FUSE mount is down and its daemon reaped: T unmounted, and W
+	# removed unless something is still mounted under it.  lockfs makes
+	# its mount points immutable once unmounted (the guard, recovery.md):
+	# the MOUNTPOINTs are made mutable first.
+	local m
+	if [ -n "$T" ] && is_mounted "$T"; then
+		umount "$T" 2>/dev/null || umount -l "$T"
+	fi
+	[ -n "$W" ] && [ -d "$W" ] || return 0
+	if grep -q " ${W}[/ ]" /proc/self/mountinfo; then
+		echo "$BENCH_NAME: something is still mounted under $W; not removing it" >&2
+		return 0
+	fi
+	for m in "$@"; do [ -n "$m" ] && [ -d "$m" ] && chattr -i "$m" 2>/dev/null; done
+	rm -rf --one-file-system "$W"
+}
+
+bench_traps() { # cleanup() on every exit, Ctrl-C and TERM included
+	trap cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
+
+# ----------------------------------------------------- the helper benchmark ---
+
 ROUNDS=9
 PAIRS=2000
 NAMES=500
 PY=/usr/bin/python3
-
-usage() {
-	sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
-}
 
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -45,35 +110,24 @@ done
 OLD=$1 NEW=$2 BUILD=${3:-./build}
 CLIENT=$BUILD/tools/bench/bench_pairs
 
-die() { echo "bench_helpers.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root"
 for b in "$OLD" "$NEW" "$CLIENT"; do [ -x "$b" ] || die "$b is not executable"; done
 [[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 ]] || die "--rounds must be a positive integer"
 
 W=$(mktemp -d /var/tmp/lockfs-bench-helpers.XXXXXX)
+T=$W/t
 PIDS=()
 cleanup() {
-	local rc=$? m p
+	local rc=$? p
 	trap - EXIT INT TERM
 	set +e
-	for m in "$W/m-old" "$W/m-new"; do
-		grep -q " $m " /proc/self/mountinfo && fusermount3 -u "$m"
-	done
+	unmount_fuse "$W/m-old"
+	unmount_fuse "$W/m-new"
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-	grep -q " $W/t " /proc/self/mountinfo && umount "$W/t"
-	if ! grep -q " $W/" /proc/self/mountinfo; then
-		# lockfs makes its mount point immutable once unmounted (the
-		# guard, recovery.md): clear that first, as bench_stop.py does.
-		for m in "$W/m-old" "$W/m-new"; do
-			[ -d "$m" ] && chattr -i "$m"
-		done
-		rm -rf --one-file-system "$W"
-	fi
+	bench_workdir_remove "$W/m-old" "$W/m-new"
 	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps
 
 mkdir "$W/t" "$W/m-old" "$W/m-new"
 mount -t tmpfs -o size=128m,mode=0700 tmpfs "$W/t"

@@ -27,8 +27,9 @@
  *
  * The files: main.c (the verbs), args.c (the command line), mount.c (finding
  * and reading the mount), wait.c (taking the lock: waiting, the waiting
- * line, signals), status.c (status), text.c (text others chose, made safe
- * to print).
+ * line, signals), status.c (status), holder_view.c (a holder as seen from
+ * here), text.c (text others chose, made safe to print), json.c (a member
+ * of the JSON the mount shows).
  */
 #ifndef LOCKCTL_H
 #define LOCKCTL_H
@@ -180,7 +181,7 @@ json_t *lockfs_ctl_read_owner(const char *mnt, const char *name, int *err);
 /* M/NAME/waiters as a JSON array, one object per line in queue order
  * (empty when the file is missing; lines not JSON objects skipped). */
 json_t *lockfs_ctl_read_waiters(const char *mnt, const char *name);
-/* O's string member KEY, or NULL. */
+/* O's string member KEY, or NULL (json.c). */
 const char *lockfs_ctl_jstr(const json_t *o, const char *key);
 /* O's integer member KEY into *V: true when it is one. */
 bool lockfs_ctl_jint(const json_t *o, const char *key, long long *v);

@@ -224,20 +224,6 @@ json_t *lockfs_ctl_read_waiters(const char *mnt, const char *name)
 	return arr;
 }
 
-const char *lockfs_ctl_jstr(const json_t *o, const char *key)
-{
-	return json_string_value(json_object_get(o, key));
-}
-
-bool lockfs_ctl_jint(const json_t *o, const char *key, long long *v)
-{
-	json_t *x = json_object_get(o, key);
-	if (!json_is_integer(x))
-		return false;
-	*v = json_integer_value(x);
-	return true;
-}
-
 long long lockfs_ctl_now_ms(void)
 {
 	struct timespec ts;

@@ -1,20 +1,16 @@
 /*
- * The descendants module's table: roots (watched holders), entries (the
- * processes it knows, by pid) and the immutable root sets entries count
- * for, with what keeps their counts right.  Below both users of it: the
- * tracking from process events (descendants.c) and the /proc scan
- * (descendants_scan.c), which so never call each other back.  All under
- * d->mu (descendants_state.h).
+ * The state of the descendants module (descendants_state.h): the entries
+ * (one per process the module knows, by pid), the roots (one per watched
+ * holder) and the rootsets that tie them, with the changes both halves
+ * make to them -- the tracking (descendants.c) from the process events, the
+ * scan (descendants_scan.c) from /proc.  Below both, so that they call it
+ * and never each other both ways.  Every function is called with d->mu
+ * held.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
-#include "descendants.h"
 #include "descendants_state.h"
-
 
 /* ---- entries ------------------------------------------------------------ */
 
@@ -81,14 +77,6 @@ static void entry_unlink(struct lockfs_descendants *d, struct entry *e)
 
 /* ---- roots and rootsets --------------------------------------------------- */
 
-struct root *lockfs_desc_root_find(struct lockfs_descendants *d, pid_t pid, unsigned long long start)
-{
-	for (struct root *r = d->roots[(unsigned)pid % ROOT_BUCKETS]; r; r = r->next)
-		if (r->pid == pid && r->start == start)
-			return r;
-	return NULL;
-}
-
 void lockfs_desc_root_put(struct root *r)
 {
 	if (!r->listed && !r->has_entry && r->holds == 0)
@@ -114,14 +102,6 @@ const struct member *lockfs_desc_set_find(const struct rootset *s, const struct 
 	return NULL;
 }
 
-/* Is R in S as a proven descendant's root (not a mere candidate)? */
-bool lockfs_desc_set_proves(const struct rootset *s, const struct root *r)
-{
-	const struct member *m = lockfs_desc_set_find(s, r);
-
-	return m && !m->candidate;
-}
-
 /* A new set of the N members in V (no root twice).  NULL when out of
  * memory. */
 struct rootset *lockfs_desc_set_new(const struct member *v, unsigned n)
@@ -138,7 +118,6 @@ struct rootset *lockfs_desc_set_new(const struct member *v, unsigned n)
 	}
 	return s;
 }
-
 
 void lockfs_desc_entry_set_changed(struct entry *e)
 {
@@ -293,4 +272,3 @@ void lockfs_desc_entry_leave_session(struct lockfs_descendants *d, struct entry 
 	}
 	lockfs_desc_set_put(old);
 }
-

@@ -21,8 +21,8 @@
  * answer that depends on them and on every tick.  Safe to call from
  * several threads; one mutex, taken after a stripe mutex, never before.
  */
-#ifndef LOCKFS_CORE_DESCENDANTS_H
-#define LOCKFS_CORE_DESCENDANTS_H
+#ifndef LOCKFS_DESCENDANTS_H
+#define LOCKFS_DESCENDANTS_H
 
 #include <stdbool.h>
 #include <stddef.h>

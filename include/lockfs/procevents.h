@@ -10,12 +10,12 @@
  * rest out before they are sent).  The socket's buffer is made large, and
  * a full one loses events: the next read says -ENOBUFS once.
  */
-#ifndef LOCKFS_CORE_PROCEVENTS_H
-#define LOCKFS_CORE_PROCEVENTS_H
+#ifndef LOCKFS_PROCEVENTS_H
+#define LOCKFS_PROCEVENTS_H
 
 #include <stddef.h>
 
-#include "descendants.h"
+#include "lockfs/descendants.h"
 
 struct lockfs_procevents;
 
