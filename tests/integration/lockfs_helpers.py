@@ -21,7 +21,14 @@ import unicodedata
 
 import pytest
 
-LOCKFS_BIN = os.environ.get('LOCKFS_BIN', '/work/main/build/lockfs')
+# The build dir and the daemon: $LOCKFS_BUILD and $LOCKFS_BIN (meson test sets
+# both); by hand, this checkout's build/ (tests/integration/../../build), so
+# that pytest-3 works in any checkout.
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get('LOCKFS_BUILD') or (
+    os.path.dirname(os.environ['LOCKFS_BIN']) if os.environ.get('LOCKFS_BIN')
+    else os.path.join(_SOURCE_ROOT, 'build'))
+LOCKFS_BIN = os.environ.get('LOCKFS_BIN') or os.path.join(BUILD, 'lockfs')
 # Children run Debian's python: fast to start, and its exe is a known name.
 PYTHON = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else sys.executable
 
