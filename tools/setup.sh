@@ -244,6 +244,9 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing the missing Debian packages: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	# An earlier run interrupted inside dpkg left packages unpacked but not
+	# configured; apt-get refuses to go on until they are.
+	dpkg --configure -a || die "dpkg --configure -a failed (above)"
 	apt-get update -q || die "apt-get update failed (above)"
 	apt-get install -y -q --no-install-recommends "${missing[@]}" ||
 		die "apt-get install failed (above); run tools/setup.sh again once it is fixed"

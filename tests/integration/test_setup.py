@@ -31,6 +31,10 @@ def setup_env():
     with open(os.path.join(fake, 'apt-get'), 'w') as f:
         f.write(f'#!/bin/sh\necho "$@" >> {work}/apt-get.calls\n')
     os.chmod(os.path.join(fake, 'apt-get'), 0o755)
+    # and a dpkg (setup runs `dpkg --configure -a` before installing)
+    with open(os.path.join(fake, 'dpkg'), 'w') as f:
+        f.write(f'#!/bin/sh\necho "dpkg $@" >> {work}/apt-get.calls\n')
+    os.chmod(os.path.join(fake, 'dpkg'), 0o755)
     host = NsAgent(['unshare', '--mount'])
     env = {'PATH': f'{fake}:{os.environ["PATH"]}'}
 
@@ -152,7 +156,8 @@ def test_setup_installs_only_the_missing_packages(setup_env):
     assert r['rc'] == 0, r['err']
     assert 'installing the missing Debian packages: libsystemd-dev\n' in r['out']
     assert apt_calls(setup_env) == [
-        'update -q', 'install -y -q --no-install-recommends libsystemd-dev']
+        'dpkg --configure -a', 'update -q',
+        'install -y -q --no-install-recommends libsystemd-dev']
 
 
 def test_setup_reads_the_one_list_of_packages():
