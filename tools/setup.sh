@@ -131,10 +131,9 @@ remove() {
 			say "left $conf: tools/setup.sh did not write it"
 		fi
 	fi
-	local share_real mp found pid
+	local mp found pid
 	if [ -d "$share" ]; then
-		share_real=$(realpath -- "$share")
-		mp=$share_real/$name
+		mp=$(realpath -- "$share")/$name
 		found=$(mount_of "$mp")
 		if [ "${found%% *}" = fuse.lockfs ]; then
 			# the daemon started without systemd: it exits once unmounted
@@ -151,33 +150,17 @@ remove() {
 					die "the daemon (pid $pid) is still running 10 s after its unmount"
 				say "the daemon (pid $pid) has exited"
 			fi
-		elif [ -n "$found" ]; then
-			# a dead mount (its daemon is gone) or something else
-			umount -l -- "$mp"
-			say "detached the ${found%% *} mount on $mp"
-		fi
-		if [ -d "$mp" ] && [ -z "$(mount_of "$mp")" ]; then
-			chattr -i -- "$mp"
-			rmdir -- "$mp"
-			say "removed the guard $mp"
 		fi
 	fi
-	if [ -n "$link" ] && [ -L "$link" ] && [ "$(readlink -- "$link")" = "${mp:-$target}" ]; then
-		rm -- "$link"
-		say "removed the symlink $link"
-	fi
-	if [ -n "${share_real:-}" ]; then
-		if [ -n "$(ls -A -- "$share_real")" ]; then
-			say "left the shared parent $share_real: it still holds $(ls -A -- "$share_real" | tr '\n' ' ')"
-		else
-			if [ -n "$(mount_of "$share_real")" ]; then
-				umount -- "$share_real"
-				say "unbound $share_real"
-			fi
-			rmdir -- "$share_real"
-			say "removed $share_real"
-		fi
-	fi
+	# The layout (guard, symlink, the shared parent's bind mount) is
+	# lockfs-mountpoint's to undo, as it made it: the built one, else the
+	# installed one.
+	local tool=$build/systemd/lockfs-mountpoint
+	[ -x "$tool" ] || tool=/usr/local/sbin/lockfs-mountpoint
+	[ -x "$tool" ] || die "no lockfs-mountpoint in $build/systemd or /usr/local/sbin: build first (meson compile -C $build)"
+	local removed
+	removed=$("$tool" remove "$target" $link)
+	[ -z "$removed" ] || printf '%s\n' "$removed" | sed 's/^lockfs-mountpoint/setup/'
 	if [ $install = 1 ]; then
 		if other_instances; then
 			say "left the files installed under /usr/local: another lock tree still uses them" \

@@ -291,8 +291,9 @@ def test_setup_remove_undoes_what_setup_made(setup_env):
     assert r['rc'] == 0, r
     assert f'setup: unmounted lockfs from {w}/share/locks\n' in r['out']
     assert f'setup: the daemon (pid {pid}) has exited\n' in r['out']
-    assert f'setup: removed the guard {w}/share/locks\n' in r['out']
+    assert f'setup: removed the guarded mount point {w}/share/locks\n' in r['out']
     assert f'setup: removed the symlink {w}/locks\n' in r['out']
+    assert f'setup: unmounted the bind mount {w}/share\n' in r['out']
     assert f'setup: removed {w}/share\n' in r['out']
     assert 'the Debian packages setup installed stay installed' in r['out']
     assert not host.run(['test', '-d', f'/proc/{pid}'])['rc'] == 0
@@ -314,7 +315,7 @@ def test_setup_remove_leaves_the_other_lock_tree(setup_env):
     assert setup_env('--backing', f'{w}/dir-ci', f'{w}/ci')['rc'] == 0
     r = setup_env('--remove', f'{w}/ci')
     assert r['rc'] == 0, r
-    assert f'left the shared parent {w}/share: it still holds locks' in r['out']
+    assert f'left the bind mount {w}/share: another lock tree is mounted under it' in r['out']
     assert not os.path.lexists(f'{w}/ci')
     assert host.errno_of('mkdir', f'{w}/locks/x') == 0
     assert host.errno_of('rmdir', f'{w}/locks/x') == 0
