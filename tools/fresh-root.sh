@@ -95,6 +95,10 @@ cache=${LOCKFS_FRESH_ROOT_CACHE:-/var/cache/lockfs-fresh-root}
 key=$(date +%G-W%V)-$(printf '%s\n' "${mmargs[@]}" | sha256sum | cut -c1-12)
 pristine=$cache/$key
 mkdir -p -- "$cache"
+# One maker at a time: a second run waits for the first's root, rather than
+# removing it half-made.
+exec 9>"$cache/.lock"
+flock 9
 if [ ! -d "$pristine" ]; then
 	# Built beside, renamed when complete: an interrupted build is never
 	# taken for a root.
@@ -108,6 +112,8 @@ if [ ! -d "$pristine" ]; then
 		[ "$old" = "$pristine" ] || { say "removing the older root $old"; rm -rf -- "$old"; }
 	done
 fi
+flock -u 9
+exec 9>&-
 
 # --- this run's copy -----------------------------------------------------------
 run=$(mktemp -d /var/tmp/lockfs-fresh-run.XXXXXX)
@@ -123,6 +129,8 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 cp -a --reflink=auto -- "$pristine" "$run/root"
 mkdir -p -- "$run/root/src/lockfs"
 git ls-files -z --cached --others --exclude-standard |
