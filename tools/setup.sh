@@ -3,6 +3,8 @@
 #
 #   tools/setup.sh [--backing DIR] [-o OPTIONS] [--share DIR] [--name NAME]
 #                  [--no-install] [--build DIR] [MOUNTPOINT]
+#   tools/setup.sh --remove [--share DIR] [--name NAME] [--no-install]
+#                  [--build DIR] [MOUNTPOINT]
 #
 # Installs the Debian packages that are missing (only those), builds into
 # build/, installs lockfs, lockctl, lockctl-static, lockfs-mountpoint, the
@@ -29,14 +31,23 @@
 #   --no-install    use the build dir as it is: install nothing under
 #                   /usr/local and no unit; start the daemon directly
 #   --build DIR     the build dir (default build)
-set -euo pipefail
+#   --remove        undo what setup made for MOUNTPOINT: stop its unit or
+#                   daemon, unmount, drop the guard, the symlink, the
+#                   shared parent (once empty) and the /etc/default file it
+#                   wrote; once no other lock tree it made is left, the
+#                   files it installed (the build dir's install log).  The
+#                   Debian packages it installed and the backing dir (the
+#                   locks' state and lock.log) stay.
+set -eEuo pipefail
 cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "$1"; }
+# A step that fails without saying why still says where it stopped.
+trap 'rc=$?; printf "setup: failed (exit %s) at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND" >&2; exit $rc' ERR
+usage() { sed -n '2,/^set -eEuo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "$1"; }
 
-mnt=/locks backing= opts= share=/srv/lockfs name= install=1 build=build
+mnt=/locks backing= opts= share=/srv/lockfs name= install=1 build=build remove=0
 args="$*"
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -46,6 +57,7 @@ while [ $# -gt 0 ]; do
 	--name) name=${2:?--name needs a name}; shift 2 ;;
 	--no-install) install=0; shift ;;
 	--build) build=${2:?--build needs a directory}; shift 2 ;;
+	--remove) remove=1; shift ;;
 	-h|--help) usage 0 ;;
 	-*) die "unknown option $1 (see tools/setup.sh --help)" ;;
 	*) mnt=$1; shift ;;
@@ -72,33 +84,166 @@ if [ "$(id -u)" != 0 ]; then
 	    "As a normal user: su -c 'tools/setup.sh $args' (or sudo tools/setup.sh, where sudo is installed)"
 fi
 
-# --- packages: only the missing ones -------------------------------------
-missing=()
-want() { case " ${missing[*]} " in *" $1 "*) ;; *) missing+=("$1") ;; esac; }
-command -v cc >/dev/null || want gcc
-[ -e /usr/include/stdio.h ] || want libc6-dev
-command -v pkg-config >/dev/null || want pkg-config
-command -v meson >/dev/null || want meson
-command -v ninja >/dev/null || want ninja-build
-command -v fusermount3 >/dev/null || want fuse3
-command -v chattr >/dev/null || want e2fsprogs
-command -v mount >/dev/null || want util-linux
-for pc in fuse3:libfuse3-dev jansson:libjansson-dev libsystemd:libsystemd-dev; do
-	if ! command -v pkg-config >/dev/null || ! pkg-config --exists "${pc%%:*}"; then
-		want "${pc#*:}"
+if [ $default_instance = 1 ]; then
+	unit=lockfs.service conf=/etc/default/lockfs
+else
+	unit=lockfs@$name.service conf=/etc/default/lockfs-$name
+fi
+
+# --- remove: undo the above, newest first ----------------------------------
+# mountinfo's escaping of a path (octal for space, tab, newline, backslash)
+escape() { printf '%s' "$1" | sed 's/\\/\\134/g; s/ /\\040/g; s/	/\\011/g'; }
+# "FSTYPE SOURCE" of the topmost mount on PATH; nothing when none.
+mount_of() {
+	E=$(escape "$1") awk '$5 == ENVIRON["E"] {
+		for (i = 7; $i != "-"; i++) ;
+		m = $(i + 1) " " $(i + 2)
+	} END { if (m != "") print m }' /proc/self/mountinfo
+}
+# Is another lock tree that setup made left: one in the shared parent, or
+# a unit's settings it wrote?
+other_instances() {
+	[ -d "$share" ] && [ -n "$(ls -A -- "$share")" ] && return 0
+	grep -ls '^# lockfs settings for .*, written by tools/setup.sh' /etc/default/lockfs /etc/default/lockfs-* >/dev/null
+}
+# Is PID a lockfs daemon still running?  One that exited and waits to be
+# reaped by its parent (state Z) is not.
+daemon_running() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>&1) || return 1
+	stat=${stat##*) }
+	[ "${stat%% *}" != Z ] && [ "$(cat "/proc/$1/comm" 2>&1)" = lockfs ]
+}
+remove() {
+	if [ -d /run/systemd/system ]; then
+		# systemctl answers "not-found" or "disabled" with a failing status.
+		state=$(systemctl is-enabled "$unit" 2>&1) || true
+		if [ "$state" = enabled ] || systemctl is-active --quiet "$unit"; then
+			systemctl disable --now --quiet "$unit"
+			say "stopped and disabled $unit"
+		fi
 	fi
+	if [ -f "$conf" ]; then
+		if grep -q '^# lockfs settings for .*, written by tools/setup.sh' "$conf"; then
+			rm -- "$conf"
+			say "removed $conf"
+		else
+			say "left $conf: tools/setup.sh did not write it"
+		fi
+	fi
+	local mp found pid
+	if [ -d "$share" ]; then
+		mp=$(realpath -- "$share")/$name
+		found=$(mount_of "$mp")
+		if [ "${found%% *}" = fuse.lockfs ]; then
+			# the daemon started without systemd: it exits once unmounted
+			pid=$(cat -- "${found#* }/.lockfs" 2>/dev/null) || pid=
+			umount -- "$mp" ||
+				die "cannot unmount $mp (above): is a process working in it? (fuser -vm $mp)"
+			say "unmounted lockfs from $mp"
+			if [ -n "$pid" ]; then
+				for _ in $(seq 500); do
+					daemon_running "$pid" || break
+					sleep 0.02
+				done
+				! daemon_running "$pid" ||
+					die "the daemon (pid $pid) is still running 10 s after its unmount"
+				say "the daemon (pid $pid) has exited"
+			fi
+		fi
+	fi
+	# The layout (guard, symlink, the shared parent's bind mount) is
+	# lockfs-mountpoint's to undo, as it made it: the built one, else the
+	# installed one.
+	local tool=$build/systemd/lockfs-mountpoint
+	[ -x "$tool" ] || tool=/usr/local/sbin/lockfs-mountpoint
+	[ -x "$tool" ] || die "no lockfs-mountpoint in $build/systemd or /usr/local/sbin: build first (meson compile -C $build)"
+	local removed
+	removed=$("$tool" remove "$target" $link)
+	[ -z "$removed" ] || printf '%s\n' "$removed" | sed 's/^lockfs-mountpoint/setup/'
+	if [ $install = 1 ]; then
+		if other_instances; then
+			say "left the files installed under /usr/local: another lock tree still uses them" \
+			    "(tools/setup.sh --remove it too)"
+		else
+			remove_installed
+		fi
+	fi
+	say "left the backing dir $backing (the locks' state and lock.log): rm -r $backing to drop it"
+	say "the Debian packages setup installed stay installed (tools/packages.txt lists them)"
+}
+# The files `meson install` wrote, from the build dir's install log.
+remove_installed() {
+	local log=$build/meson-logs/install-log.txt f n=0
+	if [ ! -f "$log" ]; then
+		say "no $log: nothing was installed from $build (or it is gone); left /usr/local alone"
+		return 0
+	fi
+	local dirs=()
+	while IFS= read -r f; do
+		case $f in ''|'#'*) continue ;; esac
+		if [ -d "$f" ] && [ ! -L "$f" ]; then
+			dirs+=("$f")  # a directory meson made (listed innermost first)
+		elif [ -e "$f" ] || [ -L "$f" ]; then
+			rm -- "$f"
+			say "removed $f"
+			n=$((n + 1))
+		fi
+	done <"$log"
+	# the directories meson created (it logs them too) once empty, but not
+	# the standard ones a fresh /usr/local may lack (hier(7)): they are
+	# the system's, not ours
+	for f in "${dirs[@]}"; do
+		case ${f#/usr/local} in
+		/bin|/sbin|/lib|/share|/share/man|/share/man/man[1-9]|/etc|/include|/src|/games) continue ;;
+		esac
+		if [ -z "$(ls -A -- "$f")" ]; then
+			rmdir -- "$f"
+			say "removed the directory $f"
+		fi
+	done
+	[ $n -gt 0 ] || say "the files setup installed are gone already"
+	if [ -d /run/systemd/system ]; then
+		systemctl daemon-reload
+	fi
+}
+if [ $remove = 1 ]; then
+	remove
+	exit 0
+fi
+
+# --- packages: only the missing ones -------------------------------------
+# tools/packages.txt is the one list; setup needs its build and run packages
+# (tools/deps.sh installs the test packages too).  dpkg says what is
+# installed: a command on PATH may come from elsewhere.
+mapfile -t wanted < <(sed 's/#.*//' tools/packages.txt | awk '$1 == "build" || $1 == "run" { print $2 }')
+[ ${#wanted[@]} -gt 0 ] || die "tools/packages.txt lists no build or run package"
+missing=()
+for pkg in "${wanted[@]}"; do
+	# dpkg-query fails for a package it never heard of: that is "missing" too.
+	status=$(dpkg-query -W -f='${Status}' "$pkg" 2>&1) || true
+	[ "$status" = "install ok installed" ] || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing the missing Debian packages: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
-	apt-get install -y -q --no-install-recommends "${missing[@]}"
+	# An earlier run interrupted inside dpkg left packages unpacked but not
+	# configured; apt-get refuses to go on until they are.
+	dpkg --configure -a || die "dpkg --configure -a failed (above)"
+	apt-get update -q || die "apt-get update failed (above)"
+	apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+		die "apt-get install failed (above); run tools/setup.sh again once it is fixed"
 else
 	say "the packages lockfs needs are installed already"
 fi
 
 # --- build and install ---------------------------------------------------
-[ -d "$build" ] || meson setup "$build" >/dev/null
+# The build dir as an earlier run left it, even a failed or interrupted one,
+# is never trusted: tools/configure.sh reconfigures or wipes it.  Its output
+# is kept in a log and shown when it fails.
+mkdir -p -- "$build"
+tools/configure.sh "$build" >"$build/setup-configure.log" 2>&1 ||
+	{ cat "$build/setup-configure.log" >&2; die "meson setup $build failed (above)"; }
 meson compile -C "$build" >"$build/setup-compile.log" 2>&1 ||
 	{ cat "$build/setup-compile.log" >&2; die "the build failed (above)"; }
 # Each file meson installs, a tab, and a checksum of what is there now
@@ -147,11 +292,6 @@ if [ -n "$link" ] && grep -q "^[^ ]* $link fuse\.lockfs " /proc/mounts; then
 fi
 if [ $install = 1 ] && [ -d /run/systemd/system ]; then
 	# systemd is pid 1: the unit builds the layout and supervises lockfs.
-	if [ $default_instance = 1 ]; then
-		unit=lockfs.service conf=/etc/default/lockfs
-	else
-		unit=lockfs@$name.service conf=/etc/default/lockfs-$name
-	fi
 	cat >"$conf.new" <<-EOF
 	# lockfs settings for $unit, written by tools/setup.sh (see lockfs(8)).
 	LOCKFS_SHARE=$share

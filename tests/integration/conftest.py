@@ -6,7 +6,8 @@ its stderr in a file, the mount is awaited by polling /proc/self/mountinfo
 requires exit status 0 and a stderr free of errors and sanitizer reports.
 
 Environment:
-  LOCKFS_BIN   the daemon (default /work/main/build/lockfs)
+  LOCKFS_BUILD the build dir (default: this checkout's build/)
+  LOCKFS_BIN   the daemon (default LOCKFS_BUILD/lockfs)
 """
 
 import grp

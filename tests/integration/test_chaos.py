@@ -42,7 +42,7 @@ import time
 
 import pytest
 
-from lockfs_helpers import (END_EVENTS, PYTHON, evidence, log_for, mount_entry,
+from lockfs_helpers import (END_EVENTS, PYTHON, daemon_stderr, evidence, log_for, mount_entry,
                             parse_rfc3339_ms, percentile, read_owner, temp_dirs_in_backing,
                             wait_until)
 
@@ -488,5 +488,5 @@ def test_chaos(lockfs_factory, bind_dir, tmp_path):
     assert not unexpected, f'agents saw unexpected errors: {errs}'
     assert lat and max(lat) < 5000, lat
     for mm in mounts:
-        bad = _unexpected_stderr(mm.stderr())
+        bad = _unexpected_stderr(daemon_stderr(mm.stderr()))
         assert not bad, f'daemon {mm.pid}: unexpected stderr:\n' + '\n'.join(bad[:20])

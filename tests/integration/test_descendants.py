@@ -21,7 +21,8 @@ import subprocess
 
 import pytest
 
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, errno_of, evidence, log_for, proc_comm,
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, errno_of, evidence, log_for, needs_process_events,
+                            proc_comm,
                             proc_start_time, read_owner, run_expect_refusal, stays_held,
                             wait_free, wait_log, wait_until)
 
@@ -260,6 +261,7 @@ sys.stdin.read()
 
 
 def test_kill9_of_the_holder_keeps_lock_for_a_grandchild_adopted_by_a_subreaper(mnt, scripts):
+    needs_process_events()
     script = scripts.path('under-reaper.sh')
     with open(script, 'w') as f:
         f.write('mkdir "$1/x" || exit 9\n'
@@ -368,6 +370,7 @@ def test_children_a_descendant_started_before_its_setsid_keep_the_lock(lockfs_fa
 
 
 def test_daemon_started_before_taking_the_lock_does_not_keep_it(mnt, scripts):
+    needs_process_events()
     p = scripts.start('nohup sleep 1000 >/dev/null 2>&1 &\necho $! > "$2"\n'
                       'mkdir "$1/x" || exit 9\n', mnt.mnt, scripts.path('daemon.pid'))
     assert p.wait(10) == 0
@@ -409,6 +412,7 @@ def test_lockctl_run_holds_the_lock_only_while_its_command_runs(mnt, scripts):
 def test_children_started_before_the_lock_do_not_keep_it(mnt, scripts):
     """A long-lived shell's earlier background jobs were not started while
     it held the lock."""
+    needs_process_events()
     p = scripts.start('sleep 1000 &\necho $! > "$2"\nmkdir "$1/x" || exit 9\n',
                       mnt.mnt, scripts.path('old.pid'))
     assert p.wait(10) == 0
@@ -452,6 +456,7 @@ def test_holder_whose_children_all_ended_is_released_at_once(mnt, scripts):
 # while the holder is gone and its descendants live
 
 def test_owner_shows_the_exited_holder_and_its_live_descendants(mnt, scripts):
+    needs_process_events()
     p = scripts.start('mkdir "$1/x" || exit 9\n'
                       'sleep 1000 & echo $! > "$2"\nsleep 1001 & echo $! > "$3"\n',
                       mnt.mnt, scripts.path('a.pid'), scripts.path('b.pid'))
@@ -494,6 +499,7 @@ RMDIR_ON_CUE = ('sh -c \'echo $$ > "$1"; read cue < "$2"; rmdir "$3/x"; echo $? 
 
 def test_rmdir_by_an_orphaned_descendant_releases_and_others_get_eperm(mnt, scripts,
                                                                          procs):
+    needs_process_events()
     cue, result = scripts.path('cue'), scripts.path('result')
     os.mkfifo(cue)
     p = scripts.start('mkdir "$1/x" || exit 9\n' + RMDIR_ON_CUE,
@@ -519,6 +525,7 @@ def test_rmdir_by_an_orphaned_descendant_releases_and_others_get_eperm(mnt, scri
 
 
 def test_descendant_may_write_operation_after_the_holder_exited(mnt, scripts):
+    needs_process_events()
     cue = scripts.path('cue')
     os.mkfifo(cue)
     p = scripts.start('mkdir "$1/x" || exit 9\n'

@@ -19,7 +19,7 @@ import tempfile
 
 import pytest
 
-from lockfs_helpers import PYTHON, log_for, read_owner, wait_free, wait_log
+from lockfs_helpers import BUILD, PYTHON, log_for, read_owner, wait_free, wait_log
 
 RUN_TIMEOUT = 30
 
@@ -248,7 +248,7 @@ def test_lockctl_acquire_as_another_uid_fails_instead_of_binding_to_itself(mnt_a
     skipped to the root process, so it holds the fd lock itself, and binding
     it to lockctl, which exits at once, would be no lock: EACCES, and lockctl
     says so.  (Until now the lock silently became the root process's.)"""
-    lockctl = os.path.join(os.environ.get('LOCKFS_BUILD', '/work/main/build'), 'tools', 'lockctl')
+    lockctl = os.path.join(BUILD, 'tools', 'lockctl')
     r = subprocess.run(_as_user(users[0], [lockctl, '--mount', mnt_ao.mnt, 'acquire', 'l']),
                        capture_output=True, timeout=RUN_TIMEOUT,
                        env={k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'})
@@ -262,7 +262,7 @@ def test_a_copy_of_lockctl_cannot_bind_the_lock_to_itself(mnt_ao, users, user_bi
     lock itself, and its exit would end it.  `lockctl acquire` must fail
     loudly rather than leave no lock behind."""
     copy = user_bin.put('lockctl', os.path.join(
-        os.environ.get('LOCKFS_BUILD', '/work/main/build'), 'tools', 'lockctl'))
+        BUILD, 'tools', 'lockctl'))
     r = subprocess.run(_as_user(users[0], [copy, '--mount', mnt_ao.mnt, 'acquire', 'k']),
                        capture_output=True, timeout=RUN_TIMEOUT,
                        env={k: v for k, v in os.environ.items() if k != 'LOCKFS_SLUG'})

@@ -28,11 +28,10 @@ import time
 
 import pytest
 
-from lockfs_helpers import (LINE_BREAKERS, PYTHON, agent_named, assert_alternating,
+from lockfs_helpers import (BUILD, LINE_BREAKERS, PYTHON, agent_named, assert_alternating,
                             log_for, proc_comm, read_owner,
                             wait_log, wait_until)
 
-BUILD = os.environ.get('LOCKFS_BUILD', '/work/main/build')
 LOCKCTL = os.path.join(BUILD, 'tools', 'lockctl')
 
 EX_USAGE, EX_UNAVAILABLE, EX_TEMPFAIL, EX_NOPERM = 64, 69, 75, 77

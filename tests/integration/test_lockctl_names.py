@@ -13,7 +13,8 @@ import subprocess
 
 import pytest
 
-BUILD = os.environ.get('LOCKFS_BUILD', '/work/main/build')
+from lockfs_helpers import BUILD
+
 LOCKCTL = os.path.join(BUILD, 'tools', 'lockctl')
 EX_USAGE = 64
 RUN_TIMEOUT = 30.0

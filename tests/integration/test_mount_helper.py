@@ -18,7 +18,7 @@ import tempfile
 
 import pytest
 
-from lockfs_helpers import LOCKFS_BIN
+from lockfs_helpers import LOCKFS_BIN, daemon_stderr
 from service_helpers import MOUNTPOINT_TOOL, NsAgent, mount_line
 from service_helpers import daemon_pid as backing_pid
 
@@ -131,7 +131,7 @@ def test_the_source_is_ignored_also_when_mount_makes_it_a_path(ns):
     mnt = f'{work}/mnt'
     r = agent.sh(f'cd {work}/bin && mount -t fuse.lockfs lockfs {mnt} -o backing={work}/dir')
     assert r['rc'] == 0, r['err']
-    assert r['err'] == ''
+    assert daemon_stderr(r['err']) == ''
     assert mount_line(agent, mnt)[1] == f'{work}/dir'
     assert_serves(agent, mnt)
 
@@ -142,8 +142,9 @@ def test_a_source_that_is_another_directory_gets_a_warning(ns):
     os.mkdir(f'{work}/other', 0o700)
     r = agent.run([LOCKFS_BIN, f'{work}/other', mnt, '-o', f'backing={work}/dir'])
     assert r['rc'] == 0, r['err']
-    assert r['err'] == (f'lockfs: warning: source {work}/other is ignored; the backing dir '
-                        f'is {work}/dir (-o backing=DIR)\n')
+    assert daemon_stderr(r['err']) == (
+        f'lockfs: warning: source {work}/other is ignored; the backing dir '
+        f'is {work}/dir (-o backing=DIR)\n')
     assert mount_line(agent, mnt)[1] == f'{work}/dir'
     assert not os.listdir(f'{work}/other')
 

@@ -60,8 +60,11 @@ def test_the_default_lock_cap_stops_one_uid_long_before_dir_fills(lockfs_factory
             '    try:\n'
             '        os.mkdir(os.path.join(sys.argv[1], "l-%d" % i))\n'
             '    except OSError as e:\n'
-            '        print(i, e.errno); sys.stdin.read(); sys.exit(0)\n'
-            'print(1100, 0); sys.stdin.read()\n')
+            '        print(i, e.errno, flush=True); sys.stdin.read(); sys.exit(0)\n'
+            'print(1100, 0, flush=True); sys.stdin.read()\n')
+    # flush=True: the child waits on stdin after its line, which a pipe
+    # would otherwise keep in its buffer (hung forever where the caller's
+    # environment lacks PYTHONUNBUFFERED, as on a brand-new machine).
     p = subprocess.Popen([PYTHON, '-c', code, m.mnt], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, user=users[0].uid, group=users[0].gid,
                          extra_groups=[])

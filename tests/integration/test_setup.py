@@ -31,6 +31,10 @@ def setup_env():
     with open(os.path.join(fake, 'apt-get'), 'w') as f:
         f.write(f'#!/bin/sh\necho "$@" >> {work}/apt-get.calls\n')
     os.chmod(os.path.join(fake, 'apt-get'), 0o755)
+    # and a dpkg (setup runs `dpkg --configure -a` before installing)
+    with open(os.path.join(fake, 'dpkg'), 'w') as f:
+        f.write(f'#!/bin/sh\necho "dpkg $@" >> {work}/apt-get.calls\n')
+    os.chmod(os.path.join(fake, 'dpkg'), 0o755)
     host = NsAgent(['unshare', '--mount'])
     env = {'PATH': f'{fake}:{os.environ["PATH"]}'}
 
@@ -139,19 +143,89 @@ def test_setup_a_second_instance_beside_a_running_one(setup_env):
 
 def test_setup_installs_only_the_missing_packages(setup_env):
     w = setup_env.work
-    # a pkg-config that does not know libsystemd: as on a machine without
-    # libsystemd-dev
-    real = shutil.which('pkg-config')
-    with open(os.path.join(setup_env.fake, 'pkg-config'), 'w') as f:
+    # a dpkg-query that says libsystemd-dev is not installed, as on a machine
+    # without it; setup asks dpkg, not whether some command is on PATH
+    real = shutil.which('dpkg-query')
+    with open(os.path.join(setup_env.fake, 'dpkg-query'), 'w') as f:
         f.write('#!/bin/sh\n'
-                'for a; do [ "$a" = libsystemd ] && exit 1; done\n'
+                'for a; do [ "$a" = libsystemd-dev ] && '
+                '{ echo "dpkg-query: no packages found matching $a" >&2; exit 1; }; done\n'
                 f'exec {real} "$@"\n')
-    os.chmod(os.path.join(setup_env.fake, 'pkg-config'), 0o755)
+    os.chmod(os.path.join(setup_env.fake, 'dpkg-query'), 0o755)
     r = setup_env('--backing', f'{w}/dir', f'{w}/locks')
     assert r['rc'] == 0, r['err']
-    assert 'installing the missing Debian packages: libsystemd-dev' in r['out']
+    assert 'installing the missing Debian packages: libsystemd-dev\n' in r['out']
     assert apt_calls(setup_env) == [
-        'update -q', 'install -y -q --no-install-recommends libsystemd-dev']
+        'dpkg --configure -a', 'update -q',
+        'install -y -q --no-install-recommends libsystemd-dev']
+
+
+def test_setup_reads_the_one_list_of_packages():
+    """issue 20 §2: tools/packages.txt is the one list; no script names the
+    packages again."""
+    with open(os.path.join(SOURCE_ROOT, 'tools', 'packages.txt')) as f:
+        listed = [l.split() for l in f.read().splitlines() if l.strip() and not l.startswith('#')]
+    assert listed and all(len(l) == 2 and l[0] in ('build', 'run', 'test') for l in listed)
+    for script in ('setup.sh', 'deps.sh', 'test.sh'):
+        with open(os.path.join(SOURCE_ROOT, 'tools', script)) as f:
+            text = f.read()
+        assert 'tools/packages.txt' in text, script
+        for pkg in ('libfuse3-dev', 'libjansson-dev', 'libunistring-dev', 'libcmocka-dev'):
+            assert pkg not in text, (script, pkg)
+
+
+def test_setup_shows_why_meson_setup_failed_and_runs_again(setup_env):
+    """issue 20 §2: `meson setup` failing (here a dependency missing) is
+    shown, not sent to /dev/null; the half-made build dir it leaves is set
+    up again by the next run instead of being trusted."""
+    w = setup_env.work
+    build = f'{w}/build'
+    real = shutil.which('meson')
+    with open(os.path.join(setup_env.fake, 'meson'), 'w') as f:
+        f.write('#!/bin/sh\n'
+                f'if [ "$1" = setup ] && [ ! -e {w}/meson-works ]; then\n'
+                '  for a; do case $a in -*) ;; *) d=$a ;; esac; done\n'
+                '  mkdir -p "$d/meson-logs" "$d/meson-private"\n'
+                '  echo "meson.build:19:0: ERROR: Dependency \\"libunistring\\" not found"\n'
+                '  exit 1\n'
+                'fi\n'
+                f'exec {real} "$@"\n')
+    os.chmod(os.path.join(setup_env.fake, 'meson'), 0o755)
+    r = setup_env.host.run([SETUP, '--no-install', '--build', build, '--share', f'{w}/share',
+                            '--backing', f'{w}/dir', f'{w}/locks'], env=setup_env.env,
+                           timeout=300)
+    assert r['rc'] == 1
+    assert 'ERROR: Dependency "libunistring" not found' in r['err'], r
+    assert f'setup: meson setup {build} failed (above)' in r['err'], r
+    # the dependency is there now: the same command succeeds
+    open(f'{w}/meson-works', 'w').close()
+    r = setup_env.host.run([SETUP, '--no-install', '--build', build, '--share', f'{w}/share',
+                            '--backing', f'{w}/dir', f'{w}/locks'], env=setup_env.env,
+                           timeout=900)
+    assert r['rc'] == 0, r
+    assert os.path.exists(f'{build}/build.ninja') and os.path.exists(f'{build}/lockfs')
+    assert setup_env.host.errno_of('mkdir', f'{w}/locks/x') == 0
+    assert setup_env.host.errno_of('rmdir', f'{w}/locks/x') == 0
+
+
+def test_configure_sets_up_again_a_build_dir_left_halfway():
+    """issue 20 §2: a build dir whose setup was interrupted (coredata.dat,
+    no build.ninja) is wiped and set up, not trusted (tools/test.sh used to
+    skip `meson setup` because the directory existed)."""
+    build = tempfile.mkdtemp(prefix='lockfs-configure-')
+    try:
+        configure = os.path.join(SOURCE_ROOT, 'tools', 'configure.sh')
+        r = subprocess.run([configure, build], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r
+        os.unlink(os.path.join(build, 'build.ninja'))
+        r = subprocess.run([configure, build], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r
+        assert 'was set up halfway (no build.ninja): wiping it' in r.stderr
+        assert os.path.exists(os.path.join(build, 'build.ninja'))
+        with open(os.path.join(SOURCE_ROOT, 'tools', 'test.sh')) as f:
+            assert 'tools/configure.sh "$build"' in f.read()
+    finally:
+        shutil.rmtree(build)
 
 
 def test_setup_as_a_normal_user_says_how_to_run_it_as_root(setup_env, users):
@@ -201,3 +275,69 @@ def test_setup_installs_under_usr_local_and_serves_from_there(setup_env):
     assert 'setup: installed' not in r['out'], r['out']
     assert 'setup: the installed files are up to date\n' in r['out']
     assert daemon_pid(f'{w}/dir') == pid
+
+
+def test_setup_remove_undoes_what_setup_made(setup_env):
+    """issue 20 §3: `tools/setup.sh --remove MOUNTPOINT` stops the daemon,
+    unmounts, drops the guard, the symlink and the shared parent, and says
+    that the packages stay."""
+    w = setup_env.work
+    host = setup_env.host
+    os.mkdir(f'{w}/dir', 0o700)
+    assert setup_env('--backing', f'{w}/dir', f'{w}/locks')['rc'] == 0
+    pid = daemon_pid(f'{w}/dir')
+    assert host.errno_of('mkdir', f'{w}/locks/held') == 0
+    r = setup_env('--remove', f'{w}/locks')
+    assert r['rc'] == 0, r
+    assert f'setup: unmounted lockfs from {w}/share/locks\n' in r['out']
+    assert f'setup: the daemon (pid {pid}) has exited\n' in r['out']
+    assert f'setup: removed the guarded mount point {w}/share/locks\n' in r['out']
+    assert f'setup: removed the symlink {w}/locks\n' in r['out']
+    assert f'setup: unmounted the bind mount {w}/share\n' in r['out']
+    assert f'setup: removed {w}/share\n' in r['out']
+    assert 'the Debian packages setup installed stay installed' in r['out']
+    assert not host.run(['test', '-d', f'/proc/{pid}'])['rc'] == 0
+    assert not mount_line(host, f'{w}/share/locks')
+    assert not mount_line(host, f'{w}/share')
+    assert not os.path.lexists(f'{w}/locks') and not os.path.exists(f'{w}/share')
+    # the locks' state stays in the backing dir
+    assert os.path.isdir(f'{w}/dir/held.lock')
+    # and setup works again afterwards
+    r = setup_env('--backing', f'{w}/dir', f'{w}/locks')
+    assert r['rc'] == 0, r
+    assert f'started lockfs on {w}/share/locks' in r['out']
+
+
+def test_setup_remove_leaves_the_other_lock_tree(setup_env):
+    w = setup_env.work
+    host = setup_env.host
+    assert setup_env('--backing', f'{w}/dir', f'{w}/locks')['rc'] == 0
+    assert setup_env('--backing', f'{w}/dir-ci', f'{w}/ci')['rc'] == 0
+    r = setup_env('--remove', f'{w}/ci')
+    assert r['rc'] == 0, r
+    assert f'left the bind mount {w}/share: another lock tree is mounted under it' in r['out']
+    assert not os.path.lexists(f'{w}/ci')
+    assert host.errno_of('mkdir', f'{w}/locks/x') == 0
+    assert host.errno_of('rmdir', f'{w}/locks/x') == 0
+
+
+def test_setup_remove_deletes_what_it_installed_under_usr_local(setup_env):
+    w = setup_env.work
+    host = setup_env.host
+    host.sh('mount -t tmpfs -o mode=0755 tmpfs /usr/local', check=True)
+    argv = ['/bin/bash', SETUP, '--build', BUILD, '--share', f'{w}/share',
+            '--backing', f'{w}/dir', f'{w}/locks']
+    r = host.run(argv, env=setup_env.env, timeout=300)
+    assert r['rc'] == 0, r['err']
+    installed = re.findall(r'^setup: installed (\S+)$', r['out'], re.M)
+    assert '/usr/local/bin/lockfs' in installed
+    r = host.run(argv[:2] + ['--remove'] + argv[2:], env=setup_env.env, timeout=300)
+    assert r['rc'] == 0, r
+    for path in installed:
+        assert f'setup: removed {path}\n' in r['out'], (path, r['out'], r['err'])
+        assert host.run(['test', '-e', path])['rc'] != 0, path
+    # the directories meson made for the units go; the standard ones stay
+    assert 'setup: removed the directory /usr/local/lib/systemd/system\n' in r['out']
+    assert 'setup: removed the directory /usr/local/bin\n' not in r['out']
+    assert host.run(['test', '-d', '/usr/local/bin'])['rc'] == 0
+    assert not mount_line(host, f'{w}/share/locks')

@@ -123,8 +123,19 @@ start() { # NAME BINARY [OPTION...]
 start base "$BASE/lockfs"
 start connector "$BUILD/lockfs"
 start scan "$BUILD/lockfs" -o descendants=scan
-grep -q "no process events" "$W/connector.err" &&
+if grep -q "no process events" "$W/connector.err"; then
+	# The kernel answers a process-event subscription only in the initial
+	# pid namespace, where its threads (pid 2, kthreadd) are seen; inside a
+	# container the daemon falls back to scanning /proc (docs/holder.md),
+	# and there is no connector to measure: skipped (77), not failed.
+	if [ "$(cat /proc/2/comm 2>&1)" != kthreadd ]; then
+		echo "bench_descendants.sh: skipped: not in the initial pid namespace (a container)," \
+		     "where the kernel's process-event connector does not answer:" \
+		     "$(cat "$W/connector.err")" >&2
+		exit 77
+	fi
 	die "the connector daemon could not subscribe: $(cat "$W/connector.err")"
+fi
 
 start_load() {
 	bash -c 'trap "exit 0" TERM; while :; do /bin/true; done' &
