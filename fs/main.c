@@ -523,7 +523,7 @@ int main(int argc, char *argv[])
 	warn_source(&o, be);
 	/* The audit log lives in this host's state directory. */
 	if (lockfs_log_open_audit(be->state_dirfd, be->state_path, &log_limits, &cfg.log) < 0) {
-		be->ops->close(be);
+		lockfs_backend_close(be);
 		goto out_args;
 	}
 	/* Before the engine logs what it recovers: a predecessor that did not
@@ -535,7 +535,7 @@ int main(int argc, char *argv[])
 	if (rc < 0) {
 		fprintf(stderr, "lockfs: cannot start the lock engine on %s: %s\n",
 			be->source, rc == -EINVAL ? "bad helpers= list" : strerror(-rc));
-		be->ops->close(be);
+		lockfs_backend_close(be);
 		goto out_args;
 	}
 	/* The engine owns the store from here (lockfs_core_close closes it). */

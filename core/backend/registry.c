@@ -48,3 +48,9 @@ const struct lockfs_backend_kind *lockfs_backend_kind(const char *name)
 			return lockfs_backend_kinds[i];
 	return NULL;
 }
+
+void lockfs_backend_close(struct lockfs_backend *be)
+{
+	if (be)
+		be->ops->close(be);
+}

@@ -351,6 +351,10 @@ int lockfs_backend_parse_seconds(const char *text, int64_t min, int64_t *out);
 /* The kinds built in (NULL-terminated), and one by name (NULL: unknown). */
 extern const struct lockfs_backend_kind *const lockfs_backend_kinds[];
 const struct lockfs_backend_kind *lockfs_backend_kind(const char *name);
+/* Close BE, a store a kind's open() gave, that no engine took (the engine
+ * closes the store it was given through its own wrappers, core/lock/store.c):
+ * what fs/main.c does when a start fails after the store opened. */
+void lockfs_backend_close(struct lockfs_backend *be);
 
 /* Write the daemon's pid into the state directory's one-daemon lock file
  * (DIR/.lockfs): call it after fuse_daemonize (the lock survives the
