@@ -116,7 +116,7 @@ def podman_like_cgroup():
     root = _cgroup2_root()
     if root is None:
         pytest.skip('no cgroup2 hierarchy here (the cgroup-path parser is unit-tested '
-                    'in tests/unit/test_holder.c)')
+                    'in tests/unit/test_procfs.c)')
     parent = os.path.join(root, f'lockfs-it-{os.getpid()}')
     cg = os.path.join(parent, f'libpod-{ID64}.scope')
     try:
