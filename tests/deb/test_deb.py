@@ -133,4 +133,7 @@ def test_fresh_debian12_install_use_purge(deb):
     assert 'apt-get install ./lockfs_*.deb took' in out
     assert '"resource": "x"' in out
     assert 'fresh-install: purge left nothing behind' in out
+    assert 'fresh-install: under systemd: install enabled and started lockfs.service' in out
+    assert ('fresh-install: under systemd: removal stopped lockfs.service, purge left no unit'
+            ' or enablement') in out
     assert out.rstrip().endswith('fresh-install: OK')

@@ -10,7 +10,9 @@
 # network, without systemd: apt-get update; apt-get install ./DEB (timed);
 # the command postinst names (lockfs-mountpoint start); mkdir, cat owner,
 # rmdir on /locks; apt-get purge lockfs; then check that no mount, guard,
-# symlink, unit, setting or backing dir is left.  Each step is said; the
+# symlink, unit, setting or backing dir is left; then the same install and
+# purge as where systemd runs the machine (a stand-in systemctl that records
+# what the maintainer scripts ask of it).  Each step is said; the
 # last line is "fresh-install: OK" and the exit status 0 when all held.
 # Needs root, mmdebstrap, podman and runc.  Exits 77 when podman cannot
 # run a container here (inside some containers), after saying why.
@@ -77,6 +79,31 @@ found=$(find /etc /lib/systemd /usr/lib/systemd /var/lib/systemd -name '*lockfs*
 [ -z "$found" ] || left="$left $found"
 [ -z "$left" ] || { say "left behind after purge:$left"; grep lockfs /proc/self/mountinfo || true; exit 1; }
 say "purge left nothing behind"
+
+# The same package where systemd runs the machine.  There is no systemd
+# in the container, so this part stands in for it: /run/systemd/system
+# (how the maintainer scripts, and deb-systemd-invoke, tell that systemd
+# runs the machine) and a systemctl that only records what it is asked.
+# What is checked is the scripts' side: the unit enabled and started on
+# install, stopped before removal, its enablement gone after purge.
+mkdir -p /run/systemd/system
+# (is-enabled answers "enabled": deb-systemd-helper made the links that say so)
+printf '#!/bin/sh\necho "$*" >>/tmp/systemctl.log\ncase " $* " in *" is-enabled "*) echo enabled ;; esac\nexit 0\n' \
+	>/usr/bin/systemctl
+chmod 755 /usr/bin/systemctl
+wants=/etc/systemd/system/multi-user.target.wants/lockfs.service
+apt-get install -y -q ./lockfs_*.deb >/tmp/install2.log 2>&1 || { cat /tmp/install2.log; exit 1; }
+grep -q 'start lockfs.service' /tmp/systemctl.log || { say "under systemd, install did not start lockfs.service:"; cat /tmp/systemctl.log; exit 1; }
+# deb-systemd-helper enables through systemctl when it finds one (preset),
+# else by making the link itself.
+[ -L "$wants" ] || grep -q 'preset lockfs.service\|enable lockfs.service' /tmp/systemctl.log ||
+	{ say "under systemd, install did not enable lockfs.service:"; cat /tmp/systemctl.log; exit 1; }
+say "under systemd: install enabled and started lockfs.service"
+apt-get purge -y -q lockfs >/tmp/purge2.log 2>&1 || { cat /tmp/purge2.log; exit 1; }
+grep -q 'stop lockfs.service' /tmp/systemctl.log || { say "under systemd, removal did not stop lockfs.service:"; cat /tmp/systemctl.log; exit 1; }
+found=$(find /etc/systemd /lib/systemd /var/lib/systemd -name '*lockfs*' 2>/dev/null || true)
+[ -z "$found" ] || { say "under systemd, purge left: $found"; exit 1; }
+say "under systemd: removal stopped lockfs.service, purge left no unit or enablement"
 SCENARIO
 
 podman_run() {
