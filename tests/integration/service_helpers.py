@@ -21,8 +21,8 @@ from lockfs_helpers import LOCKFS_BIN, PYTHON, wait_until
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.environ.get('LOCKFS_BUILD', os.path.dirname(LOCKFS_BIN))
-UNIT = os.path.join(BUILD, 'systemd', 'lockfs.service')
-MOUNTPOINT_TOOL = os.path.join(BUILD, 'systemd', 'lockfs-mountpoint')
+UNIT = os.path.join(BUILD, 'tools', 'systemd', 'lockfs.service')
+MOUNTPOINT_TOOL = os.path.join(BUILD, 'tools', 'systemd', 'lockfs-mountpoint')
 LOCKCTL_STATIC = os.path.join(BUILD, 'tools', 'lockctl-static')
 
 
