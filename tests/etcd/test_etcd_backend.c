@@ -3,9 +3,9 @@
  * lockfs/backend.h on a real etcd: sessions (live, uncertain, lost, a new
  * one), lock-delay, adoption by a restarted daemon, the host key, watch
  * resync after a compaction, and writes whose outcome was unknown.  The
- * cases every backend shares are tests/unit/test_backend.c's (etcd kind).
+ * cases every backend shares are tests/contract/test_backend.c's (etcd kind).
  *
- * Run under tests/integration/etcd_fixtures.py exec, which gives
+ * Run under tests/fixtures/etcd_fixtures.py exec, which gives
  * LOCKFS_ETCD_URL and LOCKFS_ETCD_FIXTURES (the proxy lives beside it).
  * Every wait polls with a deadline.
  */

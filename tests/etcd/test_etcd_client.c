@@ -1,6 +1,6 @@
 /*
  * The etcd client (include/lockfs/etcd_client.h) against a real etcd on loopback.
- * Run through tests/integration/etcd_fixtures.py exec --tls, which starts
+ * Run through tests/fixtures/etcd_fixtures.py exec --tls, which starts
  * a plain and a TLS etcd and passes their URLs in LOCKFS_ETCD_*; without
  * them every test that needs etcd is skipped.
  *
@@ -863,7 +863,7 @@ static void test_compaction_ends_an_old_watch_with_resync(void **state)
 	lockfs_etcd_close(c);
 }
 
-/* ---- the pausable proxy (tests/integration/tcp_proxy.py) ---- */
+/* ---- the pausable proxy (tests/fixtures/tcp_proxy.py) ---- */
 
 struct proxy {
 	pid_t pid;
@@ -1389,6 +1389,6 @@ int main(void)
 	etcd_url = getenv("LOCKFS_ETCD_URL");
 	if (!etcd_url)
 		fprintf(stderr, "LOCKFS_ETCD_URL is not set: the tests that need etcd are skipped "
-			"(run through tests/integration/etcd_fixtures.py exec --tls)\n");
+			"(run through tests/fixtures/etcd_fixtures.py exec --tls)\n");
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
