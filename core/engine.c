@@ -318,7 +318,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	free(core);
 }
 
-/* For unit tests only (tests/unit/engine_harness.c): the table, so that a
+/* For unit tests only (tests/fixtures/engine_harness.c): the table, so that a
  * test calls the liveness thread's entry points (lock/recovery.h,
  * lock/changes.h) itself, one step at a time, instead of starting it. */
 struct lockfs_table *lockfs_core_table(struct lockfs_core *core)

@@ -1,5 +1,5 @@
 /*
- * For unit tests only (tests/unit/engine_harness.c): what engine.c shows
+ * For unit tests only (tests/fixtures/engine_harness.c): what engine.c shows
  * of its insides, so that a test calls the liveness thread's entry points
  * (lock/recovery.h, lock/changes.h) itself, one step at a time, instead
  * of starting the thread.  Nothing in core/ or fs/ calls it: the floors

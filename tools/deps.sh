@@ -11,4 +11,4 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends "${packages[@]}"
 # etcd-server enables etcd.service, which starts on 2379/2380 on a systemd
 # host.  lockfs's tests never use it: they start their own etcd on other
-# loopback ports (tests/integration/etcd_fixtures.py) and leave it alone.
+# loopback ports (tests/fixtures/etcd_fixtures.py) and leave it alone.

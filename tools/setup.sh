@@ -155,9 +155,9 @@ remove() {
 	# The layout (guard, symlink, the shared parent's bind mount) is
 	# lockfs-mountpoint's to undo, as it made it: the built one, else the
 	# installed one.
-	local tool=$build/systemd/lockfs-mountpoint
+	local tool=$build/tools/systemd/lockfs-mountpoint
 	[ -x "$tool" ] || tool=/usr/local/sbin/lockfs-mountpoint
-	[ -x "$tool" ] || die "no lockfs-mountpoint in $build/systemd or /usr/local/sbin: build first (meson compile -C $build)"
+	[ -x "$tool" ] || die "no lockfs-mountpoint in $build/tools/systemd or /usr/local/sbin: build first (meson compile -C $build)"
 	local removed
 	removed=$("$tool" remove "$target" $link)
 	[ -z "$removed" ] || printf '%s\n' "$removed" | sed 's/^lockfs-mountpoint/setup/'
@@ -279,7 +279,7 @@ if [ $install = 1 ]; then
 else
 	lockfs=$PWD/$build/lockfs
 	[ "${build#/}" = "$build" ] || lockfs=$build/lockfs
-	mountpoint_tool=$(dirname -- "$lockfs")/systemd/lockfs-mountpoint
+	mountpoint_tool=$(dirname -- "$lockfs")/tools/systemd/lockfs-mountpoint
 	say "--no-install: using $lockfs as built, installing nothing"
 fi
 export LOCKFS=$lockfs

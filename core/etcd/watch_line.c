@@ -15,7 +15,7 @@
  * every number a decimal string; anything else -- "created", "canceled",
  * "compact_revision", "prev_kv", an error, a progress notification, an
  * escape -- is left to jansson, which decides as it always did.  Both give
- * the same result for a line the scanner takes (tests/etcd/test_watch_line.c
+ * the same result for a line the scanner takes (tests/unit/test_watch_line.c
  * compares them, mutations included).
  */
 #include <errno.h>

@@ -5,9 +5,9 @@
  * resync after a compaction, fences from the mirror, and writes whose
  * outcome was unknown.  The backend beside other writers (etcdctl lock, its
  * own writes' echoes) is test_etcd_interop.c.  The cases every backend
- * shares are tests/unit/test_backend.c's (etcd kind).
+ * shares are tests/contract/test_backend.c's (etcd kind).
  *
- * Run under tests/integration/etcd_fixtures.py exec, which gives
+ * Run under tests/fixtures/etcd_fixtures.py exec, which gives
  * LOCKFS_ETCD_URL and LOCKFS_ETCD_FIXTURES (the proxy lives beside it).
  * Every wait polls with a deadline.
  */

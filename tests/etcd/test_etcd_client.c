@@ -3,7 +3,7 @@
  * etcd on loopback: configuration, key-values and transactions, leases,
  * watches, and threads sharing one client.  What happens to connections
  * (frozen, dead or silent endpoints, failover, TLS) is test_etcd_transport.c.
- * Run through tests/integration/etcd_fixtures.py exec --tls, which starts
+ * Run through tests/fixtures/etcd_fixtures.py exec --tls, which starts
  * a plain and a TLS etcd and passes their URLs in LOCKFS_ETCD_*; without
  * them every test that needs etcd is skipped.
  *
@@ -700,6 +700,6 @@ int main(void)
 	etcd_url = getenv("LOCKFS_ETCD_URL");
 	if (!etcd_url)
 		fprintf(stderr, "LOCKFS_ETCD_URL is not set: the tests that need etcd are skipped "
-			"(run through tests/integration/etcd_fixtures.py exec --tls)\n");
+			"(run through tests/fixtures/etcd_fixtures.py exec --tls)\n");
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,7 @@
  * both ways, the line ordered by create_revision.  The backend's other own
  * cases are test_etcd_backend.c.
  *
- * Run under tests/integration/etcd_fixtures.py exec, which gives
+ * Run under tests/fixtures/etcd_fixtures.py exec, which gives
  * LOCKFS_ETCD_URL and LOCKFS_ETCD_FIXTURES (the proxy lives beside it).
  * Every wait polls with a deadline.
  */

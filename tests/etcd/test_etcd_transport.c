@@ -3,7 +3,7 @@
  * real etcd on loopback: a connection frozen by a pausable proxy, endpoints
  * that are closed or silent, failover between them, a write that may have
  * arrived, and TLS.  The requests themselves are test_etcd_client.c.
- * Run through tests/integration/etcd_fixtures.py exec --tls, which starts
+ * Run through tests/fixtures/etcd_fixtures.py exec --tls, which starts
  * a plain and a TLS etcd and passes their URLs in LOCKFS_ETCD_*; without
  * them every test that needs etcd is skipped.
  *
@@ -36,7 +36,7 @@
 
 #include "etcd_client_test_util.h"
 
-/* ---- the pausable proxy (tests/integration/tcp_proxy.py) ---- */
+/* ---- the pausable proxy (tests/fixtures/tcp_proxy.py) ---- */
 
 struct proxy {
 	pid_t pid;
@@ -500,6 +500,6 @@ int main(void)
 	etcd_url = getenv("LOCKFS_ETCD_URL");
 	if (!etcd_url)
 		fprintf(stderr, "LOCKFS_ETCD_URL is not set: the tests that need etcd are skipped "
-			"(run through tests/integration/etcd_fixtures.py exec --tls)\n");
+			"(run through tests/fixtures/etcd_fixtures.py exec --tls)\n");
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,12 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# This folder's helper modules (lockfs_helpers, agent, ...) and the fixtures
+# every suite shares (tests/fixtures/: etcd_fixtures, tcp_proxy), importable
+# from the tests in every subfolder.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(_HERE), 'fixtures'))
+sys.path.insert(0, _HERE)
 from lockfs_helpers import (LOCKFS_BIN, fuse_conn_alive,  # noqa: E402
                             fusermount_u, is_lockfs_mounted, mount_dev, mount_entry,
                             rmtree_unguarded, unguard)

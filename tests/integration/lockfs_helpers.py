@@ -21,13 +21,29 @@ import unicodedata
 
 import pytest
 
+def source_root(start=__file__):
+    """The checkout START sits in: the nearest folder above it with the
+    top-level meson.build (the one beside meson_options.txt; tests/ has a
+    meson.build of its own).  Tests find README.md, docs/ and tools/ from
+    here, whatever subfolder of tests/integration/ they sit in."""
+    here = os.path.dirname(os.path.abspath(start))
+    while not all(os.path.exists(os.path.join(here, f))
+                  for f in ('meson.build', 'meson_options.txt')):
+        up = os.path.dirname(here)
+        if up == here:
+            raise RuntimeError('no lockfs source tree above ' + start)
+        here = up
+    return here
+
+
+SOURCE_ROOT = source_root()
+
 # The build dir and the daemon: $LOCKFS_BUILD and $LOCKFS_BIN (meson test sets
-# both); by hand, this checkout's build/ (tests/integration/../../build), so
-# that pytest-3 works in any checkout.
-_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# both); by hand, this checkout's build/, so that pytest-3 works in any
+# checkout.
 BUILD = os.environ.get('LOCKFS_BUILD') or (
     os.path.dirname(os.environ['LOCKFS_BIN']) if os.environ.get('LOCKFS_BIN')
-    else os.path.join(_SOURCE_ROOT, 'build'))
+    else os.path.join(SOURCE_ROOT, 'build'))
 LOCKFS_BIN = os.environ.get('LOCKFS_BIN') or os.path.join(BUILD, 'lockfs')
 def in_initial_pid_namespace():
     """True where the kernel's own threads are seen (pid 2 is kthreadd): the

@@ -16,13 +16,13 @@ import time
 
 import pytest
 
-from lockfs_helpers import LOCKFS_BIN, PYTHON, wait_until
+# SOURCE_ROOT: for the tests that import it from here.
+from lockfs_helpers import LOCKFS_BIN, PYTHON, SOURCE_ROOT, wait_until  # noqa: F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.environ.get('LOCKFS_BUILD', os.path.dirname(LOCKFS_BIN))
-UNIT = os.path.join(BUILD, 'systemd', 'lockfs.service')
-MOUNTPOINT_TOOL = os.path.join(BUILD, 'systemd', 'lockfs-mountpoint')
+UNIT = os.path.join(BUILD, 'tools', 'systemd', 'lockfs.service')
+MOUNTPOINT_TOOL = os.path.join(BUILD, 'tools', 'systemd', 'lockfs-mountpoint')
 LOCKCTL_STATIC = os.path.join(BUILD, 'tools', 'lockctl-static')
 
 

@@ -4,7 +4,7 @@
 #   tools/bench/bench_etcd.sh [--rounds N] [--pairs N] [--samples N] [--members N]
 #                             [--base BASE_BUILD_DIR] [--smoke] [BUILD_DIR]
 #
-# Starts its own etcd on free 127.0.0.1 ports (tests/integration/etcd_fixtures.py
+# Starts its own etcd on free 127.0.0.1 ports (tests/fixtures/etcd_fixtures.py
 # exec; --members, default 1), two lockfs daemons on it (hosts h1 and h2, one
 # prefix, each with its own mount point) and one on the dir backend, and
 # measures, interleaved in one run (the order of a, b, d alternates round by
@@ -94,7 +94,7 @@ BUILD=./build
 BASE=""
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-FIXTURES=$HERE/../../tests/integration/etcd_fixtures.py
+FIXTURES=$HERE/../../tests/fixtures/etcd_fixtures.py
 
 ARGS=("$@")
 while [ $# -gt 0 ]; do

@@ -15,7 +15,7 @@ again (docs/etcd.md, "A daemon writes the same key again") stays flat.
       [--base OLD_BUILD] BUILD
 
 As root.  Starts its own etcd on free 127.0.0.1 ports (it runs itself again
-under tests/integration/etcd_fixtures.py exec) unless LOCKFS_ETCD_ENDPOINTS
+under tests/fixtures/etcd_fixtures.py exec) unless LOCKFS_ETCD_ENDPOINTS
 names one.  Exit 77 ("skipped") without etcd, or with a lockfs built without
 the etcd backend.
 --smoke: 2 rounds of 50 pairs (for CI: does it still run?).
@@ -95,7 +95,7 @@ def main():
     if not endpoints:
         # Start etcd and run again inside (exit 77 there without etcd).
         fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
-                                'tests', 'integration', 'etcd_fixtures.py')
+                                'tests', 'fixtures', 'etcd_fixtures.py')
         os.execv('/usr/bin/python3', ['/usr/bin/python3', fixtures, 'exec', '--',
                                       os.path.abspath(__file__)] + sys.argv[1:])
     builds = [('new', a.build)] + ([('base', a.base)] if a.base else [])

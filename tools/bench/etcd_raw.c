@@ -38,7 +38,7 @@
  * their own, so that daemons watching P get every event (bench_etcd.sh's
  * etcd-raw-watched: what etcd's watch fan-out costs by itself).
  * URL defaults to $LOCKFS_ETCD_URL.  Run against a fresh etcd:
- *   tests/integration/etcd_fixtures.py exec -- build/tools/bench/etcd_raw
+ *   tests/fixtures/etcd_fixtures.py exec -- build/tools/bench/etcd_raw
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -24,11 +24,10 @@ import time
 
 import pytest
 
-from lockfs_helpers import (LOCKFS_BIN, PYTHON, LogLine, log_for, mount_entry, read_log,
+from lockfs_helpers import (LOCKFS_BIN, PYTHON, SOURCE_ROOT, LogLine, log_for, mount_entry, read_log,
                             run_expect_refusal, wait_until)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SNIPPET = os.path.join(HERE, '..', '..', 'tools', 'logrotate', 'lockfs')
+SNIPPET = os.path.join(SOURCE_ROOT, 'tools', 'logrotate', 'lockfs')
 
 
 # --------------------------------------------------------------------------

@@ -42,10 +42,9 @@ import tempfile
 import pytest
 
 from flock_helpers import Shell
-from lockfs_helpers import mount_entry, unguard, wait_until
+from lockfs_helpers import SOURCE_ROOT, mount_entry, unguard, wait_until
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-README = os.path.normpath(os.path.join(HERE, '..', '..', 'README.md'))
+README = os.path.join(SOURCE_ROOT, 'README.md')
 
 PROMPT = re.compile(r'^(?P<who>[A-Z]?\$|#) (?P<cmd>.*)$')
 ANNOTATION = re.compile(r'\s{2,}#\s.*$')

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            '..', '..'))
+from lockfs_helpers import SOURCE_ROOT
+
 CHECK = os.path.join(SOURCE_ROOT, 'tools', 'check_floors.py')
 PUBLIC = ['core.h', 'backend.h', 'etcd_client.h', 'name.h', 'utf8.h', 'limits.h', 'record.h',
           'holder.h', 'proc.h', 'log.h', 'descendants.h', 'procevents.h']

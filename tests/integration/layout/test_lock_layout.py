@@ -23,10 +23,8 @@ import re
 
 import pytest
 
-from lockfs_helpers import LOCKFS_BIN
+from lockfs_helpers import LOCKFS_BIN, SOURCE_ROOT
 
-SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            '..', '..'))
 BUILD = os.environ.get('LOCKFS_BUILD', os.path.dirname(LOCKFS_BIN))
 
 

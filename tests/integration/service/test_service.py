@@ -20,8 +20,8 @@ import tempfile
 import pytest
 
 from conftest import stderr_problems
-from lockfs_helpers import (LOCKFS_BIN, daemon_stderr, fusermount_u, is_lockfs_mounted, mount_entry,
-                            rmtree_unguarded, wait_until)
+from lockfs_helpers import (LOCKFS_BIN, SOURCE_ROOT, daemon_stderr, fusermount_u,
+                            is_lockfs_mounted, mount_entry, rmtree_unguarded, wait_until)
 from service_helpers import (BUILD, DgramSocket, NsAgent, daemon_pid, parse_syslog,
                              unit_settings, unit_value)
 
@@ -315,8 +315,7 @@ def test_stderr_that_is_not_the_journal_gets_no_prefix(work):
 # --------------------------------------------------------------------------
 # the man page
 
-MAN_PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'docs', 'lockfs.8')
+MAN_PAGE = os.path.join(SOURCE_ROOT, 'docs', 'lockfs.8')
 
 
 def test_man_page_documents_every_option_of_help():

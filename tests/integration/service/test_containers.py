@@ -2,7 +2,7 @@
 """Issue 9 §4: a running container keeps using the lock tree across a
 restart of the daemon and across a crash that the service manager restarts.
 
-The layout the unit builds (systemd/lockfs.service): the daemon mounts on
+The layout the unit builds (tools/systemd/lockfs.service): the daemon mounts on
 SHARE/locks, SHARE is a shared bind mount of itself, the host's path (here
 LINK, /locks by default) is a symlink to SHARE/locks, and a container gets
 SHARE with rslave propagation.  The tests run the unit's own ExecStartPre,

@@ -13,8 +13,8 @@ and tools/setup.sh installs into /usr/local):
 import os
 import re
 
-SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            '..', '..'))
+from lockfs_helpers import SOURCE_ROOT
+
 README = os.path.join(SOURCE_ROOT, 'README.md')
 
 

@@ -2,11 +2,11 @@
 every kind of unsound one, then judges a real herd on the dir store."""
 
 import datetime
-import os
 import subprocess
 
 import pytest
 
+import history
 from history import check_history, grants_of, parse_lines, read_histories
 from lockfs_helpers import read_log
 from witness_herd import check_witness, names_in, run_herd
@@ -202,11 +202,11 @@ def test_history_command_line(tmp_path):
     good, bad = tmp_path / 'good.log', tmp_path / 'bad.log'
     good.write_text(acq(0, 5) + '\n' + end(10, 5) + '\n')
     bad.write_text(acq(0, 5) + '\n' + acq(5, 6) + '\n' + end(10, 5) + '\n' + end(11, 6) + '\n')
-    here = os.path.dirname(os.path.abspath(__file__))
-    ok = subprocess.run(['/usr/bin/python3', os.path.join(here, 'history.py'), str(good)],
+    script = history.__file__   # the checker, run as its own command
+    ok = subprocess.run(['/usr/bin/python3', script, str(good)],
                         capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0 and 'OK' in ok.stdout, ok
-    no = subprocess.run(['/usr/bin/python3', os.path.join(here, 'history.py'), str(bad)],
+    no = subprocess.run(['/usr/bin/python3', script, str(bad)],
                         capture_output=True, text=True, timeout=30)
     assert no.returncode == 1 and 'two holders at once' in no.stdout, no
 

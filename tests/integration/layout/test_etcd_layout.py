@@ -12,10 +12,9 @@ import os
 import re
 import subprocess
 
-from lockfs_helpers import LOCKFS_BIN
+from lockfs_helpers import LOCKFS_BIN, source_root
 
-SOURCE_ROOT = os.environ.get('LOCKFS_SOURCE_ROOT', os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')))
+SOURCE_ROOT = os.environ.get('LOCKFS_SOURCE_ROOT', source_root())
 
 
 def code(path, strings=False):

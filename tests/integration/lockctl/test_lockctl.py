@@ -28,8 +28,8 @@ import time
 
 import pytest
 
-from lockfs_helpers import (BUILD, LINE_BREAKERS, PYTHON, agent_named, assert_alternating,
-                            log_for, proc_comm, read_owner,
+from lockfs_helpers import (BUILD, LINE_BREAKERS, PYTHON, SOURCE_ROOT, agent_named,
+                            assert_alternating, log_for, proc_comm, read_owner,
                             wait_log, wait_until)
 
 LOCKCTL = os.path.join(BUILD, 'tools', 'lockctl')
@@ -247,7 +247,7 @@ def test_help_names_every_verb_option_and_exit_status():
 def test_version_and_man_page():
     r = subprocess.run([LOCKCTL, '--version'], capture_output=True, timeout=RUN_TIMEOUT)
     assert r.returncode == 0 and r.stdout.startswith(b'lockctl ')
-    page = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'lockctl.1')
+    page = os.path.join(SOURCE_ROOT, 'docs', 'lockctl.1')
     if shutil.which('man'):
         r = subprocess.run(['man', '-l', page], capture_output=True, timeout=RUN_TIMEOUT,
                            env=dict(os.environ, MANWIDTH='100'))

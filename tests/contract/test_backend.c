@@ -273,7 +273,7 @@ static const struct kind_fixture fake_fixture = {
 };
 
 /* ---- etcd (argv: etcd [URL]; URL defaults to $LOCKFS_ETCD_ENDPOINTS, as
- * tests/integration/etcd_fixtures.py exec sets it) ---- */
+ * tests/fixtures/etcd_fixtures.py exec sets it) ---- */
 
 #ifdef LOCKFS_WITH_ETCD
 static const char *etcd_url;
