@@ -25,7 +25,14 @@ import subprocess
 import pytest
 
 from flock_helpers import fpath, held_names
-from lockfs_helpers import PYTHON, errno_of, read_owner, wait_free, wait_until
+from lockfs_helpers import LOCKFS_BIN, PYTHON, errno_of, read_owner, wait_free, wait_until
+
+# A daemon built with AddressSanitizer keeps freed memory in its quarantine
+# (256 MB by default) and maps shadow memory as it goes: its RSS says
+# nothing of what lockfs keeps.  There the bounds below are not asserted
+# (the plain build's run asserts them); the locking that follows still is.
+with open(LOCKFS_BIN, 'rb') as _f:
+    SANITIZED = b'__asan_init' in _f.read()
 
 MIB = 1 << 20
 PAD = 'x' * 232  # + 8 digits: 240-byte names, as in the issue's measurement
@@ -94,7 +101,7 @@ def test_stats_of_50000_free_flock_names_leave_the_daemon_as_it_was(mnt_ao, user
     assert loop(m, u, 50000, 'stat') == 0   # every name free: none is a file
     grew = rss(m) - before
     # The old code grew by 14 MiB here (about 300 bytes a name).
-    assert grew < 2 * MIB, f'the daemon grew by {grew / MIB:.1f} MiB'
+    assert SANITIZED or grew < 2 * MIB, f'the daemon grew by {grew / MIB:.1f} MiB'
     # ... and every one of those names still locks, both ways.
     for name in (PAD + '00000000', PAD + '00049999', 'never-looked-up'):
         assert flock1(m, u, name) == 0
@@ -111,7 +118,7 @@ def test_open_and_close_of_40000_names_keeps_at_most_the_idle_cap(mnt_ao, users)
     assert loop(m, u, 40000, 'open') == 40000
     grew = rss(m) - before
     # The old code grew by 12 MiB here; 1024 idle nodes are about 0.3 MiB.
-    assert grew < 3 * MIB, f'the daemon grew by {grew / MIB:.1f} MiB'
+    assert SANITIZED or grew < 3 * MIB, f'the daemon grew by {grew / MIB:.1f} MiB'
     # The names whose nodes were dropped still lock, and look free.
     first = PAD + '00000000'
     assert errno_of(os.stat, fpath(m, first)) == errno.ENOENT
