@@ -6,8 +6,10 @@
  * lockfs/limits.h), so that it refuses exactly the names the mount would:
  *
  *   run      flock(M/.flock/NAME), fork+exec CMD, wait, unlock.  The lock
- *            belongs to lockctl's open file description, so however lockctl
- *            ends (even SIGKILL) the last close releases it.
+ *            belongs to the open file description, which CMD inherits (as
+ *            under flock(1)): it lasts while CMD runs, however lockctl ends
+ *            (even SIGKILL), and lockctl's LOCK_UN when CMD ends ends it
+ *            for every process that shares it.
  *   acquire  flock(LOCK_EX), then write "process" or "slug" to M/NAME/bind:
  *            the daemon resolves the writer past lockctl (a helper) to its
  *            parent, so the calling shell (or the slug) keeps the lock.
@@ -54,6 +56,7 @@
 #define DISPLAY_PERIOD_MS 500
 #define TIMER_KICK_MS 50
 #define FILE_MAX (1024 * 1024) /* owner and waiters files we read */
+#define LOCK_FD_MIN 10 /* the lock's descriptor, as run's CMD inherits it */
 
 /* ------------------------------------------------------------------ */
 /* messages: every file's, so static inline here */
@@ -238,11 +241,12 @@ int lockfs_ctl_wait_for_lock(const struct opts *o, const char *mnt, int fd, int 
 void lockfs_ctl_unlock_close(int fd);
 /*
  * Fork and exec CMD with the signal dispositions and mask lockctl
- * inherited, and pass SIGINT, SIGTERM and SIGHUP on to it from then on.
- * Returns its pid, or -errno when fork failed.  The child does not
- * return: 127 when CMD is not found, 126 when it cannot run.
+ * inherited, and with LOCK_FD (the lock's descriptor) kept open in it, and
+ * pass SIGINT, SIGTERM and SIGHUP on to CMD from then on.  Returns its pid,
+ * or -errno when fork failed.  The child does not return: 127 when CMD is
+ * not found, 126 when it cannot run.
  */
-pid_t lockfs_ctl_spawn(char **cmd);
+pid_t lockfs_ctl_spawn(char **cmd, int lock_fd);
 
 /* ------------------------------------------------------------------ */
 /* status (status.c) */

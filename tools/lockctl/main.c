@@ -34,7 +34,7 @@ static int cmd_run(const struct opts *o, const char *mnt)
 		return rc;
 	}
 
-	pid_t pid = lockfs_ctl_spawn(o->cmd);
+	pid_t pid = lockfs_ctl_spawn(o->cmd, fd);
 	if (pid < 0) {
 		lockfs_ctl_unlock_close(fd);
 		return fail(EXIT_FAIL, "fork: %s", strerror((int)-pid));

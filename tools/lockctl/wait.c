@@ -287,8 +287,17 @@ int lockfs_ctl_open_flock(const char *mnt, const char *name)
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 	int e = errno;
 	free(path);
-	if (fd >= 0)
+	if (fd >= 0) {
+		/* run's CMD inherits this descriptor: keep it clear of 0 to 9,
+		 * which scripts redirect (`exec 3>log`) and would so drop CMD's
+		 * share of the lock. */
+		int high = fcntl(fd, F_DUPFD_CLOEXEC, LOCK_FD_MIN);
+		if (high >= 0) {
+			close(fd);
+			fd = high;
+		}
 		return fd;
+	}
 	char *dir = xasprintf("%s/.flock", mnt);
 	struct stat st;
 	int se = stat(dir, &st) == 0 ? (S_ISDIR(st.st_mode) ? 0 : ENOTDIR) : errno;
@@ -412,7 +421,7 @@ void lockfs_ctl_unlock_close(int fd)
 /* ------------------------------------------------------------------ */
 /* running CMD */
 
-pid_t lockfs_ctl_spawn(char **cmd)
+pid_t lockfs_ctl_spawn(char **cmd, int lock_fd)
 {
 	/* Hold the forwarded signals until the child's pid is known, so that
 	 * none is lost between fork and the handler's first use. */
@@ -424,12 +433,22 @@ pid_t lockfs_ctl_spawn(char **cmd)
 	set_fwd_handlers(on_forward);
 	pid_t pid = fork();
 	if (pid == 0) {
-		/* CMD gets lockctl's dispositions and mask as inherited; the lock
-		 * fd is O_CLOEXEC, so CMD cannot keep the lock alive. */
+		/* CMD gets lockctl's dispositions and mask as inherited, and the
+		 * lock's descriptor: the lock belongs to the open file description,
+		 * so with CMD sharing it, the lock lasts while CMD runs even if
+		 * lockctl is killed (as under flock(1)); lockctl's unlock when CMD
+		 * ends still ends it for every sharer. */
 		for (int i = 0; i < NFWD; i++)
 			sigaction(FWD_SIGNALS[i], &fwd_orig[i], NULL);
 		signal(SIGALRM, SIG_DFL);
 		sigprocmask(SIG_SETMASK, &old, NULL);
+		int flags = fcntl(lock_fd, F_GETFD);
+		if (flags < 0 || fcntl(lock_fd, F_SETFD, flags & ~FD_CLOEXEC) < 0) {
+			/* Without it CMD would run unprotected once lockctl died. */
+			fprintf(stderr, PROG ": cannot pass the lock to %s: %s\n", cmd[0],
+				strerror(errno));
+			_exit(126);
+		}
 		execvp(cmd[0], cmd);
 		int e = errno;
 		fprintf(stderr, PROG ": cannot run %s: %s\n", cmd[0], strerror(e));
