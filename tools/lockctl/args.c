@@ -23,8 +23,9 @@
 
 const char lockfs_ctl_usage[] =
 	"Usage:\n"
-	"  lockctl run NAME [--slug S] [--timeout SECS] [--shared] -- CMD [ARG...]\n"
-	"  lockctl acquire NAME [--slug S] [--timeout SECS]\n"
+	"  lockctl run NAME [--slug S] [--timeout SECS] [--restart-wait SECS] [--shared]\n"
+	"              -- CMD [ARG...]\n"
+	"  lockctl acquire NAME [--slug S] [--timeout SECS] [--restart-wait SECS]\n"
 	"  lockctl release NAME [--slug S]\n"
 	"  lockctl status [NAME] [--json]\n"
 	"  lockctl break NAME --reason TEXT\n"
@@ -54,6 +55,12 @@ const char lockfs_ctl_usage[] =
 	"                  uid with the slug may release it. Without --slug, a\n"
 	"                  non-empty LOCKFS_SLUG in the environment counts, as for mkdir.\n"
 	"  --timeout SECS  give up waiting after SECS (decimals allowed); 0 tries once\n"
+	"  --restart-wait SECS\n"
+	"                  run, acquire: while the daemon is away (a restart: \"Transport\n"
+	"                  endpoint is not connected\", \"Software caused connection\n"
+	"                  abort\", nothing mounted on a guarded mount point), try again\n"
+	"                  for up to SECS (default $LOCKFS_RESTART_WAIT, else 30), then\n"
+	"                  exit 69; 0 gives up at once\n"
 	"  --shared        run: take the lock shared (many readers, no writer)\n"
 	"  --json          status: JSON output\n"
 	"  --reason TEXT   break: why (1 to 1024 bytes, required)\n"
@@ -67,7 +74,8 @@ const char lockfs_ctl_usage[] =
 	"  0    success (run: CMD's own status instead)\n"
 	"  1    other failure, e.g. release or status of a lock that is not held\n"
 	"  64   usage error (bad option, missing NAME or CMD, invalid lock name)\n"
-	"  69   the mount is missing or is not a fuse.lockfs mount\n"
+	"  69   the mount is missing or is not a fuse.lockfs mount, or (run, acquire)\n"
+	"       its daemon stayed away longer than --restart-wait\n"
 	"  75   timed out waiting (also --timeout 0 when the lock is busy)\n"
 	"  77   permission refused (EPERM, EACCES): not the holder, not allowed to break\n"
 	"  126  run: CMD could not be executed; 127: CMD not found\n"
@@ -150,7 +158,8 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 		}
 		if (strncmp(a, "--", 2) == 0) {
 			static const char *const WITH_VALUE[] = {
-				"slug", "timeout", "poll", "stale", "mount", "reason",
+				"slug", "timeout", "restart-wait", "poll", "stale", "mount",
+				"reason",
 			};
 			const char *key = NULL;
 			for (size_t k = 0; k < sizeof(WITH_VALUE) / sizeof(WITH_VALUE[0]); k++) {
@@ -182,6 +191,13 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 				} else if (strcmp(key, "timeout") == 0) {
 					o->timeout = secs;
 					o->has_timeout = true;
+				} else if (strcmp(key, "restart-wait") == 0) {
+					if (secs > RESTART_WAIT_MAX_S)
+						return fail(EX_USAGE, "--restart-wait %s: want a number"
+							    " of seconds, 0 to %d", val,
+							    RESTART_WAIT_MAX_S);
+					o->restart_wait = secs;
+					o->has_restart_wait = true;
 				} else if (strcmp(key, "poll") == 0) {
 					o->seen_poll = true;
 				} else {
@@ -257,6 +273,8 @@ int lockfs_ctl_check_args(const struct opts *o)
 		return fail(EX_USAGE, "--slug: want 1 to %d bytes", LOCKFS_SLUG_MAX - 1);
 	if (o->has_timeout && !(v == V_RUN || v == V_ACQUIRE))
 		return fail(EX_USAGE, "%s does not take --timeout", w);
+	if (o->has_restart_wait && !(v == V_RUN || v == V_ACQUIRE))
+		return fail(EX_USAGE, "%s does not take --restart-wait", w);
 	if ((o->seen_poll || o->seen_stale) && !(v == V_RUN || v == V_ACQUIRE || v == V_RELEASE))
 		return fail(EX_USAGE, "%s does not take --poll or --stale", w);
 	if (o->shared && v != V_RUN)

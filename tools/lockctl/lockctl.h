@@ -57,6 +57,11 @@
 #define TIMER_KICK_MS 50
 #define FILE_MAX (1024 * 1024) /* owner and waiters files we read */
 #define LOCK_FD_MIN 10 /* the lock's descriptor, as run's CMD inherits it */
+#define RESTART_WAIT_DEFAULT_S 30 /* --restart-wait, LOCKFS_RESTART_WAIT */
+#define RESTART_WAIT_MAX_S 86400
+#define RESTART_RETRY_MS 200 /* longest sleep between two tries in a restart */
+/* Not an errno the mount gives: a guarded mount point with nothing on it. */
+#define ERR_NOTHING_MOUNTED ENOMEDIUM
 
 /* ------------------------------------------------------------------ */
 /* messages: every file's, so static inline here */
@@ -127,7 +132,7 @@ static inline int errno_status(int e)
 {
 	if (e == EPERM || e == EACCES)
 		return EX_NOPERM;
-	if (e == ENOTCONN)
+	if (e == ENOTCONN || e == ECONNABORTED || e == ERR_NOTHING_MOUNTED)
 		return EX_UNAVAILABLE;
 	return EXIT_FAIL;
 }
@@ -146,6 +151,8 @@ struct opts {
 	const char *reason;    /* --reason */
 	double timeout;        /* --timeout, when has_timeout */
 	bool has_timeout;
+	double restart_wait;   /* --restart-wait, when has_restart_wait */
+	bool has_restart_wait;
 	bool shared, json, help, version;
 	bool seen_poll, seen_stale, seen_double_dash;
 	char **cmd;            /* after "--" */
@@ -174,10 +181,31 @@ int lockfs_ctl_check_args(const struct opts *o);
 
 /*
  * Find the lockfs mount: OPT_MOUNT, else $LOCKFS_MOUNT, else /locks; it
- * must be a fuse.lockfs mount.  Returns 0 with *OUT malloc'd, or an exit
- * status after saying why.
+ * must be a fuse.lockfs mount.  Returns 0 with *OUT malloc'd; or, saying
+ * nothing, -E when its daemon is away for now (E is ENOTCONN or
+ * ECONNABORTED: a dead mount; ERR_NOTHING_MOUNTED: a guarded mount point
+ * with nothing on it); or an exit status after saying why.
  */
 int lockfs_ctl_find_mount(const char *opt_mount, char **out);
+/* The same, but a daemon that is away is said in one line (exit 69). */
+int lockfs_ctl_find_mount_now(const char *opt_mount, char **out);
+
+/* ------------------------------------------------------------------ */
+/* riding out a daemon restart (outage.c) */
+
+/* Does errno E from the mount mean that its daemon's connection is gone? */
+bool lockfs_ctl_is_conn_error(int e);
+/* Is PATH a guarded mount point (lockfs --guard: immutable)? */
+bool lockfs_ctl_is_guarded(const char *path);
+/* Why the daemon is away, for a message: E from lockfs_ctl_find_mount(). */
+const char *lockfs_ctl_down_reason(int e);
+/* How long run and acquire ride out a daemon that is away: --restart-wait,
+ * else LOCKFS_RESTART_WAIT, else RESTART_WAIT_DEFAULT_S.  Returns 0, or
+ * EX_USAGE after saying why. */
+int lockfs_ctl_restart_wait(const struct opts *o, double *secs);
+/* Sleep until the mount table changes, a signal comes, or MAX_MS pass
+ * (MAX_MS 0: only start watching, so that no change is missed later). */
+void lockfs_ctl_wait_mount_change(int max_ms);
 
 /* M/NAME/owner as a JSON object; NULL with *ERR = errno (EBADMSG: not JSON). */
 json_t *lockfs_ctl_read_owner(const char *mnt, const char *name, int *err);
@@ -226,17 +254,23 @@ char *lockfs_ctl_holder_note(const char *mnt, const char *name, const json_t *ow
 
 /* Remember the signal dispositions lockctl inherited (for run's CMD). */
 void lockfs_ctl_save_signals(void);
-/* Open M/.flock/NAME.  Returns the fd, or -(exit status) after saying why. */
-int lockfs_ctl_open_flock(const char *mnt, const char *name);
+/* Open M/.flock/NAME.  Returns the fd; or -1 with *DOWN set, saying
+ * nothing, when the daemon is away (as lockfs_ctl_find_mount() says, with
+ * OPT_MOUNT); or -(exit status) after saying why. */
+int lockfs_ctl_open_flock(const char *opt_mount, const char *mnt, const char *name, int *down);
 /* A one-line description of who holds NAME now (for errors): malloc'd. */
 char *lockfs_ctl_holder_now(const char *mnt, const char *name);
 /*
- * Take the lock on FD with flock(2) OP (LOCK_EX or LOCK_SH), waiting in the
- * daemon's queue; O's timeout decides for how long (0: try once).
- * Returns 0 with the lock held, or an exit status after saying why, with
- * no lock and no place in line.
+ * Open M/.flock/NAME and take the lock with flock(2) OP (LOCK_EX or
+ * LOCK_SH), waiting in the daemon's queue; O's timeout decides for how
+ * long (0: try once).  While the daemon is away (a restart: the connection
+ * is gone, or nothing is mounted yet) it tries again, on the mount found
+ * anew, for up to RESTART_WAIT seconds at a time.  *MNT is the mount (it
+ * may be replaced).  Returns 0 with the lock held through *FD, or an exit
+ * status after saying why, with no lock and no place in line.
  */
-int lockfs_ctl_wait_for_lock(const struct opts *o, const char *mnt, int fd, int op);
+int lockfs_ctl_take_lock(const struct opts *o, char **mnt, double restart_wait, int op,
+			 int *fd);
 /* Give up FD's lock, if any, and close it. */
 void lockfs_ctl_unlock_close(int fd);
 /*

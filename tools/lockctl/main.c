@@ -23,16 +23,31 @@
 /* ------------------------------------------------------------------ */
 /* verbs */
 
-static int cmd_run(const struct opts *o, const char *mnt)
+/*
+ * Give up the lock run held for CMD through FD, and close FD.  When the
+ * daemon's connection went while CMD ran, the lock was not lost: it stays
+ * in DIR, a restarted daemon rebinds it to this process (which holds the
+ * old descriptor), and it ends when lockctl exits; say so.
+ */
+static void run_unlock(const struct opts *o, int fd)
 {
-	int fd = lockfs_ctl_open_flock(mnt, o->name);
-	if (fd < 0)
-		return -fd;
-	int rc = lockfs_ctl_wait_for_lock(o, mnt, fd, o->shared ? LOCK_SH : LOCK_EX);
-	if (rc) {
-		close(fd);
+	int rc;
+	while ((rc = flock(fd, LOCK_UN)) < 0 && errno == EINTR)
+		;
+	int e = rc < 0 ? errno : 0;
+	close(fd);
+	if (lockfs_ctl_is_conn_error(e))
+		warnmsg("%s: the lockfs daemon's connection was lost while CMD ran (%s); CMD was"
+			" left to finish; after a restart the daemon kept the lock for lockctl, and"
+			" it ends as lockctl exits", o->name, strerror(e));
+}
+
+static int cmd_run(const struct opts *o, char **mnt, double restart_wait)
+{
+	int fd;
+	int rc = lockfs_ctl_take_lock(o, mnt, restart_wait, o->shared ? LOCK_SH : LOCK_EX, &fd);
+	if (rc)
 		return rc;
-	}
 
 	pid_t pid = lockfs_ctl_spawn(o->cmd, fd);
 	if (pid < 0) {
@@ -44,11 +59,11 @@ static int cmd_run(const struct opts *o, const char *mnt)
 	while (waitpid(pid, &st, 0) < 0) {
 		if (errno != EINTR) {
 			int e = errno;
-			lockfs_ctl_unlock_close(fd);
+			run_unlock(o, fd);
 			return fail(EXIT_FAIL, "waitpid: %s", strerror(e));
 		}
 	}
-	lockfs_ctl_unlock_close(fd);
+	run_unlock(o, fd);
 	if (WIFEXITED(st))
 		return WEXITSTATUS(st);
 	if (WIFSIGNALED(st))
@@ -73,26 +88,34 @@ static int write_text(const char *path, const char *text)
 	return e;
 }
 
-static int cmd_acquire(const struct opts *o, const char *mnt, const char *slug)
+static int cmd_acquire(const struct opts *o, char **mnt, double restart_wait,
+		       const char *slug)
 {
-	int fd = lockfs_ctl_open_flock(mnt, o->name);
-	if (fd < 0)
-		return -fd;
-	int rc = lockfs_ctl_wait_for_lock(o, mnt, fd, LOCK_EX);
-	if (rc) {
+	int fd, e;
+	for (;;) {
+		int rc = lockfs_ctl_take_lock(o, mnt, restart_wait, LOCK_EX, &fd);
+		if (rc)
+			return rc;
+		char *path = xasprintf("%s/%s/bind", *mnt, o->name);
+		e = write_text(path, slug ? "slug\n" : "process\n");
+		free(path);
+		if (!lockfs_ctl_is_conn_error(e))
+			break;
+		/* The daemon went between the grant and the bind: that grant
+		 * was the old connection's.  Let its descriptor go (the
+		 * restarted daemon ends what it rebound to us once nobody has
+		 * it) and take the lock anew. */
 		close(fd);
-		return rc;
+		free(*mnt);
+		*mnt = NULL;
 	}
-	char *path = xasprintf("%s/%s/bind", mnt, o->name);
-	int e = write_text(path, slug ? "slug\n" : "process\n");
-	free(path);
 	if (e) {
 		/* Not bound: give the lock back rather than leave it to this
 		 * process's exit. */
 		lockfs_ctl_unlock_close(fd);
 		if (e == ENOENT)
 			return fail(EX_UNAVAILABLE, "%s: %s/%s/bind is missing: this lockfs daemon is"
-				    " too old for lockctl acquire", o->name, mnt, o->name);
+				    " too old for lockctl acquire", o->name, *mnt, o->name);
 		if (e == EPERM || e == EACCES)
 			return fail(EX_NOPERM, "%s: cannot bind the lock to %s: %s", o->name,
 				    slug ? "the slug" : "the calling process", strerror(e));
@@ -186,17 +209,29 @@ int main(int argc, char **argv)
 	const char *slug = o.slug ? o.slug : env_slug && *env_slug ? env_slug : NULL;
 
 	char *mnt = NULL;
-	rc = lockfs_ctl_find_mount(o.mount, &mnt);
-	if (rc)
-		return rc;
+	double restart_wait = 0;
+	if (o.verb == V_RUN || o.verb == V_ACQUIRE) {
+		/* These two ride out a daemon that is away (a restart): the
+		 * mount is found again as they take the lock. */
+		rc = lockfs_ctl_restart_wait(&o, &restart_wait);
+		if (rc)
+			return rc;
+		rc = lockfs_ctl_find_mount(o.mount, &mnt);
+		if (rc > 0)
+			return rc;
+	} else {
+		rc = lockfs_ctl_find_mount_now(o.mount, &mnt);
+		if (rc)
+			return rc;
+	}
 	lockfs_ctl_save_signals();
 
 	switch (o.verb) {
 	case V_RUN:
-		rc = cmd_run(&o, mnt);
+		rc = cmd_run(&o, &mnt, restart_wait);
 		break;
 	case V_ACQUIRE:
-		rc = cmd_acquire(&o, mnt, slug);
+		rc = cmd_acquire(&o, &mnt, restart_wait, slug);
 		break;
 	case V_RELEASE:
 		rc = cmd_release(&o, mnt);

@@ -82,8 +82,9 @@ static char *mount_fstype(const char *path, int *err)
 
 /*
  * Resolve the mount (--mount, $LOCKFS_MOUNT, /locks) and check that it is
- * a fuse.lockfs mount.  Sets *OUT (malloc'd canonical path) and returns 0,
- * or prints why and returns EX_UNAVAILABLE.
+ * a fuse.lockfs mount.  Sets *OUT (malloc'd canonical path) and returns 0;
+ * returns -E, saying nothing, when its daemon is away (lockctl.h); or
+ * prints why and returns EX_UNAVAILABLE.
  */
 int lockfs_ctl_find_mount(const char *opt_mount, char **out)
 {
@@ -98,13 +99,22 @@ int lockfs_ctl_find_mount(const char *opt_mount, char **out)
 		}
 	}
 	char *real = realpath(m, NULL);
-	if (!real)
-		return fail(EX_UNAVAILABLE, "lockfs mount %s (%s): %s", m, how, strerror(errno));
+	if (!real) {
+		int e = errno;
+		if (lockfs_ctl_is_conn_error(e))
+			return -e; /* a dead mount, until it is detached */
+		return fail(EX_UNAVAILABLE, "lockfs mount %s (%s): %s", m, how, strerror(e));
+	}
 	int err;
 	char *type = mount_fstype(real, &err);
 	if (err) {
 		free(real);
 		return fail(EX_UNAVAILABLE, "cannot read /proc/self/mountinfo: %s", strerror(err));
+	}
+	if ((!type || strcmp(type, "fuse.lockfs") != 0) && lockfs_ctl_is_guarded(real)) {
+		free(type);
+		free(real);
+		return -ERR_NOTHING_MOUNTED;
 	}
 	if (!type || strcmp(type, "fuse.lockfs") != 0) {
 		int rc;
@@ -121,6 +131,17 @@ int lockfs_ctl_find_mount(const char *opt_mount, char **out)
 	free(type);
 	*out = real;
 	return 0;
+}
+
+int lockfs_ctl_find_mount_now(const char *opt_mount, char **out)
+{
+	int rc = lockfs_ctl_find_mount(opt_mount, out);
+	if (rc >= 0)
+		return rc;
+	const char *m = opt_mount ? opt_mount : getenv("LOCKFS_MOUNT");
+	if (!m || !*m)
+		m = DEFAULT_MOUNT;
+	return fail(EX_UNAVAILABLE, "lockfs mount %s: %s", m, lockfs_ctl_down_reason(-rc));
 }
 
 /* ------------------------------------------------------------------ */

@@ -33,7 +33,8 @@
 static volatile sig_atomic_t line_on_tty;
 
 struct display {
-	const char *mnt, *name;
+	const char *name;
+	char *mnt;   /* malloc'd; NULL while the daemon is away; protected by mu */
 	long long started_ms;
 	pthread_t thread;
 	pthread_mutex_t mu;
@@ -94,9 +95,14 @@ static size_t my_place(const json_t *waiters)
 static void display_render(struct display *d)
 {
 	int err;
-	json_t *owner = lockfs_ctl_read_owner(d->mnt, d->name, &err);
-	json_t *waiters = lockfs_ctl_read_waiters(d->mnt, d->name);
-	char *who = owner ? lockfs_ctl_describe_holder(d->mnt, d->name, owner) : xasprintf("held");
+	pthread_mutex_lock(&d->mu);
+	char *mnt = d->mnt ? strdup(d->mnt) : NULL;
+	pthread_mutex_unlock(&d->mu);
+	json_t *owner = mnt ? lockfs_ctl_read_owner(mnt, d->name, &err) : NULL;
+	json_t *waiters = mnt ? lockfs_ctl_read_waiters(mnt, d->name) : json_array();
+	char *who = owner ? lockfs_ctl_describe_holder(mnt, d->name, owner) :
+		mnt ? xasprintf("held") : xasprintf("the lockfs daemon is away, trying again");
+	free(mnt);
 	size_t total = json_array_size(waiters), place = my_place(waiters);
 	char waited[24], where[64];
 	lockfs_ctl_fmt_duration(lockfs_ctl_now_ms() - d->started_ms, waited, sizeof(waited));
@@ -161,7 +167,7 @@ static void display_start(struct display *d, const char *mnt, const char *name)
 	memset(d, 0, sizeof(*d));
 	if (!isatty(STDERR_FILENO))
 		return;
-	d->mnt = mnt;
+	d->mnt = mnt ? strdup(mnt) : NULL;
 	d->name = name;
 	d->started_ms = lockfs_ctl_now_ms();
 	pthread_condattr_t ca;
@@ -195,6 +201,20 @@ static void display_stop(struct display *d)
 	line_on_tty = 0;
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->mu);
+	free(d->mnt);
+	d->mnt = NULL;
+}
+
+/* The mount the line reads from now: MNT, or NULL while the daemon is away. */
+static void display_set_mount(struct display *d, const char *mnt)
+{
+	if (!d->running)
+		return;
+	char *copy = mnt ? strdup(mnt) : NULL;
+	pthread_mutex_lock(&d->mu);
+	free(d->mnt);
+	d->mnt = copy;
+	pthread_mutex_unlock(&d->mu);
 }
 
 /* ------------------------------------------------------------------ */
@@ -280,8 +300,7 @@ static void set_timer(double secs)
 /* ------------------------------------------------------------------ */
 /* taking the lock */
 
-/* Open M/.flock/NAME.  Returns the fd, or -(exit status) after saying why. */
-int lockfs_ctl_open_flock(const char *mnt, const char *name)
+int lockfs_ctl_open_flock(const char *opt_mount, const char *mnt, const char *name, int *down)
 {
 	char *path = xasprintf("%s/.flock/%s", mnt, name);
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
@@ -298,15 +317,33 @@ int lockfs_ctl_open_flock(const char *mnt, const char *name)
 		}
 		return fd;
 	}
+	if (lockfs_ctl_is_conn_error(e)) {
+		*down = e;
+		return -1;
+	}
 	char *dir = xasprintf("%s/.flock", mnt);
 	struct stat st;
 	int se = stat(dir, &st) == 0 ? (S_ISDIR(st.st_mode) ? 0 : ENOTDIR) : errno;
 	free(dir);
-	/* Only a daemon that answers can be too old: a dead one (ENOTCONN)
-	 * says so itself. */
-	if (se == ENOENT || se == ENOTDIR)
+	if (lockfs_ctl_is_conn_error(se)) {
+		*down = se;
+		return -1;
+	}
+	if (se == ENOENT || se == ENOTDIR) {
+		/* No .flock: the mount went since it was found (a restart, and
+		 * the mount point is bare now), or its daemon is too old. */
+		char *again = NULL;
+		int rc = lockfs_ctl_find_mount(opt_mount, &again);
+		free(again);
+		if (rc < 0) {
+			*down = -rc;
+			return -1;
+		}
+		if (rc > 0)
+			return -rc;
 		return -fail(EX_UNAVAILABLE, "%s has no .flock directory: this lockfs daemon is too"
 			     " old for lockctl", mnt);
+	}
 	if (se)
 		e = se;
 	if (e == EINVAL || e == ENAMETOOLONG)
@@ -337,29 +374,64 @@ static int flock_failed(const char *name, int e)
 }
 
 /*
- * Take the lock on FD with flock(2) OP (LOCK_EX or LOCK_SH), waiting in the
- * daemon's queue; O's timeout decides for how long (0: try once).
- * Returns 0 with the lock held, or an exit status after saying why, with
- * no lock and no place in line.
+ * One go at the lock on FD: flock(2) OP, at once when TRY_ONCE, else
+ * waiting in line until granted or timed out (timed_out, set by SIGALRM).
+ * Returns 0 with the lock, or the errno (EINTR: timed out).
  */
-int lockfs_ctl_wait_for_lock(const struct opts *o, const char *mnt, int fd, int op)
+static int flock_fd(int fd, int op, bool try_once)
+{
+	if (try_once)
+		return flock(fd, op | LOCK_NB) == 0 ? 0 : errno;
+	for (;;) {
+		if (timed_out)
+			return EINTR;
+		if (flock(fd, op) == 0)
+			return 0; /* a grant that raced the deadline is still a grant */
+		if (errno != EINTR)
+			return errno;
+		/* Another signal than ours: ask again at once, and the daemon
+		 * gives back the place it kept for this open file. */
+	}
+}
+
+/* Say why taking NAME on MNT failed with E; the exit status. */
+static int take_failed(const struct opts *o, const char *mnt, int e)
 {
 	const char *name = o->name;
-	if (o->has_timeout && o->timeout == 0) {
-		if (flock(fd, op | LOCK_NB) == 0)
-			return 0;
-		int e = errno;
-		if (e == EWOULDBLOCK) {
-			char *who = lockfs_ctl_holder_now(mnt, name);
-			int rc = fail(EX_TEMPFAIL, "%s: %s; not waiting (--timeout 0)", name, who);
-			free(who);
-			return rc;
-		}
-		if (e == ENOLCK)
-			return fail(EX_UNAVAILABLE, "%s: flock on %s/.flock is not supported: this"
-				    " lockfs daemon is too old for lockctl", name, mnt);
-		return flock_failed(name, e);
+	if (e == EWOULDBLOCK) {
+		char *who = lockfs_ctl_holder_now(mnt, name);
+		int rc = fail(EX_TEMPFAIL, "%s: %s; not waiting (--timeout 0)", name, who);
+		free(who);
+		return rc;
 	}
+	if (e == EINTR) {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%g", o->timeout);
+		char *who = mnt ? lockfs_ctl_holder_now(mnt, name) :
+			xasprintf("the lockfs daemon was away");
+		int st = fail(EX_TEMPFAIL, "%s: timed out after %ss waiting in line (%s)", name, buf,
+			      who);
+		free(who);
+		return st;
+	}
+	if (e == ENOLCK)
+		return fail(EX_UNAVAILABLE, "%s: flock on %s/.flock is not supported: this lockfs"
+			    " daemon is too old for lockctl", name, mnt);
+	return flock_failed(name, e);
+}
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int lockfs_ctl_take_lock(const struct opts *o, char **mnt, double restart_wait, int op,
+			 int *fdp)
+{
+	const char *name = o->name;
+	bool try_once = o->has_timeout && o->timeout == 0;
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
@@ -370,44 +442,87 @@ int lockfs_ctl_wait_for_lock(const struct opts *o, const char *mnt, int fd, int 
 	set_fwd_handlers(on_stop_while_waiting);
 
 	struct display d;
-	display_start(&d, mnt, name);
+	if (!try_once)
+		display_start(&d, *mnt, name);
+	else
+		memset(&d, 0, sizeof(d));
 	timed_out = 0;
-	if (o->has_timeout)
+	if (o->has_timeout && !try_once)
 		set_timer(o->timeout);
-	int rc = 0, e = 0;
+	lockfs_ctl_wait_mount_change(0); /* from now on, no mount goes unseen */
+
+	/* While the daemon is away (since AWAY_SINCE, ms), every try finds
+	 * the mount anew: a restarted daemon mounts a new file system. */
+	long long away_since = -1;
+	int rc, fd = -1;
 	for (;;) {
+		int away = 0;
+		if (!*mnt) {
+			int r = lockfs_ctl_find_mount(o->mount, mnt);
+			if (r > 0) {
+				rc = r;
+				break;
+			}
+			if (r < 0)
+				away = -r;
+			else
+				display_set_mount(&d, *mnt);
+		}
+		if (!away) {
+			fd = lockfs_ctl_open_flock(o->mount, *mnt, name, &away);
+			if (fd < 0 && !away) {
+				rc = -fd;
+				break;
+			}
+		}
+		if (!away) {
+			away_since = -1;
+			int e = flock_fd(fd, op, try_once);
+			if (e == 0) {
+				rc = 0;
+				break;
+			}
+			/* A dead connection is no place in any line: let go of the
+			 * old mount at once, so that it can be detached. */
+			close(fd);
+			fd = -1;
+			if (!lockfs_ctl_is_conn_error(e)) {
+				rc = take_failed(o, *mnt, e);
+				break;
+			}
+			away = e;
+		}
+
+		/* The daemon is away: a restart, unless it lasts too long. */
+		if (*mnt) {
+			free(*mnt);
+			*mnt = NULL;
+			display_set_mount(&d, NULL);
+		}
+		long long now = mono_ms();
+		if (away_since < 0)
+			away_since = now;
+		long long left = (long long)(restart_wait * 1000) - (now - away_since);
 		if (timed_out) {
-			e = EINTR;
-			rc = -1;
+			rc = take_failed(o, NULL, EINTR);
 			break;
 		}
-		rc = flock(fd, op);
-		if (rc == 0)
-			break; /* a grant that raced the deadline is still a grant */
-		e = errno;
-		if (e != EINTR)
+		if (try_once || left <= 0) {
+			const char *m = o->mount ? o->mount : getenv("LOCKFS_MOUNT");
+			rc = fail(EX_UNAVAILABLE, "%s: no lockfs daemon answered at %s for %gs (%s);"
+				  " see --restart-wait", name, m && *m ? m : DEFAULT_MOUNT,
+				  restart_wait, lockfs_ctl_down_reason(away));
 			break;
-		/* Another signal than ours: ask again at once, and the daemon
-		 * gives back the place it kept for this open file. */
+		}
+		lockfs_ctl_wait_mount_change(left < RESTART_RETRY_MS ? (int)left : RESTART_RETRY_MS);
 	}
-	if (o->has_timeout)
+	if (o->has_timeout && !try_once)
 		set_timer(0);
-	display_stop(&d);
+	if (!try_once)
+		display_stop(&d);
 	if (rc == 0)
-		return 0;
-	if (e == EINTR) {
-		char buf[32];
-		snprintf(buf, sizeof(buf), "%g", o->timeout);
-		char *who = lockfs_ctl_holder_now(mnt, name);
-		int st = fail(EX_TEMPFAIL, "%s: timed out after %ss waiting in line (%s)", name, buf,
-			      who);
-		free(who);
-		return st;
-	}
-	if (e == ENOLCK)
-		return fail(EX_UNAVAILABLE, "%s: flock on %s/.flock is not supported: this lockfs"
-			    " daemon is too old for lockctl", name, mnt);
-	return flock_failed(name, e);
+		*fdp = fd;
+	return rc;
 }
 
 /* Give up FD's lock, if any, and close it. */

@@ -338,7 +338,8 @@ def test_a_mount_whose_daemon_died_exits_69_and_says_not_connected(lockfs_factor
     m.proc.send_signal(signal.SIGKILL)
     m.proc.wait()                       # still mounted: every request is ENOTCONN
     try:
-        r = lc(m, *verb)
+        # run and acquire first ride out a restart (test_lockctl_restart.py)
+        r = lc(m, *verb, env={'LOCKFS_RESTART_WAIT': '0.2'})
     finally:
         m.kill9(lazy=True)              # reaped already: just unmounts
     assert r.returncode == EX_UNAVAILABLE, (r.returncode, r.stderr)
