@@ -12,7 +12,9 @@ that a mode in which restarts are seen can be chosen in one place.
 """
 
 import errno
+import json
 import os
+import re
 import signal
 import sys
 import time
@@ -20,7 +22,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lockfs_helpers import evidence, log_for, read_owner, wait_until  # noqa: E402
+from lockfs_helpers import SOURCE_ROOT, evidence, log_for, read_owner, wait_until  # noqa: E402
 from test_lockctl import (EX_UNAVAILABLE, LOCKCTL, bg, go, lc, one_error_line,  # noqa: E402,F401
                           start_blocked_run, waiters, wait_free)
 
@@ -153,3 +155,76 @@ def test_a_lock_held_across_a_restart_stays_cmds_and_ends_with_lockctl(lockfs_fa
     ends = [l for l in log_for(m2.dir, 'deploy') if l.event in ('released', 'recovered')]
     assert len(ends) == 1 and ends[0].event == 'recovered', ends
     assert evidence(ends[0]) & {'exited', 'closed'}, ends[0]
+
+
+# --------------------------------------------------------------------------
+# the README's mkdir loop ("In a script")
+
+def readme_loop(mnt):
+    """The README's `mkdir` loop, up to its `done`, on MNT; then it prints
+    the owner record of the lock it took."""
+    text = open(os.path.join(SOURCE_ROOT, 'README.md')).read()
+    blocks = re.findall(r'```sh\n(.*?)```', text, re.S)
+    loop = [b for b in blocks if 'mkdir /locks/deploy 2>"$err"' in b]
+    assert len(loop) == 1, 'the README has no single mkdir loop sample'
+    body = loop[0].split('\ndone\n')[0] + '\ndone\ncat /locks/deploy/owner\n'
+    return body.replace('/locks/', mnt.rstrip('/') + '/')
+
+
+def start_loop(bg, m, tmpdir, env=None):
+    """The loop in bash, its mktemp file in TMPDIR; (Bg, the err file)."""
+    b = bg(['bash', '-c', readme_loop(m.mnt)], env=dict(env or {}, TMPDIR=str(tmpdir)))
+    return b
+
+
+def loop_saw(tmpdir, words):
+    for n in os.listdir(tmpdir):
+        try:
+            with open(os.path.join(tmpdir, n)) as f:
+                if words in f.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+@pytest.mark.parametrize('dead', ['unmounted', 'dead-mount'])
+def test_the_readme_mkdir_loop_waits_through_a_restart(lockfs_factory, procs, bg, tmp_path,
+                                                       dead):
+    m = start(lockfs_factory)
+    holder = procs.agent()
+    assert holder.mkdir(m.path('deploy')) == 0
+    t = tmp_path / 'tmp'
+    t.mkdir()
+    b = start_loop(bg, m, t)
+    wait_until(lambda: loop_saw(t, 'File exists'), timeout=10, what='the loop to meet EEXIST')
+    if dead == 'unmounted':
+        crash(m, 'sigkill')
+        seen = 'not permitted'
+    else:
+        m.proc.send_signal(signal.SIGKILL)
+        m.proc.wait()
+        seen = 'not connected'
+    # the loop meets the outage, and must not give up on it
+    wait_until(lambda: loop_saw(t, seen) or b.proc.poll() is not None, timeout=10,
+               what=f'the loop to meet {seen!r}')
+    if dead != 'unmounted':
+        m.kill9(lazy=True)                           # reaped already: just unmounts
+    assert b.proc.poll() is None, (b.wait(), b.err)
+    m2 = lockfs_factory.restart(m)
+    assert holder.rmdir(m2.path('deploy')) == 0
+    assert b.wait() == 0, b.err
+    assert b.err == ''
+    assert json.loads(b.out)['holder']['pid'] == b.pid
+
+
+def test_the_readme_mkdir_loop_gives_up_after_its_bound(lockfs_factory, bg, tmp_path):
+    m = start(lockfs_factory)
+    crash(m, 'sigkill')
+    t = tmp_path / 'tmp'
+    t.mkdir()
+    t0 = time.monotonic()
+    b = start_loop(bg, m, t, env={'LOCKFS_RESTART_WAIT': '2'})
+    assert b.wait() == 1
+    assert time.monotonic() - t0 >= 2
+    assert b.out == '' and b.err.count('\n') == 1 and 'not permitted' in b.err, b.err
