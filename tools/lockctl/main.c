@@ -37,9 +37,9 @@ static void run_unlock(const struct opts *o, int fd)
 	int e = rc < 0 ? errno : 0;
 	close(fd);
 	if (lockfs_ctl_is_conn_error(e))
-		warnmsg("%s: the lockfs daemon's connection was lost while CMD ran (%s); CMD was"
-			" left to finish; after a restart the daemon kept the lock for lockctl, and"
-			" it ends as lockctl exits", o->name, strerror(e));
+		warnmsg("%s: the connection to the lockfs daemon was lost while CMD ran (%s), and"
+			" CMD was left to finish; the lock stayed in the daemon's directory, and a"
+			" restarted daemon ends it as lockctl exits", o->name, strerror(e));
 }
 
 static int cmd_run(const struct opts *o, char **mnt, double restart_wait)

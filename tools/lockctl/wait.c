@@ -509,9 +509,15 @@ int lockfs_ctl_take_lock(const struct opts *o, char **mnt, double restart_wait, 
 		}
 		if (try_once || left <= 0) {
 			const char *m = o->mount ? o->mount : getenv("LOCKFS_MOUNT");
-			rc = fail(EX_UNAVAILABLE, "%s: no lockfs daemon answered at %s for %gs (%s);"
-				  " see --restart-wait", name, m && *m ? m : DEFAULT_MOUNT,
-				  restart_wait, lockfs_ctl_down_reason(away));
+			m = m && *m ? m : DEFAULT_MOUNT;
+			if (try_once || restart_wait == 0)
+				rc = fail(EX_UNAVAILABLE, "%s: no lockfs daemon answers at %s (%s);"
+					  " not waiting (%s 0)", name, m, lockfs_ctl_down_reason(away),
+					  try_once ? "--timeout" : "--restart-wait");
+			else
+				rc = fail(EX_UNAVAILABLE, "%s: no lockfs daemon answered at %s for %gs"
+					  " (%s); see --restart-wait", name, m, restart_wait,
+					  lockfs_ctl_down_reason(away));
 			break;
 		}
 		lockfs_ctl_wait_mount_change(left < RESTART_RETRY_MS ? (int)left : RESTART_RETRY_MS);

@@ -237,8 +237,8 @@ def test_help_names_every_verb_option_and_exit_status():
     assert r.returncode == 0 and r.stderr == b''
     out = r.stdout.decode()
     for word in ('run', 'acquire', 'release', 'status', 'break', '--slug', '--timeout',
-                 '--shared', '--json', '--reason', '--poll', '--stale', '--mount',
-                 'LOCKFS_MOUNT', '/locks'):
+                 '--restart-wait', '--shared', '--json', '--reason', '--poll', '--stale',
+                 '--mount', 'LOCKFS_MOUNT', 'LOCKFS_RESTART_WAIT', '/locks'):
         assert word in out, f'--help does not mention {word}'
     for status in ('0', '1', '64', '69', '75', '77'):
         assert re.search(rf'^\s+{status}\s', out, re.M), f'--help lacks exit status {status}'
@@ -257,7 +257,8 @@ def test_version_and_man_page():
         text = open(page).read().replace('\\-', '-')
     text = text.replace('\u2010', '-').replace('\u2212', '-')
     for word in ('EXIT STATUS', 'run', 'acquire', 'release', 'status', 'break',
-                 '64', '69', '75', '77', 'LOCKFS_MOUNT', '--poll', '--stale'):
+                 '64', '69', '75', '77', 'LOCKFS_MOUNT', '--poll', '--stale',
+                 '--restart-wait', 'LOCKFS_RESTART_WAIT', 'DAEMON RESTARTS'):
         assert word in text, f'the man page does not mention {word}'
 
 
@@ -289,6 +290,11 @@ def test_version_and_man_page():
     ['break', 'x', '--reason', ''],
     ['break', 'x', '--reason', 'r' * 1025],
     ['run', 'x', '--poll', 'often', '--', 'true'],
+    ['run', 'x', '--restart-wait', '-1', '--', 'true'],
+    ['run', 'x', '--restart-wait', '86401', '--', 'true'],
+    ['acquire', 'x', '--restart-wait'],
+    ['status', '--restart-wait', '1'],
+    ['release', 'x', '--restart-wait', '1'],
 ], ids=lambda a: ' '.join(a)[:40] or 'nothing')
 def test_usage_errors_exit_64(mnt, args):
     r = lc(mnt, *args)

@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lockfs_helpers import SOURCE_ROOT, evidence, log_for, read_owner, wait_until  # noqa: E402
 from test_lockctl import (EX_UNAVAILABLE, LOCKCTL, bg, go, lc, one_error_line,  # noqa: E402,F401
-                          start_blocked_run, waiters, wait_free)
+                          start_blocked_run, wait_free, waiters)
 
 # Daemon options of every daemon these tests start and restart.
 RESTART_OPTS = []
@@ -228,3 +228,33 @@ def test_the_readme_mkdir_loop_gives_up_after_its_bound(lockfs_factory, bg, tmp_
     assert b.wait() == 1
     assert time.monotonic() - t0 >= 2
     assert b.out == '' and b.err.count('\n') == 1 and 'not permitted' in b.err, b.err
+
+
+def test_every_option_of_run_together_across_a_restart(lockfs_factory, procs, bg, tmp_path):
+    """--slug (a re-exec), --timeout, --restart-wait and --shared at once: the
+    timeout counts the restart, the slug names the holder on the new mount."""
+    m = start(lockfs_factory)
+    holder = procs.agent()
+    assert holder.mkdir(m.path('x')) == 0
+    b = bg([LOCKCTL, '--mount', m.mnt, 'run', 'x', '--slug', 'agent-5', '--timeout', '60',
+            '--restart-wait', '20', '--shared', '--', 'cat', m.path('x', 'owner')])
+    wait_until(lambda: len(waiters(m, 'x')) == 1 or b.proc.poll() is not None, timeout=10,
+               what='lockctl to wait in line')
+    crash(m, 'sigkill')
+    m2 = lockfs_factory.restart(m)
+    wait_until(lambda: len(waiters(m2, 'x')) == 1 or b.proc.poll() is not None, timeout=10,
+               what='lockctl to queue again')
+    assert holder.rmdir(m2.path('x')) == 0
+    assert b.wait() == 0, b.err
+    o = json.loads(b.out)
+    assert (o['mode'], o['slug'], o['bound']) == ('shared', 'agent-5', 'fd')
+
+
+def test_the_timeout_counts_the_time_the_daemon_is_away(lockfs_factory, bg):
+    m = start(lockfs_factory)
+    crash(m, 'sigkill')
+    t0 = time.monotonic()
+    r = lc(m, 'run', 'x', '--timeout', '0.5', '--restart-wait', '20', '--', 'true')
+    assert r.returncode == 75, r.stderr
+    assert 0.5 <= time.monotonic() - t0 < 5
+    one_error_line(r, 'timed out', 'away')
