@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import pathlib
+import shlex
 import signal
 import subprocess
 import sys
@@ -132,3 +133,44 @@ def test_a_dead_lockctl_recorded_as_holder_is_not_recovered_while_cmd_runs(mnt_a
     wait_until(lambda: gone(info['pid']), timeout=10, what='CMD to exit')
     wait_free(mnt_ao, 'nobody')
     assert [e for e, _ in lock_events(mnt_ao, 'nobody')] == ['acquired', 'released']
+
+
+def host_pid_of(argv):
+    """The pid (here) of the one process whose command line is ARGV."""
+    want = b'\0'.join(os.fsencode(a) for a in argv) + b'\0'
+    found = []
+    for p in os.listdir('/proc'):
+        if p.isdigit():
+            try:
+                with open(f'/proc/{p}/cmdline', 'rb') as f:
+                    if f.read() == want:
+                        found.append(int(p))
+            except OSError:
+                pass
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_in_a_pid_namespace_a_killed_lockctl_leaves_the_lock_with_cmd(mnt, tmp_path, bg):
+    """The same in a pid namespace of its own (a container's): lockctl runs
+    under the namespace's init (bash), which adopts CMD when lockctl dies."""
+    argv = [LOCKCTL, '--mount', mnt.mnt, 'run', 'ns', '--', *blocker_cmd(tmp_path), mnt.mnt, 'ns']
+    # bash, the namespace's init, outlives lockctl (until its stdin closes):
+    # when init exits, the kernel kills the whole namespace, CMD included
+    script = shlex.join(argv) + '; echo "lockctl: $?"; read -r _'
+    b = bg(['unshare', '--pid', '--fork', '--mount-proc', 'bash', '-c', script],
+           stdin=subprocess.PIPE)
+    info_path = tmp_path / 'cmd.json'
+    wait_until(lambda: info_path.exists() or b.proc.poll() is not None, timeout=10,
+               what='CMD to start in the namespace')
+    assert info_path.exists(), (b.wait(), b.err)
+    lockctl = host_pid_of(argv)
+    os.kill(lockctl, signal.SIGKILL)
+    wait_until(lambda: gone(lockctl), timeout=10, what='lockctl to die')
+    assert stays_held(mnt, 'ns', WATCH_S), 'released while CMD still runs'
+    assert_held_for_others(mnt, 'ns')
+    go(tmp_path)
+    wait_free(mnt, 'ns')
+    assert [e for e, _ in lock_events(mnt, 'ns')] == ['acquired', 'released']
+    assert b.wait(input=b'\n') == 0
+    assert b.out == f'lockctl: {128 + signal.SIGKILL}\n'
