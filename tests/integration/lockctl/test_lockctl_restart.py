@@ -18,6 +18,7 @@ import re
 import signal
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_a_start_while_nothing_is_mounted_waits_for_the_daemon(lockfs_factory, b
     crash(m, 'sigkill')
     marker = tmp_path / 'ran'
     b = bg([LOCKCTL, '--mount', m.mnt, 'run', 'y', '--', 'touch', str(marker)])
-    with pytest.raises(Exception):
+    with pytest.raises(AssertionError, match='did not end'):
         b.wait(timeout=0.5)                          # still waiting, not exit 69
     m2 = lockfs_factory.restart(m)
     assert b.wait() == 0, b.err
@@ -115,7 +116,7 @@ def test_no_daemon_comes_back_fails_after_the_bound_with_one_line(lockfs_factory
             m.kill9(lazy=True)                       # reaped already: just unmounts
     assert rc == EX_UNAVAILABLE, (rc, b.err)
     assert 1.5 <= took < 6, took
-    line = one_error_line(type('R', (), {'stderr': b.err.encode()}), 'x', '1.5')
+    line = one_error_line(SimpleNamespace(stderr=b.err.encode()), 'x', '1.5')
     assert ('not connected' in line) == (dead == 'dead-mount'), line
     assert not (tmp_path / 'ran').exists()
 
@@ -149,7 +150,7 @@ def test_a_lock_held_across_a_restart_stays_cmds_and_ends_with_lockctl(lockfs_fa
     assert b.proc.poll() is None and os.path.exists(f'/proc/{info["pid"]}')  # CMD not killed
     go(tmp_path)
     assert b.wait() == 0
-    line = one_error_line(type('R', (), {'stderr': b.err.encode()}), 'deploy')
+    line = one_error_line(SimpleNamespace(stderr=b.err.encode()), 'deploy')
     assert 'restart' in line, line
     wait_free(m2, 'deploy')
     ends = [l for l in log_for(m2.dir, 'deploy') if l.event in ('released', 'recovered')]
