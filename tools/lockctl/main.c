@@ -75,6 +75,16 @@ static int write_text(const char *path, const char *text)
 
 static int cmd_acquire(const struct opts *o, const char *mnt, const char *slug)
 {
+	/* acquire binds the lock to the process that ran lockctl, and the
+	 * daemon never looks for it outside lockctl's pid namespace: with a
+	 * parent there (getppid() is 0: the first process of `unshare --pid
+	 * --fork`, or `podman exec C lockctl acquire`), lockctl itself would
+	 * hold, and the lock would go when it exits.  Say so before waiting.
+	 * A slug lock is nobody's process's. */
+	if (!slug && getppid() == 0)
+		return fail(EX_USAGE, "%s: acquire binds the lock to the process that ran lockctl,"
+			    " which is outside this pid namespace; use lockctl run, --slug, or a"
+			    " shell inside (sh -c 'lockctl acquire ...; ...')", o->name);
 	int fd = lockfs_ctl_open_flock(mnt, o->name);
 	if (fd < 0)
 		return -fd;
