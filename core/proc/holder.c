@@ -97,6 +97,64 @@ static int parent_outside(const struct lockfs_proc_source *src, const struct loc
 	return 0; /* *P_NS is Q's too */
 }
 
+/* Most times a parent that left is looked for again: a process whose
+ * parent exits gets a new one (a subreaper, or its namespace's init), as
+ * what `podman exec` starts is left by `runc init` to conmon. */
+#define REPARENT_TRIES 3
+
+/*
+ * Read P's parent into *Q (with WANT besides its exe and ids).  P_NS and
+ * P_NS_KNOWN cache P's pid namespace (parent_outside()).
+ *
+ * Never out of P's pid namespace: what starts a container's process
+ * (conmon, runc, unshare) is not the holder the container's user knows,
+ * and answers for every container at once; and a parent the daemon cannot
+ * see (ppid 0) is outside the daemon's namespace, so outside P's.  Asked
+ * before the parent's believability: a parent outside never holds,
+ * whatever it is.  When P's parent left, P is read again for the parent
+ * it was given.
+ *
+ * Returns 0 (*Q is the process on P's ppid, in P's pid namespace: the
+ * caller judges it and closes it), 1 (P's parent is outside P's pid
+ * namespace: P holds), or -EACCES (an orphan of init, or a parent that
+ * left without P getting another: nobody believable).
+ */
+static int read_parent(const struct lockfs_proc_source *src, struct lockfs_proc *p,
+		       unsigned want, struct lockfs_proc *q, unsigned long long *p_ns,
+		       bool *p_ns_known)
+{
+	for (int tries = 0;; tries++) {
+		struct lockfs_proc again;
+		int rc;
+
+		if (p->ppid == 0 && p->pid > 1)
+			return 1;
+		if (p->ppid <= 1)
+			return -EACCES; /* an orphan of init has no believable holder */
+		rc = src->read_tid(src->ctx, p->ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS | want, q);
+		if (rc == 0 && q->pid != p->ppid)
+			return 0; /* a thread's id: not believable, the caller says */
+		if (rc == 0) {
+			rc = parent_outside(src, p, q, p_ns, p_ns_known);
+			if (rc == 0)
+				return 0;
+			lockfs_proc_put(q);
+			if (rc == 1)
+				return 1;
+		}
+		if (rc != -ENOENT)
+			return rc;
+		/* The parent left (or P did): P has another by now, or is gone. */
+		if (tries == REPARENT_TRIES || src->read_tid(src->ctx, p->pid, 0, &again) < 0)
+			return -EACCES;
+		lockfs_proc_put(&again);
+		if (again.pid != p->pid || again.start_time != p->start_time ||
+		    again.ppid == p->ppid)
+			return -EACCES;
+		p->ppid = again.ppid;
+	}
+}
+
 int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
 			  uid_t caller_uid, struct lockfs_helpers *helpers, unsigned want,
 			  struct lockfs_proc *holder)
@@ -133,43 +191,17 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 		rc = -EACCES;
 		if (++steps > WALK_MAX)
 			goto fail;
-		/* A parent the daemon cannot see is outside its pid namespace,
-		 * and so outside P's: P is the last process of its namespace
-		 * on the way, and holds. */
-		if (p.ppid == 0 && p.pid > 1) {
-			p.at_pidns_boundary = true;
-			break;
-		}
-		/* An orphan of init has no believable holder. */
-		if (p.ppid <= 1)
-			goto fail;
 		rc = uid_of(src, &p, &uid);
 		if (rc < 0) {
 			rc = rc == -ENOENT ? (steps == 1 ? -ESRCH : -EACCES) : rc;
 			goto fail;
 		}
-		rc = src->read_tid(src->ctx, p.ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS | want, &q);
-		if (rc < 0) {
-			if (rc == -ENOENT)
-				rc = -EACCES; /* the parent left: cannot establish */
+		rc = read_parent(src, &p, want, &q, &p_ns, &p_ns_known);
+		if (rc < 0)
 			goto fail;
-		}
-		/* Never out of P's pid namespace: what runs a container's
-		 * process (conmon, runc, unshare) is not the holder the
-		 * container's user knows, and answers for every container at
-		 * once.  P holds.  Asked before the parent's believability: a
-		 * parent outside never becomes the holder, whatever it is. */
-		if (q.pid == p.ppid) {
-			rc = parent_outside(src, &p, &q, &p_ns, &p_ns_known);
-			if (rc != 0) {
-				lockfs_proc_put(&q);
-				if (rc < 0) {
-					rc = -EACCES; /* P or its parent left: cannot establish */
-					goto fail;
-				}
-				p.at_pidns_boundary = true;
-				break;
-			}
+		if (rc == 1) {
+			p.at_pidns_boundary = true;
+			break;
 		}
 		/* Believable only if: the pid is the parent's, not init; the
 		 * parent is not younger than its child (else it is a new
