@@ -15,11 +15,12 @@ The podman cases are in test_pidns_podman.py.
 import json
 import os
 import subprocess
+import tempfile
 
 import pytest
 
 from flock_helpers import fpath
-from lockfs_helpers import BUILD, log_for, wait_free
+from lockfs_helpers import BUILD, log_for, rmtree_unguarded, wait_free
 
 RUN_TIMEOUT = 30
 LOCKCTL = os.path.join(BUILD, 'tools', 'lockctl')
@@ -115,3 +116,56 @@ def test_lockctl_acquire_with_a_slug_needs_no_parent(mnt):
         r = subprocess.run([LOCKCTL, '--mount', mnt.mnt, 'release', 'nss', '--slug', 'nsjob'],
                            capture_output=True, timeout=RUN_TIMEOUT)
         assert r.returncode == 0, r.stderr
+
+
+# --------------------------------------------------------------------------
+# a parent the daemon cannot see (PPid 0 in its /proc)
+
+@pytest.fixture
+def daemon_in_a_pid_namespace(lockfs_factory):
+    """The daemon as the first process of a pid namespace of its own, with
+    its own /proc, and its mount propagated back here: the mount point is
+    in a directory bound onto itself and made shared, and the daemon's
+    mount namespace keeps that propagation.  (The Mount, the daemon's pid
+    as seen here.)"""
+    top = tempfile.mkdtemp(prefix='lockfs-it-pidns-')
+    os.chmod(top, 0o755)
+    subprocess.run(['mount', '--bind', top, top], check=True)
+    try:
+        subprocess.run(['mount', '--make-shared', top], check=True)
+        os.mkdir(os.path.join(top, 'mnt'))
+        m = lockfs_factory(mountpoint=os.path.join(top, 'mnt'),
+                           wrapper=UNSHARE + ['--propagation', 'unchanged'])
+        with open(f'/proc/{m.pid}/task/{m.pid}/children') as f:
+            daemon = int(f.read().split()[0])           # unshare forked it
+        yield m, daemon
+        if not m.stopped:
+            assert m.unmount() == 0
+    finally:
+        subprocess.run(['umount', top], check=True)
+        rmtree_unguarded(top)  # the daemon guarded its mount point (chattr +i)
+
+
+def test_a_helper_whose_parent_the_daemon_cannot_see_holds_itself(daemon_in_a_pid_namespace):
+    """`nsenter --pid` into the daemon's namespace: flock's parent (nsenter)
+    is outside it, and the daemon reads PPid 0.  flock holds; it used to
+    be refused (EACCES, an orphan of nobody)."""
+    m, daemon = daemon_in_a_pid_namespace
+    r = subprocess.run(['nsenter', '-t', str(daemon), '--pid', '--', 'flock', fpath(m, 'pz'),
+                        'cat', m.path('pz', 'owner')],
+                       capture_output=True, timeout=RUN_TIMEOUT, cwd='/')
+    assert r.returncode == 0, r.stderr
+    h = json.loads(r.stdout)['holder']
+    assert h['comm'] == 'flock' and h['pid'] == h['ns_pid'], h  # in the daemon's namespace
+    wait_free(m, 'pz', timeout=5)
+
+
+def test_a_shell_entered_into_the_daemons_namespace_holds_for_its_helpers(
+        daemon_in_a_pid_namespace):
+    """Negative control: below the entered shell, the walk goes on to it."""
+    m, daemon = daemon_in_a_pid_namespace
+    r = subprocess.run(['nsenter', '-t', str(daemon), '--pid', '--', 'sh', '-c',
+                        'flock "$1" cat "$2"; true', 'sh', fpath(m, 'pz'), m.path('pz', 'owner')],
+                       capture_output=True, timeout=RUN_TIMEOUT, cwd='/')
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)['holder']['comm'] == 'sh'
