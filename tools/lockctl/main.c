@@ -103,6 +103,15 @@ static int cmd_acquire(const struct opts *o, const char *mnt, const char *slug)
 		if (e == ENOENT)
 			return fail(EX_UNAVAILABLE, "%s: %s/%s/bind is missing: this lockfs daemon is"
 				    " too old for lockctl acquire", o->name, mnt, o->name);
+		/* EACCES: the daemon would bind the lock to a helper (this
+		 * lockctl, or the timeout or env that ran it) that exits at
+		 * once, its parent being another user's or outside its pid
+		 * namespace (holder.md). */
+		if (e == EACCES && !slug)
+			return fail(EX_NOPERM, "%s: cannot bind the lock to the calling process: %s"
+				    " (no process above lockctl can hold it: the parent of lockctl, or"
+				    " of the helper that ran it, is another user's or outside this pid"
+				    " namespace; run lockctl from a shell)", o->name, strerror(e));
 		if (e == EPERM || e == EACCES)
 			return fail(EX_NOPERM, "%s: cannot bind the lock to %s: %s", o->name,
 				    slug ? "the slug" : "the calling process", strerror(e));

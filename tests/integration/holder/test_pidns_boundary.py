@@ -169,3 +169,16 @@ def test_a_shell_entered_into_the_daemons_namespace_holds_for_its_helpers(
                        capture_output=True, timeout=RUN_TIMEOUT, cwd='/')
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)['holder']['comm'] == 'sh'
+
+
+def test_lockctl_acquire_under_a_helper_first_in_a_namespace_is_refused(mnt):
+    """`timeout 5 lockctl acquire X` as the first process: lockctl has a
+    parent (timeout), but the walk stops at timeout, which exits with
+    lockctl.  The daemon refuses the binding (77, one line) rather than
+    bind the lock to a helper; it used to bind it to `unshare`, exit 0,
+    and the lock went with unshare."""
+    r = unshared(['timeout', '5', LOCKCTL, '--mount', mnt.mnt, 'acquire', 'nst'])
+    err = r.stderr.decode()
+    assert r.returncode == 77, (r.returncode, err)
+    assert err.count('\n') == 1 and 'pid namespace' in err, err
+    assert 'nst' not in os.listdir(mnt.mnt)
