@@ -50,6 +50,111 @@ static int uid_of(const struct lockfs_proc_source *src, const struct lockfs_proc
 	return 0;
 }
 
+/* The pid namespace of P into *NS, once (*KNOWN).  0, or -errno: -ENOENT
+ * when P is gone, else P's namespace cannot be read (not ours to look at).
+ * A source that cannot tell puts every process in one namespace. */
+static int pidns_of(const struct lockfs_proc_source *src, const struct lockfs_proc *p,
+		    unsigned long long *ns, bool *known)
+{
+	int rc;
+
+	if (*known)
+		return 0;
+	if (!src->pidns) {
+		*ns = 0;
+		*known = true;
+		return 0;
+	}
+	rc = src->pidns(src->ctx, p->pid, p->start_time, ns);
+	*known = rc == 0;
+	return rc;
+}
+
+/*
+ * Is Q, just read as P's parent, outside P's pid namespace?  P_NS caches
+ * P's namespace (P_NS_KNOWN), and gets Q's when the answer is no (Q is
+ * the next P).  Returns 1 (outside), 0 (same namespace, or nobody can
+ * tell: the walk goes on as it always did), or -ENOENT when P or Q left.
+ */
+static int parent_outside(const struct lockfs_proc_source *src, const struct lockfs_proc *p,
+			  const struct lockfs_proc *q, unsigned long long *p_ns,
+			  bool *p_ns_known)
+{
+	unsigned long long q_ns;
+	bool q_known = false;
+	int rc = pidns_of(src, p, p_ns, p_ns_known);
+
+	if (rc == 0)
+		rc = pidns_of(src, q, &q_ns, &q_known);
+	if (rc == -ENOENT)
+		return rc;
+	if (rc < 0) {
+		*p_ns_known = false;
+		return 0;
+	}
+	if (q_ns != *p_ns)
+		return 1;
+	return 0; /* *P_NS is Q's too */
+}
+
+/* Most times a parent that left is looked for again: a process whose
+ * parent exits gets a new one (a subreaper, or its namespace's init), as
+ * what `podman exec` starts is left by `runc init` to conmon. */
+#define REPARENT_TRIES 3
+
+/*
+ * Read P's parent into *Q (with WANT besides its exe and ids).  P_NS and
+ * P_NS_KNOWN cache P's pid namespace (parent_outside()).
+ *
+ * Never out of P's pid namespace: what starts a container's process
+ * (conmon, runc, unshare) is not the holder the container's user knows,
+ * and answers for every container at once; and a parent the daemon cannot
+ * see (ppid 0) is outside the daemon's namespace, so outside P's.  Asked
+ * before the parent's believability: a parent outside never holds,
+ * whatever it is.  When P's parent left, P is read again for the parent
+ * it was given.
+ *
+ * Returns 0 (*Q is the process on P's ppid, in P's pid namespace: the
+ * caller judges it and closes it), 1 (P's parent is outside P's pid
+ * namespace: P holds), or -EACCES (an orphan of init, or a parent that
+ * left without P getting another: nobody believable).
+ */
+static int read_parent(const struct lockfs_proc_source *src, struct lockfs_proc *p,
+		       unsigned want, struct lockfs_proc *q, unsigned long long *p_ns,
+		       bool *p_ns_known)
+{
+	for (int tries = 0;; tries++) {
+		struct lockfs_proc again;
+		int rc;
+
+		if (p->ppid == 0 && p->pid > 1)
+			return 1;
+		if (p->ppid <= 1)
+			return -EACCES; /* an orphan of init has no believable holder */
+		rc = src->read_tid(src->ctx, p->ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS | want, q);
+		if (rc == 0 && q->pid != p->ppid)
+			return 0; /* a thread's id: not believable, the caller says */
+		if (rc == 0) {
+			rc = parent_outside(src, p, q, p_ns, p_ns_known);
+			if (rc == 0)
+				return 0;
+			lockfs_proc_put(q);
+			if (rc == 1)
+				return 1;
+		}
+		if (rc != -ENOENT)
+			return rc;
+		/* The parent left (or P did): P has another by now, or is gone. */
+		if (tries == REPARENT_TRIES || src->read_tid(src->ctx, p->pid, 0, &again) < 0)
+			return -EACCES;
+		lockfs_proc_put(&again);
+		if (again.pid != p->pid || again.start_time != p->start_time ||
+		    again.ppid == p->ppid)
+			return -EACCES;
+		p->ppid = again.ppid;
+	}
+}
+
 int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid,
 			  uid_t caller_uid, struct lockfs_helpers *helpers, unsigned want,
 			  struct lockfs_proc *holder)
@@ -67,6 +172,9 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 	if (rc < 0)
 		return rc;
 	p.at_uid_boundary = false;
+	p.at_pidns_boundary = false;
+	unsigned long long p_ns = 0; /* P's pid namespace, once read */
+	bool p_ns_known = false;
 	int steps = 0;
 	/* A helper on the list, but only a genuine copy of it: anything else
 	 * named so is a program like any other, and holds. */
@@ -83,19 +191,17 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 		rc = -EACCES;
 		if (++steps > WALK_MAX)
 			goto fail;
-		/* An orphan of init or of nobody has no believable holder. */
-		if (p.ppid <= 1)
-			goto fail;
 		rc = uid_of(src, &p, &uid);
 		if (rc < 0) {
 			rc = rc == -ENOENT ? (steps == 1 ? -ESRCH : -EACCES) : rc;
 			goto fail;
 		}
-		rc = src->read_tid(src->ctx, p.ppid, LOCKFS_PROC_EXE | LOCKFS_PROC_IDS | want, &q);
-		if (rc < 0) {
-			if (rc == -ENOENT)
-				rc = -EACCES; /* the parent left: cannot establish */
+		rc = read_parent(src, &p, want, &q, &p_ns, &p_ns_known);
+		if (rc < 0)
 			goto fail;
+		if (rc == 1) {
+			p.at_pidns_boundary = true;
+			break;
 		}
 		/* Believable only if: the pid is the parent's, not init; the
 		 * parent is not younger than its child (else it is a new
@@ -121,6 +227,7 @@ int lockfs_holder_resolve(const struct lockfs_proc_source *src, pid_t caller_tid
 		lockfs_proc_put(&p);
 		p = q;
 		p.at_uid_boundary = false;
+		p.at_pidns_boundary = false;
 		uid = q.uid;
 	}
 	if (p.pid <= 1) {

@@ -462,15 +462,31 @@ static int proc_open_root(void *ctx, pid_t pid)
 	return fd >= 0 ? fd : proc_errno(errno);
 }
 
-/* The daemon's own pid namespace, "pid:[INODE]", read once. */
-static char own_pidns[64];
+/* The pid namespace a /proc/PID/ns/pid link at PATH names ("pid:[INODE]"),
+ * as its inode, into *NS.  0 or -errno. */
+static int pidns_at(const char *path, unsigned long long *ns)
+{
+	char link[64];
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+	char *end;
+
+	if (n <= 0)
+		return n < 0 ? proc_errno(errno) : -EIO;
+	link[n] = '\0';
+	if (strncmp(link, "pid:[", 5) != 0 || parse_ull(link + 5, &end, ns) < 0 ||
+	    strcmp(end, "]") != 0)
+		return -EIO;
+	return 0;
+}
+
+/* The daemon's own pid namespace, read once; 0 when unreadable. */
+static unsigned long long own_pidns;
 static pthread_once_t own_pidns_once = PTHREAD_ONCE_INIT;
 
 static void read_own_pidns(void)
 {
-	ssize_t n = readlink("/proc/self/ns/pid", own_pidns, sizeof(own_pidns) - 1);
-
-	own_pidns[n > 0 ? n : 0] = '\0';
+	if (pidns_at("/proc/self/ns/pid", &own_pidns) < 0)
+		own_pidns = 0;
 }
 
 /*
@@ -487,6 +503,49 @@ static struct {
 static pthread_mutex_t same_ns_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /*
+ * lockfs_proc_source.pidns on the real /proc.  A process seen lately in
+ * the daemon's own pid namespace costs no system call (same_ns); any
+ * other, one readlink.  Sets *OWN when it is the daemon's namespace.
+ */
+static int pidns_of(pid_t pid, unsigned long long start, unsigned long long *ns, bool *own)
+{
+	size_t slot = (size_t)pid % SAME_NS_SLOTS;
+	char path[64];
+	bool seen;
+	int rc;
+
+	pthread_once(&own_pidns_once, read_own_pidns);
+	pthread_mutex_lock(&same_ns_mu);
+	seen = same_ns[slot].pid == pid && same_ns[slot].start == start;
+	pthread_mutex_unlock(&same_ns_mu);
+	if (seen && own_pidns) {
+		*ns = own_pidns;
+		*own = true;
+		return 0;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+	rc = pidns_at(path, ns);
+	if (rc < 0)
+		return rc;
+	*own = own_pidns && *ns == own_pidns;
+	if (*own) {
+		pthread_mutex_lock(&same_ns_mu);
+		same_ns[slot].pid = pid;
+		same_ns[slot].start = start;
+		pthread_mutex_unlock(&same_ns_mu);
+	}
+	return 0;
+}
+
+static int proc_pidns(void *ctx, pid_t pid, unsigned long long start, unsigned long long *ns)
+{
+	bool own;
+
+	(void)ctx;
+	return pidns_of(pid, start, ns, &own);
+}
+
+/*
  * lockfs_proc_source.read_ns on the real /proc.  P->pid is PID and
  * P->start_time its start time.  A process in the daemon's own pid
  * namespace is its own ns_pid and is taken for no container: one readlink
@@ -496,35 +555,20 @@ static pthread_mutex_t same_ns_mu = PTHREAD_MUTEX_INITIALIZER;
  */
 static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 {
-	char path[64], ns[64], buf[4096];
-	size_t slot = (size_t)pid % SAME_NS_SLOTS;
-	unsigned long long v;
-	bool seen;
+	char path[64], buf[4096];
+	unsigned long long v, ns;
+	bool own;
 	ssize_t n;
 	int rc;
 
 	(void)ctx;
 	p->ns_pid = 0;
 	p->container[0] = '\0';
-	pthread_mutex_lock(&same_ns_mu);
-	seen = same_ns[slot].pid == pid && same_ns[slot].start == p->start_time;
-	pthread_mutex_unlock(&same_ns_mu);
-	if (seen) {
+	rc = pidns_of(pid, p->start_time, &ns, &own);
+	if (rc < 0)
+		return rc;
+	if (own) {
 		p->ns_pid = pid;
-		return 0;
-	}
-	pthread_once(&own_pidns_once, read_own_pidns);
-	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
-	n = readlink(path, ns, sizeof(ns) - 1);
-	if (n <= 0)
-		return proc_errno(errno);
-	ns[n] = '\0';
-	if (own_pidns[0] && strcmp(ns, own_pidns) == 0) {
-		p->ns_pid = pid;
-		pthread_mutex_lock(&same_ns_mu);
-		same_ns[slot].pid = pid;
-		same_ns[slot].start = p->start_time;
-		pthread_mutex_unlock(&same_ns_mu);
 		return 0;
 	}
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
@@ -548,6 +592,7 @@ const struct lockfs_proc_source lockfs_procfs_source = {
 	.exe_stat = proc_exe_stat,
 	.open_root = proc_open_root,
 	.read_ns = proc_read_ns,
+	.pidns = proc_pidns,
 };
 
 

@@ -58,7 +58,11 @@ int lockfs_helpers_trust_file(struct lockfs_helpers *h, const char *name, dev_t 
  * orphan does not).  A move never crosses a uid boundary: when the parent
  * runs as another uid than the helper, the walk stops at the helper
  * (at_uid_boundary set), unless the helper's file is set-uid to the
- * helper's uid (a genuine `sudo`).
+ * helper's uid (a genuine `sudo`).  Nor does a move leave the helper's pid
+ * namespace (SRC's pidns): when the parent is in another one, or the
+ * daemon cannot see it (ppid 0), the helper holds (at_pidns_boundary
+ * set).  A parent that left while being read is looked for again: the
+ * helper was given another (a subreaper, conmon).
  *
  * The holder's uid and gid are read (have_ids set) when it is not the
  * caller's own thread group; for the caller itself they are left to the

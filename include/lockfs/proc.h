@@ -43,6 +43,11 @@ struct lockfs_proc {
 	 * process is a genuine helper, but its parent runs as another uid, so
 	 * the walk stopped here (holder.md, "The uid boundary"). */
 	bool at_uid_boundary;
+	/* Set by lockfs_holder_resolve() on the holder it returns: this
+	 * process is a genuine helper, but its parent is outside its pid
+	 * namespace (or outside the daemon's: its ppid reads 0), so the walk
+	 * stopped here (holder.md, "The pid namespace boundary"). */
+	bool at_pidns_boundary;
 	/* LOCKFS_PROC_NS: the pid in its own innermost pid namespace (the last
 	 * field of NSpid), 0 when unknown; and the container its cgroup path
 	 * names, "" for none. */
@@ -100,7 +105,7 @@ void lockfs_proc_put(struct lockfs_proc *p);
  * microseconds on the path of every mkdir and rmdir.
  * Returns 0, or -ENOENT when there is no such thread/process, or -errno.
  *
- * The other three are asked only when they matter, and a source may leave
+ * The other four are asked only when they matter, and a source may leave
  * any of them NULL (then no helper is genuine, or no namespace is known):
  * - exe_stat(): stat(2) of the file process PID runs (/proc/PID/exe).
  *   0 or -errno.
@@ -108,6 +113,11 @@ void lockfs_proc_put(struct lockfs_proc *p);
  *   (/proc/PID/root), which the caller closes; or -errno.
  * - read_ns(): fill ns_pid and container of *P, the process P->pid that
  *   started at P->start_time.  0 or -errno.
+ * - pidns(): the identity of the pid namespace of process PID, which
+ *   started at START_TIME, into *NS (the inode of /proc/PID/ns/pid): two
+ *   processes are in one pid namespace when they have the same.  0,
+ *   -ENOENT when PID is gone, or -errno (-EACCES: not ours to look at).
+ *   NULL: every process is taken to be in one pid namespace.
  *
  * The last five answer what the engine asks of processes besides the
  * holder rule; each NULL means the real /proc (and the kernel), so that
@@ -124,6 +134,7 @@ struct lockfs_proc_source {
 	int (*exe_stat)(void *ctx, pid_t pid, struct stat *st);
 	int (*open_root)(void *ctx, pid_t pid);
 	int (*read_ns)(void *ctx, pid_t pid, struct lockfs_proc *p);
+	int (*pidns)(void *ctx, pid_t pid, unsigned long long start_time, unsigned long long *ns);
 	int (*pidfd_open)(void *ctx, pid_t pid);
 	int (*cmdline)(void *ctx, pid_t pid, size_t max_bytes, char ***argv);
 	int (*getenv)(void *ctx, pid_t pid, const char *var, char *buf, size_t size);

@@ -1,8 +1,9 @@
 /*
  * Unit tests for core/proc/helpers.c and the holder walk through genuine
  * helpers: the helper list (helpers=), which binaries count as the system's
- * helpers, the uid boundary (issue 8 §3), and processes in another root
- * (a container), all on the fake process table.
+ * helpers, the uid boundary (issue 8 §3), processes in another root
+ * (a container), and the pid namespace boundary (issue 22 §1), all on the
+ * fake process table.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -281,6 +282,92 @@ static void test_ns_info_only_when_asked(void **state)
 	assert_string_equal(p.container, "");
 }
 
+/* ---- the pid namespace boundary (issue 22 §1) -------------------------- */
+
+/* resolve() with the holder's at_pidns_boundary in *BOUNDARY. */
+static int resolve_ns(void **state, pid_t tid, bool *boundary)
+{
+	struct lockfs_proc p;
+	int rc = lockfs_holder_resolve(fake, tid, LOCKFS_UID_UNKNOWN, *state, 0, &p);
+
+	*boundary = rc == 0 && p.at_pidns_boundary;
+	return rc < 0 ? rc : p.pid;
+}
+
+static void test_the_first_process_of_a_pid_namespace_holds_not_unshare(void **state)
+{
+	bool b;
+
+	/* unshare --pid --fork --mount-proc flock F cat: flock, not unshare */
+	assert_int_equal(resolve_ns(state, 2001, &b), 2001);
+	assert_true(b);
+}
+
+static void test_helpers_inside_one_pid_namespace_are_still_skipped(void **state)
+{
+	bool b;
+
+	/* unshare ... sh -c 'mkdir X': the namespace's shell */
+	assert_int_equal(resolve_ns(state, 2003, &b), 2002);
+	assert_false(b);
+	/* and the usual walk on the host, as a negative control */
+	assert_int_equal(resolve_ns(state, 600, &b), 500);
+	assert_false(b);
+}
+
+static void test_podman_exec_helpers_stop_at_the_containers_edge(void **state)
+{
+	bool b;
+
+	/* podman exec C lockctl ...: lockctl itself, never conmon */
+	assert_int_equal(resolve_ns(state, 2011, &b), 2011);
+	assert_true(b);
+	/* podman exec C timeout 5 mkdir X: the last helper inside */
+	assert_int_equal(resolve_ns(state, 2013, &b), 2012);
+	assert_true(b);
+}
+
+static void test_an_unbelievable_parent_outside_still_leaves_the_child_holding(void **state)
+{
+	bool b;
+
+	/* runc started after flock and is in another session: it is not
+	 * flock's parent, but neither would a real parent outside be. */
+	assert_int_equal(resolve_ns(state, 2021, &b), 2021);
+	assert_true(b);
+}
+
+static void test_a_parent_the_daemon_cannot_see_is_outside(void **state)
+{
+	bool b;
+
+	/* ppid 0 from the daemon's /proc: the parent is outside its pid
+	 * namespace, so outside the caller's */
+	assert_int_equal(resolve_ns(state, 2030, &b), 2030);
+	assert_true(b);
+	/* init's own orphans are still nobody's */
+	assert_int_equal(resolve_ns(state, 900, &b), -EACCES);
+}
+
+static void test_a_namespace_nobody_may_read_lets_the_walk_go_on(void **state)
+{
+	bool b;
+
+	assert_int_equal(resolve_ns(state, 2041, &b), 2040);
+	assert_false(b);
+}
+
+static void test_a_source_without_pidns_knows_one_namespace(void **state)
+{
+	struct lockfs_proc_source one = fake_procs_source;
+	struct lockfs_proc p;
+
+	one.pidns = NULL;
+	assert_int_equal(lockfs_holder_resolve(&one, 2001, 1000, *state, 0, &p), 0);
+	assert_int_equal(p.pid, 2000); /* the old walk: unshare */
+	assert_false(p.at_pidns_boundary);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_helpers, teardown_helpers)
 
 int main(void)
@@ -302,6 +389,13 @@ int main(void)
 		T(test_sudo_u_another_user_mkdir_stops_at_mkdir),
 		T(test_a_helper_nobody_can_stat_is_no_helper),
 		T(test_ns_info_only_when_asked),
+		T(test_the_first_process_of_a_pid_namespace_holds_not_unshare),
+		T(test_helpers_inside_one_pid_namespace_are_still_skipped),
+		T(test_podman_exec_helpers_stop_at_the_containers_edge),
+		T(test_an_unbelievable_parent_outside_still_leaves_the_child_holding),
+		T(test_a_parent_the_daemon_cannot_see_is_outside),
+		T(test_a_namespace_nobody_may_read_lets_the_walk_go_on),
+		T(test_a_source_without_pidns_knows_one_namespace),
 		cmocka_unit_test_setup_teardown(test_a_containers_own_mkdir_is_genuine_in_its_root,
 						setup_root, teardown_root),
 		cmocka_unit_test_setup_teardown(test_a_copy_elsewhere_in_a_containers_root_is_not,

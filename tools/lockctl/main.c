@@ -91,6 +91,16 @@ static int write_text(const char *path, const char *text)
 static int cmd_acquire(const struct opts *o, char **mnt, double restart_wait,
 		       const char *slug)
 {
+	/* acquire binds the lock to the process that ran lockctl, and the
+	 * daemon never looks for it outside lockctl's pid namespace: with a
+	 * parent there (getppid() is 0: the first process of `unshare --pid
+	 * --fork`, or `podman exec C lockctl acquire`), lockctl itself would
+	 * hold, and the lock would go when it exits.  Say so before waiting.
+	 * A slug lock is nobody's process's. */
+	if (!slug && getppid() == 0)
+		return fail(EX_USAGE, "%s: acquire binds the lock to the process that ran lockctl,"
+			    " which is outside this pid namespace; use lockctl run, --slug, or a"
+			    " shell inside (sh -c 'lockctl acquire ...; ...')", o->name);
 	int fd, e;
 	for (;;) {
 		int rc = lockfs_ctl_take_lock(o, mnt, restart_wait, LOCK_EX, &fd);
@@ -116,6 +126,15 @@ static int cmd_acquire(const struct opts *o, char **mnt, double restart_wait,
 		if (e == ENOENT)
 			return fail(EX_UNAVAILABLE, "%s: %s/%s/bind is missing: this lockfs daemon is"
 				    " too old for lockctl acquire", o->name, *mnt, o->name);
+		/* EACCES: the daemon would bind the lock to a helper (this
+		 * lockctl, or the timeout or env that ran it) that exits at
+		 * once, its parent being another user's or outside its pid
+		 * namespace (holder.md). */
+		if (e == EACCES && !slug)
+			return fail(EX_NOPERM, "%s: cannot bind the lock to the calling process: %s"
+				    " (no process above lockctl can hold it: the parent of lockctl, or"
+				    " of the helper that ran it, is another user's or outside this pid"
+				    " namespace; run lockctl from a shell)", o->name, strerror(e));
 		if (e == EPERM || e == EACCES)
 			return fail(EX_NOPERM, "%s: cannot bind the lock to %s: %s", o->name,
 				    slug ? "the slug" : "the calling process", strerror(e));

@@ -31,10 +31,18 @@ static size_t text_width(const char *s)
 	return w;
 }
 
-#define NCOLS 10
-static const char *const COLS[NCOLS] = {
-	"NAME", "MODE", "HOLDER", "PID", "USER", "HOST", "AGE", "LEASE", "WAITERS", "OPERATION",
+enum column {
+	COL_NAME, COL_MODE, COL_HOLDER, COL_PID, COL_USER, COL_HOST, COL_CONTAINER, COL_AGE,
+	COL_LEASE, COL_WAITERS, COL_OPERATION, NCOLS
 };
+static const char *const COLS[NCOLS] = {
+	"NAME", "MODE", "HOLDER", "PID", "USER", "HOST", "CONTAINER", "AGE", "LEASE", "WAITERS",
+	"OPERATION",
+};
+
+/* Characters of a 64-hex container id shown, as podman ps and docker ps
+ * show it. */
+#define SHORT_ID 12
 
 struct row {
 	char *cell[NCOLS];
@@ -56,6 +64,21 @@ static char *cell(const char *text)
 	return s;
 }
 
+/* The CONTAINER cell of HOLDER: a 64-hex id cut to SHORT_ID characters;
+ * a name (lxc, systemd-nspawn) whole; "-" for none. */
+static char *container_cell(const json_t *holder)
+{
+	const char *id = lockfs_ctl_jstr(holder, "container");
+	char buf[SHORT_ID + 1];
+
+	if (id && strlen(id) == 64 && strspn(id, "0123456789abcdef") == 64) {
+		memcpy(buf, id, SHORT_ID);
+		buf[SHORT_ID] = '\0';
+		return cell(buf);
+	}
+	return cell(id);
+}
+
 static void table_add(struct table *t, const char *mnt, const char *name,
 		      const json_t *owner, const json_t *holder, size_t nwaiters, long long now)
 {
@@ -70,17 +93,17 @@ static void table_add(struct table *t, const char *mnt, const char *name,
 	char buf[64];
 	long long v;
 
-	r->cell[0] = cell(lockfs_ctl_jstr(owner, "resource"));
+	r->cell[COL_NAME] = cell(lockfs_ctl_jstr(owner, "resource"));
 	const char *mode = lockfs_ctl_jstr(owner, "mode");
 	/* Before issue 4 every lock was exclusive. */
-	r->cell[1] = cell(foreign ? NULL : mode && strcmp(mode, "shared") == 0 ? "SH" : "EX");
+	r->cell[COL_MODE] = cell(foreign ? NULL : mode && strcmp(mode, "shared") == 0 ? "SH" : "EX");
 	const char *bound = lockfs_ctl_jstr(owner, "bound");
 	const char *slug = lockfs_ctl_jstr(owner, "slug");
 	if (foreign) {
-		r->cell[2] = cell(NULL);
+		r->cell[COL_HOLDER] = cell(NULL);
 	} else if (bound && strcmp(bound, "slug") == 0 && slug) {
 		char *s = xasprintf("slug:%s", slug);
-		r->cell[2] = cell(s);
+		r->cell[COL_HOLDER] = cell(s);
 		free(s);
 	} else {
 		/* What keeps a lock whose holder exited, or that the holder
@@ -88,7 +111,7 @@ static void table_add(struct table *t, const char *mnt, const char *name,
 		const char *comm = lockfs_ctl_jstr(holder, "comm");
 		char *note = lockfs_ctl_holder_note(mnt, name, owner, holder, true);
 		char *s = xasprintf("%s%s", comm ? comm : "?", note ? note : "");
-		r->cell[2] = cell(s);
+		r->cell[COL_HOLDER] = cell(s);
 		free(s);
 		free(note);
 	}
@@ -96,26 +119,27 @@ static void table_add(struct table *t, const char *mnt, const char *name,
 	 * its ns_pid; a holder outside our pid namespace has none here. */
 	if (!foreign && lockfs_ctl_pid_here(holder, &v)) {
 		snprintf(buf, sizeof(buf), "%lld", v);
-		r->cell[3] = cell(buf);
+		r->cell[COL_PID] = cell(buf);
 	} else {
-		r->cell[3] = cell(NULL);
+		r->cell[COL_PID] = cell(NULL);
 	}
 	if (foreign) {
-		r->cell[4] = cell(NULL);
+		r->cell[COL_USER] = cell(NULL);
 	} else if (lockfs_ctl_jstr(holder, "user")) {
-		r->cell[4] = cell(lockfs_ctl_jstr(holder, "user"));
+		r->cell[COL_USER] = cell(lockfs_ctl_jstr(holder, "user"));
 	} else if (lockfs_ctl_jint(holder, "uid", &v)) {
 		snprintf(buf, sizeof(buf), "%lld", v);
-		r->cell[4] = cell(buf);
+		r->cell[COL_USER] = cell(buf);
 	} else {
-		r->cell[4] = cell(NULL);
+		r->cell[COL_USER] = cell(NULL);
 	}
-	r->cell[5] = cell(foreign ? NULL : lockfs_ctl_jstr(holder, "host"));
+	r->cell[COL_HOST] = cell(foreign ? NULL : lockfs_ctl_jstr(holder, "host"));
+	r->cell[COL_CONTAINER] = foreign ? cell(NULL) : container_cell(holder);
 	if (lockfs_ctl_acquired_ms(foreign ? NULL : holder, owner, &v)) {
 		lockfs_ctl_fmt_duration(now - v, buf, sizeof(buf));
-		r->cell[6] = cell(buf);
+		r->cell[COL_AGE] = cell(buf);
 	} else {
-		r->cell[6] = cell(NULL);
+		r->cell[COL_AGE] = cell(NULL);
 	}
 	json_t *lease = json_object_get(owner, "lease");
 	if (json_is_object(lease) && lockfs_ctl_jint(lease, "expires_at_ms", &v)) {
@@ -123,13 +147,13 @@ static void table_add(struct table *t, const char *mnt, const char *name,
 			snprintf(buf, sizeof(buf), "expired");
 		else
 			lockfs_ctl_fmt_duration(v - now, buf, sizeof(buf));
-		r->cell[7] = cell(buf);
+		r->cell[COL_LEASE] = cell(buf);
 	} else {
-		r->cell[7] = cell(NULL);
+		r->cell[COL_LEASE] = cell(NULL);
 	}
 	snprintf(buf, sizeof(buf), "%zu", nwaiters);
-	r->cell[8] = cell(buf);
-	r->cell[9] = cell(lockfs_ctl_jstr(owner, "operation"));
+	r->cell[COL_WAITERS] = cell(buf);
+	r->cell[COL_OPERATION] = cell(lockfs_ctl_jstr(owner, "operation"));
 }
 
 static void table_print(const struct table *t)
@@ -150,7 +174,7 @@ static void table_print(const struct table *t)
 				fputs(s, stdout);
 			} else {
 				/* numbers right-aligned, like lslocks */
-				bool right = c == 3 || c == 8;
+				bool right = c == COL_PID || c == COL_WAITERS;
 				size_t pad = width[c] - text_width(s);
 				if (right)
 					printf("%*s%s ", (int)pad, "", s);
@@ -160,6 +184,28 @@ static void table_print(const struct table *t)
 		}
 		putchar('\n');
 	}
+}
+
+/* Give holder object H a "pid_here": its pid as our own pid namespace
+ * sees it (the table's PID), or null when it is not a process here. */
+static void set_pid_here(json_t *h)
+{
+	long long pid;
+
+	if (!json_is_object(h))
+		return;
+	json_object_set_new(h, "pid_here", lockfs_ctl_pid_here(h, &pid) ? json_integer(pid)
+								  : json_null());
+}
+
+/* Every holder of OWNER gets its pid_here. */
+static void set_pids_here(json_t *owner)
+{
+	json_t *hs = json_object_get(owner, "holders");
+
+	set_pid_here(json_object_get(owner, "holder"));
+	for (size_t i = 0; json_is_array(hs) && i < json_array_size(hs); i++)
+		set_pid_here(json_array_get(hs, i));
 }
 
 static void table_free(struct table *t)
@@ -250,6 +296,7 @@ int lockfs_ctl_status(const struct opts *o, const char *mnt)
 		json_t *waiters = lockfs_ctl_read_waiters(mnt, names[i]);
 		size_t nwaiters = json_array_size(waiters);
 		if (o->json) {
+			set_pids_here(owner);
 			json_object_set(owner, "waiters", waiters);
 			json_array_append(all, owner);
 		} else {

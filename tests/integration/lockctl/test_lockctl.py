@@ -105,11 +105,11 @@ def assert_free_for_others(m, procs, name):
 
 
 def table(stdout):
-    """Parse `lockctl status`: (header, rows); a row is a list of 10 fields
+    """Parse `lockctl status`: (header, rows); a row is a list of 11 fields
     (OPERATION, the last, may contain spaces)."""
     lines = stdout.decode().splitlines()
     header = lines[0].split()
-    rows = [l.split(None, 9) for l in lines[1:]]
+    rows = [l.split(None, 10) for l in lines[1:]]
     return header, rows
 
 
@@ -383,8 +383,8 @@ def test_mount_from_env_symlink_and_default(mnt, tmp_path, procs):
 # --------------------------------------------------------------------------
 # status
 
-COLUMNS = ['NAME', 'MODE', 'HOLDER', 'PID', 'USER', 'HOST', 'AGE', 'LEASE', 'WAITERS',
-           'OPERATION']
+COLUMNS = ['NAME', 'MODE', 'HOLDER', 'PID', 'USER', 'HOST', 'CONTAINER', 'AGE', 'LEASE',
+           'WAITERS', 'OPERATION']
 
 
 def test_status_table_of_mkdir_slug_and_foreign_locks(mnt, procs):
@@ -401,13 +401,13 @@ def test_status_table_of_mkdir_slug_and_foreign_locks(mnt, procs):
     assert [row[0] for row in rows] == ['build', 'deploy', 'ext']
     build, deploy, ext = rows
     host = socket.gethostname()
-    assert deploy[:6] == ['deploy', 'EX', proc_comm(a.pid), str(a.pid), 'root', host]
-    assert re.fullmatch(r'\d+s', deploy[6]), deploy
-    assert deploy[7:] == ['-', '0', 'migrating the db']
-    assert build[:6] == ['build', 'EX', 'slug:agent-7', str(s.pid), 'root', host]
-    assert re.fullmatch(r'(9m\d\ds|10m00s)', build[7]), f'lease left: {build}'  # -o lease=600
-    assert build[8:] == ['0', '-']
-    assert ext[:6] == ['ext', '-', '-', '-', '-', '-'] and ext[7:] == ['-', '0', '-']
+    assert deploy[:7] == ['deploy', 'EX', proc_comm(a.pid), str(a.pid), 'root', host, '-']
+    assert re.fullmatch(r'\d+s', deploy[7]), deploy
+    assert deploy[8:] == ['-', '0', 'migrating the db']
+    assert build[:7] == ['build', 'EX', 'slug:agent-7', str(s.pid), 'root', host, '-']
+    assert re.fullmatch(r'(9m\d\ds|10m00s)', build[8]), f'lease left: {build}'  # -o lease=600
+    assert build[9:] == ['0', '-']
+    assert ext[:7] == ['ext'] + ['-'] * 6 and ext[8:] == ['-', '0', '-']
     # NAME alone
     r = lc(mnt, 'status', 'deploy')
     assert r.returncode == 0
@@ -424,6 +424,10 @@ def test_status_json_is_the_owner_records_with_waiters(mnt, procs):
     assert [o['resource'] for o in out] == ['deploy', 'ext']
     for o in out:
         assert o.pop('waiters') == []
+        # each holder gains its pid as lockctl's pid namespace sees it
+        for h in [o['holder']] + o.get('holders', []):
+            if h is not None:
+                assert h.pop('pid_here') == a.pid, h
         assert o == read_owner(mnt.mnt, o['resource'])
     assert out[1]['foreign'] is True and out[1]['holder'] is None
     r = lc(mnt, 'status', 'deploy', '--json')
@@ -483,7 +487,7 @@ def test_status_shows_c1_separators_and_bidi_controls_as_question_marks(mnt, pro
     assert header == COLUMNS
     rtl, slugged = rows
     assert rtl[:4] == ['rtl', 'EX', HOSTILE_COMM_SHOWN, str(a.pid)], rtl
-    assert rtl[9] == 'op????31m?x?y??? caf\u00e9\u00a0ok', rtl
+    assert rtl[10] == 'op????31m?x?y??? caf\u00e9\u00a0ok', rtl
     assert slugged[:3] == ['slugged', 'EX', 'slug:s???'], slugged
     # --json escapes them (all but ASCII) and parses back to the same text
     r = lc(mnt, 'status', '--json')
@@ -805,7 +809,7 @@ def test_status_shows_fd_lock_and_waiters(mnt, tmp_path, procs, bg):
     assert len(rows) == 1
     row = rows[0]
     assert row[:4] == ['busy', 'EX', proc_comm(os.getpid()), str(os.getpid())]
-    assert row[8] == '2'
+    assert row[9] == '2'
     r = lc(mnt, 'status', 'busy', '--json')
     out = json.loads(r.stdout)
     assert len(out) == 1 and out[0]['bound'] == 'fd'

@@ -9,8 +9,15 @@
 - Inside a pid namespace of its own (a container's), a holder there is
   shown by the pid that namespace gives it, and a holder outside it has
   no pid there: "-", and HOLDER says it is outside.
+
+Issue 22 §5: the same rule in messages (`held by sh[1]`, never a host
+pid), a CONTAINER column, and in `--json` each holder's `pid_here` (the
+PID column's value, null when the holder is not a process there) beside
+the record's own `container`.  The podman cases are in
+test_lockctl_status_podman.py.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +26,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lockfs_helpers import PYTHON, read_owner, wait_until  # noqa: E402
-from test_lockctl import LOCKCTL, clean_env, lc, table  # noqa: E402
+from test_lockctl import LOCKCTL, COLUMNS, clean_env, lc, table  # noqa: E402
+
+CONTAINER = COLUMNS.index('CONTAINER')
+EX_TEMPFAIL = 75
 
 
 def row_of(stdout, name):
@@ -91,3 +101,54 @@ def test_inside_a_pid_namespace_pids_are_its_own(mnt, procs):
     assert inner[3] == ns_pid, f'want the namespace\'s pid {ns_pid}: {inner}'
     assert host[3] == '-', f'a host pid shown inside the namespace: {host}'
     assert host[2] == 'python3(outside)', host
+
+
+# A shell first in a pid namespace of its own takes `inner`, then runs the
+# lockctl commands given, each after a line "@@" (its $$ comes first).
+def _in_pid_namespace(mnt, *commands):
+    script = f'mkdir {mnt.path("inner")} || exit 9; echo "$$"; '
+    for c in commands:
+        script += f'echo @@; "{LOCKCTL}" --mount {mnt.mnt} {c} 2>&1; '
+    script += f'rmdir {mnt.path("inner")}'
+    r = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', 'sh', '-c', script],
+                       capture_output=True, env=clean_env(), timeout=30)
+    assert r.returncode == 0, r.stderr
+    first, *outs = r.stdout.decode().split('@@\n')
+    return first.strip(), outs
+
+
+def test_status_has_a_container_column_dash_for_none(mnt, procs):
+    outside = procs.agent()
+    assert outside.mkdir(mnt.path('host')) == 0
+    ns_pid, (status,) = _in_pid_namespace(mnt, 'status')
+    header, _ = table(status.encode())
+    assert header == COLUMNS and header[CONTAINER] == 'CONTAINER', header
+    assert row_of(status.encode(), 'inner')[CONTAINER] == '-'
+    assert row_of(status.encode(), 'host')[CONTAINER] == '-'
+
+
+def test_inside_a_pid_namespace_messages_name_its_own_pids(mnt, procs):
+    """`held by sh[1]` for the namespace's own holder; a holder outside is
+    said to be outside, with no pid (a host pid means nothing in there)."""
+    outside = procs.agent()
+    assert outside.mkdir(mnt.path('host')) == 0
+    ns_pid, (inner, host) = _in_pid_namespace(
+        mnt, 'run inner --timeout 0 -- true', 'run host --timeout 0 -- true')
+    assert f'held by sh[{ns_pid}] for ' in inner, inner
+    assert 'held by python3 (outside this pid namespace) for ' in host, host
+    assert str(outside.pid) not in host, host
+
+
+def test_inside_a_pid_namespace_json_gives_each_holder_its_pid_here(mnt, procs):
+    outside = procs.agent()
+    assert outside.mkdir(mnt.path('host')) == 0
+    ns_pid, (out,) = _in_pid_namespace(mnt, 'status --json')
+    by_name = {o['resource']: o for o in json.loads(out)}
+    inner, host = by_name['inner']['holder'], by_name['host']['holder']
+    assert inner['pid_here'] == int(ns_pid) == inner['ns_pid'], inner
+    assert inner['pid'] != inner['pid_here']    # the record's pid is the daemon's
+    assert host['pid_here'] is None and host['pid'] == outside.pid, host
+    assert 'container' in inner and inner['container'] is None, inner
+    # and on the host, the host's pids
+    r = lc(mnt, 'status', 'host', '--json')
+    assert json.loads(r.stdout)[0]['holder']['pid_here'] == outside.pid
