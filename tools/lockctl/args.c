@@ -73,15 +73,10 @@ const char lockfs_ctl_usage[] =
 	"Exit status:\n"
 	"  0    success (run: CMD's own status instead)\n"
 	"  1    other failure, e.g. release or status of a lock that is not held\n"
-<<<<<<< HEAD
-	"  64   usage error (bad option, missing NAME or CMD, invalid lock name)\n"
-	"  69   the mount is missing or is not a fuse.lockfs mount, or (run, acquire)\n"
-	"       its daemon stayed away longer than --restart-wait\n"
-=======
 	"  64   usage error (bad option, missing NAME or CMD, invalid lock name;\n"
 	"       acquire without --slug whose parent is outside its pid namespace)\n"
-	"  69   the mount is missing or is not a fuse.lockfs mount\n"
->>>>>>> i22-ns
+	"  69   the mount is missing or is not a fuse.lockfs mount, or (run, acquire)\n"
+	"       its daemon stayed away longer than --restart-wait\n"
 	"  75   timed out waiting (also --timeout 0 when the lock is busy)\n"
 	"  77   permission refused (EPERM, EACCES): not the holder, not allowed to break\n"
 	"  126  run: CMD could not be executed; 127: CMD not found\n"
