@@ -466,11 +466,31 @@ static int proc_open_root(void *ctx, pid_t pid)
 static char own_pidns[64];
 static pthread_once_t own_pidns_once = PTHREAD_ONCE_INIT;
 
+/* And its own cgroups (/proc/self/cgroup), read at the same time: where
+ * containers are named from (lockfs_container_of_cgroup_under). */
+static char own_cgroup[4096];
+
 static void read_own_pidns(void)
 {
 	ssize_t n = readlink("/proc/self/ns/pid", own_pidns, sizeof(own_pidns) - 1);
 
 	own_pidns[n > 0 ? n : 0] = '\0';
+	n = read_small("/proc/self/cgroup", own_cgroup, sizeof(own_cgroup));
+	own_cgroup[n > 0 ? n : 0] = '\0';
+}
+
+/* "pid:[4026532198]" (a readlink of /proc/PID/ns/pid) as the container id
+ * "pidns:4026532198" into OUT: what names a pid namespace that no
+ * runtime's cgroup names (unshare, a bare runtime).  `lsns -t pid` lists
+ * the same number. */
+static void pidns_id(const char *link, char *out, size_t size)
+{
+	unsigned long long ino;
+
+	if (sscanf(link, "pid:[%llu]", &ino) == 1)
+		snprintf(out, size, "pidns:%llu", ino);
+	else
+		snprintf(out, size, "pidns:?");
 }
 
 /*
@@ -492,7 +512,8 @@ static pthread_mutex_t same_ns_mu = PTHREAD_MUTEX_INITIALIZER;
  * namespace is its own ns_pid and is taken for no container: one readlink
  * the first time it is seen, where status and cgroup would cost ~25 us on
  * every mkdir.  Only a process in another pid namespace (a container's)
- * has both read, every time (its cgroup may change).
+ * has both read, every time (its cgroup may change); it is always in a
+ * container: the one its cgroup names, else its pid namespace's.
  */
 static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 {
@@ -535,10 +556,15 @@ static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 	for (int i = 0; (rc = status_num(buf, "NSpid", i, &v)) == 0; i++)
 		if (v > 0 && v <= INT_MAX)
 			p->ns_pid = (pid_t)v;
+	/* Named as seen from the daemon's own cgroup: the container the
+	 * daemon itself runs in is nobody's (holder.md). */
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
 	n = read_small(path, buf, sizeof(buf));
 	if (n > 0)
-		lockfs_container_of_cgroup(buf, p->container, sizeof(p->container));
+		lockfs_container_of_cgroup_under(buf, own_cgroup[0] ? own_cgroup : NULL,
+						 p->container, sizeof(p->container));
+	if (!p->container[0])
+		pidns_id(ns, p->container, sizeof(p->container));
 	return 0;
 }
 

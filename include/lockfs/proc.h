@@ -44,8 +44,9 @@ struct lockfs_proc {
 	 * the walk stopped here (holder.md, "The uid boundary"). */
 	bool at_uid_boundary;
 	/* LOCKFS_PROC_NS: the pid in its own innermost pid namespace (the last
-	 * field of NSpid), 0 when unknown; and the container its cgroup path
-	 * names, "" for none. */
+	 * field of NSpid), 0 when unknown; and its container: "" in the
+	 * daemon's own pid namespace, else the id its cgroup path names below
+	 * the daemon's own cgroup, else "pidns:INODE" of its pid namespace. */
 	pid_t ns_pid;
 	char container[LOCKFS_CONTAINER_MAX];
 };
@@ -148,6 +149,14 @@ extern const struct lockfs_proc_source lockfs_procfs_source;
  * names no container (OUT = "").
  */
 int lockfs_container_of_cgroup(const char *text, char *out, size_t size);
+/*
+ * The same, seen from a process whose own /proc/self/cgroup text is OWN
+ * (the daemon's; NULL: from the root): in each hierarchy, a path at or
+ * below OWN's path for that hierarchy is read from below it, so the
+ * container OWN is in names nobody and one started inside it is named by
+ * its own id (docs/holder.md, "The daemon in a container").
+ */
+int lockfs_container_of_cgroup_under(const char *text, const char *own, char *out, size_t size);
 
 /*
  * Read the NUL-separated argv of PID into a malloc'd NULL-terminated array
