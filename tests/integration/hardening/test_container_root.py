@@ -27,7 +27,7 @@ import tempfile
 
 import pytest
 
-from lockfs_helpers import PYTHON, log_for, read_owner, wait_free
+from lockfs_helpers import PYTHON, log_for, read_owner, wait_free, wait_log
 
 SECRET = '--db-password=hunter2'
 RUN_TIMEOUT = 60
@@ -182,6 +182,20 @@ def test_root_on_the_host_still_breaks_a_containers_lock(mnt, procs, new_pid_nam
     assert len(b) == 1 and 'by_container' not in b[0].details
     p.stdin.close()
     p.wait(RUN_TIMEOUT)
+
+
+def test_lines_about_a_holder_in_a_container_name_its_container(mnt, new_pid_namespaces):
+    """acquired and recovered: the holder's container, as `owner` names it."""
+    r = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', PYTHON, '-c',
+                        'import os, sys\nos.mkdir(sys.argv[1])\n'
+                        'print(os.readlink("/proc/self/ns/pid"))', mnt.path('r')],
+                       capture_output=True, timeout=RUN_TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    ns = _pidns_id(r.stdout.decode().strip())
+    wait_log(mnt.dir, 'r', 'recovered')
+    lines = log_for(mnt.dir, 'r')
+    assert [l.event for l in lines] == ['acquired', 'recovered'], lines
+    assert [l.details.get('container') for l in lines] == [ns, ns], lines
 
 
 def test_a_slug_lock_of_root_is_not_root_in_a_containers(mnt, procs, new_pid_namespaces):
