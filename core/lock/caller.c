@@ -278,9 +278,12 @@ void lockfs_caller_container(struct lockfs_table *t, pid_t tid, char *out, size_
 		out[0] = '\0'; /* a source that knows no namespaces: all ours */
 		return;
 	}
+	/* Its process and that one's start time first: read_ns trusts what
+	 * it keeps of a (pid, start time) it has seen, and a pid alone may
+	 * have been another process's (a host's, before it was reused). */
 	memset(&p, 0, sizeof(p));
-	p.pid = tid;
-	if (t->procs->read_ns(t->procs->ctx, tid, &p) < 0) {
+	if (t->procs->read_tid(t->procs->ctx, tid, 0, &p) < 0 ||
+	    t->procs->read_ns(t->procs->ctx, p.pid, &p) < 0) {
 		/* Gone, or /proc refused: fail closed, as a container. */
 		snprintf(out, size, "%s", LOCKFS_CALLER_UNSEEN);
 		return;
