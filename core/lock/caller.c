@@ -278,12 +278,14 @@ void lockfs_caller_container(struct lockfs_table *t, pid_t tid, char *out, size_
 		out[0] = '\0'; /* a source that knows no namespaces: all ours */
 		return;
 	}
-	/* Its process and that one's start time first: read_ns trusts what
-	 * it keeps of a (pid, start time) it has seen, and a pid alone may
-	 * have been another process's (a host's, before it was reused). */
+	/* The thread itself, with no start time: read_ns then neither trusts
+	 * nor fills what it keeps by (pid, start time) -- a pid alone may
+	 * have been a host process's before it was reused -- and reads the
+	 * namespace link afresh (cheap: one readlink for the daemon's own).
+	 * The caller waits in its request meanwhile: TID is still its. */
 	memset(&p, 0, sizeof(p));
-	if (t->procs->read_tid(t->procs->ctx, tid, 0, &p) < 0 ||
-	    t->procs->read_ns(t->procs->ctx, p.pid, &p) < 0) {
+	p.pid = tid;
+	if (t->procs->read_ns(t->procs->ctx, tid, &p) < 0) {
 		/* Gone, or /proc refused: fail closed, as a container. */
 		snprintf(out, size, "%s", LOCKFS_CALLER_UNSEEN);
 		return;

@@ -527,8 +527,10 @@ static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 	(void)ctx;
 	p->ns_pid = 0;
 	p->container[0] = '\0';
+	/* Start time 0: not known (a caller's thread, asked about as it
+	 * waits in its request): the link is read, nothing kept. */
 	pthread_mutex_lock(&same_ns_mu);
-	seen = same_ns[slot].pid == pid && same_ns[slot].start == p->start_time;
+	seen = p->start_time && same_ns[slot].pid == pid && same_ns[slot].start == p->start_time;
 	pthread_mutex_unlock(&same_ns_mu);
 	if (seen) {
 		p->ns_pid = pid;
@@ -542,6 +544,8 @@ static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 	ns[n] = '\0';
 	if (own_pidns[0] && strcmp(ns, own_pidns) == 0) {
 		p->ns_pid = pid;
+		if (!p->start_time)
+			return 0;
 		pthread_mutex_lock(&same_ns_mu);
 		same_ns[slot].pid = pid;
 		same_ns[slot].start = p->start_time;

@@ -108,7 +108,9 @@ void lockfs_proc_put(struct lockfs_proc *p);
  * - open_root(): an O_PATH descriptor of PID's root directory
  *   (/proc/PID/root), which the caller closes; or -errno.
  * - read_ns(): fill ns_pid and container of *P, the process P->pid that
- *   started at P->start_time.  0 or -errno.
+ *   started at P->start_time (0: not known; then P->pid may be a thread id
+ *   of a caller waiting in its request, and nothing is remembered of it).
+ *   0 or -errno.
  *
  * The last five answer what the engine asks of processes besides the
  * holder rule; each NULL means the real /proc (and the kernel), so that
