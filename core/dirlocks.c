@@ -146,8 +146,11 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 		/* Refused before a holder is known: the log names the caller
 		 * by its thread (and its slug, unless that is what is wrong). */
 		if (bad_slug || rc == -EACCES) {
+			char container[LOCKFS_CONTAINER_MAX];
+
 			lockfs_audit_who(who, sizeof(who), bad_slug ? NULL : slug, "?", caller->tid);
-			lockfs_audit_refusal(t, caller->uid, caller->tid, who, name,
+			lockfs_caller_container(t, caller->tid, container, sizeof(container));
+			lockfs_audit_refusal(t, caller->uid, caller->tid, container, who, name,
 					     bad_slug ? "bad-slug" : "holder-unknown");
 		}
 		lockfs_argv_free(argv);
@@ -199,8 +202,9 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	lockfs_table_put_new(t, s, name, st.identity, &rec, holder.has_pidfd ? holder.pidfd : -1);
 	lockfs_session_tombstone_forget(s, lockfs_table_find(s, name)); /* it has NAME again */
 	{
-		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, NULL };
+		const char *kv[9] = { "fence", fence, "uid", uid, "pid", pid };
 
+		lockfs_audit_put_container(kv, 6, holder.container);
 		rc = lockfs_audit_acquired(t, who, name, kv);
 	}
 	if (rc < 0)
@@ -367,16 +371,36 @@ static void put_break_place(const struct lockfs_table *t, const struct lockfs_en
 	kv[n] = NULL;
 }
 
+/*
+ * May BREAKER break C (NULL: a foreign lock)?  Root outside containers, or
+ * under -o container_root=host, breaks anything; root in a container only
+ * a lock every holder of which is in its own container (holder.md, "Root
+ * in a container"): not a foreign lock, whose holder nobody knows.
+ */
+static bool breaks_all(const struct lockfs_reader *breaker, const struct held_lock *c)
+{
+	if (!breaker->container)
+		return true;
+	if (!c)
+		return false;
+	for (size_t i = 0; i < lockfs_record_holders(&c->rec); i++)
+		if (!lockfs_reader_root_over(breaker, lockfs_record_holder(&c->rec, i)))
+			return false;
+	return lockfs_record_holders(&c->rec) > 0;
+}
+
 int lockfs_core_break(struct lockfs_core *core, const char *name,
 		      const struct lockfs_caller *caller, const char *reason, size_t len)
 {
 	struct lockfs_table *t = &core->table;
+	struct lockfs_reader breaker;
+	char by_container[LOCKFS_CONTAINER_MAX];
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct lockfs_entry_stat st;
 	struct held_lock *c;
 	char by[WHO_MAX], by_uid[16], by_pid[16], uid[16], none[16], *why;
-	bool foreign;
-	pid_t pid = 0;
+	bool foreign, elsewhere = false;
+	pid_t pid = 0, by_p;
 	unsigned long long start = 0;
 	int rc;
 
@@ -391,23 +415,39 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	why = strndup(reason, len);
 	if (!why)
 		return -ENOMEM;
-	/* The breaker, as the kernel tells it, beside the name it goes by. */
-	lockfs_audit_ids(by_uid, by_pid, caller->uid,
-			 lockfs_caller_who(t, caller->tid, by, sizeof(by)));
+	/* The breaker, as the kernel tells it, beside the name it goes by,
+	 * and the container it breaks from (read before the mutex). */
+	by_p = lockfs_caller_who(t, caller->tid, by, sizeof(by));
+	lockfs_audit_ids(by_uid, by_pid, caller->uid, by_p);
+	lockfs_caller_container(t, caller->tid, by_container, sizeof(by_container));
+	breaker.uid = 0; /* the powers break gives are root's (ops.c decided who) */
+	breaker.host = t->host;
+	breaker.boot_id = t->boot_id;
+	breaker.container = by_container[0] && !t->container_root_host ? by_container : NULL;
 
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_reload(t, s, name, &st, &foreign, &c);
+	if (rc == 0 && !breaks_all(&breaker, c)) {
+		elsewhere = true;
+		rc = -EPERM;
+	}
 	if (rc == 0 && c) {
-		const char *extra[6 + BREAK_PLACE_MAX] = { "by", by, "by_uid", by_uid,
+		const char *extra[8 + BREAK_PLACE_MAX] = { "by", by, "by_uid", by_uid,
 							   "by_pid", by_pid };
+		size_t n = 6;
 
-		put_break_place(t, &st, why, extra, 6);
+		if (by_container[0]) {
+			extra[n++] = "by_container";
+			extra[n++] = by_container;
+		}
+		put_break_place(t, &st, why, extra, n);
 		pid = c->rec.holder.pid;
 		start = c->rec.holder.start_time;
 		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 			.identity = st.identity, .all = true, .event = "broken", .extra = extra });
 	} else if (rc == 0) {
-		/* A foreign lock: uid= owns DIR/NAME.lock, no process known. */
+		/* A foreign lock: uid= owns DIR/NAME.lock, no process known
+		 * (so no breaker in a container got here). */
 		const char *kv[10 + BREAK_PLACE_MAX] = { "uid", uid, "pid", none, "by", by,
 							 "by_uid", by_uid, "by_pid", by_pid };
 
@@ -420,6 +460,9 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 	}
 	lockfs_table_unlock(s);
 	free(why);
+	if (elsewhere)
+		lockfs_audit_refusal(t, caller->uid, by_p, by_container, by, name,
+				     "other-container");
 	if (rc < 0)
 		return rc;
 	if (t->break_signal && pid > 0)

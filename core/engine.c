@@ -178,6 +178,7 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	t->procs = cfg->procs ? cfg->procs : &lockfs_procfs_source;
 	t->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
 	t->break_signal = cfg->break_signal;
+	t->container_root_host = cfg->container_root_host;
 	t->log = cfg->log;
 	if (!t->log) {
 		rc = -EINVAL;

@@ -16,6 +16,7 @@
 #include "lockfs/name.h"
 #include "base/clock.h"
 #include "engine.h"
+#include "lock/caller.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/store.h"
@@ -158,7 +159,7 @@ static char *with_store_fields(struct lockfs_table *t, const struct held_lock *c
 struct text_out {
 	char **text;
 	size_t *len;
-	uid_t reader;
+	const struct lockfs_reader *reader;
 	struct lockfs_core *core;
 };
 
@@ -183,7 +184,8 @@ static int view_owner(const char *name, struct held_lock *c, const struct lockfs
 	struct text_out *o = arg;
 
 	/* For this reader: the token and command lines only for their own
-	 * uid and root (privacy.md). */
+	 * uid and root -- root in a container: for its own container's
+	 * holders (privacy.md). */
 	if (!c)
 		*o->text = foreign_json(name, st, o->len);
 	else {
@@ -191,15 +193,20 @@ static int view_owner(const char *name, struct held_lock *c, const struct lockfs
 			/* the ones alive now */
 			lockfs_recovery_descendants_refresh(&o->core->table, c, NULL);
 		*o->text = with_store_fields(&o->core->table, c, st,
-					     lockfs_record_view(&c->rec, o->reader, o->len), o->len);
+					     lockfs_record_view_for(&c->rec, o->reader, o->len),
+					     o->len);
 	}
 	return *o->text ? 0 : -ENOMEM;
 }
 
-int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader, char **json,
-		      size_t *len)
+int lockfs_core_owner(struct lockfs_core *core, const char *name,
+		      const struct lockfs_caller *reader, char **json, size_t *len)
 {
-	struct text_out o = { json, len, reader, core };
+	char scope[LOCKFS_CONTAINER_MAX];
+	struct lockfs_reader who;
+	struct text_out o = { json, len, &who, core };
+
+	lockfs_caller_reader(&core->table, reader, &who, scope);
 
 	return lockfs_table_view(&core->table, name, view_owner, &o);
 }
@@ -218,7 +225,7 @@ static int view_operation(const char *name, struct held_lock *c, const struct lo
 
 int lockfs_core_operation(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct text_out o = { text, len, 0, core };
+	struct text_out o = { text, len, NULL, core };
 
 	return lockfs_table_view(&core->table, name, view_operation, &o);
 }
@@ -236,7 +243,7 @@ static int view_lease(const char *name, struct held_lock *c, const struct lockfs
 
 int lockfs_core_lease(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct text_out o = { text, len, 0, core };
+	struct text_out o = { text, len, NULL, core };
 
 	return lockfs_table_view(&core->table, name, view_lease, &o);
 }

@@ -158,9 +158,14 @@ int lockfs_attr_render(struct lockfs_fs *fs, fuse_req_t req, const char *lock, e
 		return lockfs_core_waiters(fs->core, lock, data, len);
 	case LF_BIND:
 		return lockfs_core_binding(fs->core, lock, data, len);
-	case LF_OWNER:
-		/* For this reader: the token only for the holder's uid and root. */
-		return lockfs_core_owner(fs->core, lock, fuse_req_ctx(req)->uid, data, len);
+	case LF_OWNER: {
+		/* For this reader: the token only for the holder's uid and
+		 * root (root in a container: over its own container's). */
+		struct lockfs_caller reader;
+
+		lockfs_fs_caller(req, &reader);
+		return lockfs_core_owner(fs->core, lock, &reader, data, len);
+	}
 	case LF_OPERATION:
 		return lockfs_core_operation(fs->core, lock, data, len);
 	default:

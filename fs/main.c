@@ -3,7 +3,7 @@
  *
  *   lockfs [-f] [-o backend=dir] [-o backing=DIR] [-o fence_file=PATH]
  *          [-o stale=SECONDS] [-o helpers=a:b:c]
- *          [-o lease=SECONDS] [-o break_signal=SIG]
+ *          [-o lease=SECONDS] [-o break_signal=SIG] [-o container_root=own|host]
  *          [-o descendants=connector|scan]
  *          [-o log_max=SIZE] [-o log_keep=N] [-o log_denied_interval=SECONDS]
  *          [-o max_open_per_uid=N] [-o max_locks_per_uid=N]
@@ -60,6 +60,7 @@ struct options {
 	char *helpers;
 	char *lease;
 	char *break_signal;
+	char *container_root;
 	char *descendants;
 	char *max_open_per_uid;
 	char *max_locks_per_uid;
@@ -80,6 +81,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("helpers=%s", helpers),
 	OPT("lease=%s", lease),
 	OPT("break_signal=%s", break_signal),
+	OPT("container_root=%s", container_root),
 	OPT("descendants=%s", descendants),
 	OPT("max_open_per_uid=%s", max_open_per_uid),
 	OPT("max_locks_per_uid=%s", max_locks_per_uid),
@@ -229,6 +231,9 @@ static void usage(const char *prog)
 	       "                          (default " LOCKFS_DEFAULT_HELPERS ")\n"
 	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
+	       "    -o container_root=WHAT  root in another pid namespace is root over the\n"
+	       "                          locks of its own container (own, the default)\n"
+	       "                          or over every lock (host)\n"
 	       "    -o descendants=HOW    how a dead holder's descendants are found:\n"
 	       "                          connector (default; scan when unavailable) or scan\n"
 	       "    -o max_open_per_uid=N files and directories of M one uid may hold open\n"
@@ -501,6 +506,13 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	cfg.descendants_scan = o.descendants && strcmp(o.descendants, "scan") == 0;
+	if (o.container_root && strcmp(o.container_root, "own") != 0 &&
+	    strcmp(o.container_root, "host") != 0) {
+		fprintf(stderr, "lockfs: -o container_root=%s: want own or host\n",
+			o.container_root);
+		goto out_args;
+	}
+	cfg.container_root_host = o.container_root && strcmp(o.container_root, "host") == 0;
 	raise_fd_limit();
 
 	fs.proc_foreign = !proc_is_ours();
@@ -680,6 +692,7 @@ out_args:
 	free(o.helpers);
 	free(o.lease);
 	free(o.break_signal);
+	free(o.container_root);
 	free(o.positional[0]);
 	free(o.positional[1]);
 	free(o.descendants);

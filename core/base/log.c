@@ -50,6 +50,7 @@ struct burst {
 	char who[320];
 	char name[256];
 	char reason[64];
+	char container[128];
 };
 
 struct lockfs_log {
@@ -384,13 +385,25 @@ int lockfs_log_event_or_keep(struct lockfs_log *log, const char *who, const char
 
 /* Write a `denied` line (COUNT > 0: the count line of a burst).  With
  * log->mu held. */
-static void denied_locked(struct lockfs_log *log, uid_t uid, pid_t pid, const char *who,
-			  const char *name, const char *reason, uint64_t count)
+static void denied_locked(struct lockfs_log *log, uid_t uid, pid_t pid, const char *container,
+			  const char *who, const char *name, const char *reason, uint64_t count)
 {
 	char line[LOCKFS_LOG_LINE_MAX], u[16], p[16], c[24];
-	const char *kv[] = { "uid", u, "pid", p, "reason", reason, count ? "count" : NULL, c,
-			     NULL };
+	const char *kv[11] = { "uid", u, "pid", p };
+	size_t k = 4;
 	int n;
+
+	if (container && *container) {
+		kv[k++] = "container";
+		kv[k++] = container;
+	}
+	kv[k++] = "reason";
+	kv[k++] = reason;
+	if (count) {
+		kv[k++] = "count";
+		kv[k++] = c;
+	}
+	kv[k] = NULL;
 
 	snprintf(u, sizeof(u), "%u", (unsigned)uid);
 	if (pid > 0)
@@ -402,11 +415,12 @@ static void denied_locked(struct lockfs_log *log, uid_t uid, pid_t pid, const ch
 	emit_or_keep_locked(log, line, (size_t)n);
 }
 
-static void burst_note(struct burst *b, uid_t uid, pid_t pid, const char *who,
-		       const char *name, const char *reason)
+static void burst_note(struct burst *b, uid_t uid, pid_t pid, const char *container,
+		       const char *who, const char *name, const char *reason)
 {
 	b->uid = uid;
 	b->pid = pid;
+	snprintf(b->container, sizeof(b->container), "%s", container ? container : "");
 	snprintf(b->who, sizeof(b->who), "%s", who ? who : "");
 	snprintf(b->name, sizeof(b->name), "%s", name ? name : "");
 	snprintf(b->reason, sizeof(b->reason), "%s", reason ? reason : "");
@@ -414,7 +428,7 @@ static void burst_note(struct burst *b, uid_t uid, pid_t pid, const char *who,
 
 static void burst_flush_locked(struct lockfs_log *log, struct burst *b)
 {
-	denied_locked(log, b->uid, b->pid, b->who, b->name, b->reason, b->count);
+	denied_locked(log, b->uid, b->pid, b->container, b->who, b->name, b->reason, b->count);
 	b->count = 0;
 }
 
@@ -453,6 +467,12 @@ static struct burst *burst_get(struct lockfs_log *log, uid_t uid)
 void lockfs_log_denied(struct lockfs_log *log, uid_t uid, pid_t pid, const char *who,
 		       const char *name, const char *reason)
 {
+	lockfs_log_denied_in(log, uid, pid, NULL, who, name, reason);
+}
+
+void lockfs_log_denied_in(struct lockfs_log *log, uid_t uid, pid_t pid, const char *container,
+			  const char *who, const char *name, const char *reason)
+{
 	int64_t now = lockfs_boot_ms();
 	struct burst *b;
 
@@ -463,17 +483,17 @@ void lockfs_log_denied(struct lockfs_log *log, uid_t uid, pid_t pid, const char 
 	if (b && now < b->until_ms) {
 		/* Inside the uid's interval: counted, written by the tick. */
 		b->count++;
-		burst_note(b, uid, pid, who, name, reason);
+		burst_note(b, uid, pid, container, who, name, reason);
 	} else if (b && b->count) {
 		/* The interval ended before the tick wrote its count: the
 		 * burst goes on, and this refusal opens its next interval. */
 		burst_flush_locked(log, b);
 		b->count = 1;
-		burst_note(b, uid, pid, who, name, reason);
+		burst_note(b, uid, pid, container, who, name, reason);
 		b->until_ms = now + (int64_t)log->lim.denied_interval_s * 1000;
 	} else {
 		/* The first refusal of a burst: at once. */
-		denied_locked(log, uid, pid, who, name, reason, 0);
+		denied_locked(log, uid, pid, container, who, name, reason, 0);
 		if (b)
 			b->until_ms = now + (int64_t)log->lim.denied_interval_s * 1000;
 	}

@@ -152,15 +152,34 @@ static json_t *lease_json(const struct lockfs_lease *l)
 }
 
 /* Whose command lines a rendering shows: everyone's (the stored record),
- * or those of one reader's uid (root sees all). */
+ * or those a reader may see (root: those it is root over). */
 struct audience {
 	bool all;
-	uid_t reader;
+	const struct lockfs_reader *reader;
 };
+
+bool lockfs_reader_root_over(const struct lockfs_reader *r, const struct lockfs_holder *h)
+{
+	if (!r->container)
+		return true;
+	/* A pid namespace's number means nothing on another host or in
+	 * another boot; a runtime's id is compared the same way. */
+	return h->container && strcmp(h->container, r->container) == 0 && h->host && r->host &&
+	       strcmp(h->host, r->host) == 0 && h->boot_id && r->boot_id &&
+	       strcmp(h->boot_id, r->boot_id) == 0;
+}
+
+/* The holder's own user (not root, which in a container is no proof of
+ * being the holder's: uid 0 is every container's root without a user
+ * namespace), or root over it. */
+static bool reader_is_for(const struct lockfs_reader *r, const struct lockfs_holder *h)
+{
+	return r->uid == 0 ? lockfs_reader_root_over(r, h) : r->uid == h->uid;
+}
 
 static bool shows_cmdline(const struct audience *a, const struct lockfs_holder *h)
 {
-	return a->all || a->reader == 0 || a->reader == h->uid;
+	return a->all || reader_is_for(a->reader, h);
 }
 
 /* One element of "holders": the holder's object plus its grant. */
@@ -321,14 +340,24 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
 	return encode_tree(r, flags, &everyone, len);
 }
 
-char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *len)
+char *lockfs_record_view_for(const struct lockfs_record *r, const struct lockfs_reader *reader,
+			     size_t *len)
 {
 	struct audience who = { .all = false, .reader = reader };
 	int flags = LOCKFS_RECORD_PRETTY;
 
-	if (reader == 0 || (r->has_holder && reader == r->holder.uid))
+	/* A record without a holder: its token is for root outside containers. */
+	if (r->has_holder ? reader_is_for(reader, &r->holder)
+			  : reader->uid == 0 && !reader->container)
 		flags |= LOCKFS_RECORD_WITH_TOKEN;
 	return encode_tree(r, flags, &who, len);
+}
+
+char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *len)
+{
+	const struct lockfs_reader whole = { .uid = reader };
+
+	return lockfs_record_view_for(r, &whole, len);
 }
 
 char *lockfs_lease_encode(const struct lockfs_lease *lease, size_t *len)

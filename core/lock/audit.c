@@ -25,6 +25,16 @@ void lockfs_audit_ids(char uid[16], char pid[16], uid_t u, pid_t p)
 		pid[0] = '\0'; /* logged as "-": not known */
 }
 
+size_t lockfs_audit_put_container(const char **kv, size_t n, const char *container)
+{
+	if (container && *container) {
+		kv[n++] = "container";
+		kv[n++] = container;
+	}
+	kv[n] = NULL;
+	return n;
+}
+
 void lockfs_audit_event(struct lockfs_table *t, const char *who, const char *name,
 			const char *const *kv, const char *event)
 {
@@ -47,10 +57,10 @@ int lockfs_audit_acquired(struct lockfs_table *t, const char *who, const char *n
 	return rc;
 }
 
-void lockfs_audit_refusal(struct lockfs_table *t, uid_t uid, pid_t pid, const char *who,
-			  const char *name, const char *reason)
+void lockfs_audit_refusal(struct lockfs_table *t, uid_t uid, pid_t pid, const char *container,
+			  const char *who, const char *name, const char *reason)
 {
-	lockfs_log_denied(t->log, uid, pid, who, name, reason);
+	lockfs_log_denied_in(t->log, uid, pid, container, who, name, reason);
 }
 
 void lockfs_audit_refused(void *arg, const struct quota_burst *b)

@@ -15,6 +15,10 @@ void lockfs_audit_who(char *buf, size_t size, const char *slug, const char *comm
 /* Decimal UID and PID into the buffers, for a line's uid= and pid= (PID
  * 0: "", logged as "-"). */
 void lockfs_audit_ids(char uid[16], char pid[16], uid_t u, pid_t p);
+/* Put `container=CONTAINER` at KV[N] when CONTAINER (NULL, "": none) names
+ * one, then the closing NULL: KV has room for N + 3.  Returns where the
+ * NULL went: lines name the container of the process they are about. */
+size_t lockfs_audit_put_container(const char **kv, size_t n, const char *container);
 /* Log EVENT: written now, or kept until the log takes writes again (and
  * sent to syslog meanwhile).  Never fails the request: for what happens
  * whether or not it can be logged (releases, recoveries, refusals). */
@@ -26,9 +30,10 @@ void lockfs_audit_event(struct lockfs_table *t, const char *who, const char *nam
 int lockfs_audit_acquired(struct lockfs_table *t, const char *who, const char *name,
 			  const char *const *kv);
 /* A refused request by the caller of uid UID (from the kernel), PID the
- * process WHO names; rate-limited per uid (lockfs_log_denied). */
-void lockfs_audit_refusal(struct lockfs_table *t, uid_t uid, pid_t pid, const char *who,
-			  const char *name, const char *reason);
+ * process WHO names, in CONTAINER (NULL, "": the daemon's own);
+ * rate-limited per uid (lockfs_log_denied_in). */
+void lockfs_audit_refusal(struct lockfs_table *t, uid_t uid, pid_t pid, const char *container,
+			  const char *who, const char *name, const char *reason);
 /* Log the `refused` line of burst B (a lockfs_quota_flush callback; ARG
  * is the table). */
 void lockfs_audit_refused(void *arg, const struct quota_burst *b);

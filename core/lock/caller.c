@@ -264,6 +264,52 @@ pid_t lockfs_caller_who(struct lockfs_table *t, pid_t tid, char *buf, size_t siz
 	return resolved ? p.pid : tid;
 }
 
+void lockfs_caller_container(struct lockfs_table *t, pid_t tid, char *out, size_t size)
+{
+	struct lockfs_proc p;
+
+	if (tid <= 0) {
+		/* Not visible from the daemon's pid namespace (an ancestor's
+		 * or a sibling's): nothing tells it from another container. */
+		snprintf(out, size, "%s", LOCKFS_CALLER_UNSEEN);
+		return;
+	}
+	if (!t->procs->read_ns) {
+		out[0] = '\0'; /* a source that knows no namespaces: all ours */
+		return;
+	}
+	/* The thread itself, with no start time: read_ns then neither trusts
+	 * nor fills what it keeps by (pid, start time) -- a pid alone may
+	 * have been a host process's before it was reused -- and reads the
+	 * namespace link afresh (cheap: one readlink for the daemon's own).
+	 * The caller waits in its request meanwhile: TID is still its. */
+	memset(&p, 0, sizeof(p));
+	p.pid = tid;
+	if (t->procs->read_ns(t->procs->ctx, tid, &p) < 0) {
+		/* Gone, or /proc refused: fail closed, as a container. */
+		snprintf(out, size, "%s", LOCKFS_CALLER_UNSEEN);
+		return;
+	}
+	snprintf(out, size, "%s", p.container);
+}
+
+void lockfs_caller_reader(struct lockfs_table *t, const struct lockfs_caller *caller,
+			  struct lockfs_reader *r, char scope[LOCKFS_CONTAINER_MAX])
+{
+	memset(r, 0, sizeof(*r));
+	r->uid = caller ? caller->uid : 0;
+	r->host = t->host;
+	r->boot_id = t->boot_id;
+	/* Only root's powers depend on the container: read /proc for it
+	 * alone.  NULL (the daemon itself) and -o container_root=host:
+	 * every holder. */
+	if (!caller || caller->uid != 0 || t->container_root_host)
+		return;
+	lockfs_caller_container(t, caller->tid, scope, LOCKFS_CONTAINER_MAX);
+	if (scope[0])
+		r->container = scope;
+}
+
 /* Start LEASE anew: TTL_S from now (0 clears it).  The deadline that
  * counts is on the boot clock; the wall-clock copy is for people and is
  * fixed here, so every reading shows the same instant. */
@@ -341,10 +387,11 @@ fail:
 void lockfs_caller_denied(struct lockfs_table *t, const char *name,
 			  const struct lockfs_caller *caller, const char *reason)
 {
-	char who[WHO_MAX];
+	char who[WHO_MAX], container[LOCKFS_CONTAINER_MAX];
 	pid_t pid = lockfs_caller_who(t, caller->tid, who, sizeof(who));
 
-	lockfs_audit_refusal(t, caller->uid, pid, who, name, reason);
+	lockfs_caller_container(t, caller->tid, container, sizeof(container));
+	lockfs_audit_refusal(t, caller->uid, pid, container, who, name, reason);
 }
 
 void lockfs_caller_ref_at(struct lockfs_holder_ref *h, const struct lockfs_record *rec, size_t i)
@@ -362,8 +409,27 @@ void lockfs_caller_ref_at(struct lockfs_holder_ref *h, const struct lockfs_recor
 	h->uid = x->uid;
 	snprintf(h->boot_id, sizeof(h->boot_id), "%s", x->boot_id);
 	snprintf(h->host, sizeof(h->host), "%s", x->host ? x->host : "");
+	snprintf(h->container, sizeof(h->container), "%s", x->container ? x->container : "");
 	/* Only the first holder can be bound to a slug. */
 	snprintf(h->slug, sizeof(h->slug), "%s", i == 0 && rec->slug ? rec->slug : "");
+}
+
+/*
+ * Root's slug-bound lock H, and root's slug: uid 0 is every container's
+ * root without a user namespace, so under -o container_root=own root in a
+ * container acts for such a lock only when it was taken from that same
+ * container (slugs are shown to everyone).  0 or -EPERM.
+ */
+static int root_slug_check(struct lockfs_table *t, const struct lockfs_holder_ref *h,
+			   const struct lockfs_caller *caller)
+{
+	char mine[LOCKFS_CONTAINER_MAX];
+
+	if (t->container_root_host)
+		return 0;
+	lockfs_caller_container(t, caller->tid, mine, sizeof(mine));
+	return strcmp(mine, h->container) == 0 && strcmp(mine, LOCKFS_CALLER_UNSEEN) != 0
+		? 0 : -EPERM;
 }
 
 /*
@@ -387,7 +453,9 @@ int lockfs_caller_check(struct lockfs_table *t, const struct lockfs_holder_ref *
 			return -EACCES;
 		if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) < 0)
 			return -EPERM;
-		return caller->uid == h->uid && *slug && strcmp(slug, h->slug) == 0 ? 0 : -EPERM;
+		if (caller->uid != h->uid || !*slug || strcmp(slug, h->slug) != 0)
+			return -EPERM;
+		return caller->uid == 0 ? root_slug_check(t, h, caller) : 0;
 	}
 	/* Held by a process of an earlier boot: no pid of it is one of ours. */
 	if (strcmp(h->boot_id, t->boot_id) != 0)

@@ -34,6 +34,21 @@ int lockfs_caller_identify(struct lockfs_table *t, const struct lockfs_caller *c
  * else TID (0 = not visible).  Reads /proc: best without a stripe mutex. */
 pid_t lockfs_caller_who(struct lockfs_table *t, pid_t tid, char *buf, size_t size);
 
+/*
+ * The container of thread TID, as a holder's is named (lockfs_proc.container)
+ * into OUT: "" in the daemon's own pid namespace; LOCKFS_CALLER_UNSEEN when
+ * TID is 0 (a caller the daemon cannot see) or cannot be read.  Reads /proc.
+ */
+#define LOCKFS_CALLER_UNSEEN "?"
+void lockfs_caller_container(struct lockfs_table *t, pid_t tid, char *out, size_t size);
+/*
+ * CALLER as a reader of `owner` (NULL: the daemon itself) into *R: for root
+ * in a container under -o container_root=own, its container (kept in
+ * SCOPE), whose holders alone it is root over.  Reads /proc only for root.
+ */
+void lockfs_caller_reader(struct lockfs_table *t, const struct lockfs_caller *caller,
+			  struct lockfs_reader *r, char scope[LOCKFS_CONTAINER_MAX]);
+
 /* Fill H (zeroed) with process P's facts, as for a new holder: CMDLINE,
  * when it points to an argv read earlier, is taken over, else P's is read.
  * 0 or -ENOMEM (then H is cleared). */
@@ -60,6 +75,7 @@ struct lockfs_holder_ref {
 	char boot_id[40];
 	char host[LOCKFS_HOST_MAX]; /* "" when the record names none */
 	char slug[LOCKFS_SLUG_MAX];
+	char container[LOCKFS_CONTAINER_MAX]; /* "" for the daemon's own */
 };
 
 /* Holder I of REC into H (REC NULL, or I out of range: not known). */

@@ -241,9 +241,10 @@ static int log_granted(struct lockfs_table *t, const char *name, const struct lo
 		       const char *slug, uint64_t fence, enum lockfs_mode mode)
 {
 	char who[WHO_MAX], f[24], uid[16], pid[16];
-	const char *kv[] = { "fence", f, "uid", uid, "pid", pid, "bound", "fd",
-			     "mode", mode == LOCKFS_SHARED ? "shared" : "exclusive", NULL };
+	const char *kv[13] = { "fence", f, "uid", uid, "pid", pid, "bound", "fd",
+			       "mode", mode == LOCKFS_SHARED ? "shared" : "exclusive" };
 
+	lockfs_audit_put_container(kv, 10, h->container);
 	lockfs_audit_who(who, sizeof(who), slug, h->comm, h->pid);
 	snprintf(f, sizeof(f), "%" PRIu64, fence);
 	lockfs_audit_ids(uid, pid, h->uid, h->pid);
@@ -555,7 +556,7 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
  * and the let-go's EXTRA. */
 struct end_line {
 	char who[WHO_MAX], fence[24], uid[16], pid[16];
-	const char *kv[24]; /* fence=, uid=, pid=, up to 8 extras, NULL */
+	const char *kv[28]; /* fence=, uid=, pid=, container=, up to 11 extras, NULL */
 };
 
 /* Give C's lock (being released, store identity IDENTITY) straight to the
@@ -826,13 +827,14 @@ static void end_line_of(struct end_line *l, const struct lockfs_record *r, size_
 			const char *const *extra)
 {
 	const struct lockfs_holder *h = lockfs_record_holder(r, i);
-	int n = 6; /* after fence=, uid=, pid= */
+	int n;
 
 	lockfs_audit_who(l->who, sizeof(l->who), lockfs_record_slug_at(r, i), h->comm, h->pid);
 	snprintf(l->fence, sizeof(l->fence), "%" PRIu64, lockfs_record_fence_at(r, i));
 	lockfs_audit_ids(l->uid, l->pid, h->uid, h->pid);
 	memcpy(l->kv, (const char *[]){ "fence", l->fence, "uid", l->uid, "pid", l->pid },
 	       6 * sizeof(*l->kv));
+	n = (int)lockfs_audit_put_container(l->kv, 6, h->container);
 	for (; extra && *extra && n < (int)(sizeof(l->kv) / sizeof(l->kv[0])) - 2; extra++)
 		l->kv[n++] = *extra;
 	l->kv[n] = NULL;

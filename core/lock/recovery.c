@@ -347,10 +347,13 @@ static bool keep_for_descendants_locked(struct lockfs_table *t, struct stripe *s
 		return true;
 	c->desc_version = version;
 	if (first) {
-		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "holder", who,
-				     "start", start, "descendants", count, "evidence",
-				     t->starting ? "exited-while-down" : "exited", NULL };
+		const char *kv[17] = { "fence", fence, "uid", uid, "pid", pid };
+		size_t at = lockfs_audit_put_container(kv, 6, c->rec.holder.container);
 
+		memcpy(kv + at, (const char *[]){ "holder", who, "start", start, "descendants",
+						  count, "evidence",
+						  t->starting ? "exited-while-down" : "exited", NULL },
+		       9 * sizeof(*kv));
 		lockfs_audit_event(t, who, name, kv, "holder-exited");
 	}
 	return true;
@@ -403,6 +406,7 @@ static void log_expired(struct lockfs_table *t, const char *name, const char *to
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	char who[WHO_MAX], fence[24], ttl[16], uid[16], pid[16], epid[16];
+	char container[LOCKFS_CONTAINER_MAX];
 	struct held_lock *c;
 
 	pthread_mutex_lock(&s->mu);
@@ -418,15 +422,19 @@ static void log_expired(struct lockfs_table *t, const char *name, const char *to
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	snprintf(ttl, sizeof(ttl), "%u", c->rec.lease.ttl_s);
 	lockfs_audit_ids(uid, pid, c->rec.holder.uid, c->rec.holder.pid);
+	snprintf(container, sizeof(container), "%s",
+		 c->rec.holder.container ? c->rec.holder.container : "");
 	snprintf(epid, sizeof(epid), "%d", (int)evidence_pid);
 	lockfs_table_unlock(s);
 	{
 		/* pid= is the holder's, as on every line; a slug lock's
 		 * evidence is another process: evidence_pid=. */
-		const char *kv[] = { "fence", fence, "uid", uid, "pid", pid, "ttl_s", ttl,
-				     "evidence", evidence, evidence_pid ? "evidence_pid" : NULL, epid,
-				     NULL };
+		const char *kv[15] = { "fence", fence, "uid", uid, "pid", pid };
+		size_t n = lockfs_audit_put_container(kv, 6, container);
 
+		memcpy(kv + n, (const char *[]){ "ttl_s", ttl, "evidence", evidence,
+						 evidence_pid ? "evidence_pid" : NULL, epid,
+						 NULL }, 7 * sizeof(*kv));
 		lockfs_audit_event(t, who, name, kv, "expired");
 	}
 }

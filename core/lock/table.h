@@ -133,6 +133,9 @@ struct lockfs_table {
 	char boot_id[40];               /* read-only */
 	uint32_t default_lease_s;       /* read-only */
 	int break_signal;               /* read-only */
+	/* -o container_root=host: root in a container is root over every
+	 * lock (caller.c, lockfs_caller_root_over); read-only */
+	bool container_root_host;
 	dev_t mount_dev;        /* of the mount served; 0 = not known (set before
 				   the liveness thread starts, read-only after) */
 	/* The liveness thread's own (and lockfs_core_open's before it runs):

@@ -1,6 +1,7 @@
 /*
- * The container a process runs in, as its cgroup path names it
- * (lockfs_container_of_cgroup, include/lockfs/proc.h): text only, no /proc.
+ * The container a process runs in, as its cgroup path names it, seen
+ * from the daemon's own cgroup (lockfs_container_of_cgroup_under,
+ * include/lockfs/proc.h): text only, no /proc.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -124,7 +125,43 @@ static bool container_of_path(const char *path, size_t len, char *out, size_t si
 	return found;
 }
 
-int lockfs_container_of_cgroup(const char *text, char *out, size_t size)
+/* The path of the line of OWN (a /proc/PID/cgroup text) for hierarchy
+ * KEY ("0::", "4:memory:", KLEN bytes), into *PATH, *PLEN.  True if any. */
+static bool own_path_of(const char *own, const char *key, size_t klen, const char **path,
+			size_t *plen)
+{
+	for (const char *line = own; line && *line;) {
+		const char *nl = strchrnul(line, '\n');
+
+		if ((size_t)(nl - line) >= klen && memcmp(line, key, klen) == 0) {
+			*path = line + klen;
+			*plen = (size_t)(nl - line) - klen;
+			return true;
+		}
+		line = *nl ? nl + 1 : NULL;
+	}
+	return false;
+}
+
+/*
+ * The part of PATH (*LEN bytes) below the daemon's own cgroup in the same
+ * hierarchy (OWN_PATH, OWN_LEN bytes): a process in the daemon's cgroup
+ * or under it is placed relative to it, so the container the daemon runs
+ * in names nobody, and one started inside it is named by its own id.  A
+ * path elsewhere is left whole.
+ */
+static const char *below_own(const char *path, size_t *len, const char *own_path, size_t own_len)
+{
+	while (own_len > 0 && own_path[own_len - 1] == '/')
+		own_len--; /* "/" is the root: everything is below it */
+	if (*len < own_len || memcmp(path, own_path, own_len) != 0 ||
+	    (*len > own_len && path[own_len] != '/'))
+		return path;
+	*len -= own_len;
+	return path + own_len;
+}
+
+int lockfs_container_of_cgroup_under(const char *text, const char *own, char *out, size_t size)
 {
 	/* Pass 0 looks at the unified hierarchy (0::PATH) only, pass 1 at
 	 * the v1 controllers. */
@@ -138,11 +175,23 @@ int lockfs_container_of_cgroup(const char *text, char *out, size_t size)
 			const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(nl - c1 - 1)) : NULL;
 			bool unified = c1 && c2 == c1 + 1 && c1 - line == 1 && line[0] == '0';
 
-			if (c2 && unified == (pass == 0) &&
-			    container_of_path(c2 + 1, (size_t)(nl - c2 - 1), out, size))
-				return 1;
+			if (c2 && unified == (pass == 0)) {
+				const char *path = c2 + 1, *own_path;
+				size_t len = (size_t)(nl - c2 - 1), own_len;
+
+				if (own && own_path_of(own, line, (size_t)(path - line), &own_path,
+						       &own_len))
+					path = below_own(path, &len, own_path, own_len);
+				if (container_of_path(path, len, out, size))
+					return 1;
+			}
 			line = *nl ? nl + 1 : NULL;
 		}
 	}
 	return 0;
+}
+
+int lockfs_container_of_cgroup(const char *text, char *out, size_t size)
+{
+	return lockfs_container_of_cgroup_under(text, NULL, out, size);
 }

@@ -483,10 +483,16 @@ static int pidns_at(const char *path, unsigned long long *ns)
 static unsigned long long own_pidns;
 static pthread_once_t own_pidns_once = PTHREAD_ONCE_INIT;
 
+/* And its own cgroups (/proc/self/cgroup), read at the same time: where
+ * containers are named from (lockfs_container_of_cgroup_under). */
+static char own_cgroup[4096];
+
 static void read_own_pidns(void)
 {
 	if (pidns_at("/proc/self/ns/pid", &own_pidns) < 0)
 		own_pidns = 0;
+	ssize_t n = read_small("/proc/self/cgroup", own_cgroup, sizeof(own_cgroup));
+	own_cgroup[n > 0 ? n : 0] = '\0';
 }
 
 /*
@@ -516,7 +522,9 @@ static int pidns_of(pid_t pid, unsigned long long start, unsigned long long *ns,
 
 	pthread_once(&own_pidns_once, read_own_pidns);
 	pthread_mutex_lock(&same_ns_mu);
-	seen = same_ns[slot].pid == pid && same_ns[slot].start == start;
+	/* Start time 0: not known (a caller's thread, asked about as it
+	 * waits in its request): the link is read, nothing kept. */
+	seen = start && same_ns[slot].pid == pid && same_ns[slot].start == start;
 	pthread_mutex_unlock(&same_ns_mu);
 	if (seen && own_pidns) {
 		*ns = own_pidns;
@@ -528,7 +536,7 @@ static int pidns_of(pid_t pid, unsigned long long start, unsigned long long *ns,
 	if (rc < 0)
 		return rc;
 	*own = own_pidns && *ns == own_pidns;
-	if (*own) {
+	if (*own && start) {
 		pthread_mutex_lock(&same_ns_mu);
 		same_ns[slot].pid = pid;
 		same_ns[slot].start = start;
@@ -551,7 +559,8 @@ static int proc_pidns(void *ctx, pid_t pid, unsigned long long start, unsigned l
  * namespace is its own ns_pid and is taken for no container: one readlink
  * the first time it is seen, where status and cgroup would cost ~25 us on
  * every mkdir.  Only a process in another pid namespace (a container's)
- * has both read, every time (its cgroup may change).
+ * has both read, every time (its cgroup may change); it is always in a
+ * container: the one its cgroup names, else its pid namespace's.
  */
 static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 {
@@ -579,10 +588,15 @@ static int proc_read_ns(void *ctx, pid_t pid, struct lockfs_proc *p)
 	for (int i = 0; (rc = status_num(buf, "NSpid", i, &v)) == 0; i++)
 		if (v > 0 && v <= INT_MAX)
 			p->ns_pid = (pid_t)v;
+	/* Named as seen from the daemon's own cgroup: the container the
+	 * daemon itself runs in is nobody's (holder.md). */
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
 	n = read_small(path, buf, sizeof(buf));
 	if (n > 0)
-		lockfs_container_of_cgroup(buf, p->container, sizeof(p->container));
+		lockfs_container_of_cgroup_under(buf, own_cgroup[0] ? own_cgroup : NULL,
+						 p->container, sizeof(p->container));
+	if (!p->container[0])
+		snprintf(p->container, sizeof(p->container), "pidns:%llu", ns);
 	return 0;
 }
 

@@ -37,6 +37,10 @@ struct lockfs_core_config {
 				    lease-recovered; 0 = none */
 	bool descendants_scan;   /* find a holder's descendants by scanning /proc
 				    only, not through the process-event connector */
+	/* -o container_root=host: a caller in another pid namespace than the
+	 * daemon's has root's powers over every lock, not only over those of
+	 * its own container (docs/holder.md, "Root in a container"). */
+	bool container_root_host;
 	/* What one uid may hold (root: no cap), and locks in all for
 	 * everyone but root; 0 = the default (docs/quota.md),
 	 * LOCKFS_NO_LIMIT = none. */
@@ -115,10 +119,12 @@ bool lockfs_core_lost(struct lockfs_core *core, const char *name);
 int lockfs_core_stat(struct lockfs_core *core, const char *name,
 		     struct lockfs_lock_stat *st);
 
-/* Render NAME's `owner` JSON for a reader with uid READER (the token only
- * for the holder's uid and root).  Malloc'd in *JSON.  0, -ENOENT. */
-int lockfs_core_owner(struct lockfs_core *core, const char *name, uid_t reader,
-		      char **json, size_t *len);
+/* Render NAME's `owner` JSON for READER (the token and command lines only
+ * for the holder's uid and root; root in a container under
+ * -o container_root=own: only for its own container's holders; NULL: all).
+ * Malloc'd in *JSON.  0, -ENOENT. */
+int lockfs_core_owner(struct lockfs_core *core, const char *name,
+		      const struct lockfs_caller *reader, char **json, size_t *len);
 
 /* NAME's operation text ("" when none), malloc'd.  0, -ENOENT. */
 int lockfs_core_operation(struct lockfs_core *core, const char *name,

@@ -113,6 +113,10 @@ int lockfs_log_event_or_keep(struct lockfs_log *log, const char *who, const char
  */
 void lockfs_log_denied(struct lockfs_log *log, uid_t uid, pid_t pid, const char *who,
 		       const char *name, const char *reason);
+/* The same for a caller in container CONTAINER (NULL, "": none), written
+ * as container=CONTAINER after pid=. */
+void lockfs_log_denied_in(struct lockfs_log *log, uid_t uid, pid_t pid, const char *container,
+			  const char *who, const char *name, const char *reason);
 
 /*
  * Ask for DIR/NAME to be opened again (logrotate moved it): done by the

@@ -49,8 +49,9 @@ struct lockfs_proc {
 	 * stopped here (holder.md, "The pid namespace boundary"). */
 	bool at_pidns_boundary;
 	/* LOCKFS_PROC_NS: the pid in its own innermost pid namespace (the last
-	 * field of NSpid), 0 when unknown; and the container its cgroup path
-	 * names, "" for none. */
+	 * field of NSpid), 0 when unknown; and its container: "" in the
+	 * daemon's own pid namespace, else the id its cgroup path names below
+	 * the daemon's own cgroup, else "pidns:INODE" of its pid namespace. */
 	pid_t ns_pid;
 	char container[LOCKFS_CONTAINER_MAX];
 };
@@ -112,7 +113,9 @@ void lockfs_proc_put(struct lockfs_proc *p);
  * - open_root(): an O_PATH descriptor of PID's root directory
  *   (/proc/PID/root), which the caller closes; or -errno.
  * - read_ns(): fill ns_pid and container of *P, the process P->pid that
- *   started at P->start_time.  0 or -errno.
+ *   started at P->start_time (0: not known; then P->pid may be a thread id
+ *   of a caller waiting in its request, and nothing is remembered of it).
+ *   0 or -errno.
  * - pidns(): the identity of the pid namespace of process PID, which
  *   started at START_TIME, into *NS (the inode of /proc/PID/ns/pid): two
  *   processes are in one pid namespace when they have the same.  0,
@@ -159,6 +162,14 @@ extern const struct lockfs_proc_source lockfs_procfs_source;
  * names no container (OUT = "").
  */
 int lockfs_container_of_cgroup(const char *text, char *out, size_t size);
+/*
+ * The same, seen from a process whose own /proc/self/cgroup text is OWN
+ * (the daemon's; NULL: from the root): in each hierarchy, a path at or
+ * below OWN's path for that hierarchy is read from below it, so the
+ * container OWN is in names nobody and one started inside it is named by
+ * its own id (docs/holder.md, "The daemon in a container").
+ */
+int lockfs_container_of_cgroup_under(const char *text, const char *own, char *out, size_t size);
 
 /*
  * Read the NUL-separated argv of PID into a malloc'd NULL-terminated array

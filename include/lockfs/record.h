@@ -16,7 +16,8 @@
 struct lockfs_holder {
 	pid_t pid;                     /* thread-group id in the daemon's pid ns */
 	pid_t ns_pid;                  /* its pid in its own innermost pid ns; 0 unknown */
-	char *container;               /* the container its cgroup names, or NULL */
+	char *container;               /* its container (lockfs_proc.container), or
+					  NULL in the daemon's own */
 	unsigned long long start_time; /* /proc/PID/stat field 22, clock ticks */
 	uid_t uid;
 	gid_t gid;
@@ -128,6 +129,26 @@ char *lockfs_record_encode(const struct lockfs_record *r, int flags, size_t *len
  */
 char *lockfs_record_view(const struct lockfs_record *r, uid_t reader, size_t *len)
 	__attribute__((warn_unused_result));
+
+/*
+ * Who reads `owner`: a uid and, for root in a container whose root powers
+ * stop at its own container (-o container_root=own), that container, with
+ * the daemon's host and boot id: only a holder recorded on this host, in
+ * this boot, in that same container is its own (docs/privacy.md).
+ */
+struct lockfs_reader {
+	uid_t uid;
+	const char *container; /* NULL: root (uid 0) over every holder */
+	const char *host, *boot_id;
+};
+
+/* Is holder H one that root reader R has root's powers over? */
+bool lockfs_reader_root_over(const struct lockfs_reader *r, const struct lockfs_holder *h);
+
+/* lockfs_record_view for reader R: the token and a holder's cmdline for a
+ * holder of R's uid other than 0, and for root over that holder. */
+char *lockfs_record_view_for(const struct lockfs_record *r, const struct lockfs_reader *reader,
+			     size_t *len) __attribute__((warn_unused_result));
 
 /*
  * Parse a record written by lockfs_record_encode(..., WITH_TOKEN).  Every

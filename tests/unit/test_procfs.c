@@ -541,6 +541,46 @@ static void test_no_container_in_ordinary_paths(void **state)
 	assert_string_equal(container_of("0::/lxc.payload.a\\x0ab\n"), "");
 }
 
+/* Issue 22 §6: seen from a daemon whose own cgroup text is OWN. */
+static const char *container_under(const char *text, const char *own)
+{
+	static char out[LOCKFS_CONTAINER_MAX];
+	int rc = lockfs_container_of_cgroup_under(text, own, out, sizeof(out));
+
+	assert_int_equal(rc, out[0] != '\0');
+	return out;
+}
+
+static void test_container_named_from_the_daemons_own_cgroup(void **state)
+{
+	const char *own = "0::/machine.slice/libpod-" ID64 ".scope\n";
+
+	/* the daemon's own container names nobody: its cgroup, or below */
+	assert_string_equal(container_under("0::/machine.slice/libpod-" ID64 ".scope\n", own), "");
+	assert_string_equal(container_under("0::/machine.slice/libpod-" ID64 ".scope/x\n", own),
+			    "");
+	/* a container started inside it is named by its own id */
+	assert_string_equal(container_under("0::/machine.slice/libpod-" ID64 ".scope/libpod-"
+					    ID64B ".scope\n", own), ID64B);
+	/* a container elsewhere, and a path that only starts like ours */
+	assert_string_equal(container_under("0::/machine.slice/libpod-" ID64B ".scope\n", own),
+			    ID64B);
+	assert_string_equal(container_under("0::/machine.slice/libpod-" ID64 ".scope2/docker/"
+					    ID64B "\n", own), ID64B);
+	/* a daemon at the root (or whose cgroup namespace makes it so) */
+	assert_string_equal(container_under("0::/docker/" ID64 "\n", "0::/\n"), ID64);
+	assert_string_equal(container_under("0::/docker/" ID64 "\n", NULL), ID64);
+	/* hybrid: the unified line unchanged inside the daemon's container,
+	 * the inner runtime's in a v1 controller, matched line by line */
+	assert_string_equal(container_under("4:memory:/libpod-" ID64 ".scope/libpod_parent/libpod-"
+					    ID64B "\n"
+					    "0::/libpod-" ID64 ".scope\n",
+					    "4:memory:/libpod-" ID64 ".scope\n"
+					    "0::/libpod-" ID64 ".scope\n"), ID64B);
+	/* a controller the daemon's text lacks is read whole */
+	assert_string_equal(container_under("5:pids:/lxc/db2\n", own), "db2");
+}
+
 static void test_real_ns_of_a_process_in_our_pid_namespace(void **state)
 {
 	struct lockfs_proc p;
@@ -646,6 +686,7 @@ int main(void)
 		cmocka_unit_test(test_container_ids_of_the_common_runtimes),
 		cmocka_unit_test(test_container_innermost_and_unified_first),
 		cmocka_unit_test(test_no_container_in_ordinary_paths),
+		cmocka_unit_test(test_container_named_from_the_daemons_own_cgroup),
 		cmocka_unit_test(test_real_read_self),
 		cmocka_unit_test(test_real_comm_with_parens_and_spaces),
 		cmocka_unit_test(test_real_resolve_self_with_no_helpers),

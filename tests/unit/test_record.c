@@ -369,6 +369,51 @@ static void test_view_shows_cmdline_and_token_to_holder_uid_and_root(void **stat
 	}
 }
 
+/* What READER sees of R, as a jansson object (lockfs_record_view_for). */
+static json_t *view_for(const struct lockfs_record *r, const struct lockfs_reader *reader)
+{
+	size_t len;
+	char *s = lockfs_record_view_for(r, reader, &len);
+	json_t *j;
+
+	assert_non_null(s);
+	j = json_loadb(s, len, 0, NULL);
+	assert_non_null(j);
+	free(s);
+	return j;
+}
+
+/* issue 22 §2: root in a container is root over its own container's
+ * holders only: their command lines and token, no other's -- not even
+ * uid 0's, which is its own uid too without a user namespace. */
+static void test_view_of_root_in_a_container_is_its_own_containers(void **state)
+{
+	struct lockfs_record r = full_record(); /* holder in CONTAINER, uid 1000 */
+	struct lockfs_reader mine = { .uid = 0, .container = CONTAINER, .host = "build-1",
+				      .boot_id = "6f1c1c9e-0b1e-4e43-9d55-3b7c3e5b2f10" };
+	struct lockfs_reader other = mine, elsewhere = mine;
+	json_t *j;
+
+	other.container = "pidns:4026532198";
+	elsewhere.host = "build-2"; /* the same id on another host is not this one */
+	j = view_for(&r, &mine);
+	assert_true(shows_argv(json_object_get(j, "holder")) && json_object_get(j, "token"));
+	json_decref(j);
+	for (int i = 0; i < 2; i++) {
+		j = view_for(&r, i ? &elsewhere : &other);
+		assert_false(shows_argv(json_object_get(j, "holder")));
+		assert_null(json_object_get(j, "token"));
+		json_decref(j);
+	}
+	/* the host's root holder, read by root in a container */
+	r.holder.container = NULL; /* static data: nothing to free */
+	r.holder.uid = 0;
+	j = view_for(&r, &mine);
+	assert_false(shows_argv(json_object_get(j, "holder")));
+	assert_null(json_object_get(j, "token"));
+	json_decref(j);
+}
+
 static void test_view_judges_each_shared_holder_by_its_own_uid(void **state)
 {
 	struct lockfs_record r = full_record();
@@ -574,6 +619,7 @@ int main(void)
 		cmocka_unit_test(test_token_only_with_flag),
 		cmocka_unit_test(test_view_shows_cmdline_and_token_to_holder_uid_and_root),
 		cmocka_unit_test(test_view_judges_each_shared_holder_by_its_own_uid),
+		cmocka_unit_test(test_view_of_root_in_a_container_is_its_own_containers),
 		cmocka_unit_test(test_the_stored_record_keeps_every_cmdline),
 		cmocka_unit_test(test_record_without_token_does_not_parse),
 		cmocka_unit_test(test_invalid_utf8_is_replaced),
