@@ -198,6 +198,15 @@ static int read_request(struct loop *l, struct worker *w)
 	return (int)n;
 }
 
+/* The unique of the request this thread processes (lockfs_loop_request_unique):
+ * libfuse 3.14's fuse_req_t does not show it. */
+static __thread uint64_t request_unique;
+
+uint64_t lockfs_loop_request_unique(void)
+{
+	return request_unique;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -251,7 +260,9 @@ static void *worker_main(void *arg)
 			pthread_cond_signal(&l->wd_wake);
 			pthread_mutex_unlock(&l->mu);
 		}
+		request_unique = ((const struct fuse_in_header *)w->buf.mem)->unique;
 		fuse_session_process_buf(l->se, &w->buf);
+		request_unique = 0;
 		__atomic_store_n(&w->processing, 0, __ATOMIC_RELEASE);
 		/* Still the reader: read the next one, hot.  Else the top of
 		 * the loop makes it wait. */

@@ -13,4 +13,9 @@
  */
 int lockfs_loop_run(struct fuse_session *se, unsigned max_threads);
 
+/* The kernel's unique of the request this thread is processing (its
+ * fuse_in_header's, bit 63 -- the kernel's mark of a resent request --
+ * included), or 0 outside a request the loop read. */
+uint64_t lockfs_loop_request_unique(void);
+
 #endif
