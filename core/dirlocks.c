@@ -324,6 +324,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 			rc = -ESTALE;
 			goto out;
 		}
+		/* A resent rmdir that the predecessor carried out by handing
+		 * NAME to the head of its queue (record.handed_by): that was
+		 * its answer, 0.  NAME stays the new holder's. */
+		if (rc == -EPERM && c && caller->resent && caller->ticket &&
+		    c->rec.handed_by == caller->ticket) {
+			rc = 0;
+			goto out;
+		}
 		if (rc < 0) {
 			lockfs_table_unlock(s);
 			lockfs_caller_denied(t, name, caller, foreign ? "foreign-lock" :
@@ -337,7 +345,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		 * then, so this is its `released` -- unless it is a grant the
 		 * log refused, which never showed in the log at all. */
 		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
-			.identity = st.identity, .index = i,
+			.identity = st.identity, .index = i, .ticket = caller->ticket,
 			.event = lockfs_fdlock_release_event(s, name, &c->rec, i) });
 		/* The store refused it (etcd unreachable): the rmdir says EIO,
 		 * and the engine completes the release once the store answers

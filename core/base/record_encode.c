@@ -271,6 +271,8 @@ static char *encode_tree(const struct lockfs_record *r, int flags, const struct 
 		err |= add(o, "via_file", json_integer((json_int_t)r->via_file));
 	if (!(flags & LOCKFS_RECORD_PRETTY) && LOCKFS_RECORD_ID_OK(r->ticket))
 		err |= add(o, "ticket", json_integer((json_int_t)r->ticket));
+	if (!(flags & LOCKFS_RECORD_PRETTY) && LOCKFS_RECORD_ID_OK(r->handed_by))
+		err |= add(o, "handed_by", json_integer((json_int_t)r->handed_by));
 	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder,
 							      shows_cmdline(who, &r->holder))
 					      : json_null());

@@ -211,7 +211,7 @@ static int parse_fd_owner(const json_t *o, char out[LOCKFS_FD_OWNER_MAX])
 	return 0;
 }
 
-/* An optional kernel number ("via_file", "ticket"): 1..INT64_MAX, 0 when
+/* An optional kernel number ("via_file", "ticket", "handed_by"): 1..INT64_MAX, 0 when
  * absent (records written before they were kept have none). */
 static int parse_opt_id(const json_t *o, const char *key, uint64_t *out)
 {
@@ -369,7 +369,8 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 	if ((r->bound == LOCKFS_BOUND_FD) != (r->fd_owner[0] != '\0'))
 		return -EINVAL;
 	if ((rc = parse_opt_id(o, "via_file", &r->via_file)) < 0 ||
-	    (rc = parse_opt_id(o, "ticket", &r->ticket)) < 0)
+	    (rc = parse_opt_id(o, "ticket", &r->ticket)) < 0 ||
+	    (rc = parse_opt_id(o, "handed_by", &r->handed_by)) < 0)
 		return rc;
 	if (r->bound == LOCKFS_BOUND_SLUG && !json_is_string(json_object_get(o, "slug")))
 		return -EINVAL;

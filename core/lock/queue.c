@@ -396,8 +396,10 @@ out:
  * Grant E now if NAME's state allows: take the free lock, or join a shared
  * one.  0: granted (E's parked request, if any, answered, and E->w
  * cleared); -EAGAIN: not now; -errno: E cannot be granted at all.
+ * HANDED_BY: the request that just let NAME go for E (record.handed_by).
  */
-static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name, struct qentry *e)
+static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name, struct qentry *e,
+		     uint64_t handed_by)
 {
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
@@ -444,6 +446,7 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	rc = lockfs_grant_fd_record(t, name, e, &rec);
 	if (rc < 0)
 		goto out;
+	rec.handed_by = handed_by;
 	if (store_has_line(t) && !e->nowait) {
 		/* Granted now, or a place at the tail of the store's line. */
 		rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_OR_QUEUE,
@@ -489,7 +492,10 @@ static void grant_same_owner(struct lockfs_table *t, struct stripe *s, struct lo
 	}
 }
 
-void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const char *name)
+/* lockfs_queue_grant_locked, right after request HANDED_BY let NAME go (0:
+ * none): the first grant's record names it (record.handed_by). */
+static void grant_queue(struct lockfs_table *t, struct stripe *s, const char *name,
+			uint64_t handed_by)
 {
 	struct lockq *q = lockfs_queue_find(s, name);
 	struct qentry *e;
@@ -500,7 +506,7 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
 		return;
 	purge_kept(q, lockfs_boot_ms());
 	while ((e = next_active(t, q))) {
-		int rc = try_grant(t, s, q->name, e);
+		int rc = try_grant(t, s, q->name, e, handed_by);
 
 		if (rc == -EAGAIN) {
 			/* The first waiter has no place in the store's line
@@ -511,10 +517,12 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
 			if (!f || f == e || !store_has_line(t) || f->place.rank || f->nowait)
 				break;
 			e = f;
-			rc = try_grant(t, s, q->name, e);
+			rc = try_grant(t, s, q->name, e, handed_by);
 			if (rc == -EAGAIN)
 				break;
 		}
+		if (rc == 0)
+			handed_by = 0; /* the next one joins a shared lock */
 		if (e->w)
 			complete(s, q->name, e, rc); /* failed, or OWNER's already */
 		active_end(t, q, e);
@@ -523,6 +531,11 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
 		queue_unlink(q, e);
 	}
 	queue_maybe_free(s, q);
+}
+
+void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const char *name)
+{
+	grant_queue(t, s, name, 0);
 }
 
 /* The line that ends holder I of a record: WHO, then fence=, uid=, pid=
@@ -539,9 +552,10 @@ struct end_line {
  * is -EIO when the store could not be asked (nothing changed that we
  * know of: a plain release would only wait for it a second time). */
 static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
-			   uint64_t identity, const struct end_line *l, const char *event,
-			   int *unreachable)
+			   const struct lockfs_let_go *how, const struct end_line *l,
+			   const char *event, int *unreachable)
 {
+	uint64_t identity = how->identity;
 	struct lockq *q = lockfs_queue_find(s, c->name);
 	struct qentry *e;
 	struct lockfs_entry_stat st;
@@ -574,6 +588,9 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held
 		goto unreserve;
 	if (lockfs_grant_fd_record(t, name, e, &rec) < 0)
 		goto unreserve;
+	/* Which request let the old holder go: its resent copy is answered
+	 * as it was (lockfs_core_release). */
+	rec.handed_by = how->ticket;
 	/* dir has no line of its own: the engine's queue is the whole line,
 	 * and its head is the place handed to.  etcd: the head's place. */
 	from_place = store_has_line(t) && e->place.rank;
@@ -700,7 +717,7 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 	/* While a resumed daemon holds (resume.h), a request that may wait
 	 * waits: a resent one that asked before it may not be back yet. */
 	if (ahead == 0 && !(rq->wait && lockfs_table_resume_holding(t))) {
-		rc = try_grant(t, s, name, e);
+		rc = try_grant(t, s, name, e, 0);
 		if (rc != -EAGAIN) {
 			if (kept)
 				queue_unlink(q, kept);
@@ -834,7 +851,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_
 	/* Someone waits: the lock goes straight to them, the store never
 	 * shows it free in between.  EVENT is logged there, then the
 	 * waiter's `acquired`, both before the waiter has its answer. */
-	if (handoff_locked(t, s, c, how->identity, &l, event, &unreachable)) {
+	if (handoff_locked(t, s, c, how, &l, event, &unreachable)) {
 		free(name);
 		return 0;
 	}
@@ -866,7 +883,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_
 	if (rc == 0 && event)
 		lockfs_audit_event(t, l.who, name, l.kv, event);
 	lockfs_table_drop(t, s, name);
-	lockfs_queue_grant_locked(t, s, name);
+	grant_queue(t, s, name, how->ticket);
 	free(name);
 	return rc;
 }

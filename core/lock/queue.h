@@ -52,6 +52,9 @@ struct lockfs_let_go {
 	size_t index;             /* which holder: 0 = rec.holder, I = rec.shares[I - 1] */
 	bool all;                 /* the whole lock, every holder (a break) */
 	const char *event;        /* logged for that holder; NULL: nothing */
+	uint64_t ticket;          /* the request that lets go (lockfs_caller.ticket;
+				     0: none), kept in the record of a waiter it
+				     hands the lock to (record.handed_by) */
 	const char *const *extra; /* more key, value, ..., NULL after fence=, uid=,
 				     pid= (may be NULL) */
 };

@@ -98,6 +98,10 @@ struct lockfs_record {
 	 * FUSE unique, bit 63 cleared; 0: unknown): a resent request with this
 	 * number is that same request (lockfs_caller.ticket). */
 	uint64_t ticket;
+	/* The request (its ticket) that let the previous holder go by handing
+	 * NAME to `holder` -- an rmdir with waiters queued; 0: none.  A resent
+	 * copy of that rmdir is told it succeeded, though NAME is `holder`'s. */
+	uint64_t handed_by;
 	size_t nshares;           /* shared: the other holders, in grant order */
 	struct lockfs_share *shares;
 	bool has_holder;  /* false for a record that names no holder */

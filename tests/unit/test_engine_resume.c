@@ -253,6 +253,41 @@ static void test_resent_rmdir_of_a_free_name_answers_0_and_of_anothers_is_eperm(
 	assert_int_equal(lockfs_core_release(H.core, "x", &c), -ENOENT);
 }
 
+static void test_resent_rmdir_that_handed_the_lock_to_a_waiter_answers_0(void **state)
+{
+	struct lockfs_caller c = real_caller(getpid()), other = real_caller(child());
+	struct waiter w;
+	char *b;
+
+	(void)state;
+	c.ticket = 70;
+	assert_int_equal(lockfs_core_acquire(H.core, "x", &c, NULL), 0);
+	memset(&w, 0, sizeof(w));
+	w.w.done = waiter_done;
+	snprintf(w.owner, sizeof(w.owner), "flock:%x", 0xcc);
+	other.ticket = 71;
+	assert_int_equal(lockfs_core_fd_lock(H.core, &other, &(struct lockfs_fd_request){
+		.name = "x", .owner = w.owner, .mode = LOCKFS_EXCLUSIVE, .wait = true }, &w.w),
+			 -EINPROGRESS);
+	/* The rmdir hands x to the waiter; its answer is lost. */
+	c.ticket = 72;
+	assert_int_equal(lockfs_core_release(H.core, "x", &c), 0);
+	assert_true(w.answered);
+	engine_restart(&H, true);
+	c.resent = true;
+	assert_int_equal(lockfs_core_release(H.core, "x", &c), 0);
+	/* Still the waiter's, as an fd lock. */
+	b = binding("x");
+	assert_non_null(b);
+	assert_string_equal(b, "fd\n");
+	free(b);
+	/* Another request is asked as usual: not the holder's. */
+	c.ticket = 73;
+	c.resent = false;
+	assert_int_equal(lockfs_core_release(H.core, "x", &c), -EPERM);
+	fd_unlock(&w, "x");
+}
+
 /* ---- waiters keep their place ---- */
 
 static void test_resent_waiters_are_queued_in_the_order_they_asked(void **state)
@@ -364,6 +399,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_resent_rmdir_of_a_free_name_answers_0_and_of_anothers_is_eperm,
 			setup_real, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_resent_rmdir_that_handed_the_lock_to_a_waiter_answers_0, setup_real,
+			teardown),
 		cmocka_unit_test_setup_teardown(
 			test_resent_waiters_are_queued_in_the_order_they_asked, setup, teardown),
 		cmocka_unit_test_setup_teardown(

@@ -325,10 +325,12 @@ static void test_via_file_and_ticket_round_trip_and_stay_inside(void **state)
 	strcpy(r.fd_owner, "posix:00000000000000aa");
 	r.via_file = 0x7f00deadbeef;
 	r.ticket = 4242;
+	r.handed_by = 4141;
 	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len); /* exclusive: the compact encoder */
 	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
 	assert_int_equal(back.via_file, 0x7f00deadbeef);
 	assert_int_equal(back.ticket, 4242);
+	assert_int_equal(back.handed_by, 4141);
 	lockfs_record_clear(&back);
 	free(s);
 	memset(sh, 0, sizeof(sh));
@@ -350,9 +352,10 @@ static void test_via_file_and_ticket_round_trip_and_stay_inside(void **state)
 	pretty = encode(&r, LOCKFS_RECORD_PRETTY, &len);
 	assert_null(strstr(pretty, "via_file"));
 	assert_null(strstr(pretty, "ticket"));
+	assert_null(strstr(pretty, "handed_by"));
 	free(pretty);
 	/* A record without them (written before they were kept) has none. */
-	r.via_file = r.ticket = 0;
+	r.via_file = r.ticket = r.handed_by = 0;
 	r.nshares = 0;
 	r.shares = NULL;
 	r.mode = LOCKFS_EXCLUSIVE;
