@@ -21,6 +21,7 @@
 #include "lock/fdlock.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
+#include "lock/resume.h"
 #include "lock/session.h"
 #include "lock/store.h"
 #include "lock/table.h"
@@ -98,6 +99,40 @@ static int acquire_or_stale(struct lockfs_core *core, const char *name,
 	return rc;
 }
 
+/*
+ * A resent mkdir (lockfs_caller.resent) of NAME, which is held: did the
+ * predecessor grant NAME to this very request and die before its answer
+ * went out?  The record says so when its holder is the caller's
+ * holder-to-be HOLDER and it names this request (record.ticket; a record
+ * without one: the holder alone -- who holds NAME anyway, so 0 gives
+ * nobody a lock they did not have).  Then the answer is the one that was
+ * lost: 0 with that lock, its fence and its `acquired` line unchanged.
+ * 0 (OUT filled) or -EEXIST.
+ */
+static int resent_acquire(struct lockfs_core *core, const char *name,
+			  const struct lockfs_caller *caller, const struct lockfs_proc *holder,
+			  struct lockfs_lock_stat *out)
+{
+	struct lockfs_table *t = &core->table;
+	struct stripe *s = lockfs_table_stripe(t, name);
+	struct lockfs_entry_stat st;
+	struct held_lock *c;
+	bool foreign;
+	int rc = -EEXIST;
+
+	pthread_mutex_lock(&s->mu);
+	if (lockfs_table_load(t, s, name, &st, &foreign, &c) == 0 && c && c->rec.has_holder &&
+	    c->rec.bound != LOCKFS_BOUND_FD && lockfs_table_issued_here(c) &&
+	    !lockfs_table_elsewhere(t, &c->rec.holder) &&
+	    c->rec.holder.pid == holder->pid && c->rec.holder.start_time == holder->start_time &&
+	    (!c->rec.ticket || c->rec.ticket == caller->ticket)) {
+		fill_lock_stat(out, &c->rec, &st);
+		rc = 0;
+	}
+	lockfs_table_unlock(s);
+	return rc;
+}
+
 int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 			const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
 {
@@ -107,13 +142,15 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	struct lockfs_proc holder;
 	char slug[LOCKFS_SLUG_MAX], who[WHO_MAX], fence[24], uid[16], pid[16];
 	char **argv = NULL; /* the holder's, when lockfs_caller_identify read it */
-	bool bad_slug;
+	bool bad_slug, waiters;
 	struct stripe *s;
 	int rc;
 
 	rc = lockfs_name_check(name);
 	if (rc < 0)
 		return rc;
+	if (caller->resent)
+		lockfs_resume_note_resent(t);
 	/* No "is it free?" pre-check: the kernel looked NAME up just before
 	 * sending MKDIR and answers EEXIST itself when it exists; the
 	 * backend's indivisible step decides the rest.  But a name with
@@ -122,12 +159,13 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	 * the queue now and say EEXIST. */
 	s = lockfs_table_stripe(t, name);
 	pthread_mutex_lock(&s->mu);
-	if (lockfs_queue_has_waiters(s, name)) {
+	waiters = lockfs_queue_has_waiters(s, name);
+	if (waiters)
 		lockfs_queue_grant_locked(t, s, name);
-		lockfs_table_unlock(s);
-		return -EEXIST;
-	}
 	lockfs_table_unlock(s);
+	/* A resent one may be the holder's own, answered below. */
+	if (waiters && !caller->resent)
+		return -EEXIST;
 	/* With a pidfd opened before the holder's facts were read, watching
 	 * it needs no second look at /proc -- unless the caller is watched
 	 * already (a process that takes locks again and again), when the
@@ -183,9 +221,13 @@ int lockfs_core_acquire(struct lockfs_core *core, const char *name,
 	rc = lockfs_caller_record(t, name, &holder, slug, &rec, &argv);
 	if (rc < 0)
 		goto unreserve;
-	rc = acquire_or_stale(core, name, &rec, &st);
+	/* Which request this grant answers: a resent copy of it is known. */
+	rec.ticket = caller->ticket;
+	rc = waiters ? -EEXIST : acquire_or_stale(core, name, &rec, &st);
 	if (rc < 0) {
 		lockfs_record_clear(&rec);
+		if (rc == -EEXIST && caller->resent)
+			rc = resent_acquire(core, name, caller, &holder, out);
 		goto unreserve;
 	}
 
@@ -232,6 +274,8 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 
 	if (lockfs_name_check(name) < 0)
 		return -ENOENT;
+	if (caller->resent)
+		lockfs_resume_note_resent(t);
 	/* A session lost since the store last reported: its locks are lost
 	 * (tombstoned) before this rmdir looks for NAME. */
 	lockfs_session_check(t);
@@ -242,6 +286,21 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	if (rc == -ENOENT && s->tombstones)
 		rc = lockfs_session_tombstone_take(t, s, name, caller); /* lost: ESTALE */
+	/*
+	 * A resent rmdir (lockfs_caller.resent) of a free name: the kernel
+	 * sent it while NAME was there (it looked NAME up first), so the
+	 * predecessor most likely released it for this very request and died
+	 * before answering.  0 is safe whatever happened: a free name is
+	 * nobody's, so the answer ends no one's lock and grants none -- at
+	 * worst a caller whose lock went another way (its holder exited, a
+	 * break) hears "released" for a lock that is gone either way.  A name
+	 * held by anyone, the caller included, goes through the rule below
+	 * as usual (someone else's: EPERM).
+	 */
+	if (rc == -ENOENT && caller->resent) {
+		rc = 0;
+		goto out;
+	}
 	if (rc < 0)
 		goto out;
 	if (c && !lockfs_table_issued_here(c)) {
@@ -269,6 +328,14 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 			rc = -ESTALE;
 			goto out;
 		}
+		/* A resent rmdir that the predecessor carried out by handing
+		 * NAME to the head of its queue (record.handed_by): that was
+		 * its answer, 0.  NAME stays the new holder's. */
+		if (rc == -EPERM && c && caller->resent && caller->ticket &&
+		    c->rec.handed_by == caller->ticket) {
+			rc = 0;
+			goto out;
+		}
 		if (rc < 0) {
 			lockfs_table_unlock(s);
 			lockfs_caller_denied(t, name, caller, foreign ? "foreign-lock" :
@@ -282,7 +349,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		 * then, so this is its `released` -- unless it is a grant the
 		 * log refused, which never showed in the log at all. */
 		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
-			.identity = st.identity, .index = i,
+			.identity = st.identity, .index = i, .ticket = caller->ticket,
 			.event = lockfs_fdlock_release_event(s, name, &c->rec, i) });
 		/* The store refused it (etcd unreachable): the rmdir says EIO,
 		 * and the engine completes the release once the store answers

@@ -22,6 +22,7 @@
 #include "lock/changes.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
+#include "lock/resume.h"
 #include "lock/session.h"
 #include "lock/startup.h"
 #include "lock/store.h"
@@ -221,6 +222,7 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	lockfs_liveness_set_fds(t->liveness, &core->fds);
 	lockfs_liveness_set_work(t->liveness, lockfs_recovery_work);
 	t->be = cfg->backend;
+	lockfs_resume_init(t, cfg->resuming);
 	rc = lockfs_startup_scan(t);
 	if (rc < 0) {
 		t->be = NULL; /* the caller still owns it on failure */
@@ -231,6 +233,11 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 fail:
 	lockfs_core_close(core);
 	return rc;
+}
+
+void lockfs_core_resume_done(struct lockfs_core *core)
+{
+	lockfs_resume_end(&core->table);
 }
 
 int lockfs_core_start(struct lockfs_core *core)

@@ -17,6 +17,7 @@
 #include "lock/caller.h"
 #include "lock/fdlock.h"
 #include "lock/queue.h"
+#include "lock/resume.h"
 #include "lock/table.h"
 
 /* How much of a waiter's command line is kept for its record. */
@@ -49,6 +50,9 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 	}
 	snprintf(e->owner, sizeof(e->owner), "%s", rq->owner);
 	e->via_file = rq->via_file;
+	e->ticket = caller->ticket;
+	if (caller->resent)
+		lockfs_resume_note_resent(t);
 	e->mode = rq->mode;
 	e->uid = caller->uid;
 	e->gid = caller->gid;

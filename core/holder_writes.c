@@ -220,6 +220,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name, const struct lo
 		goto out;
 	}
 	c->rec.fd_owner[0] = '\0';
+	c->rec.via_file = 0;
 	if (to_slug) {
 		char *dup = strdup(slug);
 

@@ -11,6 +11,7 @@
 #include <fuse_lowlevel.h>
 
 #include "lockfs/core.h"
+#include "loop.h"
 
 /*
  * Inode numbers.  The root is FUSE_ROOT_ID (1), the audit log view is 2.
@@ -142,16 +143,25 @@ void lockfs_log_signals_set(struct lockfs_core *core);
 /* ops.c: the request handlers. */
 extern const struct fuse_lowlevel_ops lockfs_ops;
 
+/* The kernel's mark of a resent request in its unique (FUSE_UNIQUE_RESEND,
+ * Linux >= 6.9; not in libfuse 3.14's headers). */
+#define LOCKFS_UNIQUE_RESEND (1ULL << 63)
+
 /* Who sent REQ into *C (tid 0 when /proc is another pid namespace's, so
- * the daemon cannot tell). */
+ * the daemon cannot tell), and which request it is: REQ is the one this
+ * thread's loop read (loop.c), so its unique is the kernel's number --
+ * ticket 0 when the loop did not read it. */
 static inline void lockfs_fs_caller(fuse_req_t req, struct lockfs_caller *c)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	const struct lockfs_fs *fs = fuse_req_userdata(req);
+	uint64_t unique = lockfs_loop_request_unique();
 
 	c->tid = fs->proc_foreign ? 0 : ctx->pid;
 	c->uid = ctx->uid;
 	c->gid = ctx->gid;
+	c->ticket = unique & ~LOCKFS_UNIQUE_RESEND;
+	c->resent = (unique & LOCKFS_UNIQUE_RESEND) != 0;
 }
 
 /* flock.c: M/.flock/NAME and the locks taken through it. */

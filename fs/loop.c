@@ -198,6 +198,74 @@ static int read_request(struct loop *l, struct worker *w)
 	return (int)n;
 }
 
+/* The unique of the request this thread processes (lockfs_loop_request_unique):
+ * libfuse 3.14's fuse_req_t does not show it. */
+static __thread uint64_t request_unique;
+
+uint64_t lockfs_loop_request_unique(void)
+{
+	return request_unique;
+}
+
+/* The kernel's mark of a resent request (FUSE_UNIQUE_RESEND, Linux >= 6.9;
+ * newer than libfuse 3.14's headers). */
+#define UNIQUE_RESEND (1ULL << 63)
+
+/* lockfs_loop_on_resent_done's state, all atomics: set before the loop
+ * reads, then read and changed by every loop thread. */
+static struct {
+	void (*done)(void *arg);
+	void *arg;
+	int armed;       /* DONE not called yet */
+	int fresh_seen;  /* a request that is not resent has been read */
+	int busy;        /* resent requests read and not yet processed */
+} resent;
+
+void lockfs_loop_on_resent_done(void (*done)(void *arg), void *arg)
+{
+	resent.done = done;
+	resent.arg = arg;
+	__atomic_store_n(&resent.armed, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Call DONE if every resent request is in and processed, once. */
+static void resent_check(void)
+{
+	if (__atomic_load_n(&resent.fresh_seen, __ATOMIC_SEQ_CST) &&
+	    __atomic_load_n(&resent.busy, __ATOMIC_SEQ_CST) == 0 &&
+	    __atomic_exchange_n(&resent.armed, 0, __ATOMIC_SEQ_CST))
+		resent.done(resent.arg);
+}
+
+/* The request in BUF was just read (true: it is a resent one).  Before it
+ * is processed, and before another thread may read: a resent request is
+ * counted busy before any later request can be seen. */
+static bool resent_read(const struct fuse_buf *buf)
+{
+	const struct fuse_in_header *in = buf->mem;
+
+	if (!__atomic_load_n(&resent.armed, __ATOMIC_SEQ_CST))
+		return false;
+	if (in->unique & UNIQUE_RESEND) {
+		__atomic_add_fetch(&resent.busy, 1, __ATOMIC_SEQ_CST);
+		return true;
+	}
+	/* The kernel reads interrupts and forgets out of their own queues,
+	 * ahead of the resent requests. */
+	if (in->opcode != FUSE_FORGET && in->opcode != FUSE_BATCH_FORGET &&
+	    in->opcode != FUSE_INTERRUPT) {
+		__atomic_store_n(&resent.fresh_seen, 1, __ATOMIC_SEQ_CST);
+		resent_check();
+	}
+	return false;
+}
+
+static void resent_processed(void)
+{
+	__atomic_sub_fetch(&resent.busy, 1, __ATOMIC_SEQ_CST);
+	resent_check();
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -205,6 +273,7 @@ static void *worker_main(void *arg)
 
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	for (;;) {
+		bool was_resent;
 		int res;
 
 		pthread_mutex_lock(&l->mu);
@@ -240,6 +309,7 @@ static void *worker_main(void *arg)
 			pthread_mutex_unlock(&l->mu);
 			break;
 		}
+		was_resent = resent_read(&w->buf);
 		/* Processing: seen by the watchdog, which sleeps only while
 		 * nobody processes (both sides are sequentially consistent: one
 		 * of them sees the other). */
@@ -251,7 +321,11 @@ static void *worker_main(void *arg)
 			pthread_cond_signal(&l->wd_wake);
 			pthread_mutex_unlock(&l->mu);
 		}
+		request_unique = ((const struct fuse_in_header *)w->buf.mem)->unique;
 		fuse_session_process_buf(l->se, &w->buf);
+		request_unique = 0;
+		if (was_resent)
+			resent_processed();
 		__atomic_store_n(&w->processing, 0, __ATOMIC_RELEASE);
 		/* Still the reader: read the next one, hot.  Else the top of
 		 * the loop makes it wait. */

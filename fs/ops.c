@@ -103,6 +103,8 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			struct lockfs_caller caller;
 
 			lockfs_fs_caller(req, &caller);
+			/* A lookup, not the rmdir: a resent one is asked as new. */
+			caller.resent = false;
 			rc = lockfs_core_release(fs->core, name, &caller);
 		}
 		if (rc < 0)

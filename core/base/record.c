@@ -52,6 +52,11 @@ const char *lockfs_record_fd_owner_at(const struct lockfs_record *r, size_t i)
 	return i == 0 ? r->fd_owner : r->shares[i - 1].fd_owner;
 }
 
+uint64_t lockfs_record_via_file_at(const struct lockfs_record *r, size_t i)
+{
+	return i == 0 ? r->via_file : r->shares[i - 1].via_file;
+}
+
 const char *lockfs_record_slug_at(const struct lockfs_record *r, size_t i)
 {
 	return i == 0 ? r->slug : r->shares[i - 1].slug;

@@ -129,6 +129,18 @@ char *lockfs_record_encode_compact(const struct lockfs_record *r, int flags, siz
 		sb_lit(&b, ",\"fd_owner\":");
 		sb_str(&b, r->fd_owner);
 	}
+	if (LOCKFS_RECORD_ID_OK(r->via_file)) {
+		sb_lit(&b, ",\"via_file\":");
+		sb_int(&b, (long long)r->via_file);
+	}
+	if (LOCKFS_RECORD_ID_OK(r->ticket)) {
+		sb_lit(&b, ",\"ticket\":");
+		sb_int(&b, (long long)r->ticket);
+	}
+	if (LOCKFS_RECORD_ID_OK(r->handed_by)) {
+		sb_lit(&b, ",\"handed_by\":");
+		sb_int(&b, (long long)r->handed_by);
+	}
 	sb_lit(&b, ",\"holder\":");
 	if (r->has_holder) {
 		const struct lockfs_holder *h = &r->holder;

@@ -184,8 +184,8 @@ static bool shows_cmdline(const struct audience *a, const struct lockfs_holder *
 
 /* One element of "holders": the holder's object plus its grant. */
 static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound,
-			  const char *fd_owner, uint64_t fence, int64_t at_ms, const char *slug,
-			  int flags, const struct audience *a)
+			  const char *fd_owner, uint64_t via_file, uint64_t fence, int64_t at_ms,
+			  const char *slug, int flags, const struct audience *a)
 {
 	json_t *o = holder_json(h, shows_cmdline(a, h));
 	char when[32];
@@ -196,6 +196,8 @@ static json_t *share_json(const struct lockfs_holder *h, enum lockfs_bound bound
 	err |= add(o, "bound", json_string(lockfs_bound_name(bound)));
 	if (!(flags & LOCKFS_RECORD_PRETTY) && fd_owner[0])
 		err |= add(o, "fd_owner", json_string(fd_owner));
+	if (!(flags & LOCKFS_RECORD_PRETTY) && LOCKFS_RECORD_ID_OK(via_file))
+		err |= add(o, "via_file", json_integer((json_int_t)via_file));
 	err |= add(o, "fence", fence_json(fence));
 	err |= add(o, "acquired_at", json_string(lockfs_format_time(at_ms, when)));
 	err |= add(o, "acquired_at_ms", json_integer(at_ms));
@@ -216,7 +218,7 @@ static json_t *holders_json(const struct lockfs_record *r, int flags,
 	if (!a)
 		return NULL;
 	if (r->has_holder &&
-	    json_array_append_new(a, share_json(&r->holder, r->bound, r->fd_owner,
+	    json_array_append_new(a, share_json(&r->holder, r->bound, r->fd_owner, r->via_file,
 						lockfs_holder_fence(r),
 						lockfs_holder_acquired_at(r), r->slug, flags,
 						who)) < 0)
@@ -225,7 +227,7 @@ static json_t *holders_json(const struct lockfs_record *r, int flags,
 		const struct lockfs_share *sh = &r->shares[i];
 
 		if (json_array_append_new(a, share_json(&sh->holder, sh->bound, sh->fd_owner,
-							sh->fence, sh->acquired_at_ms, sh->slug,
+							sh->via_file, sh->fence, sh->acquired_at_ms, sh->slug,
 							flags, who)) < 0)
 			goto fail;
 	}
@@ -283,6 +285,13 @@ static char *encode_tree(const struct lockfs_record *r, int flags, const struct 
 	err |= add(o, "mode", json_string(r->mode == LOCKFS_SHARED ? "shared" : "exclusive"));
 	if (!(flags & LOCKFS_RECORD_PRETTY) && r->fd_owner[0])
 		err |= add(o, "fd_owner", json_string(r->fd_owner));
+	/* The kernel's numbers stay inside, as fd_owner does. */
+	if (!(flags & LOCKFS_RECORD_PRETTY) && LOCKFS_RECORD_ID_OK(r->via_file))
+		err |= add(o, "via_file", json_integer((json_int_t)r->via_file));
+	if (!(flags & LOCKFS_RECORD_PRETTY) && LOCKFS_RECORD_ID_OK(r->ticket))
+		err |= add(o, "ticket", json_integer((json_int_t)r->ticket));
+	if (!(flags & LOCKFS_RECORD_PRETTY) && LOCKFS_RECORD_ID_OK(r->handed_by))
+		err |= add(o, "handed_by", json_integer((json_int_t)r->handed_by));
 	err |= add(o, "holder", r->has_holder ? holder_json(&r->holder,
 							      shows_cmdline(who, &r->holder))
 					      : json_null());

@@ -211,6 +211,22 @@ static int parse_fd_owner(const json_t *o, char out[LOCKFS_FD_OWNER_MAX])
 	return 0;
 }
 
+/* An optional kernel number ("via_file", "ticket", "handed_by"): 1..INT64_MAX, 0 when
+ * absent (records written before they were kept have none). */
+static int parse_opt_id(const json_t *o, const char *key, uint64_t *out)
+{
+	json_int_t v;
+	int rc;
+
+	*out = 0;
+	if (!json_object_get(o, key))
+		return 0;
+	rc = get_int(o, key, 1, INT64_MAX, &v);
+	if (rc == 0)
+		*out = (uint64_t)v;
+	return rc;
+}
+
 /* "holders" of a shared record: element 0 repeats `holder`; the rest
  * are the other holders. */
 static int parse_shares(const json_t *o, struct lockfs_record *r)
@@ -256,6 +272,8 @@ static int parse_shares(const json_t *o, struct lockfs_record *r)
 			return rc;
 		if ((sh->bound == LOCKFS_BOUND_FD) != (sh->fd_owner[0] != '\0'))
 			return -EINVAL;
+		if ((rc = parse_opt_id(e, "via_file", &sh->via_file)) < 0)
+			return rc;
 		if ((rc = get_fence(e, &v)) < 0)
 			return rc;
 		sh->fence = (uint64_t)v;
@@ -350,6 +368,10 @@ static int parse_object(const json_t *o, struct lockfs_record *r)
 		return rc;
 	if ((r->bound == LOCKFS_BOUND_FD) != (r->fd_owner[0] != '\0'))
 		return -EINVAL;
+	if ((rc = parse_opt_id(o, "via_file", &r->via_file)) < 0 ||
+	    (rc = parse_opt_id(o, "ticket", &r->ticket)) < 0 ||
+	    (rc = parse_opt_id(o, "handed_by", &r->handed_by)) < 0)
+		return rc;
 	if (r->bound == LOCKFS_BOUND_SLUG && !json_is_string(json_object_get(o, "slug")))
 		return -EINVAL;
 	holder = json_object_get(o, "holder");

@@ -31,6 +31,7 @@
 #include "audit.h"
 #include "caller.h"
 #include "fdlock.h"
+#include "grant.h"
 #include "queue.h"
 #include "store.h"
 #include "table.h"
@@ -102,6 +103,31 @@ static void queue_unlink(struct lockq *q, struct qentry *e)
 	lockfs_argv_free(e->cmdline);
 	free(e->slug);
 	free(e);
+}
+
+/*
+ * E takes its place in Q: behind every entry whose request the kernel made
+ * before E's (qentry.ticket).  That is the tail, unless E is a request the
+ * kernel resent after a restart (resume.h), which comes back in no
+ * particular order: then it goes back ahead of the waiters that came after
+ * it.  An entry without a ticket (0) is never passed, nor passes.
+ */
+static void queue_insert(struct lockq *q, struct qentry *e)
+{
+	struct qentry *after = q->tail;
+
+	while (after && e->ticket && after->ticket > e->ticket)
+		after = after->prev;
+	e->prev = after;
+	e->next = after ? after->next : q->head;
+	if (e->next)
+		e->next->prev = e;
+	else
+		q->tail = e;
+	if (after)
+		after->next = e;
+	else
+		q->head = e;
 }
 
 /* Drop Q when nothing is left in it. */
@@ -215,68 +241,12 @@ static void purge_kept(struct lockq *q, int64_t now)
 	}
 }
 
-/* The record of a new fd holder E of NAME (E's cmdline goes into it). */
-static int build_fd_record(struct lockfs_table *t, const char *name, struct qentry *e,
-			   struct lockfs_record *rec)
-{
-	int rc = lockfs_caller_record(t, name, &e->who, NULL, rec, &e->cmdline);
-
-	if (rc < 0)
-		return rc;
-	/* A slug names the holder in the log (issue 2's WHO) and in owner;
-	 * the lock stays bound to the descriptor, with no lease. */
-	if (e->slug && !(rec->slug = strdup(e->slug))) {
-		lockfs_record_clear(rec);
-		return -ENOMEM;
-	}
-	rec->bound = LOCKFS_BOUND_FD;
-	rec->mode = e->mode;
-	snprintf(rec->fd_owner, sizeof(rec->fd_owner), "%s", e->owner);
-	return 0;
-}
-
-/* The `acquired` line of NAME's grant to H, now or not at all: 0, or the
- * -errno of the failed write (the caller takes the grant back). */
-static int log_granted(struct lockfs_table *t, const char *name, const struct lockfs_holder *h,
-		       const char *slug, uint64_t fence, enum lockfs_mode mode)
-{
-	char who[WHO_MAX], f[24], uid[16], pid[16];
-	const char *kv[13] = { "fence", f, "uid", uid, "pid", pid, "bound", "fd",
-			       "mode", mode == LOCKFS_SHARED ? "shared" : "exclusive" };
-
-	lockfs_audit_put_container(kv, 10, h->container);
-	lockfs_audit_who(who, sizeof(who), slug, h->comm, h->pid);
-	snprintf(f, sizeof(f), "%" PRIu64, fence);
-	lockfs_audit_ids(uid, pid, h->uid, h->pid);
-	return lockfs_audit_acquired(t, who, name, kv);
-}
-
-/*
- * Take back NAME's grant FENCE to OWNER, just stored (identity IDENTITY,
- * record REC) but refused by the log: the store lets it go, or, if it
- * cannot, the grant is cached and retried like a release the store
- * refused (struct unlock_retry) -- held by nobody meanwhile, never by the
- * owner, who is told it failed.  With s->mu held; clears REC.
- */
-static void undo_grant_locked(struct lockfs_table *t, struct stripe *s, const char *name,
-			      uint64_t identity, struct lockfs_record *rec, const char *owner,
-			      uint64_t fence)
-{
-	int rc = lockfs_store_release(t->be, name, identity);
-
-	if (rc < 0 && rc != -ENOENT) {
-		lockfs_table_put_new(t, s, name, identity, rec, -1);
-		lockfs_fdlock_retry_add(s, name, owner, fence, rc, false);
-	}
-	lockfs_record_clear(rec);
-}
-
 /*
  * The store just granted NAME to E from G (its record, cleared here; ST
  * the store's answer): E's place is the lock now.  Its `acquired` line
  * before its answer -- nobody holds a lock the log does not show --, then
  * E's request answered and the grant cached.  0, or the log's -errno
- * (the grant taken back: undo_grant_locked).  With s->mu held.
+ * (the grant taken back: lockfs_grant_undo_locked).  With s->mu held.
  */
 static int grant_made(struct lockfs_table *t, struct stripe *s, const char *name,
 		      struct qentry *e, struct lockfs_grant_src *g,
@@ -287,9 +257,9 @@ static int grant_made(struct lockfs_table *t, struct stripe *s, const char *name
 
 	e->place = (struct lockfs_place){ 0 };
 	lockfs_table_grant_fence(g, st);
-	rc = log_granted(t, name, &rec->holder, rec->slug, rec->fence, rec->mode);
+	rc = lockfs_grant_log(t, name, &rec->holder, rec->slug, rec->fence, rec->mode);
 	if (rc < 0) {
-		undo_grant_locked(t, s, name, st->identity, rec, e->owner, rec->fence);
+		lockfs_grant_undo_locked(t, s, name, st->identity, rec, e->owner, rec->fence);
 		return rc;
 	}
 	if (e->w)
@@ -311,7 +281,7 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_loc
 	/* Every holder must fit in a record the store can give back. */
 	if (lockfs_record_holders(&c->rec) >= LOCKFS_SHARED_MAX)
 		return -ENOLCK;
-	if (build_fd_record(t, c->name, e, &fresh) < 0)
+	if (lockfs_grant_fd_record(t, c->name, e, &fresh) < 0)
 		return -EAGAIN; /* no memory now: keep waiting */
 	v = realloc(c->rec.shares, (c->rec.nshares + 1) * sizeof(*v));
 	if (!v) {
@@ -325,6 +295,7 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_loc
 	memset(&fresh.holder, 0, sizeof(fresh.holder));
 	v->bound = LOCKFS_BOUND_FD;
 	memcpy(v->fd_owner, fresh.fd_owner, sizeof(v->fd_owner));
+	v->via_file = fresh.via_file;
 	v->fence = 0; /* the store's to issue, in the write below */
 	v->acquired_at_ms = fresh.acquired_at_ms;
 	v->slug = fresh.slug;
@@ -334,7 +305,7 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_loc
 	if (lockfs_table_persist_grant(t, s, c, st, c->rec.nshares) < 0)
 		return -EAGAIN; /* the store cannot tell, or someone waits in it */
 	v = &c->rec.shares[c->rec.nshares - 1];
-	rc = log_granted(t, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED);
+	rc = lockfs_grant_log(t, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED);
 	if (rc < 0) {
 		/* The log refused: this share goes again, the others stay. */
 		uint64_t fence = v->fence;
@@ -373,7 +344,7 @@ static int take_place(struct lockfs_table *t, const char *name, struct qentry *e
 
 	if (e->place.rank || e->nowait)
 		return -EAGAIN;
-	if (build_fd_record(t, name, e, &rec) < 0)
+	if (lockfs_grant_fd_record(t, name, e, &rec) < 0)
 		return -EAGAIN;
 	rc = lockfs_store_acquire(t->be, name, how, lockfs_table_grant_src(&g, &rec, 0),
 				  &e->place, &st);
@@ -398,7 +369,7 @@ static int claim_place(struct lockfs_table *t, struct stripe *s, const char *nam
 
 	if (rc < 0)
 		return rc;
-	rc = build_fd_record(t, name, e, &rec);
+	rc = lockfs_grant_fd_record(t, name, e, &rec);
 	if (rc < 0)
 		goto out;
 	rc = lockfs_store_claim(t->be, name, &e->place, lockfs_table_grant_src(&g, &rec, 0), &st);
@@ -425,8 +396,10 @@ out:
  * Grant E now if NAME's state allows: take the free lock, or join a shared
  * one.  0: granted (E's parked request, if any, answered, and E->w
  * cleared); -EAGAIN: not now; -errno: E cannot be granted at all.
+ * HANDED_BY: the request that just let NAME go for E (record.handed_by).
  */
-static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name, struct qentry *e)
+static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name, struct qentry *e,
+		     uint64_t handed_by)
 {
 	struct lockfs_entry_stat st;
 	struct lockfs_record rec;
@@ -470,9 +443,10 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 	rc = grant_reserve(t, name, e, true);
 	if (rc < 0)
 		return rc;
-	rc = build_fd_record(t, name, e, &rec);
+	rc = lockfs_grant_fd_record(t, name, e, &rec);
 	if (rc < 0)
 		goto out;
+	rec.handed_by = handed_by;
 	if (store_has_line(t) && !e->nowait) {
 		/* Granted now, or a place at the tail of the store's line. */
 		rc = lockfs_store_acquire(t->be, name, LOCKFS_ACQ_OR_QUEUE,
@@ -518,16 +492,21 @@ static void grant_same_owner(struct lockfs_table *t, struct stripe *s, struct lo
 	}
 }
 
-void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const char *name)
+/* lockfs_queue_grant_locked, right after request HANDED_BY let NAME go (0:
+ * none): the first grant's record names it (record.handed_by). */
+static void grant_queue(struct lockfs_table *t, struct stripe *s, const char *name,
+			uint64_t handed_by)
 {
 	struct lockq *q = lockfs_queue_find(s, name);
 	struct qentry *e;
 
-	if (!q)
+	/* A resumed daemon grants nobody until every resent request is in:
+	 * the one that waited longest may not have come back yet (resume.h). */
+	if (!q || lockfs_table_resume_holding(t))
 		return;
 	purge_kept(q, lockfs_boot_ms());
 	while ((e = next_active(t, q))) {
-		int rc = try_grant(t, s, q->name, e);
+		int rc = try_grant(t, s, q->name, e, handed_by);
 
 		if (rc == -EAGAIN) {
 			/* The first waiter has no place in the store's line
@@ -538,10 +517,12 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
 			if (!f || f == e || !store_has_line(t) || f->place.rank || f->nowait)
 				break;
 			e = f;
-			rc = try_grant(t, s, q->name, e);
+			rc = try_grant(t, s, q->name, e, handed_by);
 			if (rc == -EAGAIN)
 				break;
 		}
+		if (rc == 0)
+			handed_by = 0; /* the next one joins a shared lock */
 		if (e->w)
 			complete(s, q->name, e, rc); /* failed, or OWNER's already */
 		active_end(t, q, e);
@@ -550,6 +531,11 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
 		queue_unlink(q, e);
 	}
 	queue_maybe_free(s, q);
+}
+
+void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const char *name)
+{
+	grant_queue(t, s, name, 0);
 }
 
 /* The line that ends holder I of a record: WHO, then fence=, uid=, pid=
@@ -566,9 +552,10 @@ struct end_line {
  * is -EIO when the store could not be asked (nothing changed that we
  * know of: a plain release would only wait for it a second time). */
 static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
-			   uint64_t identity, const struct end_line *l, const char *event,
-			   int *unreachable)
+			   const struct lockfs_let_go *how, const struct end_line *l,
+			   const char *event, int *unreachable)
 {
+	uint64_t identity = how->identity;
 	struct lockq *q = lockfs_queue_find(s, c->name);
 	struct qentry *e;
 	struct lockfs_entry_stat st;
@@ -581,6 +568,11 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held
 	int rc;
 
 	*unreachable = 0;
+	/* Held back (resume.h): the lock is let go, and the queue is served
+	 * in order once every resent waiter is back in it.  Meanwhile a free
+	 * name with waiters is theirs (mkdir says EEXIST, a newcomer waits). */
+	if (lockfs_table_resume_holding(t))
+		return false;
 	/* The head's lock counts against its uid (the one it replaces goes):
 	 * a waiter at its cap is answered EDQUOT, and the next one tried. */
 	while ((e = next_active(t, q)) && (rc = grant_reserve(t, c->name, e, false)) < 0) {
@@ -594,8 +586,11 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held
 	name = strdup(c->name);
 	if (!name)
 		goto unreserve;
-	if (build_fd_record(t, name, e, &rec) < 0)
+	if (lockfs_grant_fd_record(t, name, e, &rec) < 0)
 		goto unreserve;
+	/* Which request let the old holder go: its resent copy is answered
+	 * as it was (lockfs_core_release). */
+	rec.handed_by = how->ticket;
 	/* dir has no line of its own: the engine's queue is the whole line,
 	 * and its head is the place handed to.  etcd: the head's place. */
 	from_place = store_has_line(t) && e->place.rank;
@@ -630,13 +625,13 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held
 	 * `acquired`, before the waiter is answered. */
 	if (event)
 		lockfs_audit_event(t, l->who, name, l->kv, event);
-	rc = log_granted(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
+	rc = lockfs_grant_log(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
 	lockfs_table_drop(t, s, name); /* C: the old holder's, released */
 	if (rc < 0) {
 		/* The log refused the grant: the old holder's release stands,
 		 * the waiter is told the error, the lock is let go (or retried
 		 * like a refused release), and the queue is tried again. */
-		undo_grant_locked(t, s, name, st.identity, &rec, e->owner, rec.fence);
+		lockfs_grant_undo_locked(t, s, name, st.identity, &rec, e->owner, rec.fence);
 		complete(s, name, e, rc);
 		active_end(t, q, e);
 		queue_unlink(q, e);
@@ -672,7 +667,7 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 	struct lockq *q;
 	struct held_lock *c;
 	size_t ahead = 0;
-	bool foreign;
+	bool foreign, jumped = false;
 	long held;
 	int rc;
 
@@ -719,8 +714,10 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 		e->be = kept->be;
 		kept->place = (struct lockfs_place){ 0 };
 	}
-	if (ahead == 0) {
-		rc = try_grant(t, s, name, e);
+	/* While a resumed daemon holds (resume.h), a request that may wait
+	 * waits: a resent one that asked before it may not be back yet. */
+	if (ahead == 0 && !(rq->wait && lockfs_table_resume_holding(t))) {
+		rc = try_grant(t, s, name, e, 0);
 		if (rc != -EAGAIN) {
 			if (kept)
 				queue_unlink(q, kept);
@@ -774,18 +771,18 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 			goto out;
 		}
 		e->w = w;
-		e->prev = q->tail;
-		if (q->tail)
-			q->tail->next = e;
-		else
-			q->head = e;
-		q->tail = e;
+		queue_insert(q, e);
 		q->nactive++;
 		w->entry = e;
+		/* A resent request back at the head, ahead of waiters that
+		 * came after it: the lock may be free for it (not tried above). */
+		jumped = ahead > 0 && first_active(q) == e;
 		e = NULL;
 	}
 	w->parked = true;
 	rc = -EINPROGRESS;
+	if (jumped)
+		lockfs_queue_grant_locked(t, s, name); /* may answer W at once */
 out:
 	/* Granted now, or held already: through this open file from now on. */
 	if (rc == 0 && rq->via_file)
@@ -855,7 +852,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_
 	/* Someone waits: the lock goes straight to them, the store never
 	 * shows it free in between.  EVENT is logged there, then the
 	 * waiter's `acquired`, both before the waiter has its answer. */
-	if (handoff_locked(t, s, c, how->identity, &l, event, &unreachable)) {
+	if (handoff_locked(t, s, c, how, &l, event, &unreachable)) {
 		free(name);
 		return 0;
 	}
@@ -887,7 +884,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_
 	if (rc == 0 && event)
 		lockfs_audit_event(t, l.who, name, l.kv, event);
 	lockfs_table_drop(t, s, name);
-	lockfs_queue_grant_locked(t, s, name);
+	grant_queue(t, s, name, how->ticket);
 	free(name);
 	return rc;
 }
@@ -915,6 +912,8 @@ static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct he
 		r->holder_acquired_at_ms = r->shares[0].acquired_at_ms;
 		r->bound = r->shares[0].bound;
 		memcpy(r->fd_owner, r->shares[0].fd_owner, sizeof(r->fd_owner));
+		r->via_file = r->shares[0].via_file;
+		r->ticket = 0; /* the request that asked was another holder's */
 		free(r->slug);
 		r->slug = r->shares[0].slug;
 		c->holder_gone = false;

@@ -18,6 +18,10 @@ struct qentry {
 	struct lockfs_wait *w;   /* NULL: a place kept for an interrupted waiter */
 	char owner[LOCKFS_FD_OWNER_MAX];
 	uint64_t via_file;       /* the open file it asks through (0: none) */
+	/* The kernel's number of the request (lockfs_caller.ticket; 0:
+	 * unknown): the queue is kept in this order, so a waiter whose
+	 * request the kernel resends after a restart keeps its place. */
+	uint64_t ticket;
 	enum lockfs_mode mode;
 	struct lockfs_proc who;  /* the holder-to-be (helpers skipped) */
 	char **cmdline;          /* its argv, read when it asked (may be NULL) */
@@ -48,6 +52,9 @@ struct lockfs_let_go {
 	size_t index;             /* which holder: 0 = rec.holder, I = rec.shares[I - 1] */
 	bool all;                 /* the whole lock, every holder (a break) */
 	const char *event;        /* logged for that holder; NULL: nothing */
+	uint64_t ticket;          /* the request that lets go (lockfs_caller.ticket;
+				     0: none), kept in the record of a waiter it
+				     hands the lock to (record.handed_by) */
 	const char *const *extra; /* more key, value, ..., NULL after fence=, uid=,
 				     pid= (may be NULL) */
 };

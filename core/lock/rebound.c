@@ -146,8 +146,11 @@ void lockfs_rebound_bind_locked(struct lockfs_table *t, struct stripe *s, struct
 	}
 	lockfs_table_account(t, c, 1);
 	r->fd_owner[0] = '\0';
-	for (size_t i = 0; i < r->nshares; i++)
+	r->via_file = 0;
+	for (size_t i = 0; i < r->nshares; i++) {
 		r->shares[i].fd_owner[0] = '\0';
+		r->shares[i].via_file = 0;
+	}
 	if (!any) {
 		free(closed);
 		return;

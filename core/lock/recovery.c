@@ -27,6 +27,7 @@
 #include "queue.h"
 #include "rebound.h"
 #include "recovery.h"
+#include "resume.h"
 #include "session.h"
 #include "store.h"
 #include "table.h"
@@ -968,6 +969,7 @@ void lockfs_recovery_tick(void *arg)
 	if (!vanished)
 		collect(t, true, false);
 	stripes_tick(t);
+	lockfs_resume_tick(t);
 	lockfs_quota_flush(t->quota, false, lockfs_audit_refused, t);
 	if (!vanished && lockfs_store_stales_foreign(t->be) &&
 	    lockfs_wall_ms() >= t->next_stale_scan_ms) {

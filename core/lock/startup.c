@@ -1,7 +1,9 @@
 /*
  * The startup scan (startup.h): the locks the store holds when the daemon
  * starts.  Each record is read, cached and its holder watched; fd locks
- * are rebound to the processes that still hold their old descriptors;
+ * are rebound to the processes that still hold their old descriptors --
+ * unless this daemon resumes the same FUSE connection (resume.h): then they
+ * stay bound to their open files;
  * then everything that died while no daemon watched is recovered, before
  * the mount serves anyone; last, with a store of sessions (etcd), the
  * locks left alive are adopted into this daemon's session.
@@ -15,6 +17,7 @@
 #include "audit.h"
 #include "rebound.h"
 #include "recovery.h"
+#include "resume.h"
 #include "session.h"
 #include "startup.h"
 #include "store.h"
@@ -116,8 +119,13 @@ int lockfs_startup_scan(struct lockfs_table *t)
 		/* Reading each record caches it and watches its holder; a
 		 * holder that died while no daemon watched is marked gone. */
 		pthread_mutex_lock(&s->mu);
-		if (lockfs_table_reload(t, s, names[i], &st, &foreign, &c) == 0 && c)
-			lockfs_rebound_bind_locked(t, s, c, &st);
+		if (lockfs_table_reload(t, s, names[i], &st, &foreign, &c) == 0 && c) {
+			/* The same connection: its open files still come. */
+			if (t->resuming)
+				lockfs_resume_keep_locked(t, s, c);
+			else
+				lockfs_rebound_bind_locked(t, s, c, &st);
+		}
 		lockfs_table_unlock(s);
 	}
 	if (rc == 0) {

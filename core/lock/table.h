@@ -141,6 +141,14 @@ struct lockfs_table {
 	/* The liveness thread's own (and lockfs_core_open's before it runs):
 	 * no mutex. */
 	bool starting;                  /* in lockfs_core_open's scan */
+	/* resume.h: a daemon that took over a live FUSE connection
+	 * (lockfs_core_config.resuming); read-only. */
+	bool resuming;
+	/* resume.h: while set, requests the kernel resent may still come,
+	 * and no waiter is granted.  Both atomic (__atomic_*): requests read
+	 * them with no mutex, the liveness thread ends the hold. */
+	int resume_hold;
+	int64_t resume_hold_until_ms;   /* boot clock */
 	int64_t next_stale_scan_ms;
 	struct recovery_work *work;     /* recovery.c */
 	/* Queues tried although the store reported no change: a waiter the
@@ -301,5 +309,12 @@ bool lockfs_table_holder_uid(struct lockfs_table *t, pid_t pid, unsigned long lo
 int lockfs_table_take_dead(struct lockfs_table *t, pid_t pid, unsigned long long start, size_t max,
 			   char ***names, size_t *count)
 	__attribute__((warn_unused_result));
+
+/* Is a resuming engine still waiting for resent requests (resume.h)?  No
+ * waiter is granted then.  Any thread, no mutex needed. */
+static inline bool lockfs_table_resume_holding(const struct lockfs_table *t)
+{
+	return __atomic_load_n(&t->resume_hold, __ATOMIC_ACQUIRE) != 0;
+}
 
 #endif

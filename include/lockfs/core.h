@@ -48,6 +48,14 @@ struct lockfs_core_config {
 	uint32_t max_locks_per_uid;   /* holders of locks (EDQUOT) */
 	uint32_t max_waiters_per_uid; /* parked flock/fcntl requests (EDQUOT) */
 	uint32_t max_locks;           /* holders of locks in all (ENOSPC) */
+	/* The FUSE connection lives on: this daemon takes over the open
+	 * connection of one that died or was replaced (a keeper held it), so
+	 * the open files of the mount are still open and their closes will
+	 * come.  Then fd locks in the store stay fd locks of the same open
+	 * files (not rebound to processes), and the requests the kernel
+	 * resends (lockfs_caller.resent) are recognised: see
+	 * lockfs_core_resume_done and docs/recovery.md. */
+	bool resuming;
 };
 
 /* Who sent a request, as FUSE reports it. */
@@ -55,6 +63,15 @@ struct lockfs_caller {
 	pid_t tid; /* thread id in the daemon's pid ns; 0 = not visible */
 	uid_t uid;
 	gid_t gid;
+	/* The kernel's number of the request (its FUSE unique with bit 63
+	 * cleared): the kernel numbers the requests of one connection in the
+	 * order they are made, so it orders waiters across a restart.  0 =
+	 * unknown (then arrival at the engine orders). */
+	uint64_t ticket;
+	/* The kernel resent it (FUSE_NOTIFY_RESEND, bit 63 of the unique):
+	 * a predecessor serving the same connection had read it and may have
+	 * carried it out before it died, without answering. */
+	bool resent;
 };
 
 /* What the mount shows of a held lock. */
@@ -86,6 +103,20 @@ void lockfs_core_set_mount_dev(struct lockfs_core *core, dev_t dev);
  * a request to the daemon itself (core/proc/descriptors.c).  Returns 0 and
  * *DEV, -ENOENT when no lockfs is mounted there, or -errno. */
 int lockfs_mount_dev(const char *mountpoint, dev_t *dev) __attribute__((warn_unused_result));
+/* A resuming engine (lockfs_core_config.resuming): every request the
+ * kernel resent has reached the engine.  Until then (at most
+ * LOCKFS_RESUME_HOLD_MS after opening, or LOCKFS_RESUME_QUIET_MS after the
+ * last resent request, whichever is later), no waiter is handed a lock:
+ * resent requests come back in no particular order, and the one that
+ * waited longest may not have come back yet.  Call it once the request
+ * loop has read a request without the resent mark (the kernel puts every
+ * resent request ahead of the others) and every resent one read before
+ * has been handed to the engine.  Idempotent; nothing for an engine that
+ * is not resuming. */
+void lockfs_core_resume_done(struct lockfs_core *core);
+#define LOCKFS_RESUME_HOLD_MS 500
+#define LOCKFS_RESUME_QUIET_MS 100
+
 /* Start the liveness thread (after any fork).  0 or -errno. */
 int lockfs_core_start(struct lockfs_core *core) __attribute__((warn_unused_result));
 /* Stop it, and give releases the store refused one last try: the engine

@@ -44,11 +44,18 @@ enum lockfs_mode {
 /* "flock:HEX" or "posix:HEX": the kernel's lock owner of an fd lock. */
 #define LOCKFS_FD_OWNER_MAX 24
 
+/* A via_file or ticket the record keeps: 0 is none, and JSON integers are
+ * signed (a larger one is not kept: the lock then ends by its owner's
+ * unlock or close only). */
+#define LOCKFS_RECORD_ID_OK(v) ((v) != 0 && (v) <= (uint64_t)INT64_MAX)
+
 /* One more holder of a shared lock, besides the record's `holder`. */
 struct lockfs_share {
 	struct lockfs_holder holder;
 	enum lockfs_bound bound;  /* LOCKFS_BOUND_FD or _PROCESS (rebound) */
 	char fd_owner[LOCKFS_FD_OWNER_MAX]; /* "" unless bound to an fd */
+	uint64_t via_file;        /* the mount's open file an fcntl grant came
+				     through (0: none); see lockfs_record.via_file */
 	uint64_t fence;           /* this holder's grant */
 	int64_t acquired_at_ms;
 	char *slug;               /* its LOCKFS_SLUG when it asked, or NULL (a name
@@ -84,6 +91,18 @@ struct lockfs_record {
 	enum lockfs_bound bound;  /* of `holder` */
 	enum lockfs_mode mode;
 	char fd_owner[LOCKFS_FD_OWNER_MAX]; /* `holder`'s open file; "" unless fd-bound */
+	/* `holder`'s fcntl grant came through this open file of the mount (its
+	 * handle, 0: none): its last close ends the lock.  Kept in the store so
+	 * that a daemon resuming the same FUSE connection still knows it. */
+	uint64_t via_file;
+	/* The kernel's number of the request that was granted `holder` (its
+	 * FUSE unique, bit 63 cleared; 0: unknown): a resent request with this
+	 * number is that same request (lockfs_caller.ticket). */
+	uint64_t ticket;
+	/* The request (its ticket) that let the previous holder go by handing
+	 * NAME to `holder` -- an rmdir with waiters queued; 0: none.  A resent
+	 * copy of that rmdir is told it succeeded, though NAME is `holder`'s. */
+	uint64_t handed_by;
 	size_t nshares;           /* shared: the other holders, in grant order */
 	struct lockfs_share *shares;
 	bool has_holder;  /* false for a record that names no holder */
@@ -192,6 +211,8 @@ uint64_t lockfs_record_fence_at(const struct lockfs_record *r, size_t i);
 /* Holder I's fd-lock owner key ("" unless bound to an fd), and its slug
  * (NULL when none). */
 const char *lockfs_record_fd_owner_at(const struct lockfs_record *r, size_t i);
+/* Holder I's via_file (0: none). */
+uint64_t lockfs_record_via_file_at(const struct lockfs_record *r, size_t i);
 const char *lockfs_record_slug_at(const struct lockfs_record *r, size_t i);
 
 /* S as a JSON string, each byte that is not UTF-8 replaced by U+FFFD

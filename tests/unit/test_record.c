@@ -308,6 +308,66 @@ static void test_shared_fd_record_round_trip(void **state)
 	free(s);
 }
 
+/* The kernel's numbers an fd lock needs after a daemon resumed the same
+ * FUSE connection -- the open file an fcntl grant came through, the
+ * request that was granted -- round-trip through the store's encodings,
+ * and stay out of what people read. */
+static void test_via_file_and_ticket_round_trip_and_stay_inside(void **state)
+{
+	struct lockfs_record r = full_record(), back;
+	struct lockfs_share sh[1];
+	size_t len;
+	char *s, *pretty;
+
+	(void)state;
+	r.bound = LOCKFS_BOUND_FD;
+	r.slug = NULL;
+	strcpy(r.fd_owner, "posix:00000000000000aa");
+	r.via_file = 0x7f00deadbeef;
+	r.ticket = 4242;
+	r.handed_by = 4141;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len); /* exclusive: the compact encoder */
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_int_equal(back.via_file, 0x7f00deadbeef);
+	assert_int_equal(back.ticket, 4242);
+	assert_int_equal(back.handed_by, 4141);
+	lockfs_record_clear(&back);
+	free(s);
+	memset(sh, 0, sizeof(sh));
+	sh[0].holder = r.holder;
+	sh[0].bound = LOCKFS_BOUND_FD;
+	strcpy(sh[0].fd_owner, "posix:00000000000000bb");
+	sh[0].via_file = 99;
+	sh[0].fence = 8;
+	r.mode = LOCKFS_SHARED;
+	r.shares = sh;
+	r.nshares = 1;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len); /* shared: jansson */
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_int_equal(back.via_file, 0x7f00deadbeef);
+	assert_int_equal(back.ticket, 4242);
+	assert_int_equal(back.shares[0].via_file, 99);
+	lockfs_record_clear(&back);
+	free(s);
+	pretty = encode(&r, LOCKFS_RECORD_PRETTY, &len);
+	assert_null(strstr(pretty, "via_file"));
+	assert_null(strstr(pretty, "ticket"));
+	assert_null(strstr(pretty, "handed_by"));
+	free(pretty);
+	/* A record without them (written before they were kept) has none. */
+	r.via_file = r.ticket = r.handed_by = 0;
+	r.nshares = 0;
+	r.shares = NULL;
+	r.mode = LOCKFS_EXCLUSIVE;
+	s = encode(&r, LOCKFS_RECORD_WITH_TOKEN, &len);
+	assert_null(strstr(s, "via_file"));
+	assert_int_equal(lockfs_record_parse(s, len, &back), 0);
+	assert_int_equal(back.via_file, 0);
+	assert_int_equal(back.ticket, 0);
+	lockfs_record_clear(&back);
+	free(s);
+}
+
 /* An fd-bound record must say which open file holds it, and only it. */
 static void test_fd_owner_matches_bound(void **state)
 {
@@ -616,6 +676,7 @@ int main(void)
 		cmocka_unit_test(test_descendants_round_trip),
 		cmocka_unit_test(test_bad_descendants_are_einval),
 		cmocka_unit_test(test_fd_owner_matches_bound),
+		cmocka_unit_test(test_via_file_and_ticket_round_trip_and_stay_inside),
 		cmocka_unit_test(test_token_only_with_flag),
 		cmocka_unit_test(test_view_shows_cmdline_and_token_to_holder_uid_and_root),
 		cmocka_unit_test(test_view_judges_each_shared_holder_by_its_own_uid),
