@@ -418,7 +418,8 @@ void lockfs_caller_ref_at(struct lockfs_holder_ref *h, const struct lockfs_recor
  * Root's slug-bound lock H, and root's slug: uid 0 is every container's
  * root without a user namespace, so under -o container_root=own root in a
  * container acts for such a lock only when it was taken from that same
- * container (slugs are shown to everyone).  0 or -EPERM.
+ * container (slugs are shown to everyone); root on the host for every
+ * one.  0 or -EPERM.
  */
 static int root_slug_check(struct lockfs_table *t, const struct lockfs_holder_ref *h,
 			   const struct lockfs_caller *caller)
@@ -428,6 +429,10 @@ static int root_slug_check(struct lockfs_table *t, const struct lockfs_holder_re
 	if (t->container_root_host)
 		return 0;
 	lockfs_caller_container(t, caller->tid, mine, sizeof(mine));
+	/* Root beside the daemon (no container) keeps every power, as for
+	 * break: its slug reaches a slug lock taken in a container too. */
+	if (!*mine)
+		return 0;
 	return strcmp(mine, h->container) == 0 && strcmp(mine, LOCKFS_CALLER_UNSEEN) != 0
 		? 0 : -EPERM;
 }

@@ -118,12 +118,14 @@ def _in_pid_namespace(mnt, *commands):
 
 
 def test_status_has_a_container_column_dash_for_none(mnt, procs):
+    """A bare pid namespace is a container named by its namespace
+    (pidns:INODE); a holder beside the daemon is in none ("-")."""
     outside = procs.agent()
     assert outside.mkdir(mnt.path('host')) == 0
     ns_pid, (status,) = _in_pid_namespace(mnt, 'status')
     header, _ = table(status.encode())
     assert header == COLUMNS and header[CONTAINER] == 'CONTAINER', header
-    assert row_of(status.encode(), 'inner')[CONTAINER] == '-'
+    assert row_of(status.encode(), 'inner')[CONTAINER].startswith('pidns:')
     assert row_of(status.encode(), 'host')[CONTAINER] == '-'
 
 
@@ -148,7 +150,8 @@ def test_inside_a_pid_namespace_json_gives_each_holder_its_pid_here(mnt, procs):
     assert inner['pid_here'] == int(ns_pid) == inner['ns_pid'], inner
     assert inner['pid'] != inner['pid_here']    # the record's pid is the daemon's
     assert host['pid_here'] is None and host['pid'] == outside.pid, host
-    assert 'container' in inner and inner['container'] is None, inner
+    assert inner['container'].startswith('pidns:'), inner
+    assert host['container'] is None, host
     # and on the host, the host's pids
     r = lc(mnt, 'status', 'host', '--json')
     assert json.loads(r.stdout)[0]['holder']['pid_here'] == outside.pid
