@@ -610,6 +610,12 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (rc)
 		return store_error(e, rc);
 	lockfs_etcdbe_say_reachable(e);
+	/* The delete sent twice (its first answer lost), the second copy
+	 * finding the key gone: the first copy removed it -- this release
+	 * happened.  Told apart from a key removed behind the holder's back
+	 * only by that resend (docs/etcd.md, "Failures"). */
+	if (!r.succeeded && lockfs_etcd_last_call_resent())
+		r.succeeded = true;
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded) {
 		mirror_delete(e, name, h.key, r.revision, true);

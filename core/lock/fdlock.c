@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "audit.h"
 #include "fdlock.h"
 
 void lockfs_fdlock_granted_via(struct stripe *s, const char *name, const char *owner, uint64_t file)
@@ -127,13 +128,33 @@ struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name,
 		return NULL;
 	}
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
-	if (!owner[0])
-		lockfs_format_time(lockfs_wall_ms(), r->asked);
+	/* When the owner let go: its critical section ended then, whenever
+	 * the store takes the release (the `released` line's asked=). */
+	lockfs_format_time(lockfs_wall_ms(), r->asked);
 	r->fence = fence;
 	r->logged = logged;
 	r->next = s->retries;
 	s->retries = r;
 	return r;
+}
+
+void lockfs_fdlock_holder_note(struct fdlock_holder *h, const struct lockfs_record *rec,
+			       size_t i)
+{
+	const struct lockfs_holder *hd = lockfs_record_holder(rec, i);
+
+	lockfs_audit_who(h->who, sizeof(h->who), i == 0 ? rec->slug : NULL, hd->comm, hd->pid);
+	h->uid = hd->uid;
+	h->pid = hd->pid;
+}
+
+void lockfs_fdlock_retry_holder(struct unlock_retry *r, const struct fdlock_holder *h)
+{
+	if (!r)
+		return;
+	snprintf(r->who, sizeof(r->who), "%s", h->who);
+	r->uid = h->uid;
+	r->pid = h->pid;
 }
 
 void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence)

@@ -66,6 +66,21 @@ struct unlock_retry {
 	char asked[32];
 };
 
+/* Who holder I of a record is, noted before its release is tried (the
+ * release may rewrite or drop the cached record), for the `released` line
+ * of a retry whose release the store applied late (struct unlock_retry's
+ * who). */
+struct fdlock_holder {
+	char who[WHO_MAX];
+	uid_t uid;
+	pid_t pid;
+};
+void lockfs_fdlock_holder_note(struct fdlock_holder *h, const struct lockfs_record *rec,
+			       size_t i);
+/* R (may be NULL: no memory) ends with H's `released` line also when the
+ * store turns out to have applied the refused release itself. */
+void lockfs_fdlock_retry_holder(struct unlock_retry *r, const struct fdlock_holder *h);
+
 /* Is holder I of REC OWNER's fd grant?  FENCE 0: any of OWNER's grants. */
 bool lockfs_fdlock_holder_is(const struct lockfs_record *rec, size_t i, const char *owner,
 			     uint64_t fence);

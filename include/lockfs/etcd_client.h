@@ -96,6 +96,12 @@ const char *lockfs_etcd_endpoint(const struct lockfs_etcd *c, size_t i);
 
 /* True for the errors after which a write's outcome is unknown. */
 bool lockfs_etcd_outcome_unknown(int rc);
+/* Did the last call made by this thread perhaps reach etcd twice?  libcurl
+ * silently sends a request again on a new connection when the one it kept
+ * died before any answer came, which happens also after etcd applied the
+ * first copy (a lost answer).  Then a guarded write's "compare failed"
+ * may be the echo of its own first copy.  Read right after the call. */
+bool lockfs_etcd_last_call_resent(void);
 
 /* ---- Key-values (core/etcd/kv.c) ---- */
 

@@ -1,0 +1,119 @@
+"""Issue 23, part 5: every grant ends once in the log, and its holder is
+told once (docs/etcd.md, "Failures"; docs/errors.md).
+
+A write whose outcome the daemon cannot know is made with the pausable
+proxy (tests/fixtures/tcp_proxy.py) between the daemon and etcd: `hold`
+lets the daemon's requests reach etcd and holds back etcd's answers, so
+etcd applies a write its caller never hears about; `drop` then resets the
+connections (the daemon's call fails, outcome unknown) and `resume` lets
+everything flow again."""
+
+import errno
+import fcntl
+import os
+import signal
+
+import pytest
+
+from etcd_fixtures import etcd1, tcp_proxy  # noqa: F401
+from etcd_mounts import etcd_mounts  # noqa: F401
+from lockfs_helpers import wait_until
+
+LOCK_DELAY = 1
+END_EVENTS = ('released', 'recovered', 'lost', 'broken')
+
+
+def ends_of(hosts, m, name, fence):
+    return [l for l in hosts.log_lines(m, name)
+            if l.event in END_EVENTS and int(l.details.get('fence', 0)) == fence]
+
+
+def fence_of(hosts, m, name):
+    return int(hosts.wait_log(m, name, 'acquired')[-1].details['fence'])
+
+
+@pytest.fixture
+def cut_h1(etcd1, tcp_proxy, etcd_mounts):
+    """One host, h1, talking to etcd through a proxy; ttl 20 keeps every
+    outage here well inside its session."""
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY,
+                        endpoints={'h1': proxy.url})
+    return hosts, proxy
+
+
+def lose_the_answer(proxy, applied):
+    """With the proxy holding answers: once APPLIED() (etcd did the write),
+    reset the daemon's connections (its call fails, outcome unknown), then
+    let traffic flow again."""
+    try:
+        wait_until(applied, timeout=10, what='the write applied in etcd')
+        proxy.drop()
+    finally:
+        proxy.resume()
+
+
+@pytest.mark.parametrize('how', ['close', 'unlock-then-close'])
+def test_fd_holder_letting_go_when_the_answer_is_lost_ends_once(cut_h1, procs, how):
+    # The release reached etcd and was applied; the daemon never heard:
+    # the grant must still end, once, as `released`.
+    hosts, proxy = cut_h1
+    h1, = hosts
+    holder = procs.agent()
+    fd = holder.open(h1.path('.flock', 'f'))
+    assert holder.flock(fd, fcntl.LOCK_EX) == 0
+    fence = fence_of(hosts, h1, 'f')
+    proxy.hold()
+    if how == 'close':
+        holder.close(fd)
+        lose_the_answer(proxy, lambda: hosts.lock_keys('f') == [])
+    else:
+        rid = holder.flock_start(fd, fcntl.LOCK_UN)
+        lose_the_answer(proxy, lambda: hosts.lock_keys('f') == [])
+        # the holder's LOCK_UN is answered (EIO or 0); it closes anyway
+        holder.wait(rid, timeout=10)
+        holder.close(fd)
+    wait_until(lambda: ends_of(hosts, h1, 'f', fence), timeout=15,
+               what='an end line for the grant')
+    other = procs.agent()
+    wait_until(lambda: other.mkdir(h1.path('f')) == 0, timeout=10, what='f taken again')
+    assert other.rmdir(h1.path('f')) == 0
+    ends = ends_of(hosts, h1, 'f', fence)
+    assert [l.event for l in ends] == ['released'], ends
+    assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.parametrize('how', ['close', 'unlock-then-close'])
+def test_fd_holder_letting_go_while_etcd_is_silent_ends_once_when_it_answers(
+        etcd1, etcd_mounts, procs, how):
+    # The release times out unanswered (EIO to an unlock), etcd applies it
+    # once it runs again: the retry finds the key gone, and that is the
+    # release, logged `released retried=1` (asked= when the holder let go).
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    fd = holder.open(h1.path('.flock', 'f'))
+    assert holder.flock(fd, fcntl.LOCK_EX) == 0
+    fence = fence_of(hosts, h1, 'f')
+    member = etcd1.members[0]
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        if how == 'close':
+            holder.close(fd)
+        else:
+            assert holder.flock(fd, fcntl.LOCK_UN) == errno.EIO
+            holder.close(fd)
+        wait_until(lambda: 'does not answer' in h1.stderr(), timeout=10,
+                   what="h1 says etcd does not answer")
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    wait_until(lambda: hosts.lock_keys('f') == [], timeout=20, what='f free in etcd')
+    wait_until(lambda: ends_of(hosts, h1, 'f', fence), timeout=15,
+               what='an end line for the grant')
+    other = procs.agent()
+    wait_until(lambda: other.mkdir(h1.path('f')) == 0, timeout=10, what='f taken again')
+    assert other.rmdir(h1.path('f')) == 0
+    ends = ends_of(hosts, h1, 'f', fence)
+    assert [l.event for l in ends] == ['released'], ends
+    assert ends[0].details.get('retried') == '1' and 'asked' in ends[0].details, ends
+    assert hosts.check_history(held=set()) == []
