@@ -117,3 +117,65 @@ def test_fd_holder_letting_go_while_etcd_is_silent_ends_once_when_it_answers(
     assert [l.event for l in ends] == ['released'], ends
     assert ends[0].details.get('retried') == '1' and 'asked' in ends[0].details, ends
     assert hosts.check_history(held=set()) == []
+
+
+def warm(agent, m):
+    """One grant and release first, so that the daemon's connections to
+    etcd are kept ones (libcurl resends only on a kept connection)."""
+    assert agent.mkdir(m.path('warm')) == 0
+    assert agent.rmdir(m.path('warm')) == 0
+
+
+def test_mkdir_whose_answer_is_lost_is_granted_once_and_ends_once(cut_h1, procs):
+    # The try-lock's write reached etcd and made the key; its answer was
+    # lost and the request went again, finding that key.  That key is the
+    # grant: mkdir says 0 (not EEXIST with the key held by nobody), the
+    # holder's owner, rmdir and the log agree, and nothing undoes it.
+    hosts, proxy = cut_h1
+    h1, = hosts
+    a, other = procs.agent(), procs.agent()
+    warm(a, h1)
+    proxy.hold()
+    rid = a.start('mkdir', path=h1.path('x').encode().hex())
+    lose_the_answer(proxy, lambda: hosts.lock_keys('x') != [])
+    assert a.wait(rid, timeout=10).get('errno') is None
+    fence = fence_of(hosts, h1, 'x')
+    (_, value, create, _), = hosts.lock_keys('x')
+    assert create == fence
+    assert a.owner(h1.mnt, 'x')['holder']['pid'] == a.pid
+    assert other.mkdir(h1.path('x')) == errno.EEXIST
+    assert other.rmdir(h1.path('x')) == errno.EPERM
+    assert a.rmdir(h1.path('x')) == 0
+    assert hosts.lock_keys('x') == []
+    assert [l.event for l in hosts.log_lines(h1, 'x') if l.event != 'denied'] == [
+        'acquired', 'released']
+    # and the name is free for a fresh grant
+    assert other.mkdir(h1.path('x')) == 0
+    assert other.rmdir(h1.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
+
+
+def test_flock_grant_whose_answer_is_lost_is_granted_once_and_ends_once(cut_h1, procs):
+    # The same for an uncontended flock: its first write is a put that
+    # the resend writes again (create_revision kept, mod moved).
+    hosts, proxy = cut_h1
+    h1, = hosts
+    a, other = procs.agent(), procs.agent()
+    warm(a, h1)
+    fd = a.open(h1.path('.flock', 'g'))
+    proxy.hold()
+    rid = a.flock_start(fd, fcntl.LOCK_EX)
+    lose_the_answer(proxy, lambda: hosts.lock_keys('g') != [])
+    assert 'errno' not in a.wait(rid, timeout=15)
+    fence = fence_of(hosts, h1, 'g')
+    (_, _, create, _), = hosts.lock_keys('g')
+    assert fence >= create
+    assert other.mkdir(h1.path('g')) == errno.EEXIST
+    a.close(fd)
+    wait_until(lambda: ends_of(hosts, h1, 'g', fence), timeout=10, what="g's end line")
+    wait_until(lambda: other.mkdir(h1.path('g')) == 0, timeout=10, what='g taken again')
+    assert other.rmdir(h1.path('g')) == 0
+    assert [l.event for l in ends_of(hosts, h1, 'g', fence)] == ['released']
+    assert [l.event for l in hosts.log_lines(h1, 'g')] == [
+        'acquired', 'released', 'acquired', 'released']
+    assert hosts.check_history(held=set()) == []
