@@ -179,3 +179,40 @@ def test_flock_grant_whose_answer_is_lost_is_granted_once_and_ends_once(cut_h1, 
     assert [l.event for l in hosts.log_lines(h1, 'g')] == [
         'acquired', 'released', 'acquired', 'released']
     assert hosts.check_history(held=set()) == []
+
+
+def test_lost_holder_is_told_estale_once_then_mkdir_is_a_fresh_acquire(etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fence = fence_of(hosts, h1, 'x')
+    (key, _, _, _), = hosts.lock_keys('x')
+    hosts.cluster.etcdctl('del', key)     # removed behind its holder's back
+    lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+    assert int(lost.details['fence']) == fence
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE      # told, once
+    # at once after (well inside the kernel's retry window): a new grant
+    assert holder.mkdir(h1.path('x')) == 0
+    assert holder.owner(h1.mnt, 'x')['holder']['pid'] == holder.pid
+    assert holder.rmdir(h1.path('x')) == 0
+    assert [l.event for l in hosts.log_lines(h1, 'x')] == [
+        'acquired', 'lost', 'acquired', 'released']
+    assert hosts.check_history(held=set()) == []
+
+
+def test_lost_holder_told_by_its_owner_read_is_told_once(etcd1, etcd_mounts, procs):
+    # Any look at the name tells it (here `cat owner`): ESTALE once, then
+    # the name is simply free to that holder too.
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    (key, _, _, _), = hosts.lock_keys('x')
+    hosts.cluster.etcdctl('del', key)
+    hosts.wait_log(h1, 'x', 'lost', timeout=10)
+    ans = holder.call('read', path=h1.path('x', 'owner').encode().hex(), timeout=10)
+    assert ans.get('errno') == errno.ESTALE, ans
+    assert holder.rmdir(h1.path('x')) == errno.ENOENT
+    assert holder.mkdir(h1.path('x')) == 0
+    assert holder.rmdir(h1.path('x')) == 0
