@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "etcd.h"
@@ -654,6 +655,8 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	struct lockfs_etcd_txn txn = { .compare = &cmp, .n_compare = 1, .success = &del,
 				       .n_success = 1 };
 	struct lockfs_etcd_txn_resp r;
+	int64_t began = lockfs_boot_ms();
+	bool resent = false;
 	int rc;
 
 	if (lockfs_etcdbe_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
@@ -661,15 +664,34 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (lockfs_etcdbe_session_lost_lease(e, h.lease))
 		return -ESTALE;
 	cmp.number = h.create_rev;
-	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	/* Guarded by create_revision, the delete is harmless to send again,
+	 * so it is tried in short calls until the op's bound: a leader
+	 * election (a proposal lost with the old leader, "no leader" from the
+	 * others) is ridden out, and EIO means that etcd stayed unavailable
+	 * for the whole bound (docs/etcd.md, "Failures"). */
+	for (;;) {
+		int64_t tried_at = lockfs_boot_ms();
+
+		rc = lockfs_etcd_txn_resendable(e->client_short, &txn, &r);
+		resent = resent || lockfs_etcd_last_call_resent();
+		if (rc == 0 || !(lockfs_etcd_outcome_unknown(rc) || rc == -ETIMEDOUT) ||
+		    lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
+			break;
+		resent = true;
+		/* Failed at once (refused, "no leader"): give an election a
+		 * moment rather than spinning. */
+		if (lockfs_boot_ms() - tried_at < RELEASE_RETRY_GAP_MS)
+			nanosleep(&(struct timespec){ .tv_nsec = RELEASE_RETRY_GAP_MS * 1000000L },
+				  NULL);
+	}
 	if (rc)
 		return store_error(e, rc);
 	lockfs_etcdbe_say_reachable(e);
-	/* The delete sent twice (its first answer lost), the second copy
-	 * finding the key gone: the first copy removed it -- this release
-	 * happened.  Told apart from a key removed behind the holder's back
-	 * only by that resend (docs/etcd.md, "Failures"). */
-	if (!r.succeeded && lockfs_etcd_last_call_resent())
+	/* The delete sent twice (its first answer lost or late), the second
+	 * copy finding the key gone: the first copy removed it -- this
+	 * release happened.  Told apart from a key removed behind the
+	 * holder's back only by that resend (docs/etcd.md, "Failures"). */
+	if (!r.succeeded && resent)
 		r.succeeded = true;
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded) {

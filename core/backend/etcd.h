@@ -357,6 +357,9 @@ struct etcd_store {
 /* The bound of a second call within one op (hand-off's grant), so that
  * the op as a whole stays within LOCKFS_ETCD_TIMEOUT_MS. */
 #define SHORT_TIMEOUT_MS 400
+/* A release whose short call failed at once waits this long before its
+ * next try (etcd_release: riding out an election). */
+#define RELEASE_RETRY_GAP_MS 50
 
 /* Open the store CFG describes (etcd_open.c): options, client, lease,
  * host key, watch, session thread; E->base without its ops, kind and

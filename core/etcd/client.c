@@ -423,6 +423,7 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 	char *text = json_dumps(body, JSON_COMPACT);
 	struct easy *e = text ? easy_get(c) : NULL;
 	char url[2048];
+	bool reached = false; /* a copy of the request may have reached etcd */
 	int worst = 0;
 
 	*out = NULL;
@@ -447,6 +448,9 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 			worst = lockfs_etcd_worse(worst, -ETIMEDOUT);
 			break;
 		}
+		/* A copy that may have reached etcd goes again: say so. */
+		if (reached)
+			last_call_resent = true;
 		if (share < 1)
 			share = 1;
 		if ((size_t)snprintf(url, sizeof(url), "%s%s", c->endpoints[i], path) >= sizeof(url)) {
@@ -465,6 +469,8 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 		res = curl_easy_perform(e->curl);
 		if (res == CURLE_OK) {
 			long connects = 0;
+
+			reached = true;
 
 			/* libcurl sends a request again, on a new connection,
 			 * when the kept one died before any answer came -- also
@@ -502,6 +508,7 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 		}
 		e->connected = false;
 		rc = e->too_big ? -EPROTO : lockfs_etcd_curl_errno(e->curl, res, e->errbuf, &sent);
+		reached = reached || sent;
 		lockfs_etcd_endpoint_failed(c, i);
 		worst = lockfs_etcd_worse(worst, rc);
 		if (rc == -ENOMEM || (sent && resend == LOCKFS_ETCD_ONCE))

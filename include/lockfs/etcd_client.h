@@ -234,6 +234,14 @@ int lockfs_etcd_delete(struct lockfs_etcd *c, const struct lockfs_etcd_op *op,
 int lockfs_etcd_txn(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
 		    struct lockfs_etcd_txn_resp *out)
 	__attribute__((warn_unused_result));
+/* lockfs_etcd_txn for a TXN that is harmless to apply twice (a delete
+ * guarded by create_revision): like a range, each endpoint gets a fair
+ * share of the bound and one that does not answer in it is left for the
+ * next, with the txn sent again (lockfs_etcd_last_call_resent() then
+ * says so: a failed compare may be the first copy's doing). */
+int lockfs_etcd_txn_resendable(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
+			       struct lockfs_etcd_txn_resp *out)
+	__attribute__((warn_unused_result));
 
 /* Discard history before REVISION (watches and reads from older
  * revisions then fail).  0, -ERANGE when REVISION was compacted already or

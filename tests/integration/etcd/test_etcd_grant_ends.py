@@ -15,7 +15,7 @@ import signal
 
 import pytest
 
-from etcd_fixtures import etcd1, tcp_proxy  # noqa: F401
+from etcd_fixtures import etcd1, etcd3, tcp_proxy  # noqa: F401
 from etcd_mounts import etcd_mounts  # noqa: F401
 from lockfs_helpers import wait_until
 
@@ -216,3 +216,39 @@ def test_lost_holder_told_by_its_owner_read_is_told_once(etcd1, etcd_mounts, pro
     assert holder.rmdir(h1.path('x')) == errno.ENOENT
     assert holder.mkdir(h1.path('x')) == 0
     assert holder.rmdir(h1.path('x')) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('how', ['kill9', 'sigstop'])
+def test_holders_rmdir_rides_out_a_leader_election(etcd3, etcd_mounts, procs, how):
+    # The fixtures' members elect in ~0.1 s (--election-timeout 100): well
+    # inside the 1 s bound, so the holder's rmdir right after the leader
+    # died (or froze) must succeed, not answer EIO.  Some rounds, since
+    # the daemon may be talking to any member when the leader goes.
+    hosts = etcd_mounts(etcd3, hosts=('h1',), ttl=10, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    answers = []
+    for i in range(3):
+        name = f'x{i}'
+        assert holder.mkdir(h1.path(name)) == 0
+        fence = fence_of(hosts, h1, name)
+        leader = etcd3.wait_leader(timeout=30)
+        if how == 'kill9':
+            leader.kill9()
+        else:
+            os.kill(leader.pid, signal.SIGSTOP)
+        try:
+            answers.append(holder.rmdir(h1.path(name)))
+        finally:
+            if how == 'kill9':
+                leader.start()
+            else:
+                os.kill(leader.pid, signal.SIGCONT)
+        etcd3.wait_leader(timeout=30)
+        wait_until(lambda: ends_of(hosts, h1, name, fence), timeout=15,
+                   what=f"{name}'s end line")
+        assert [l.event for l in ends_of(hosts, h1, name, fence)] == ['released']
+        wait_until(lambda: hosts.lock_keys(name) == [], timeout=10, what=f'{name} free in etcd')
+    assert answers == [0, 0, 0], answers
+    assert hosts.check_history(held=set()) == []
