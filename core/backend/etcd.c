@@ -674,7 +674,7 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 
 		rc = lockfs_etcd_txn_resendable(e->client_short, &txn, &r);
 		resent = resent || lockfs_etcd_last_call_resent();
-		if (rc == 0 || !(lockfs_etcd_outcome_unknown(rc) || rc == -ETIMEDOUT) ||
+		if (rc == 0 || !lockfs_etcd_outcome_unknown(rc) ||
 		    lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
 			break;
 		resent = true;
