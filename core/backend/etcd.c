@@ -928,6 +928,7 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.read = etcd_read,
 	.stat = etcd_stat,
 	.list = etcd_list,
+	.line = lockfs_etcdbe_line,
 	.foreign_stale = NULL,  /* a foreign etcd holder ends by its own lease */
 	.session = etcd_session_op,
 	.start = etcd_start,

@@ -307,6 +307,10 @@ void lockfs_etcdbe_key_free(struct etcd_keys *k, const char *name, int64_t lease
 bool lockfs_etcdbe_key_reuse(struct etcd_keys *k, const char *name, int64_t lease, uint64_t *seq);
 /* KEY is PREFIX NAME "/" <LEASE, 16 hex> "-" <seq hex>, this daemon's own
  * contender key on LEASE: true and *SEQ. */
+/* The backend op `line` (etcd_line.c): NAME's waiting contenders, every
+ * host's, in etcd's order. */
+int lockfs_etcdbe_line(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg);
+
 bool lockfs_etcdbe_own_key_seq(const char *prefix, const char *name, const char *key,
 			       int64_t lease, uint64_t *seq);
 
