@@ -100,18 +100,12 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 			rc = -EPERM;
 		} else {
 			uint64_t fence = lockfs_record_fence_at(&c->rec, (size_t)held);
-			struct fdlock_holder who;
 
-			lockfs_fdlock_holder_note(&who, &c->rec, (size_t)held);
 			rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 				.identity = st.identity, .index = (size_t)held,
 				.event = "released" });
-			/* Refused, or of unknown outcome (etcd silent): the tick
-			 * completes it, and logs its `released` also when the
-			 * store turns out to have applied it meanwhile. */
 			if (rc < 0 && rc != -ENOENT)
-				lockfs_fdlock_retry_holder(
-					lockfs_fdlock_retry_add(s, name, owner, fence, rc, true), &who);
+				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true);
 		}
 	}
 	lockfs_table_unlock(s);

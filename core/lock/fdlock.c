@@ -108,6 +108,24 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 	return -1;
 }
 
+/* R's holder, for its `released` line when the store applied the refused
+ * release itself: from C, NAME's cached record as the failed release left
+ * it (read back from the store, or the mirror while etcd is away). */
+static void note_holder(struct unlock_retry *r, const struct held_lock *c)
+{
+	for (size_t i = 0; c && i < lockfs_record_holders(&c->rec); i++) {
+		const struct lockfs_holder *hd = lockfs_record_holder(&c->rec, i);
+
+		if (lockfs_record_fence_at(&c->rec, i) != r->fence)
+			continue;
+		lockfs_audit_who(r->who, sizeof(r->who), i == 0 ? c->rec.slug : NULL, hd->comm,
+				 hd->pid);
+		r->uid = hd->uid;
+		r->pid = hd->pid;
+		return;
+	}
+}
+
 /* What is wrong with the store was said by the backend, once: nothing is
  * said per release.  Out of memory, the lock stays until a restart. */
 struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
@@ -133,28 +151,10 @@ struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name,
 	lockfs_format_time(lockfs_wall_ms(), r->asked);
 	r->fence = fence;
 	r->logged = logged;
+	note_holder(r, lockfs_table_find(s, name));
 	r->next = s->retries;
 	s->retries = r;
 	return r;
-}
-
-void lockfs_fdlock_holder_note(struct fdlock_holder *h, const struct lockfs_record *rec,
-			       size_t i)
-{
-	const struct lockfs_holder *hd = lockfs_record_holder(rec, i);
-
-	lockfs_audit_who(h->who, sizeof(h->who), i == 0 ? rec->slug : NULL, hd->comm, hd->pid);
-	h->uid = hd->uid;
-	h->pid = hd->pid;
-}
-
-void lockfs_fdlock_retry_holder(struct unlock_retry *r, const struct fdlock_holder *h)
-{
-	if (!r)
-		return;
-	snprintf(r->who, sizeof(r->who), "%s", h->who);
-	r->uid = h->uid;
-	r->pid = h->pid;
 }
 
 void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence)

@@ -66,21 +66,6 @@ struct unlock_retry {
 	char asked[32];
 };
 
-/* Who holder I of a record is, noted before its release is tried (the
- * release may rewrite or drop the cached record), for the `released` line
- * of a retry whose release the store applied late (struct unlock_retry's
- * who). */
-struct fdlock_holder {
-	char who[WHO_MAX];
-	uid_t uid;
-	pid_t pid;
-};
-void lockfs_fdlock_holder_note(struct fdlock_holder *h, const struct lockfs_record *rec,
-			       size_t i);
-/* R (may be NULL: no memory) ends with H's `released` line also when the
- * store turns out to have applied the refused release itself. */
-void lockfs_fdlock_retry_holder(struct unlock_retry *r, const struct fdlock_holder *h);
-
 /* Is holder I of REC OWNER's fd grant?  FENCE 0: any of OWNER's grants. */
 bool lockfs_fdlock_holder_is(const struct lockfs_record *rec, size_t i, const char *owner,
 			     uint64_t fence);
@@ -91,7 +76,9 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 			     const char *owner);
 /* OWNER let go of its grant FENCE of NAME but the store could not be
  * written (ERR): remember it for the tick; its `released` line is written
- * then if LOGGED (not for a grant the log refused).  Returns the retry
+ * then if LOGGED (not for a grant the log refused) -- also when the store
+ * turns out to have applied the release itself (the holder is noted from
+ * NAME's cached record, as the failed release left it).  Returns the retry
  * (the one already kept for that grant, if any), or NULL (no memory). */
 struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
 					     uint64_t fence, int err, bool logged);

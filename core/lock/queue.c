@@ -692,16 +692,13 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 		}
 		{
 			uint64_t fence = lockfs_record_fence_at(&c->rec, (size_t)held);
-			struct fdlock_holder who;
 
-			lockfs_fdlock_holder_note(&who, &c->rec, (size_t)held);
 			rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 				.identity = st.identity, .index = (size_t)held, .event = "released" });
 			/* As for an unlock the store refuses: the old grant
 			 * ends once it can; this request waits behind it. */
 			if (rc < 0 && rc != -ENOENT)
-				lockfs_fdlock_retry_holder(
-					lockfs_fdlock_retry_add(s, name, owner, fence, rc, true), &who);
+				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true);
 		}
 	}
 	q = lockfs_queue_find(s, name);
