@@ -352,27 +352,54 @@ int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *coun
 struct queue_text {
 	char **text;
 	size_t *len;
+	struct lockfs_table *t;
 	struct stripe *s;
 };
 
-static int view_waiters(struct stripe *s, const char *name, char **text, size_t *len)
+/* The text being built for `waiters`: one line per waiter. */
+struct waiter_lines {
+	char *buf;
+	size_t used, cap;
+};
+
+/* Append O (taken) as one line.  0; -ENOMEM. */
+static int lines_add(struct waiter_lines *l, json_t *o)
 {
-	struct lockq *q = lockfs_queue_find(s, name);
-	size_t used = 0, cap = 64;
-	char *buf = malloc(cap);
+	char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	size_t n;
 
-	if (!buf)
+	json_decref(o);
+	if (!line)
 		return -ENOMEM;
-	buf[0] = '\0';
-	for (struct qentry *e = q ? q->head : NULL; e; e = e->next) {
-		char when[32], *line;
-		json_t *o;
-		size_t n;
+	n = strlen(line);
+	if (l->used + n + 2 > l->cap) {
+		size_t cap = l->cap ? l->cap : 64;
+		char *b;
 
-		if (!e->w)
-			continue;
-		/* comm is any bytes (prctl): "o" takes the lossy string. */
-		o = json_pack("{s:i, s:o, s:o, s:o, s:i, s:s, s:s, s:s}",
+		while (l->used + n + 2 > cap)
+			cap *= 2;
+		b = realloc(l->buf, cap);
+		if (!b) {
+			free(line);
+			return -ENOMEM;
+		}
+		l->buf = b;
+		l->cap = cap;
+	}
+	memcpy(l->buf + l->used, line, n);
+	l->used += n;
+	l->buf[l->used++] = '\n';
+	l->buf[l->used] = '\0';
+	free(line);
+	return 0;
+}
+
+/* A waiter of this daemon's queue; HOST (NULL: left out) is this host. */
+static json_t *local_waiter(const struct qentry *e, const char *host)
+{
+	char when[32];
+	/* comm is any bytes (prctl): "o" takes the lossy string. */
+	json_t *o = json_pack("{s:i, s:o, s:o, s:o, s:i, s:s, s:s, s:s}",
 			      "pid", (int)e->who.pid,
 			      "ns_pid", e->who.ns_pid > 0 ? json_integer(e->who.ns_pid) : json_null(),
 			      "container", e->who.container[0]
@@ -382,34 +409,110 @@ static int view_waiters(struct stripe *s, const char *name, char **text, size_t 
 			      "mode", e->mode == LOCKFS_SHARED ? "shared" : "exclusive",
 			      "kind", strncmp(e->owner, "posix:", 6) == 0 ? "posix" : "flock",
 			      "since", lockfs_format_time(e->since_ms, when));
-		line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-		json_decref(o);
-		if (!line) {
-			free(buf);
-			return -ENOMEM;
-		}
-		n = strlen(line);
-		if (used + n + 2 > cap) {
-			char *b;
 
-			while (used + n + 2 > cap)
-				cap *= 2;
-			b = realloc(buf, cap);
-			if (!b) {
-				free(line);
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = b;
-		}
-		memcpy(buf + used, line, n);
-		used += n;
-		buf[used++] = '\n';
-		buf[used] = '\0';
-		free(line);
+	if (o && host && json_object_set_new(o, "host", json_string(host)) < 0) {
+		json_decref(o);
+		return NULL;
 	}
-	*text = buf;
-	*len = used;
+	return o;
+}
+
+/* A waiter known only by its record in the store (another host's, or a
+ * client other than lockfs: then every field is null). */
+static json_t *stored_waiter(const struct lockfs_line_entry *le)
+{
+	json_t *rec = le->record_len ? json_loadb(le->record, le->record_len, 0, NULL) : NULL;
+	json_t *h = json_object_get(rec, "holder");
+	const char *owner = json_string_value(json_object_get(rec, "fd_owner"));
+	const char *mode = json_string_value(json_object_get(rec, "mode"));
+	json_t *o;
+
+#define FIELD(obj, key) json_incref(json_object_get((obj), (key)) ? json_object_get((obj), (key)) \
+								 : json_null())
+	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+		      "pid", FIELD(h, "pid"), "ns_pid", FIELD(h, "ns_pid"),
+		      "container", FIELD(h, "container"), "comm", FIELD(h, "comm"),
+		      "uid", FIELD(h, "uid"),
+		      "mode", mode ? json_string(mode) : json_null(),
+		      "kind", !owner ? json_null()
+				     : json_string(strncmp(owner, "posix:", 6) == 0 ? "posix" : "flock"),
+		      "since", FIELD(rec, "acquired_at"), "host", FIELD(h, "host"));
+#undef FIELD
+	json_decref(rec);
+	return o;
+}
+
+/* Building `waiters` from the store's line (struct lockfs_line_entry). */
+struct line_view {
+	struct waiter_lines *lines;
+	struct lockq *q;
+	const char *host;
+	int64_t *ranks; /* the store's places seen, N of them */
+	size_t n, cap;
+};
+
+static int line_entry(void *arg, const struct lockfs_line_entry *le)
+{
+	struct line_view *v = arg;
+	const struct qentry *mine = NULL;
+
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 16;
+		int64_t *r = realloc(v->ranks, cap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		v->ranks = r;
+		v->cap = cap;
+	}
+	v->ranks[v->n++] = le->rank;
+	for (const struct qentry *e = v->q ? v->q->head : NULL; e && !mine; e = e->next)
+		if (e->place.rank == le->rank)
+			mine = e;
+	/* A place kept for an interrupted waiter: nobody waits there. */
+	if (mine && !mine->w)
+		return 0;
+	/* One of ours: what the daemon knows of it beats its record. */
+	return lines_add(v->lines, mine ? local_waiter(mine, v->host) : stored_waiter(le));
+}
+
+static bool ranks_have(const struct line_view *v, int64_t rank)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (v->ranks[i] == rank)
+			return true;
+	return false;
+}
+
+/* Every waiter of NAME: on a store with its own line across hosts (etcd),
+ * the store's line in its order, each with its host, then this daemon's
+ * waiters that have no place in it yet (etcd did not answer when they
+ * came); else this daemon's queue, in order. */
+static int view_waiters(struct lockfs_table *t, struct stripe *s, const char *name, char **text,
+			size_t *len)
+{
+	struct waiter_lines l = { 0 };
+	struct line_view v = { .lines = &l, .q = lockfs_queue_find(s, name), .host = t->host };
+	int rc = lockfs_store_line(t->be, name, line_entry, &v);
+
+	if (rc == -EOPNOTSUPP)
+		v.host = NULL; /* one host: no host field */
+	else if (rc < 0 && rc != -ENOMEM)
+		v.n = 0; /* etcd cannot say now: this daemon's waiters, as it knows them */
+	for (struct qentry *e = v.q ? v.q->head : NULL; e && rc != -ENOMEM; e = e->next) {
+		if (!e->w || (e->place.rank && ranks_have(&v, e->place.rank)))
+			continue;
+		rc = lines_add(&l, local_waiter(e, v.host));
+	}
+	free(v.ranks);
+	if (rc == -ENOMEM) {
+		free(l.buf);
+		return rc;
+	}
+	if (!l.buf && !(l.buf = calloc(1, 1)))
+		return -ENOMEM;
+	*text = l.buf;
+	*len = l.used;
 	return 0;
 }
 
@@ -418,13 +521,13 @@ static int view_waiters_of(const char *name, struct held_lock *c, const struct l
 {
 	struct queue_text *o = arg;
 
-	return view_waiters(o->s, name, o->text, o->len);
+	return view_waiters(o->t, o->s, name, o->text, o->len);
 }
 
 int lockfs_core_waiters(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
 	struct lockfs_table *t = &core->table;
-	struct queue_text o = { text, len, lockfs_table_stripe(t, name) };
+	struct queue_text o = { text, len, t, lockfs_table_stripe(t, name) };
 
 	return lockfs_table_view(t, name, view_waiters_of, &o);
 }
@@ -445,7 +548,7 @@ static int view_binding(const char *name, struct held_lock *c, const struct lock
 
 int lockfs_core_binding(struct lockfs_core *core, const char *name, char **text, size_t *len)
 {
-	struct queue_text o = { text, len, NULL };
+	struct queue_text o = { .text = text, .len = len };
 
 	return lockfs_table_view(&core->table, name, view_binding, &o);
 }

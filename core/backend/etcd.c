@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "etcd.h"
@@ -238,6 +239,33 @@ static void granted_stat(struct etcd_store *e, const char *key, int64_t create_r
 	holder_fields(st, key, lease, create_rev);
 }
 
+/*
+ * The acquire's put of KEY (on LEASE, value JSON) may have reached etcd
+ * twice (lockfs_etcd_last_call_resent): read what KEY holds now.  1 and
+ * its (*CREATE, *MOD) when it is our write -- the first copy made it (a
+ * try-lock's second copy then failed its compare on that very key; a
+ * queue's second copy rewrote it, moving mod but not create) --; 0 when
+ * KEY is not there (nothing was written); -errno when etcd cannot say.
+ */
+static int resent_put(struct etcd_store *e, const char *key, int64_t lease, const char *json,
+		      size_t len, int64_t *create, int64_t *mod)
+{
+	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = key };
+	struct lockfs_etcd_op_resp r;
+	int rc = lockfs_etcd_range(e->client, &get, &r);
+
+	if (rc)
+		return rc;
+	rc = r.n_kvs == 1 && r.kvs[0].lease == lease && r.kvs[0].value_len == len &&
+	     memcmp(r.kvs[0].value, json, len) == 0;
+	if (rc) {
+		*create = r.kvs[0].create_revision;
+		*mod = r.kvs[0].mod_revision;
+	}
+	lockfs_etcd_op_resp_free(&r);
+	return rc;
+}
+
 /* ---- Ops ---- */
 
 static int etcd_acquire(struct lockfs_backend *be, const char *name,
@@ -258,10 +286,10 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	struct lockfs_etcd_txn txn = { .success = ops };
 	struct lockfs_etcd_txn_resp r;
 	uint64_t seq;
-	int64_t lease, create;
+	int64_t lease, create, mod;
 	char *json = NULL;
 	size_t len = 0;
-	bool granted;
+	bool granted, resent;
 	int rc;
 
 	if (how != LOCKFS_ACQ_TRY && !place)
@@ -298,6 +326,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		break;
 	}
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	resent = rc == 0 && lockfs_etcd_last_call_resent();
 	if (rc) {
 		/* It may have been made: undo it once etcd answers. */
 		if (lockfs_etcd_outcome_unknown(rc))
@@ -306,6 +335,22 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		return store_error(e, rc);
 	}
 	lockfs_etcdbe_say_reachable(e);
+	create = mod = r.revision;
+	if (resent) {
+		/* Sent twice: KEY's own create_revision is the grant and its
+		 * place, not this answer's revision (docs/etcd.md). */
+		int got = resent_put(e, key, lease, json, len, &create, &mod);
+
+		if (got < 0) {
+			/* Cannot tell: undo it once etcd answers. */
+			lockfs_etcdbe_session_pending(e, key, lease, 0, false);
+			lockfs_etcd_txn_resp_free(&r);
+			free(json);
+			return store_error(e, got);
+		}
+		if (got == 1 && how == LOCKFS_ACQ_TRY)
+			r.succeeded = true; /* the first copy's compare held */
+	}
 	if (!r.succeeded) {
 		/* Refused: nothing was written, the key is free again. */
 		lockfs_etcdbe_key_free(&e->free_keys, name, lease, seq);
@@ -313,17 +358,16 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		free(json);
 		return -EEXIST;
 	}
-	create = r.revision;
 	granted = how == LOCKFS_ACQ_TRY ||
 		  (how == LOCKFS_ACQ_OR_QUEUE && r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
 		   strcmp(r.ops[1].kvs[0].key, key) == 0 && !in_delay(e, name));
 	/* Granted: it is the first. */
-	mirror_put(e, name, key, json, len, create, create, lease, granted ? create : 0, granted,
+	mirror_put(e, name, key, json, len, create, mod, lease, granted ? create : 0, granted,
 		   true);
 	free(json);
 	if (granted) {
 		lockfs_etcd_txn_resp_free(&r);
-		granted_stat(e, key, create, create, lease, (uint64_t)create, st);
+		granted_stat(e, key, create, mod, lease, (uint64_t)create, st);
 		return 0;
 	}
 	lockfs_etcd_txn_resp_free(&r);
@@ -558,6 +602,18 @@ static int etcd_update(struct lockfs_backend *be, const char *name, uint64_t ide
 		free(json);
 		return store_error(e, rc);
 	}
+	if (!r.succeeded && lockfs_etcd_last_call_resent()) {
+		/* Sent twice: the second copy's compare on mod failed on the
+		 * first copy's own write.  KEY holding our record, made at
+		 * the same revision, is this update done. */
+		int64_t create = 0, mod = 0;
+		int got = resent_put(e, h.key, h.lease, json, len, &create, &mod);
+
+		if (got == 1 && create == h.create_rev && mod != h.mod_rev) {
+			lockfs_etcd_txn_resp_free(&r);
+			r = (struct lockfs_etcd_txn_resp){ .revision = mod, .succeeded = true };
+		}
+	}
 	if (!r.succeeded) {
 		bool there = r.n_ops == 1 && r.ops[0].n_kvs == 1 &&
 			     r.ops[0].kvs[0].create_revision == h.create_rev &&
@@ -599,6 +655,8 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	struct lockfs_etcd_txn txn = { .compare = &cmp, .n_compare = 1, .success = &del,
 				       .n_success = 1 };
 	struct lockfs_etcd_txn_resp r;
+	int64_t began = lockfs_boot_ms();
+	bool resent = false;
 	int rc;
 
 	if (lockfs_etcdbe_mirror_find_identity(&e->mirror, name, identity, false, &h) < 0)
@@ -606,10 +664,35 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (lockfs_etcdbe_session_lost_lease(e, h.lease))
 		return -ESTALE;
 	cmp.number = h.create_rev;
-	rc = lockfs_etcd_txn(e->client, &txn, &r);
+	/* Guarded by create_revision, the delete is harmless to send again,
+	 * so it is tried in short calls until the op's bound: a leader
+	 * election (a proposal lost with the old leader, "no leader" from the
+	 * others) is ridden out, and EIO means that etcd stayed unavailable
+	 * for the whole bound (docs/etcd.md, "Failures"). */
+	for (;;) {
+		int64_t tried_at = lockfs_boot_ms();
+
+		rc = lockfs_etcd_txn_resendable(e->client_short, &txn, &r);
+		resent = resent || lockfs_etcd_last_call_resent();
+		if (rc == 0 || !lockfs_etcd_outcome_unknown(rc) ||
+		    lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
+			break;
+		resent = true;
+		/* Failed at once (refused, "no leader"): give an election a
+		 * moment rather than spinning. */
+		if (lockfs_boot_ms() - tried_at < RELEASE_RETRY_GAP_MS)
+			nanosleep(&(struct timespec){ .tv_nsec = RELEASE_RETRY_GAP_MS * 1000000L },
+				  NULL);
+	}
 	if (rc)
 		return store_error(e, rc);
 	lockfs_etcdbe_say_reachable(e);
+	/* The delete sent twice (its first answer lost or late), the second
+	 * copy finding the key gone: the first copy removed it -- this
+	 * release happened.  Told apart from a key removed behind the
+	 * holder's back only by that resend (docs/etcd.md, "Failures"). */
+	if (!r.succeeded && resent)
+		r.succeeded = true;
 	rc = r.succeeded ? 0 : -ENOENT;
 	if (r.succeeded) {
 		mirror_delete(e, name, h.key, r.revision, true);
@@ -845,6 +928,7 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.read = etcd_read,
 	.stat = etcd_stat,
 	.list = etcd_list,
+	.line = lockfs_etcdbe_line,
 	.foreign_stale = NULL,  /* a foreign etcd holder ends by its own lease */
 	.session = etcd_session_op,
 	.start = etcd_start,

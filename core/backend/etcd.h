@@ -307,6 +307,10 @@ void lockfs_etcdbe_key_free(struct etcd_keys *k, const char *name, int64_t lease
 bool lockfs_etcdbe_key_reuse(struct etcd_keys *k, const char *name, int64_t lease, uint64_t *seq);
 /* KEY is PREFIX NAME "/" <LEASE, 16 hex> "-" <seq hex>, this daemon's own
  * contender key on LEASE: true and *SEQ. */
+/* The backend op `line` (etcd_line.c): NAME's waiting contenders, every
+ * host's, in etcd's order. */
+int lockfs_etcdbe_line(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg);
+
 bool lockfs_etcdbe_own_key_seq(const char *prefix, const char *name, const char *key,
 			       int64_t lease, uint64_t *seq);
 
@@ -357,6 +361,9 @@ struct etcd_store {
 /* The bound of a second call within one op (hand-off's grant), so that
  * the op as a whole stays within LOCKFS_ETCD_TIMEOUT_MS. */
 #define SHORT_TIMEOUT_MS 400
+/* A release whose short call failed at once waits this long before its
+ * next try (etcd_release: riding out an election). */
+#define RELEASE_RETRY_GAP_MS 50
 
 /* Open the store CFG describes (etcd_open.c): options, client, lease,
  * host key, watch, session thread; E->base without its ops, kind and

@@ -27,7 +27,15 @@ struct easy {
 	char *body;     /* the answer being received */
 	size_t len, cap;
 	bool too_big;
+	/* A transfer completed on this handle: its connection is kept, and
+	 * the next request goes out on it. */
+	bool connected;
 };
+
+/* Did the last call of this thread perhaps reach etcd twice?  See
+ * lockfs_etcd_last_call_resent(): a per-thread fact about one call,
+ * read by its caller right after it. */
+static __thread bool last_call_resent;
 
 struct lockfs_etcd {
 	/* Immutable after lockfs_etcd_open(). */
@@ -217,6 +225,11 @@ void lockfs_etcd_endpoint_failed(struct lockfs_etcd *c, size_t i)
 void lockfs_etcd_endpoint_answered(struct lockfs_etcd *c, size_t i)
 {
 	atomic_store(&c->preferred, i);
+}
+
+bool lockfs_etcd_last_call_resent(void)
+{
+	return last_call_resent;
 }
 
 bool lockfs_etcd_outcome_unknown(int rc)
@@ -410,9 +423,11 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 	char *text = json_dumps(body, JSON_COMPACT);
 	struct easy *e = text ? easy_get(c) : NULL;
 	char url[2048];
+	bool reached = false; /* a copy of the request may have reached etcd */
 	int worst = 0;
 
 	*out = NULL;
+	last_call_resent = false;
 	if (!e) {
 		free(text);
 		return -ENOMEM;
@@ -433,6 +448,9 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 			worst = lockfs_etcd_worse(worst, -ETIMEDOUT);
 			break;
 		}
+		/* A copy that may have reached etcd goes again: say so. */
+		if (reached)
+			last_call_resent = true;
 		if (share < 1)
 			share = 1;
 		if ((size_t)snprintf(url, sizeof(url), "%s%s", c->endpoints[i], path) >= sizeof(url)) {
@@ -450,6 +468,17 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 				 resend == LOCKFS_ETCD_RESEND ? share : (long)left);
 		res = curl_easy_perform(e->curl);
 		if (res == CURLE_OK) {
+			long connects = 0;
+
+			reached = true;
+
+			/* libcurl sends a request again, on a new connection,
+			 * when the kept one died before any answer came -- also
+			 * after etcd had taken the first copy.  A new connect
+			 * where one was kept may be that. */
+			curl_easy_getinfo(e->curl, CURLINFO_NUM_CONNECTS, &connects);
+			last_call_resent = last_call_resent || (e->connected && connects > 0);
+			e->connected = true;
 			curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
 			rc = answer(e, status, out);
 			if (rc == -EPROTO) {
@@ -477,7 +506,9 @@ int lockfs_etcd_post(struct lockfs_etcd *c, const char *path, json_t *body,
 				break;
 			continue;
 		}
+		e->connected = false;
 		rc = e->too_big ? -EPROTO : lockfs_etcd_curl_errno(e->curl, res, e->errbuf, &sent);
+		reached = reached || sent;
 		lockfs_etcd_endpoint_failed(c, i);
 		worst = lockfs_etcd_worse(worst, rc);
 		if (rc == -ENOMEM || (sent && resend == LOCKFS_ETCD_ONCE))

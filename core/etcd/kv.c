@@ -345,8 +345,23 @@ static int txn_resp_parse(const json_t *j, struct lockfs_etcd_txn_resp *r)
 	return 0;
 }
 
+static int txn_post(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
+		    enum lockfs_etcd_resend resend, struct lockfs_etcd_txn_resp *out);
+
 int lockfs_etcd_txn(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
 		    struct lockfs_etcd_txn_resp *out)
+{
+	return txn_post(c, txn, LOCKFS_ETCD_ONCE, out);
+}
+
+int lockfs_etcd_txn_resendable(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
+			       struct lockfs_etcd_txn_resp *out)
+{
+	return txn_post(c, txn, LOCKFS_ETCD_RESEND, out);
+}
+
+static int txn_post(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
+		    enum lockfs_etcd_resend resend, struct lockfs_etcd_txn_resp *out)
 {
 	json_t *req, *resp;
 	int rc;
@@ -360,7 +375,7 @@ int lockfs_etcd_txn(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
 	rc = txn_json(txn, &req);
 	if (rc)
 		return rc;
-	rc = lockfs_etcd_post(c, "/v3/kv/txn", req, LOCKFS_ETCD_ONCE, &resp);
+	rc = lockfs_etcd_post(c, "/v3/kv/txn", req, resend, &resp);
 	json_decref(req);
 	if (rc)
 		return rc;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "audit.h"
 #include "fdlock.h"
 
 void lockfs_fdlock_granted_via(struct stripe *s, const char *name, const char *owner, uint64_t file)
@@ -107,6 +108,24 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 	return -1;
 }
 
+/* R's holder, for its `released` line when the store applied the refused
+ * release itself: from C, NAME's cached record as the failed release left
+ * it (read back from the store, or the mirror while etcd is away). */
+static void note_holder(struct unlock_retry *r, const struct held_lock *c)
+{
+	for (size_t i = 0; c && i < lockfs_record_holders(&c->rec); i++) {
+		const struct lockfs_holder *hd = lockfs_record_holder(&c->rec, i);
+
+		if (lockfs_record_fence_at(&c->rec, i) != r->fence)
+			continue;
+		lockfs_audit_who(r->who, sizeof(r->who), i == 0 ? c->rec.slug : NULL, hd->comm,
+				 hd->pid);
+		r->uid = hd->uid;
+		r->pid = hd->pid;
+		return;
+	}
+}
+
 /* What is wrong with the store was said by the backend, once: nothing is
  * said per release.  Out of memory, the lock stays until a restart. */
 struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
@@ -127,10 +146,12 @@ struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name,
 		return NULL;
 	}
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
-	if (!owner[0])
-		lockfs_format_time(lockfs_wall_ms(), r->asked);
+	/* When the owner let go: its critical section ended then, whenever
+	 * the store takes the release (the `released` line's asked=). */
+	lockfs_format_time(lockfs_wall_ms(), r->asked);
 	r->fence = fence;
 	r->logged = logged;
+	note_holder(r, lockfs_table_find(s, name));
 	r->next = s->retries;
 	s->retries = r;
 	return r;

@@ -76,7 +76,9 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
 			     const char *owner);
 /* OWNER let go of its grant FENCE of NAME but the store could not be
  * written (ERR): remember it for the tick; its `released` line is written
- * then if LOGGED (not for a grant the log refused).  Returns the retry
+ * then if LOGGED (not for a grant the log refused) -- also when the store
+ * turns out to have applied the release itself (the holder is noted from
+ * NAME's cached record, as the failed release left it).  Returns the retry
  * (the one already kept for that grant, if any), or NULL (no memory). */
 struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
 					     uint64_t fence, int err, bool logged);

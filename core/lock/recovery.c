@@ -799,7 +799,7 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 					&(struct lockfs_let_go){ .identity = st.identity, .index = i,
 								 .event = r->logged ? "released"
 										    : NULL,
-								 .extra = rmdir_retry ? retried : NULL });
+								 .extra = retried });
 				done = rc == 0 || rc == -ENOENT;
 				/* -ENOENT: the store no longer has it (the
 				 * refused delete was applied after all). */
@@ -816,9 +816,10 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 		} else {
 			gone = true;
 		}
-		if (gone && !r->owner[0] && r->who[0]) {
-			/* The refused rmdir was applied after all (the store
-			 * resolved its unknown outcome): it is the release. */
+		if (gone && r->logged && r->who[0]) {
+			/* The refused rmdir, or unlock or close of an fd lock,
+			 * was applied after all (the store resolved its unknown
+			 * outcome): it is the release. */
 			char fence[24], uid[16], pid[16];
 			const char *kv[] = { "fence", fence, "uid", uid, "pid", pid,
 					     "retried", "1", "asked", r->asked, NULL };

@@ -30,6 +30,15 @@
  * was told: the kernel looks a name up again at once (LOOKUP_REVAL) when
  * a lookup says ESTALE, and that retry must say it too. */
 #define TOLD_MS 200
+/* How many ESTALE answers tell the holder, once.  The syscall that meets
+ * the lost NAME asks up to three times: a revalidation of its cached entry
+ * (failing, it drops the entry), the lookup that follows, and the kernel's
+ * single retry of the whole syscall with LOOKUP_REVAL; each must say
+ * ESTALE.  Without a cached entry it asks twice, and a third answer goes
+ * to the next syscall's first lookup, which the kernel then retries
+ * itself and finds NAME free.  Either way the holder's next syscall on
+ * NAME finds it free: a mkdir right after is a fresh acquire. */
+#define TOLD_ANSWERS 3
 
 /* A holder to signal once the stripe mutex is let go. */
 struct to_signal {
@@ -345,7 +354,7 @@ int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, cons
 			continue;
 		if (!ts->told_until_ms)
 			ts->told_until_ms = now + TOLD_MS;
-		if (now < ts->told_until_ms)
+		if (now < ts->told_until_ms && ts->told++ < TOLD_ANSWERS)
 			return -ESTALE;
 		*pp = ts->next; /* told: from now on NAME is simply free */
 		free(ts->name);

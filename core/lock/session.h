@@ -20,6 +20,7 @@ struct tombstone {
 	uint64_t fence;
 	struct lockfs_holder_ref holder; /* the rmdir rule's view of it */
 	int64_t told_until_ms; /* boot clock: 0 until the holder is told */
+	int told;              /* ESTALE answers given (one syscall: two) */
 };
 
 /*

@@ -123,6 +123,13 @@ int lockfs_store_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 	return rc ? rc : be->ops->list(be, cb, arg);
 }
 
+int lockfs_store_line(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg)
+{
+	if (!HAS_OP(be, line))
+		return -EOPNOTSUPP;
+	return be->ops->line(be, name, cb, arg);
+}
+
 int lockfs_store_foreign_stale(struct lockfs_backend *be, const char *name,
 			       struct lockfs_entry_stat *st)
 {

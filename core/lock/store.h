@@ -36,6 +36,9 @@ int lockfs_store_read(struct lockfs_backend *be, const char *name, char **record
 int lockfs_store_stat(struct lockfs_backend *be, const char *name, struct lockfs_entry_stat *st,
 		      bool likely_held);
 int lockfs_store_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg);
+/* be->ops->line; -EOPNOTSUPP for a store without one (its line is this
+ * daemon's queue). */
+int lockfs_store_line(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg);
 /* A store without a staleness policy (foreign_stale NULL): 0, never stale. */
 int lockfs_store_foreign_stale(struct lockfs_backend *be, const char *name,
 			       struct lockfs_entry_stat *st);

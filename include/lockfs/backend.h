@@ -140,6 +140,16 @@ enum lockfs_update_how {
 /* Called once per held lock by list(); return non-zero to stop early. */
 typedef int (*lockfs_list_cb)(void *arg, const char *name);
 
+/* One contender waiting in the store's own line for a name, on any host
+ * (backend op `line`): its place and its record as stored (empty for a
+ * key that a client other than lockfs wrote, e.g. `etcdctl lock`). */
+struct lockfs_line_entry {
+	int64_t rank;        /* its place (etcd: the key's create_revision) */
+	const char *record;
+	size_t record_len;
+};
+typedef int (*lockfs_line_cb)(void *arg, const struct lockfs_line_entry *e);
+
 /* What changed, reported through start()'s callback. */
 enum lockfs_change {
 	LOCKFS_CHANGE_NAME,    /* NAME's lock appeared, changed or vanished, or a
@@ -266,6 +276,11 @@ struct lockfs_backend_ops {
 
 	/* CB for every held name, in no particular order.  0; -EIO. */
 	int (*list)(struct lockfs_backend *be, lockfs_list_cb cb, void *arg);
+
+	/* CB for every contender waiting for NAME in the store's line --
+	 * every host's, not the holder -- in the store's order.  May be NULL
+	 * (dir: the line is this daemon's queue).  0; -EIO; CB's error. */
+	int (*line)(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg);
 
 	/*
 	 * The store's staleness policy for foreign locks (may be NULL: never).

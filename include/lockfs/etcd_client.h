@@ -96,6 +96,12 @@ const char *lockfs_etcd_endpoint(const struct lockfs_etcd *c, size_t i);
 
 /* True for the errors after which a write's outcome is unknown. */
 bool lockfs_etcd_outcome_unknown(int rc);
+/* Did the last call made by this thread perhaps reach etcd twice?  libcurl
+ * silently sends a request again on a new connection when the one it kept
+ * died before any answer came, which happens also after etcd applied the
+ * first copy (a lost answer).  Then a guarded write's "compare failed"
+ * may be the echo of its own first copy.  Read right after the call. */
+bool lockfs_etcd_last_call_resent(void);
 
 /* ---- Key-values (core/etcd/kv.c) ---- */
 
@@ -227,6 +233,14 @@ int lockfs_etcd_delete(struct lockfs_etcd *c, const struct lockfs_etcd_op *op,
  */
 int lockfs_etcd_txn(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
 		    struct lockfs_etcd_txn_resp *out)
+	__attribute__((warn_unused_result));
+/* lockfs_etcd_txn for a TXN that is harmless to apply twice (a delete
+ * guarded by create_revision): like a range, each endpoint gets a fair
+ * share of the bound and one that does not answer in it is left for the
+ * next, with the txn sent again (lockfs_etcd_last_call_resent() then
+ * says so: a failed compare may be the first copy's doing). */
+int lockfs_etcd_txn_resendable(struct lockfs_etcd *c, const struct lockfs_etcd_txn *txn,
+			       struct lockfs_etcd_txn_resp *out)
 	__attribute__((warn_unused_result));
 
 /* Discard history before REVISION (watches and reads from older

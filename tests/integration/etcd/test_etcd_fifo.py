@@ -3,12 +3,13 @@ order, and a try-lock (mkdir) on any host never barges ahead of a waiter."""
 
 import errno
 import fcntl
+import json
 import threading
 import time
 
 import pytest
 
-from etcd_fixtures import etcd3  # noqa: F401
+from etcd_fixtures import etcd1, etcd3  # noqa: F401
 from etcd_mounts import etcd_mounts  # noqa: F401
 from lockfs_helpers import wait_until
 
@@ -91,3 +92,27 @@ def test_waiters_on_three_hosts_are_granted_in_arrival_order(etcd3, etcd_mounts,
     assert got == list(zip(('h1',) + ORDER, pids)), got
     assert hosts.check_history(held=set()) == []
     wait_until(lambda: hosts.lock_keys('q') == [], timeout=10, what='q free in etcd')
+
+
+def test_waiters_lists_every_hosts_waiters_in_the_stores_order_with_their_host(
+        etcd1, etcd_mounts, procs):
+    # Issue 23 part 5 (left from issue 11): `M/NAME/waiters` on any host is
+    # the one line in etcd, every host's waiters in create_revision order,
+    # each with its host -- not only this host's.
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=10, lock_delay=1)
+    h1, h2 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('q')) == 0
+    order = []
+    for m in (h2, h1, h2):
+        w = procs.agent()
+        w.flock_start(w.open(m.path('.flock', 'q')), fcntl.LOCK_EX)
+        order.append((w.pid, m.host))
+        wait_until(lambda: len(hosts.lock_keys('q')) == 1 + len(order), timeout=10,
+                   what=f'{len(order)} waiter(s) in line')
+    for m in (h1, h2):
+        lines = [json.loads(l) for l in
+                 open(m.path('q', 'waiters'), encoding='utf-8').read().splitlines()]
+        assert [(w['pid'], w['host']) for w in lines] == order, (m.host, lines)
+        assert all(w['mode'] == 'exclusive' and w['kind'] == 'flock' for w in lines), lines
+    assert holder.rmdir(h1.path('q')) == 0

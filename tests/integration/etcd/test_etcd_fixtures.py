@@ -112,6 +112,22 @@ def test_paused_proxy_freezes_a_connection_and_resume_lets_it_through(etcd1, tcp
                          endpoints=proxy.url).stdout == 'through\n'
 
 
+def test_holding_proxy_lets_a_write_through_and_holds_its_answer(etcd1, tcp_proxy):
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    body = (b'{"key":"L2ZpeHR1cmUvaA==","value":"aGVsZA=="}')   # /fixture/h = held
+    with socket.create_connection(('127.0.0.1', proxy.port), timeout=2) as s:
+        proxy.hold()
+        s.sendall(b'POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s'
+                  % (len(body), body))
+        # etcd applied it (read past the proxy) while the caller hears nothing
+        assert wait_until(lambda: etcd1.etcdctl('get', '--print-value-only',
+                                                '/fixture/h').stdout == 'held\n')
+        assert not readable(s, 0.5)
+        proxy.resume()
+        assert readable(s, 2)
+        assert b'"revision"' in s.recv(4096)
+
+
 def test_proxy_drop_resets_every_connection(etcd1, tcp_proxy):
     proxy = tcp_proxy(etcd1.members[0].client_port)
     with socket.create_connection(('127.0.0.1', proxy.port), timeout=2) as s:

@@ -1,0 +1,254 @@
+"""Issue 23, part 5: every grant ends once in the log, and its holder is
+told once (docs/etcd.md, "Failures"; docs/errors.md).
+
+A write whose outcome the daemon cannot know is made with the pausable
+proxy (tests/fixtures/tcp_proxy.py) between the daemon and etcd: `hold`
+lets the daemon's requests reach etcd and holds back etcd's answers, so
+etcd applies a write its caller never hears about; `drop` then resets the
+connections (the daemon's call fails, outcome unknown) and `resume` lets
+everything flow again."""
+
+import errno
+import fcntl
+import os
+import signal
+
+import pytest
+
+from etcd_fixtures import etcd1, etcd3, tcp_proxy  # noqa: F401
+from etcd_mounts import etcd_mounts  # noqa: F401
+from lockfs_helpers import wait_until
+
+LOCK_DELAY = 1
+END_EVENTS = ('released', 'recovered', 'lost', 'broken')
+
+
+def ends_of(hosts, m, name, fence):
+    return [l for l in hosts.log_lines(m, name)
+            if l.event in END_EVENTS and int(l.details.get('fence', 0)) == fence]
+
+
+def fence_of(hosts, m, name):
+    return int(hosts.wait_log(m, name, 'acquired')[-1].details['fence'])
+
+
+@pytest.fixture
+def cut_h1(etcd1, tcp_proxy, etcd_mounts):
+    """One host, h1, talking to etcd through a proxy; ttl 20 keeps every
+    outage here well inside its session."""
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY,
+                        endpoints={'h1': proxy.url})
+    return hosts, proxy
+
+
+def lose_the_answer(proxy, applied):
+    """With the proxy holding answers: once APPLIED() (etcd did the write),
+    reset the daemon's connections (its call fails, outcome unknown), then
+    let traffic flow again."""
+    try:
+        wait_until(applied, timeout=10, what='the write applied in etcd')
+        proxy.drop()
+    finally:
+        proxy.resume()
+
+
+@pytest.mark.parametrize('how', ['close', 'unlock-then-close'])
+def test_fd_holder_letting_go_when_the_answer_is_lost_ends_once(cut_h1, procs, how):
+    # The release reached etcd and was applied; the daemon never heard:
+    # the grant must still end, once, as `released`.
+    hosts, proxy = cut_h1
+    h1, = hosts
+    holder = procs.agent()
+    fd = holder.open(h1.path('.flock', 'f'))
+    assert holder.flock(fd, fcntl.LOCK_EX) == 0
+    fence = fence_of(hosts, h1, 'f')
+    proxy.hold()
+    if how == 'close':
+        holder.close(fd)
+        lose_the_answer(proxy, lambda: hosts.lock_keys('f') == [])
+    else:
+        rid = holder.flock_start(fd, fcntl.LOCK_UN)
+        lose_the_answer(proxy, lambda: hosts.lock_keys('f') == [])
+        # the holder's LOCK_UN is answered (EIO or 0); it closes anyway
+        holder.wait(rid, timeout=10)
+        holder.close(fd)
+    wait_until(lambda: ends_of(hosts, h1, 'f', fence), timeout=15,
+               what='an end line for the grant')
+    other = procs.agent()
+    wait_until(lambda: other.mkdir(h1.path('f')) == 0, timeout=10, what='f taken again')
+    assert other.rmdir(h1.path('f')) == 0
+    ends = ends_of(hosts, h1, 'f', fence)
+    assert [l.event for l in ends] == ['released'], ends
+    assert hosts.check_history(held=set()) == []
+
+
+@pytest.mark.parametrize('how', ['close', 'unlock-then-close'])
+def test_fd_holder_letting_go_while_etcd_is_silent_ends_once_when_it_answers(
+        etcd1, etcd_mounts, procs, how):
+    # The release times out unanswered (EIO to an unlock), etcd applies it
+    # once it runs again: the retry finds the key gone, and that is the
+    # release, logged `released retried=1` (asked= when the holder let go).
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    fd = holder.open(h1.path('.flock', 'f'))
+    assert holder.flock(fd, fcntl.LOCK_EX) == 0
+    fence = fence_of(hosts, h1, 'f')
+    member = etcd1.members[0]
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        if how == 'close':
+            holder.close(fd)
+        else:
+            assert holder.flock(fd, fcntl.LOCK_UN) == errno.EIO
+            holder.close(fd)
+        wait_until(lambda: 'does not answer' in h1.stderr(), timeout=10,
+                   what="h1 says etcd does not answer")
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    wait_until(lambda: hosts.lock_keys('f') == [], timeout=20, what='f free in etcd')
+    wait_until(lambda: ends_of(hosts, h1, 'f', fence), timeout=15,
+               what='an end line for the grant')
+    other = procs.agent()
+    wait_until(lambda: other.mkdir(h1.path('f')) == 0, timeout=10, what='f taken again')
+    assert other.rmdir(h1.path('f')) == 0
+    ends = ends_of(hosts, h1, 'f', fence)
+    assert [l.event for l in ends] == ['released'], ends
+    assert ends[0].details.get('retried') == '1' and 'asked' in ends[0].details, ends
+    assert hosts.check_history(held=set()) == []
+
+
+def warm(agent, m):
+    """One grant and release first, so that the daemon's connections to
+    etcd are kept ones (libcurl resends only on a kept connection)."""
+    assert agent.mkdir(m.path('warm')) == 0
+    assert agent.rmdir(m.path('warm')) == 0
+
+
+def test_mkdir_whose_answer_is_lost_is_granted_once_and_ends_once(cut_h1, procs):
+    # The try-lock's write reached etcd and made the key; its answer was
+    # lost and the request went again, finding that key.  That key is the
+    # grant: mkdir says 0 (not EEXIST with the key held by nobody), the
+    # holder's owner, rmdir and the log agree, and nothing undoes it.
+    hosts, proxy = cut_h1
+    h1, = hosts
+    a, other = procs.agent(), procs.agent()
+    warm(a, h1)
+    proxy.hold()
+    rid = a.start('mkdir', path=h1.path('x').encode().hex())
+    lose_the_answer(proxy, lambda: hosts.lock_keys('x') != [])
+    assert a.wait(rid, timeout=10).get('errno') is None
+    fence = fence_of(hosts, h1, 'x')
+    (_, value, create, _), = hosts.lock_keys('x')
+    assert create == fence
+    assert a.owner(h1.mnt, 'x')['holder']['pid'] == a.pid
+    assert other.mkdir(h1.path('x')) == errno.EEXIST
+    assert other.rmdir(h1.path('x')) == errno.EPERM
+    assert a.rmdir(h1.path('x')) == 0
+    assert hosts.lock_keys('x') == []
+    assert [l.event for l in hosts.log_lines(h1, 'x') if l.event != 'denied'] == [
+        'acquired', 'released']
+    # and the name is free for a fresh grant
+    assert other.mkdir(h1.path('x')) == 0
+    assert other.rmdir(h1.path('x')) == 0
+    assert hosts.check_history(held=set()) == []
+
+
+def test_flock_grant_whose_answer_is_lost_is_granted_once_and_ends_once(cut_h1, procs):
+    # The same for an uncontended flock: its first write is a put that
+    # the resend writes again (create_revision kept, mod moved).
+    hosts, proxy = cut_h1
+    h1, = hosts
+    a, other = procs.agent(), procs.agent()
+    warm(a, h1)
+    fd = a.open(h1.path('.flock', 'g'))
+    proxy.hold()
+    rid = a.flock_start(fd, fcntl.LOCK_EX)
+    lose_the_answer(proxy, lambda: hosts.lock_keys('g') != [])
+    assert 'errno' not in a.wait(rid, timeout=15)
+    fence = fence_of(hosts, h1, 'g')
+    (_, _, create, _), = hosts.lock_keys('g')
+    assert fence >= create
+    assert other.mkdir(h1.path('g')) == errno.EEXIST
+    a.close(fd)
+    wait_until(lambda: ends_of(hosts, h1, 'g', fence), timeout=10, what="g's end line")
+    wait_until(lambda: other.mkdir(h1.path('g')) == 0, timeout=10, what='g taken again')
+    assert other.rmdir(h1.path('g')) == 0
+    assert [l.event for l in ends_of(hosts, h1, 'g', fence)] == ['released']
+    assert [l.event for l in hosts.log_lines(h1, 'g')] == [
+        'acquired', 'released', 'acquired', 'released']
+    assert hosts.check_history(held=set()) == []
+
+
+def test_lost_holder_is_told_estale_once_then_mkdir_is_a_fresh_acquire(etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fence = fence_of(hosts, h1, 'x')
+    (key, _, _, _), = hosts.lock_keys('x')
+    hosts.cluster.etcdctl('del', key)     # removed behind its holder's back
+    lost = hosts.wait_log(h1, 'x', 'lost', timeout=10)[0]
+    assert int(lost.details['fence']) == fence
+    assert holder.rmdir(h1.path('x')) == errno.ESTALE      # told, once
+    # at once after (well inside the kernel's retry window): a new grant
+    assert holder.mkdir(h1.path('x')) == 0
+    assert holder.owner(h1.mnt, 'x')['holder']['pid'] == holder.pid
+    assert holder.rmdir(h1.path('x')) == 0
+    assert [l.event for l in hosts.log_lines(h1, 'x')] == [
+        'acquired', 'lost', 'acquired', 'released']
+    assert hosts.check_history(held=set()) == []
+
+
+def test_lost_holder_told_by_its_owner_read_is_told_once(etcd1, etcd_mounts, procs):
+    # Any look at the name tells it (here `cat owner`): ESTALE once, then
+    # the name is simply free to that holder too.
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    (key, _, _, _), = hosts.lock_keys('x')
+    hosts.cluster.etcdctl('del', key)
+    hosts.wait_log(h1, 'x', 'lost', timeout=10)
+    ans = holder.call('read', path=h1.path('x', 'owner').encode().hex(), timeout=10)
+    assert ans.get('errno') == errno.ESTALE, ans
+    assert holder.rmdir(h1.path('x')) == errno.ENOENT
+    assert holder.mkdir(h1.path('x')) == 0
+    assert holder.rmdir(h1.path('x')) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('how', ['kill9', 'sigstop'])
+def test_holders_rmdir_rides_out_a_leader_election(etcd3, etcd_mounts, procs, how):
+    # The fixtures' members elect in ~0.1 s (--election-timeout 100): well
+    # inside the 1 s bound, so the holder's rmdir right after the leader
+    # died (or froze) must succeed, not answer EIO.  Some rounds, since
+    # the daemon may be talking to any member when the leader goes.
+    hosts = etcd_mounts(etcd3, hosts=('h1',), ttl=10, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder = procs.agent()
+    answers = []
+    for i in range(3):
+        name = f'x{i}'
+        assert holder.mkdir(h1.path(name)) == 0
+        fence = fence_of(hosts, h1, name)
+        leader = etcd3.wait_leader(timeout=30)
+        if how == 'kill9':
+            leader.kill9()
+        else:
+            os.kill(leader.pid, signal.SIGSTOP)
+        try:
+            answers.append(holder.rmdir(h1.path(name)))
+        finally:
+            if how == 'kill9':
+                leader.start()
+            else:
+                os.kill(leader.pid, signal.SIGCONT)
+        etcd3.wait_leader(timeout=30)
+        wait_until(lambda: ends_of(hosts, h1, name, fence), timeout=15,
+                   what=f"{name}'s end line")
+        assert [l.event for l in ends_of(hosts, h1, name, fence)] == ['released']
+        wait_until(lambda: hosts.lock_keys(name) == [], timeout=10, what=f'{name} free in etcd')
+    assert answers == [0, 0, 0], answers
+    assert hosts.check_history(held=set()) == []
