@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "connstate.h"
 #include "loop.h"
 
 #define HANDOFF_US 1000
@@ -49,6 +50,15 @@
 #define DEFAULT_THREADS 10
 
 struct loop;
+
+/* The unique of the request this thread is processing (0 between
+ * requests): lockfs_loop_request_unique. */
+static __thread uint64_t current_unique;
+
+uint64_t lockfs_loop_request_unique(void)
+{
+	return current_unique;
+}
 
 struct worker {
 	struct loop *loop;
@@ -251,7 +261,17 @@ static void *worker_main(void *arg)
 			pthread_cond_signal(&l->wd_wake);
 			pthread_mutex_unlock(&l->mu);
 		}
-		fuse_session_process_buf(l->se, &w->buf);
+		{
+			const struct fuse_in_header *in = w->buf.mem;
+
+			/* The connection's terms, for a successor that takes
+			 * it over without ever seeing INIT (connstate.c). */
+			if (in->opcode == FUSE_INIT)
+				lockfs_connstate_keep_init(w->buf.mem, w->buf.size);
+			current_unique = in->unique;
+			fuse_session_process_buf(l->se, &w->buf);
+			current_unique = 0;
+		}
 		__atomic_store_n(&w->processing, 0, __ATOMIC_RELEASE);
 		/* Still the reader: read the next one, hot.  Else the top of
 		 * the loop makes it wait. */

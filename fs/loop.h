@@ -2,6 +2,7 @@
 #ifndef LOCKFS_FS_LOOP_H
 #define LOCKFS_FS_LOOP_H
 
+#include <stdint.h>
 #include <fuse_lowlevel.h>
 
 /*
@@ -12,5 +13,10 @@
  * /dev/fuse failed.
  */
 int lockfs_loop_run(struct fuse_session *se, unsigned max_threads);
+
+/* The `unique` of the request the calling thread is processing (from its
+ * fuse_in_header; bit 63 set when the kernel resent it after a restart),
+ * or 0 outside a request of this loop. */
+uint64_t lockfs_loop_request_unique(void);
 
 #endif
