@@ -187,6 +187,9 @@ int lockfs_keeper_main(int argc, char *argv[])
 	fuse_fd = atoi(argv[3]);
 	state_fd = atoi(argv[4]);
 	next_argv = argv + 6;
+	/* A session of its own: no signal meant for the daemon's group or
+	 * its terminal reaches it. */
+	(void)setsid();
 	openlog("lockfs-keeper", LOG_PID, LOG_DAEMON);
 	/* A stop signal meant for the daemon's group is not ours to die of:
 	 * the keeper leaves when the serving process stops cleanly. */

@@ -644,8 +644,14 @@ int main(int argc, char *argv[])
 			    lockfs_keeper_setup(fs.se, mnt_abs, (uint64_t)dev, argv) == 0;
 	}
 mounted:
-	if (resuming && lockfs_connstate_mount_dev())
-		lockfs_core_set_mount_dev(fs.core, (dev_t)lockfs_connstate_mount_dev());
+	/* A successor does not tell the engine the mount's device: the mount
+	 * is the same, and an engine that knows it takes every descriptor of
+	 * it for a live one it would hear the close of, so an fd lock rebound
+	 * to its process at this start would end at its first check.  Not
+	 * knowing it, the engine keeps such a lock until its process lets go
+	 * of the file, as after any restart.
+	 * TODO(issue 22, core side): with the core's resuming mode fd locks
+	 * stay bound to their fh, and the device is set here again. */
 	if (!opts.foreground || resuming) {
 		lockfs_daemonize_leave_cwd();
 		if (lockfs_errlog_detach(be->state_dirfd) == 0)
