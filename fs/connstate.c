@@ -123,9 +123,7 @@ int lockfs_connstate_adopt(int fd)
 		return rc;
 	if (st.hdr->magic != MAGIC || st.hdr->version != VERSION ||
 	    st.hdr->node_high > NODE_SLOTS || st.hdr->handle_high > HANDLE_SLOTS) {
-		munmap(st.hdr, STATE_SIZE);
-		st.hdr = NULL;
-		st.fd = -1;
+		lockfs_connstate_forget();
 		return -EINVAL;
 	}
 	/* Keep the descriptor for the next successor, not for programs we run. */
@@ -137,6 +135,21 @@ int lockfs_connstate_adopt(int fd)
 		if (st.handles[i].fh == 0)
 			st.free_handles[st.n_free_handles++] = i;
 	return 0;
+}
+
+void lockfs_connstate_forget(void)
+{
+	if (!st.hdr)
+		return;
+	munmap(st.hdr, STATE_SIZE);
+	free(st.free_nodes);
+	free(st.free_handles);
+	st.free_nodes = st.free_handles = NULL;
+	st.n_free_nodes = st.n_free_handles = 0;
+	st.hdr = NULL;
+	st.nodes = NULL;
+	st.handles = NULL;
+	st.fd = -1;
 }
 
 bool lockfs_connstate_active(void)

@@ -54,6 +54,8 @@ int lockfs_connstate_create(void);
  * Returns 0, or -EINVAL when it is not one (wrong magic or size), or
  * -errno. */
 int lockfs_connstate_adopt(int fd);
+/* Unmap an adopted state that is not to be used (a stale one). */
+void lockfs_connstate_forget(void);
 /* Is there a state (created or adopted)? */
 bool lockfs_connstate_active(void);
 /* The state memfd, or -1. */

@@ -17,15 +17,23 @@
 #include <unistd.h>
 
 #include "connstate.h"
+#include "fdstore.h"
 #include "keepconn.h"
 #include "keeper.h"
 #include "mounts.h"
 #include "stop.h"
 
+/* systemd's store keeps the connection (fdstore.c), not a keeper process. */
+static bool via_systemd;
+
 bool lockfs_keeper_wanted(const char *keeper, const struct fuse_cmdline_opts *opts, int argc,
 			  char *argv[])
 {
 	if (keeper && strcmp(keeper, "off") == 0)
+		return false;
+	/* A keeper for the detached daemon; under systemd (in the
+	 * foreground, as its units run it) its descriptor store. */
+	if (opts->foreground && !lockfs_fdstore_available())
 		return false;
 	if (opts->singlethread || opts->clone_fd || opts->max_idle_threads <= 100000) {
 		fprintf(stderr, "lockfs: notice: no keeper with -s, clone_fd or max_idle_threads "
@@ -42,7 +50,7 @@ bool lockfs_keeper_wanted(const char *keeper, const struct fuse_cmdline_opts *op
 }
 
 int lockfs_keeper_setup(struct fuse_session *se, const char *mnt_abs, uint64_t dev,
-			char *argv[])
+			char *argv[], int dirfd)
 {
 	char binary[PATH_MAX], cwd[PATH_MAX];
 	int fd = fuse_session_fd(se), state, rc;
@@ -80,6 +88,16 @@ int lockfs_keeper_setup(struct fuse_session *se, const char *mnt_abs, uint64_t d
 	}
 	lockfs_connstate_set_mount(mnt_abs, dev, binary, cwd);
 	lockfs_connstate_set_server(getpid());
+	if (lockfs_fdstore_available()) {
+		rc = lockfs_fdstore_send(fd, state, dirfd, major(dev), minor(dev));
+		if (rc < 0) {
+			fprintf(stderr, "lockfs: warning: cannot hand the connection to the "
+				"service manager's descriptor store: %s\n", strerror(-rc));
+			return -1;
+		}
+		via_systemd = true;
+		return 0;
+	}
 	keeper = lockfs_keeper_start(binary, fd, state, argv);
 	if (keeper < 0) {
 		fprintf(stderr, "lockfs: warning: cannot start the keeper: %s\n",
@@ -93,6 +111,8 @@ void lockfs_keeper_serving(struct lockfs_fs *fs, const struct lockfs_resume *r)
 {
 	int rc;
 
+	if (r && r->from_systemd)
+		via_systemd = true;
 	lockfs_connstate_set_server(getpid());
 	if (r) {
 		lockfs_inodes_restore(fs->inodes);
@@ -110,6 +130,13 @@ void lockfs_keeper_serving(struct lockfs_fs *fs, const struct lockfs_resume *r)
 		fprintf(stderr, "lockfs: the kernel refused to resend the requests that the "
 			"previous daemon had not answered (%s): their callers wait for ever\n",
 			strerror(-rc));
+}
+
+void lockfs_keeper_stopped(int dirfd)
+{
+	lockfs_connstate_set_phase(LOCKFS_PHASE_STOPPED);
+	if (via_systemd)
+		lockfs_fdstore_forget(dirfd);
 }
 
 void lockfs_keeper_hand_over(void)

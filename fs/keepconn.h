@@ -20,11 +20,16 @@ bool lockfs_keeper_wanted(const char *keeper, const struct fuse_cmdline_opts *op
 /*
  * Once SE is mounted on MNT_ABS (device DEV): check that the kernel can
  * resend requests (FUSE_NOTIFY_RESEND), make the state and start the
- * keeper with ARGV.  Returns 0, or -1 after one line on stderr (then the
+ * keeper with ARGV, or under systemd hand both descriptors to its store
+ * (noting it in the state dir DIRFD).  Returns 0, or -1 after one line on stderr (then the
  * daemon serves as without a keeper).
  */
 int lockfs_keeper_setup(struct fuse_session *se, const char *mnt_abs, uint64_t dev,
-			char *argv[]);
+			char *argv[], int dirfd);
+
+/* A clean stop (unmount, SIGTERM): the keeper leaves with us, and
+ * systemd's store lets go of the connection (DIRFD: the state dir). */
+void lockfs_keeper_stopped(int dirfd);
 
 /* Right before the loop: this process serves.  A successor (R not NULL)
  * rebuilds FS's tables from the state and asks the kernel to resend what

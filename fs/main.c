@@ -640,8 +640,9 @@ int main(int argc, char *argv[])
 		if (mnt_abs && lockfs_mount_dev(mnt_abs, &dev) == 0)
 			lockfs_core_set_mount_dev(fs.core, dev);
 		/* The detached daemon's connection outlives it (keeper.c). */
-		keep_conn = !opts.foreground && lockfs_keeper_wanted(o.keeper, &opts, argc, argv) &&
-			    lockfs_keeper_setup(fs.se, mnt_abs, (uint64_t)dev, argv) == 0;
+		keep_conn = lockfs_keeper_wanted(o.keeper, &opts, argc, argv) &&
+			    lockfs_keeper_setup(fs.se, mnt_abs, (uint64_t)dev, argv,
+						be->state_dirfd) == 0;
 	}
 mounted:
 	/* A successor does not tell the engine the mount's device: the mount
@@ -712,7 +713,7 @@ out_unmount:
 	lockfs_stop_loop_ended();
 	/* A clean stop: the keeper leaves with us. */
 	if (keep_conn)
-		lockfs_connstate_set_phase(LOCKFS_PHASE_STOPPED);
+		lockfs_keeper_stopped(be->state_dirfd);
 	/* No thread of ours ever waits in the kernel on this mount (we send
 	 * no notifications: ops.c), so none of these steps can hang, and the
 	 * unmount or our exit ends every request still waiting. */

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "connstate.h"
+#include "fdstore.h"
 #include "keeper.h"
 #include "resume.h"
 
@@ -51,6 +53,36 @@ static int parse_fds(const char *text, int *a, int *b)
 	return 0;
 }
 
+/* The descriptors from systemd's store, when it passed them (fdstore.c):
+ * as lockfs_resume_take.  A connection that is gone, or a state that says
+ * its daemon stopped cleanly, is no connection to take over: start
+ * afresh. */
+static int take_from_systemd(struct lockfs_resume *r)
+{
+	struct pollfd pfd = { .events = POLLIN };
+	int rc = lockfs_fdstore_take(r);
+
+	if (rc <= 0)
+		return rc;
+	pfd.fd = r->fuse_fd;
+	rc = lockfs_connstate_adopt(r->state_fd);
+	if (rc < 0 || lockfs_connstate_phase() == LOCKFS_PHASE_STOPPED ||
+	    poll(&pfd, 1, 0) < 0 || (pfd.revents & (POLLERR | POLLHUP | POLLNVAL))) {
+		fprintf(stderr, "lockfs: notice: the connection the service manager kept is %s: "
+			"starting afresh\n", rc < 0 ? "without a usable state" : "gone");
+		lockfs_connstate_forget();
+		close(r->fuse_fd);
+		close(r->state_fd);
+		r->fuse_fd = r->state_fd = -1;
+		return 0;
+	}
+	(void)fcntl(r->fuse_fd, F_SETFD, FD_CLOEXEC);
+	r->prev = lockfs_connstate_server();
+	snprintf(r->cause, sizeof(r->cause), "%s",
+		 lockfs_connstate_phase() == LOCKFS_PHASE_HANDOVER ? "upgrade" : "restart");
+	return 1;
+}
+
 int lockfs_resume_take(struct lockfs_resume *r)
 {
 	const char *fds = getenv(LOCKFS_RESUME_FDS_ENV);
@@ -61,7 +93,7 @@ int lockfs_resume_take(struct lockfs_resume *r)
 	memset(r, 0, sizeof(*r));
 	r->fuse_fd = r->state_fd = -1;
 	if (!fds)
-		return 0;
+		return take_from_systemd(r);
 	if (parse_fds(fds, &r->fuse_fd, &r->state_fd) < 0 ||
 	    fcntl(r->fuse_fd, F_GETFD) < 0) {
 		fprintf(stderr, "lockfs: %s=%s does not name two open descriptors\n",
