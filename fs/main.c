@@ -224,11 +224,13 @@ static void usage(const char *prog)
 	       "       %s --stop MOUNTPOINT    stop the daemon serving MOUNTPOINT and wait\n"
 	       "                               until it has exited and unmounted (exit 0;\n"
 	       "                               3: none serves it; 1: it did not stop)\n"
+	       "       %s --upgrade MOUNTPOINT hand the mount over to the binary now at the\n"
+	       "                               daemon's path; clients see nothing (exit 0)\n"
 	       "(SOURCE, which mount(8) passes, is ignored: write lockfs)\n\n"
 	       "lockfs options:\n"
 	       "    -o backend=NAME       the store that holds the locks (default "
 	       KIND_DEFAULT "; built:",
-	       prog, prog, prog);
+	       prog, prog, prog, prog);
 	for (size_t i = 0; lockfs_backend_kinds[i]; i++)
 		printf(" %s", lockfs_backend_kinds[i]->name);
 	printf(")\n"
@@ -253,6 +255,9 @@ static void usage(const char *prog)
 	       "    -o log_denied_interval=SECONDS\n"
 	       "                          at most one `denied` line per uid per SECONDS\n"
 	       "                          during a burst (default 10; 0 = log every one)\n"
+	       "    -o keeper=on|off      keep the mount across a crash or an upgrade of the\n"
+	       "                          daemon (default on: a keeper process, or systemd's\n"
+	       "                          descriptor store; Linux 6.9)\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n");
 	for (size_t i = 0; lockfs_backend_kinds[i]; i++)
@@ -679,6 +684,8 @@ mounted:
 	 * its predecessor read but did not answer, before it reads. */
 	if (keep_conn)
 		lockfs_keeper_serving(&fs, resuming ? &resume : NULL);
+	else
+		signal(SIGUSR2, SIG_IGN); /* nobody to hand over to */
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
 	} else if (!opts.clone_fd && opts.max_idle_threads > 100000) {
