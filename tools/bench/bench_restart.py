@@ -11,7 +11,8 @@ mkdir/rmdir of one lock, half take flock(2) on M/.flock/NAME, each holding
 for 2 ms with a witness file (O_EXCL) that proves nobody else holds it at
 the same time.  Every agent times every call it makes (CLOCK_MONOTONIC,
 shared by all processes).  Then --trials times (default 20) each: kill -9 of
-the serving process, and `lockfs --upgrade M` (a copy of BUILD/lockfs at a
+the serving process (2.6 s apart: faster is a crash loop to the keeper),
+and `lockfs --upgrade M` (a copy of BUILD/lockfs at a
 path of its own, replaced by a new copy before each upgrade).
 
 Per trial, the stall is the longest time any call took that was under way
@@ -44,6 +45,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
                                 '..', 'tests', 'integration'))
 from keeper_helpers import alive, keepers_of, recorded_pid  # noqa: E402
 from lockfs_helpers import unguard  # noqa: E402
+
+# Kill trials are spaced so that they are no crash loop to the keeper (5
+# deaths within 10 s make it give up); --smoke runs only 2.
+KILL_SPACING_S = 2.6
 
 AGENT = r'''
 import errno, fcntl, json, os, sys, time
@@ -173,7 +178,9 @@ def herd(a, build, top):
                 if kind == 'upgrade' and up.wait(30) != 0:
                     raise SystemExit('lockfs --upgrade failed')
                 events.append((kind, t_event, t_served))
-                time.sleep(0.4)
+                # The keeper gives up after 5 deaths within 10 s (a crash
+                # loop): kills come no faster than that.
+                time.sleep(KILL_SPACING_S if kind == 'kill' else 0.4)
         # A window of the same length without an event: the baseline.
         quiet = []
         for _ in range(a.trials):
