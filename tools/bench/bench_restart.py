@@ -3,7 +3,7 @@
 or an upgrade of the serving process, and what the keeper costs the pair.
 
     tools/bench/bench_restart.py [--trials N] [--agents N] [--rounds N]
-                                 [--pairs N] [--smoke] BUILD
+                                 [--pairs N] [--base BUILD0] [--smoke] BUILD
 
 Mounts BUILD/lockfs detached (with its keeper) on a private tmpfs backing
 dir and starts a herd of --agents client processes (default 16): half loop
@@ -24,8 +24,10 @@ without an event.
 
 Then the pair: the uncontended mkdir+rmdir pair (bench_pairs) on two
 detached mounts of BUILD, with the keeper (default) and with -o keeper=off,
-in alternating order for --rounds rounds of --pairs pairs: µs per pair and
-the per-round ratio keeper/off (the goal: <= 1.03).
+(and one of BUILD0/lockfs with --base, e.g. main's build), in alternating
+order for --rounds rounds of --pairs pairs: µs per pair, the daemon's CPU
+time per pair (all its threads; the machine's other load moves it less),
+and the per-round ratios keeper/off and keeper/base (the goal: <= 1.03).
 
 --smoke: 4 agents, 2 trials of each kind, 2 rounds of 200 pairs.  Run as
 root.  Prints figures only; asserts no goal.
@@ -234,30 +236,52 @@ def herd(a, build, top):
     print(f'  overlaps (witness): {overlaps}')
 
 
+def daemon_cpu_s(pid):
+    """User + system CPU seconds of process PID, all its threads."""
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 def pair_cost(a, build, top):
     client = os.path.join(build, 'tools', 'bench', 'bench_pairs')
     binary = os.path.join(build, 'lockfs')
     mounts = {'keeper': mount(binary, top, 'keep'),
               'off': mount(binary, top, 'off', ['keeper=off'])}
-    res = {'keeper': [], 'off': []}
+    if a.base:
+        mounts['base'] = mount(os.path.join(a.base, 'lockfs'), top, 'base')
+    tags = list(mounts)
+    res = {t: [] for t in tags}
+    cpu = {t: [] for t in tags}
     try:
         if not keepers_of(mounts['keeper'][1]):
             print('pair: no keeper started (kernel without FUSE_NOTIFY_RESEND?)')
         for r in range(a.rounds):
-            for tag in ('keeper', 'off') if r % 2 == 0 else ('off', 'keeper'):
+            for tag in tags if r % 2 == 0 else reversed(tags):
+                pid = recorded_pid(mounts[tag][0])
+                cpu0 = daemon_cpu_s(pid)
                 out = subprocess.run([client, 'pairs', mounts[tag][1], str(a.pairs)],
                                      stdout=subprocess.PIPE, check=True).stdout
+                cpu[tag].append((daemon_cpu_s(pid) - cpu0) * 1e6 / a.pairs)
                 res[tag].append(float(out))
                 with open(os.path.join(mounts[tag][0], 'lock.log'), 'w'):
                     pass
     finally:
         for m in mounts.values():
             unmount(*m)
-    ratios = [k / o for k, o in zip(res['keeper'], res['off'])]
-    print(f'pair: {a.rounds} rounds x {a.pairs} uncontended mkdir+rmdir pairs, µs per pair '
-          f'(median): keeper {statistics.median(res["keeper"]):.1f}, keeper=off '
-          f'{statistics.median(res["off"]):.1f}; keeper/off per round: median '
-          f'{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})')
+    print(f'pair: {a.rounds} rounds x {a.pairs} uncontended mkdir+rmdir pairs, medians:')
+    for tag in tags:
+        name = {'keeper': 'keeper (default)', 'off': '-o keeper=off',
+                'base': f'base {a.base}'}[tag]
+        print(f'  {name:18s} {statistics.median(res[tag]):7.1f} µs per pair, daemon CPU '
+              f'{statistics.median(cpu[tag]):5.1f} µs per pair')
+    for other in [t for t in tags if t != 'keeper']:
+        for what, d in (('µs per pair', res), ('daemon CPU', cpu)):
+            ratios = [k / o for k, o in zip(d['keeper'], d[other]) if o > 0]
+            if ratios:
+                print(f'  keeper/{other} {what} per round: median '
+                      f'{statistics.median(ratios):.3f} (min {min(ratios):.3f}, '
+                      f'max {max(ratios):.3f})')
 
 
 def main():
@@ -270,6 +294,8 @@ def main():
     ap.add_argument('--smoke', action='store_true')
     ap.add_argument('--no-herd', action='store_true')
     ap.add_argument('--no-pair', action='store_true')
+    ap.add_argument('--base', metavar='BUILD', help='also a detached mount of BUILD/lockfs '
+                    '(e.g. main\'s build) in the pair comparison')
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit('bench_restart: run as root (it mounts)')
