@@ -146,19 +146,35 @@ void lockfs_keeper_hand_over(void)
 	_exit(LOCKFS_EXIT_HANDOVER);
 }
 
-void lockfs_resume_unmount(const char *mnt_abs)
+/* Is the top mount on MNT_ABS the connection's (fuse.lockfs, the state's
+ * device)? */
+static bool is_our_mount(const char *mnt_abs)
 {
 	struct lockfs_mount top;
 	char *buf = NULL;
 	uint64_t dev = lockfs_connstate_mount_dev();
 	bool ours;
 
-	if (!mnt_abs)
-		return;
 	ours = lockfs_mount_top(mnt_abs, &top, &buf) > 0 && strcmp(top.fstype, "fuse.lockfs") == 0 &&
 	       (!dev || makedev(top.major, top.minor) == (dev_t)dev);
 	free(buf);
-	if (!ours)
+	return ours;
+}
+
+bool lockfs_resume_still_mounted(void)
+{
+	const char *mnt = lockfs_connstate_mountpoint();
+
+	if (*mnt && is_our_mount(mnt))
+		return true;
+	fprintf(stderr, "lockfs: notice: the mount of this connection is gone from %s "
+		"(another daemon replaced it): not taking it over\n", mnt);
+	return false;
+}
+
+void lockfs_resume_unmount(const char *mnt_abs)
+{
+	if (!mnt_abs || !is_our_mount(mnt_abs))
 		return;
 	if (geteuid() == 0) {
 		if (umount2(mnt_abs, MNT_DETACH) < 0)

@@ -40,6 +40,10 @@ void lockfs_keeper_serving(struct lockfs_fs *fs, const struct lockfs_resume *r);
  * and unmounting nothing (the keeper starts the next process). */
 void lockfs_keeper_hand_over(void) __attribute__((noreturn));
 
+/* Is the connection's mount still the top one on its mount point (from
+ * the state)?  Else one line on stderr: another daemon replaced it. */
+bool lockfs_resume_still_mounted(void);
+
 /* A taken-over session's clean stop: unmount MNT_ABS if it is still the
  * connection's mount (libfuse does not know it). */
 void lockfs_resume_unmount(const char *mnt_abs);

@@ -223,6 +223,13 @@ int lockfs_keeper_main(int argc, char *argv[])
 		phase = lockfs_connstate_phase();
 		if (phase == LOCKFS_PHASE_STOPPED)
 			return 0;
+		if (status != -1 && WIFEXITED(status) &&
+		    WEXITSTATUS(status) == LOCKFS_EXIT_SUPERSEDED) {
+			syslog(LOG_NOTICE, "serving process %d of %s found another daemon in its "
+			       "place: letting the connection go", (int)server,
+			       lockfs_connstate_mountpoint());
+			return 0;
+		}
 		if (!lockfs_connstate_init(&init_len)) {
 			syslog(LOG_ERR, "serving process %d ended before its connection was set "
 			       "up: not restarting it", (int)server);

@@ -9,6 +9,10 @@
  * (`lockfs --upgrade`): the keeper, or systemd's RestartForceExitStatus=,
  * starts the next one. */
 #define LOCKFS_EXIT_HANDOVER 75
+/* The exit status of a successor that found its connection superseded
+ * (another daemon took the backing dir, or the mount is gone from its
+ * mount point): the keeper then leaves instead of trying again. */
+#define LOCKFS_EXIT_SUPERSEDED 76
 
 /* The environment variable that tells a successor which descriptors are
  * the connection and its state ("FUSE_FD,STATE_FD"), and the ones that

@@ -543,9 +543,18 @@ int main(int argc, char *argv[])
 			goto out_args;
 		}
 	}
-	/* The store's checks and its one-daemon lock (dir: DIR/.lockfs). */
-	if (open_store(kind, &o, &be) < 0)
+	/* The store's checks and its one-daemon lock (dir: DIR/.lockfs).  A
+	 * successor that cannot have it, or whose mount another daemon has
+	 * replaced meanwhile, lets the connection go (keeper.c). */
+	if (open_store(kind, &o, &be) < 0) {
+		ret = resuming ? LOCKFS_EXIT_SUPERSEDED : ret;
 		goto out_args;
+	}
+	if (resuming && !lockfs_resume_still_mounted()) {
+		lockfs_backend_close(be);
+		ret = LOCKFS_EXIT_SUPERSEDED;
+		goto out_args;
+	}
 	if (!opts.foreground || resuming)
 		lockfs_errlog_store_open(be->state_dirfd);
 	warn_source(&o, be);

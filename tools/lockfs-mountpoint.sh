@@ -64,7 +64,17 @@ is_shared() {
 # A mount on PATH whose daemon is gone: stat fails (ENOTCONN, ECONNABORTED).
 # Bounded: a daemon that hangs instead must not hang us.
 is_dead_mount() {
-	is_mount "$1" && ! is_kept_mount "$1" && ! timeout 5 stat -- "$1" >/dev/null 2>&1
+	is_mount "$1" || return 1
+	if is_kept_mount "$1"; then
+		# Kept: a stat waits for the next daemon (and is cut short here),
+		# where a dead connection (the store let go, or never took it)
+		# fails at once.
+		rc=0
+		timeout 0.2 stat -- "$1" >/dev/null 2>&1 || rc=$?
+		[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]
+		return
+	fi
+	! timeout 5 stat -- "$1" >/dev/null 2>&1
 }
 
 # Is the topmost mount on PATH a lockfs connection that the service
@@ -72,8 +82,6 @@ is_dead_mount() {
 # upgrade under way)?  The daemon notes the mount's device in
 # BACKING/.lockfs-kept (the backing dir is the mount's source) while the
 # store holds it.  Not dead then, only waiting: a stat would wait with it.
-# A store that let go (the unit stopped for good) leaves the mount dead,
-# and the next lockfs start detaches it itself.
 is_kept_mount() {
 	kept=$(E=$(escape "$1") awk '$5 == ENVIRON["E"] {
 		for (i = 7; i <= NF && $i != "-"; i++) ;

@@ -40,6 +40,17 @@ def detached():
     assert not any(left), f'processes still alive after the unmount: {left}'
 
 
+def _fd_targets(pid):
+    """What PID's descriptors name (one that closes meanwhile is left out)."""
+    out = []
+    for n in os.listdir(f'/proc/{pid}/fd'):
+        try:
+            out.append(os.readlink(f'/proc/{pid}/fd/{n}'))
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def _sleeping(pid):
     """PID waits in the kernel (state S or D, not running, not exited)."""
     with open(f'/proc/{pid}/stat') as f:
@@ -56,8 +67,8 @@ def _resumed_lines(d):
 def test_detached_daemon_has_a_keeper_that_holds_the_connection(detached):
     d = detached()
     keeper = wait_until(d.keeper, 5, what='the keeper')
-    fds = [os.readlink(f'/proc/{keeper}/fd/{n}') for n in os.listdir(f'/proc/{keeper}/fd')]
-    assert '/dev/fuse' in fds
+    fds = wait_until(lambda: (lambda f: f if '/dev/fuse' in f else None)(_fd_targets(keeper)),
+                     5, what='the keeper to hold /dev/fuse')
     assert any(f.startswith('/memfd:lockfs-state') for f in fds), fds
     # Detached: a session of its own (it calls setsid right after exec).
     wait_until(lambda: os.getsid(keeper) == keeper, 5, what='the keeper\'s own session')
