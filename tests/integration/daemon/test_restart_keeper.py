@@ -244,3 +244,28 @@ def test_keeper_off_keeps_the_old_behaviour(detached):
     with pytest.raises(OSError) as e:
         wait_until(lambda: os.stat(os.path.join(d.mnt, 'x')) and False, 5, what='ENOTCONN')
     assert e.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+
+
+def test_a_successor_whose_mount_was_replaced_lets_the_connection_go(detached):
+    """A new daemon started by hand while the keeper was held up replaces the
+    kept mount; the keeper's successor then finds it gone and leaves (exit
+    76), and so does the keeper: nothing is left serving a detached mount."""
+    d = detached()
+    keeper = wait_until(d.keeper, 5, what='the keeper')
+    os.kill(keeper, signal.SIGSTOP)
+    old = d.pid()
+    try:
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: not alive(old), 5, what='the killed daemon to go')
+        fresh = subprocess.run([d.binary, '-o', f'backing={d.dir}', d.mnt],
+                               capture_output=True, text=True, timeout=30)
+        assert fresh.returncode == 0, fresh
+        new = d.pid()
+        assert new != old
+    finally:
+        os.kill(keeper, signal.SIGCONT)
+    wait_until(lambda: not alive(keeper), 10, what='the old keeper to leave')
+    assert d.pid() == new and alive(new)
+    os.mkdir(os.path.join(d.mnt, 'x'))
+    os.rmdir(os.path.join(d.mnt, 'x'))
+    assert not any('prev_pid' in l and f'prev_pid={old}' in l for l in _resumed_lines(d))
