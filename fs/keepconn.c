@@ -119,10 +119,6 @@ void lockfs_keeper_serving(struct lockfs_fs *fs, const struct lockfs_resume *r)
 		lockfs_handles_restore(fs);
 	}
 	lockfs_connstate_set_phase(LOCKFS_PHASE_SERVING);
-	rc = lockfs_stop_install_handover();
-	if (rc < 0)
-		fprintf(stderr, "lockfs: warning: cannot set the SIGUSR2 handler: %s: `lockfs "
-			"--upgrade` will not work\n", strerror(-rc));
 	if (!r)
 		return;
 	rc = lockfs_resume_resend(fuse_session_fd(fs->se));
@@ -130,6 +126,15 @@ void lockfs_keeper_serving(struct lockfs_fs *fs, const struct lockfs_resume *r)
 		fprintf(stderr, "lockfs: the kernel refused to resend the requests that the "
 			"previous daemon had not answered (%s): their callers wait for ever\n",
 			strerror(-rc));
+}
+
+void lockfs_keeper_kept(void)
+{
+	int rc = lockfs_stop_install_handover();
+
+	if (rc < 0)
+		fprintf(stderr, "lockfs: warning: cannot set the SIGUSR2 handler: %s: `lockfs "
+			"--upgrade` will not work\n", strerror(-rc));
 }
 
 void lockfs_keeper_stopped(int dirfd)

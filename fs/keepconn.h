@@ -27,6 +27,10 @@ bool lockfs_keeper_wanted(const char *keeper, const struct fuse_cmdline_opts *op
 int lockfs_keeper_setup(struct fuse_session *se, const char *mnt_abs, uint64_t dev,
 			char *argv[], int dirfd);
 
+/* As soon as the connection is kept (set up, or taken over): SIGUSR2 hands
+ * over from now on (before the loop runs, the loop then ends at once). */
+void lockfs_keeper_kept(void);
+
 /* A clean stop (unmount, SIGTERM): the keeper leaves with us, and
  * systemd's store lets go of the connection (DIRFD: the state dir). */
 void lockfs_keeper_stopped(int dirfd);

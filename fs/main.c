@@ -659,6 +659,8 @@ int main(int argc, char *argv[])
 						be->state_dirfd) == 0;
 	}
 mounted:
+	if (keep_conn)
+		lockfs_keeper_kept();
 	/* A successor does not tell the engine the mount's device: the mount
 	 * is the same, and an engine that knows it takes every descriptor of
 	 * it for a live one it would hear the close of, so an fd lock rebound
