@@ -525,7 +525,8 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	/* Started by a keeper (or systemd) to take a live connection over:
-	 * in the foreground, already detached. */
+	 * in the foreground; under a keeper, detached already (its messages
+	 * then go where a detached daemon's go). */
 	resuming = lockfs_resume_take(&resume);
 	if (resuming < 0)
 		goto out_args;
@@ -555,7 +556,7 @@ int main(int argc, char *argv[])
 		ret = LOCKFS_EXIT_SUPERSEDED;
 		goto out_args;
 	}
-	if (!opts.foreground || resuming)
+	if (!opts.foreground || (resuming && !resume.from_systemd))
 		lockfs_errlog_store_open(be->state_dirfd);
 	warn_source(&o, be);
 	/* The audit log lives in this host's state directory. */
@@ -669,7 +670,7 @@ mounted:
 	 * of the file, as after any restart.
 	 * TODO(issue 22, core side): with the core's resuming mode fd locks
 	 * stay bound to their fh, and the device is set here again. */
-	if (!opts.foreground || resuming) {
+	if (!opts.foreground || (resuming && !resume.from_systemd)) {
 		lockfs_daemonize_leave_cwd();
 		if (lockfs_errlog_detach(be->state_dirfd) == 0)
 			fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
