@@ -125,14 +125,19 @@ class Detached:
             return ''
 
     def cleanup(self):
-        keeper = self.keeper()
+        """Unmount, wait for every serving process seen and every keeper of
+        the mount to leave, SIGKILL those that did not (only ones this
+        helper started), remove the directories.  Returns the pids that had
+        to be killed."""
+        keepers = keepers_of(self.mnt)
         if mount_entry(self.mnt) is not None:
             fusermount_u(self.mnt)
+        self.pid()
         deadline = time.monotonic() + BOUND_S
-        for pid in list(self.pids) + ([keeper] if keeper else []):
+        for pid in list(self.pids) + keepers:
             while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
-        left = [p for p in list(self.pids) + ([keeper] if keeper else []) if alive(p)]
+        left = [p for p in list(self.pids) + keepers if alive(p)]
         for pid in left:  # only processes this helper started
             try:
                 os.kill(pid, signal.SIGKILL)
