@@ -121,8 +121,7 @@ void lockfs_flock_create(fuse_req_t req, struct lockfs_fs *fs, const char *name,
 		return (void)fuse_reply_err(req, -rc);
 	}
 	/* As lfs_open: opening takes nothing, flock/fcntl on it does. */
-	fi->fh = (uint64_t)(uintptr_t)of;
-	lockfs_handle_add(fs, &of->h);
+	fi->fh = lockfs_handle_add(fs, &of->h, e.ino, fi->flags);
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;

@@ -101,6 +101,9 @@ struct parked;
  * them once the connection is gone, so they are freed at exit. */
 struct handle {
 	struct handle *next, *prev;
+	struct handle *fh_next;  /* in its lockfs_fs::by_fh bucket */
+	uint64_t fh;             /* fi->fh: an id, never reused within a mount */
+	struct lockfs_saved_handle *saved; /* its slot in the state, or NULL */
 	void (*free)(struct handle *h);
 	uid_t uid;      /* who opened it: counted against -o max_open_per_uid */
 	uint64_t node;  /* the node (inode.c) it keeps, or 0 */
@@ -108,6 +111,14 @@ struct handle {
 };
 /* Free every handle still open (the loop has stopped: no request uses them). */
 void lockfs_handles_free_all(struct lockfs_fs *fs);
+/* A successor's start: every handle its predecessors left open, made
+ * again from the state under the same fh (handle.c). */
+void lockfs_handles_restore(struct lockfs_fs *fs);
+/* A successor's start: the nodes its predecessors gave out, with the same
+ * ids and lookup counts (inode.c). */
+void lockfs_inodes_restore(struct inodes *t);
+
+#define LOCKFS_FH_BUCKETS 256
 
 struct lockfs_fs {
 	struct lockfs_core *core;
@@ -118,6 +129,8 @@ struct lockfs_fs {
 	struct parked *parked;     /* protected by parked_mu */
 	pthread_mutex_t handles_mu;
 	struct handle *handles;    /* protected by handles_mu */
+	struct handle *by_fh[LOCKFS_FH_BUCKETS]; /* protected by handles_mu */
+	uint64_t next_fh;          /* protected by handles_mu; 0: not yet set */
 	struct inodes *inodes;
 	struct fuse_session *se;
 	bool proc_foreign; /* /proc is another pid namespace's: see no caller */

@@ -12,22 +12,69 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "connstate.h"
 #include "fs.h"
 #include "handle.h"
 
-void lockfs_handle_add(struct lockfs_fs *fs, struct handle *h)
+/* Into the list and the fh table.  Called with handles_mu held. */
+static void link_handle(struct lockfs_fs *fs, struct handle *h)
 {
-	pthread_mutex_lock(&fs->handles_mu);
+	struct handle **bucket = &fs->by_fh[h->fh % LOCKFS_FH_BUCKETS];
+
 	h->prev = NULL;
 	h->next = fs->handles;
 	if (h->next)
 		h->next->prev = h;
 	fs->handles = h;
+	h->fh_next = *bucket;
+	*bucket = h;
+}
+
+static bool is_listing(const struct handle *h)
+{
+	return h->free == lockfs_dir_snapshot_free;
+}
+
+uint64_t lockfs_handle_add(struct lockfs_fs *fs, struct handle *h, fuse_ino_t ino, int flags)
+{
+	struct lockfs_saved_handle *saved = lockfs_connstate_handle_get();
+
+	pthread_mutex_lock(&fs->handles_mu);
+	/* Ids, not addresses: the same fh means the same open file in a
+	 * successor, and an fh is never another file's later. */
+	if (fs->next_fh == 0)
+		fs->next_fh = lockfs_connstate_next_fh();
+	h->fh = fs->next_fh++;
+	lockfs_connstate_set_next_fh(fs->next_fh);
+	link_handle(fs, h);
+	h->saved = saved;
+	if (saved) {
+		saved->ino = ino;
+		saved->kind = is_listing(h) ? LOCKFS_HK_DIR : LOCKFS_HK_FILE;
+		saved->flags = (uint32_t)flags;
+		saved->uid = h->uid;
+		saved->keeps_fd = h->keeps_fd;
+		__atomic_store_n(&saved->fh, h->fh, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&fs->handles_mu);
+	return h->fh;
+}
+
+struct handle *lockfs_handle_find(struct lockfs_fs *fs, uint64_t fh)
+{
+	struct handle *h;
+
+	pthread_mutex_lock(&fs->handles_mu);
+	for (h = fs->by_fh[fh % LOCKFS_FH_BUCKETS]; h && h->fh != fh; h = h->fh_next)
+		;
+	pthread_mutex_unlock(&fs->handles_mu);
+	return h;
 }
 
 void lockfs_handle_del(struct lockfs_fs *fs, struct handle *h)
 {
+	struct handle **pp;
+
 	pthread_mutex_lock(&fs->handles_mu);
 	if (h->prev)
 		h->prev->next = h->next;
@@ -35,7 +82,13 @@ void lockfs_handle_del(struct lockfs_fs *fs, struct handle *h)
 		fs->handles = h->next;
 	if (h->next)
 		h->next->prev = h->prev;
+	for (pp = &fs->by_fh[h->fh % LOCKFS_FH_BUCKETS]; *pp && *pp != h; pp = &(*pp)->fh_next)
+		;
+	if (*pp)
+		*pp = h->fh_next;
 	pthread_mutex_unlock(&fs->handles_mu);
+	lockfs_connstate_handle_put(h->saved);
+	h->saved = NULL;
 	lockfs_handle_uncount(fs, h);
 }
 
@@ -95,8 +148,11 @@ void lockfs_handles_free_all(struct lockfs_fs *fs)
 		struct handle *h = fs->handles;
 
 		fs->handles = h->next;
+		/* The state keeps it for a successor only while we serve. */
+		lockfs_connstate_handle_put(h->saved);
 		h->free(h);
 	}
+	memset(fs->by_fh, 0, sizeof(fs->by_fh));
 	pthread_mutex_unlock(&fs->handles_mu);
 }
 
@@ -143,4 +199,64 @@ struct dir_snapshot *lockfs_dir_snapshot_new(void)
 	if (d)
 		d->h.free = lockfs_dir_snapshot_free;
 	return d;
+}
+
+/* One saved handle made again (lockfs_handles_restore). */
+static int restore_one(struct lockfs_saved_handle *saved, void *arg)
+{
+	struct lockfs_fs *fs = arg;
+	struct lockfs_caller caller = { .uid = saved->uid };
+	fuse_ino_t ino = (fuse_ino_t)saved->ino;
+	struct handle *h;
+	char name[NAME_MAX + 1];
+
+	if (saved->kind == LOCKFS_HK_DIR) {
+		struct dir_snapshot *d = lockfs_dir_snapshot_new();
+
+		if (!d)
+			return 0;
+		d->self = ino;
+		/* The listing is taken again: offsets still count entries. */
+		if (ino == FUSE_ROOT_ID)
+			(void)lockfs_core_list(fs->core, &d->names, &d->count);
+		else if (ino == INO_FLOCK_DIR)
+			(void)lockfs_core_list_flock(fs->core, &d->names, &d->count);
+		h = &d->h;
+	} else {
+		struct open_file *of = lockfs_open_file_new();
+
+		if (!of)
+			return 0;
+		of->restored = true;
+		if (ino == INO_LOG) {
+			int fd = lockfs_core_log_open_ro(fs->core);
+
+			of->fd = fd >= 0 ? fd : -1;
+		}
+		h = &of->h;
+	}
+	h->uid = saved->uid;
+	h->keeps_fd = saved->keeps_fd;
+	h->node = 0;
+	if ((ino_is_lock(ino) || ino_is_flock(ino)) &&
+	    lockfs_inodes_open(fs->inodes, ino_id(ino)) == 0)
+		h->node = ino_id(ino);
+	handle_name(fs, ino, name);
+	/* Counted again against its uid; over a cap it stays open anyway:
+	 * it was granted. */
+	(void)lockfs_core_handle_open(fs->core, &caller, h->keeps_fd, name);
+	h->fh = saved->fh;
+	h->saved = saved;
+	pthread_mutex_lock(&fs->handles_mu);
+	link_handle(fs, h);
+	pthread_mutex_unlock(&fs->handles_mu);
+	return 0;
+}
+
+void lockfs_handles_restore(struct lockfs_fs *fs)
+{
+	pthread_mutex_lock(&fs->handles_mu);
+	fs->next_fh = lockfs_connstate_next_fh();
+	pthread_mutex_unlock(&fs->handles_mu);
+	lockfs_connstate_each_handle(restore_one, fs);
 }

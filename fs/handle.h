@@ -17,6 +17,9 @@ struct open_file {
 	 * ended inside a UTF-8 character); applied at the next write or at
 	 * close (flush). */
 	bool pending;
+	/* Made again by a successor (lockfs_handles_restore): its text is
+	 * rendered at the first read. */
+	bool restored;
 	/* `operation` opened with O_TRUNC: the text before, put back if the
 	 * first write is refused (a refused write changes nothing). */
 	char *before;
@@ -45,8 +48,13 @@ void lockfs_dir_snapshot_free(struct handle *h);
 int lockfs_handle_count(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct handle *h);
 /* Undo lockfs_handle_count for H. */
 void lockfs_handle_uncount(struct lockfs_fs *fs, struct handle *h);
-/* H is open: into the list that lockfs_handles_free_all empties. */
-void lockfs_handle_add(struct lockfs_fs *fs, struct handle *h);
+/* H, of INO opened with FLAGS, is open: into the list that
+ * lockfs_handles_free_all empties, under a new fh (also in the state, for
+ * a successor).  Returns the fh for fi->fh. */
+uint64_t lockfs_handle_add(struct lockfs_fs *fs, struct handle *h, fuse_ino_t ino, int flags);
+/* The open handle FH, or NULL (a predecessor's that could not be made
+ * again, or a bad fh). */
+struct handle *lockfs_handle_find(struct lockfs_fs *fs, uint64_t fh);
 /* H is closed: out of the list, and no longer counted against its uid. */
 void lockfs_handle_del(struct lockfs_fs *fs, struct handle *h);
 

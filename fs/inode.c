@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "connstate.h"
 #include "fs.h"
 
 #define BUCKETS 1024
@@ -45,6 +46,9 @@ struct node {
 	uint64_t open;       /* open files and listings of it */
 	uid_t uid;           /* who looked it up last: whose idle list */
 	bool idle;           /* on an idle list */
+	/* Its copy in the connection's state (connstate.c), kept up to date
+	 * under t->mu for a successor, or NULL. */
+	struct lockfs_saved_node *saved;
 	char name[];
 };
 
@@ -171,6 +175,7 @@ static void node_drop(struct inodes *t, struct node *n)
 	for (pp = &t->by_name[name_hash(n->name)]; *pp != n; pp = &(*pp)->by_name_next)
 		;
 	*pp = n->by_name_next;
+	lockfs_connstate_node_put(n->saved);
 	free(n);
 }
 
@@ -210,6 +215,10 @@ static struct node *find_name(struct inodes *t, const char *name, uint64_t gener
 static uint64_t node_ref(struct inodes *t, struct node *n, uid_t uid)
 {
 	n->nlookup++;
+	if (n->saved) {
+		n->saved->nlookup = n->nlookup;
+		n->saved->uid = uid;
+	}
 	if (n->open == 0) {
 		idle_del(t, n);
 		n->uid = uid;
@@ -236,8 +245,16 @@ uint64_t lockfs_inodes_ref(struct inodes *t, const char *name, uint64_t generati
 			goto out;
 		memcpy(n->name, name, len + 1);
 		n->id = t->next_id++;
+		lockfs_connstate_set_next_node(t->next_id);
 		n->generation = generation;
 		n->uid = uid;
+		n->saved = lockfs_connstate_node_get();
+		if (n->saved) {
+			n->saved->generation = generation;
+			n->saved->nlookup = 0;
+			memcpy(n->saved->name, name, len + 1);
+			__atomic_store_n(&n->saved->id, n->id, __ATOMIC_RELEASE);
+		}
 		n->by_name_next = t->by_name[h];
 		t->by_name[h] = n;
 		n->by_id_next = t->by_id[n->id % BUCKETS];
@@ -328,8 +345,52 @@ void lockfs_inodes_forget(struct inodes *t, uint64_t id, uint64_t count)
 	if (!n)
 		goto out; /* dropped while idle: the kernel learns nothing of it */
 	n->nlookup = count >= n->nlookup ? 0 : n->nlookup - count;
+	if (n->saved)
+		n->saved->nlookup = n->nlookup;
 	if (n->nlookup == 0 && n->open == 0)
 		node_drop(t, n);
 out:
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* One saved node made again (lockfs_inodes_restore).  Called with t->mu held. */
+static int restore_one(struct lockfs_saved_node *saved, void *arg)
+{
+	struct inodes *t = arg;
+	size_t len = strnlen(saved->name, NAME_MAX);
+	struct node *n;
+
+	if (find_id(t, saved->id))
+		return 0;
+	n = calloc(1, sizeof(*n) + len + 1);
+	if (!n)
+		return 0; /* unknown to us: ESTALE, and the kernel looks it up again */
+	memcpy(n->name, saved->name, len);
+	n->name[len] = '\0';
+	n->id = saved->id;
+	n->generation = saved->generation;
+	n->nlookup = saved->nlookup;
+	n->uid = saved->uid;
+	n->saved = saved;
+	n->by_name_next = t->by_name[name_hash(n->name)];
+	t->by_name[name_hash(n->name)] = n;
+	n->by_id_next = t->by_id[n->id % BUCKETS];
+	t->by_id[n->id % BUCKETS] = n;
+	if (n->id >= t->next_id)
+		t->next_id = n->id + 1;
+	/* Kept while the kernel knows it; one with no lookup left stays
+	 * for the open files that lockfs_handles_restore counts again. */
+	if (n->nlookup > 0)
+		idle_add(t, n);
+	return 0;
+}
+
+void lockfs_inodes_restore(struct inodes *t)
+{
+	pthread_mutex_lock(&t->mu);
+	if (lockfs_connstate_next_node() > t->next_id)
+		t->next_id = lockfs_connstate_next_node();
+	lockfs_connstate_each_node(restore_one, t);
+	lockfs_connstate_set_next_node(t->next_id);
 	pthread_mutex_unlock(&t->mu);
 }

@@ -44,6 +44,22 @@ void lockfs_lifecycle_predecessor(struct lockfs_log *log, struct lockfs_backend 
 	lockfs_backend_forget_predecessor(be);
 }
 
+void lockfs_lifecycle_resumed(struct lockfs_log *log, struct lockfs_backend *be, pid_t prev,
+			      const char *cause)
+{
+	char uid[16], pid[16], prevs[16];
+	const char *kv[] = { "uid", uid, "pid", pid, "prev_pid", prevs, "cause", cause,
+			     "version", LOCKFS_VERSION, NULL };
+
+	snprintf(uid, sizeof(uid), "%u", (unsigned)geteuid());
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	snprintf(prevs, sizeof(prevs), "%d", (int)prev);
+	put(log, kv, "daemon-resumed");
+	fprintf(stderr, "lockfs: notice: took over the connection of %s from pid %d (%s)\n",
+		be->state_path, (int)prev, cause);
+	lockfs_backend_forget_predecessor(be);
+}
+
 void lockfs_lifecycle_started(struct lockfs_log *log, const struct lockfs_backend *be,
 			      const char *mountpoint)
 {

@@ -5,6 +5,8 @@
 
 struct lockfs_backend;
 
+#include <sys/types.h>
+
 #include "lockfs/log.h"
 
 /* Right after the log opens, before the engine recovers anything: a
@@ -12,6 +14,12 @@ struct lockfs_backend;
  * (or `daemon-taken-over` when it was wedged and aborted), with a notice on
  * stderr, and forgotten. */
 void lockfs_lifecycle_predecessor(struct lockfs_log *log, struct lockfs_backend *be);
+
+/* Instead of lockfs_lifecycle_predecessor, in a process that takes a live
+ * connection over: `daemon-resumed` naming the predecessor PREV and CAUSE
+ * (upgrade, signal=N, exit=N, died), and the predecessor forgotten. */
+void lockfs_lifecycle_resumed(struct lockfs_log *log, struct lockfs_backend *be, pid_t prev,
+			      const char *cause);
 
 /* Right before the mount: `daemon-started` for MOUNTPOINT, naming the
  * stopping predecessor waited for, if any. */

@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "connstate.h"
 #include "loop.h"
 
 #define HANDOFF_US 1000
@@ -321,9 +322,17 @@ static void *worker_main(void *arg)
 			pthread_cond_signal(&l->wd_wake);
 			pthread_mutex_unlock(&l->mu);
 		}
-		request_unique = ((const struct fuse_in_header *)w->buf.mem)->unique;
-		fuse_session_process_buf(l->se, &w->buf);
-		request_unique = 0;
+		{
+			const struct fuse_in_header *in = w->buf.mem;
+
+			/* The connection's terms, for a successor that takes
+			 * it over without ever seeing INIT (connstate.c). */
+			if (in->opcode == FUSE_INIT)
+				lockfs_connstate_keep_init(w->buf.mem, w->buf.size);
+			request_unique = in->unique;
+			fuse_session_process_buf(l->se, &w->buf);
+			request_unique = 0;
+		}
 		if (was_resent)
 			resent_processed();
 		__atomic_store_n(&w->processing, 0, __ATOMIC_RELEASE);

@@ -2,6 +2,7 @@
 #ifndef LOCKFS_FS_LOOP_H
 #define LOCKFS_FS_LOOP_H
 
+#include <stdint.h>
 #include <fuse_lowlevel.h>
 
 /*

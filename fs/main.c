@@ -11,6 +11,7 @@
  *          [FUSE options] [SOURCE] MOUNTPOINT
  *   lockfs --guard MOUNTPOINT
  *   lockfs --stop MOUNTPOINT
+ *   lockfs --upgrade MOUNTPOINT
  *
  * SOURCE is what mount(8) passes through mount.fuse3 (`mount -t fuse.lockfs
  * lockfs /locks`); it is ignored.
@@ -36,8 +37,12 @@
 #include "daemonize.h"
 #include "fs.h"
 #include "guard.h"
+#include "connstate.h"
+#include "keeper.h"
+#include "keepconn.h"
 #include "lifecycle.h"
 #include "loop.h"
+#include "resume.h"
 #include "stop.h"
 #include "stopcmd.h"
 #include "takeover.h"
@@ -69,6 +74,7 @@ struct options {
 	char *log_max;
 	char *log_keep;
 	char *log_denied_interval;
+	char *keeper;
 	int show_help;
 	/* The positional arguments: [SOURCE] MOUNTPOINT. */
 	char *positional[2];
@@ -90,6 +96,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("log_max=%s", log_max),
 	OPT("log_keep=%s", log_keep),
 	OPT("log_denied_interval=%s", log_denied_interval),
+	OPT("keeper=%s", keeper),
 	/* mount(8)'s own options, which reach us from fstab through
 	 * mount.fuse3 (it drops only some of them): they mean nothing here. */
 	FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
@@ -219,11 +226,13 @@ static void usage(const char *prog)
 	       "       %s --stop MOUNTPOINT    stop the daemon serving MOUNTPOINT and wait\n"
 	       "                               until it has exited and unmounted (exit 0;\n"
 	       "                               3: none serves it; 1: it did not stop)\n"
+	       "       %s --upgrade MOUNTPOINT hand the mount over to the binary now at the\n"
+	       "                               daemon's path; clients see nothing (exit 0)\n"
 	       "(SOURCE, which mount(8) passes, is ignored: write lockfs)\n\n"
 	       "lockfs options:\n"
 	       "    -o backend=NAME       the store that holds the locks (default "
 	       KIND_DEFAULT "; built:",
-	       prog, prog, prog);
+	       prog, prog, prog, prog);
 	for (size_t i = 0; lockfs_backend_kinds[i]; i++)
 		printf(" %s", lockfs_backend_kinds[i]->name);
 	printf(")\n"
@@ -251,6 +260,9 @@ static void usage(const char *prog)
 	       "    -o log_denied_interval=SECONDS\n"
 	       "                          at most one `denied` line per uid per SECONDS\n"
 	       "                          during a burst (default 10; 0 = log every one)\n"
+	       "    -o keeper=on|off      keep the mount across a crash or an upgrade of the\n"
+	       "                          daemon (default on: a keeper process, or systemd's\n"
+	       "                          descriptor store; Linux 6.9)\n"
 	       "    -o allow_other        let other users and containers use the mount\n"
 	       "    -o auto_unmount       unmount when the daemon dies (unattended use)\n\n");
 	for (size_t i = 0; lockfs_backend_kinds[i]; i++)
@@ -364,6 +376,12 @@ static bool asks_for_help(int argc, char *argv[])
 	return false;
 }
 
+/* lockfs_loop_on_resent_done's hook: the engine's hold on waiters ends. */
+static void resent_done(void *core)
+{
+	lockfs_core_resume_done(core);
+}
+
 /* lockfs_takeover_fn for the store's one-daemon lock (takeover.c). */
 static int takeover(void *arg, int lockfd, int dirfd, const char *path)
 {
@@ -453,12 +471,19 @@ int main(int argc, char *argv[])
 	char *fsname = NULL, *mnt_abs = NULL;
 	bool served = false;  /* daemon-started is in the log */
 	bool start_failed = false; /* the threads could not start */
+	struct lockfs_resume resume;
+	int resuming = 0;          /* 1: this process takes a live connection over */
+	bool keep_conn = false;    /* a keeper (or systemd) holds the connection */
 	int rc, ret = 1;
 
 	if (argc >= 2 && strcmp(argv[1], "--guard") == 0)
 		return lockfs_guard_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "--stop") == 0)
 		return lockfs_stop_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--upgrade") == 0)
+		return lockfs_upgrade_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--keeper") == 0)
+		return lockfs_keeper_main(argc, argv);
 	pthread_mutex_init(&fs.parked_mu, NULL);
 	pthread_mutex_init(&fs.handles_mu, NULL);
 	lockfs_errlog_start();
@@ -513,6 +538,16 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	cfg.container_root_host = o.container_root && strcmp(o.container_root, "host") == 0;
+	if (o.keeper && strcmp(o.keeper, "on") != 0 && strcmp(o.keeper, "off") != 0) {
+		fprintf(stderr, "lockfs: -o keeper=%s: want on or off\n", o.keeper);
+		goto out_args;
+	}
+	/* Started by a keeper (or systemd) to take a live connection over:
+	 * in the foreground; under a keeper, detached already (its messages
+	 * then go where a detached daemon's go). */
+	resuming = lockfs_resume_take(&resume);
+	if (resuming < 0)
+		goto out_args;
 	raise_fd_limit();
 
 	fs.proc_foreign = !proc_is_ours();
@@ -520,17 +555,26 @@ int main(int argc, char *argv[])
 	 * watch) and the session it registers must be the serving process's.
 	 * `lockfs` returns only once the child has recorded its pid and
 	 * serves, or failed and said why (daemonize.c). */
-	if (!opts.foreground) {
+	if (!opts.foreground && !resuming) {
 		rc = lockfs_daemonize();
 		if (rc < 0) {
 			fprintf(stderr, "lockfs: cannot detach: %s\n", strerror(-rc));
 			goto out_args;
 		}
 	}
-	/* The store's checks and its one-daemon lock (dir: DIR/.lockfs). */
-	if (open_store(kind, &o, &be) < 0)
+	/* The store's checks and its one-daemon lock (dir: DIR/.lockfs).  A
+	 * successor that cannot have it, or whose mount another daemon has
+	 * replaced meanwhile, lets the connection go (keeper.c). */
+	if (open_store(kind, &o, &be) < 0) {
+		ret = resuming ? LOCKFS_EXIT_SUPERSEDED : ret;
 		goto out_args;
-	if (!opts.foreground)
+	}
+	if (resuming && !lockfs_resume_still_mounted()) {
+		lockfs_backend_close(be);
+		ret = LOCKFS_EXIT_SUPERSEDED;
+		goto out_args;
+	}
+	if (!opts.foreground || (resuming && !resume.from_systemd))
 		lockfs_errlog_store_open(be->state_dirfd);
 	warn_source(&o, be);
 	/* The audit log lives in this host's state directory. */
@@ -540,9 +584,17 @@ int main(int argc, char *argv[])
 	}
 	/* Before the engine logs what it recovers: a predecessor that did not
 	 * stop cleanly comes first in the log. */
-	lockfs_lifecycle_predecessor(cfg.log, be);
+	if (resuming)
+		lockfs_lifecycle_resumed(cfg.log, be, resume.prev, resume.cause);
+	else
+		lockfs_lifecycle_predecessor(cfg.log, be);
 	cfg.backend = be;
 	cfg.helpers = o.helpers;
+	/* Taking a live connection over: fd locks stay bound to the same
+	 * open files (fh ids, connstate.c), a resent request gets the answer
+	 * its predecessor could not give, and resent waiters keep their
+	 * places (docs/recovery.md). */
+	cfg.resuming = resuming > 0;
 	rc = lockfs_core_open(&fs.core, &cfg);
 	if (rc < 0) {
 		fprintf(stderr, "lockfs: cannot start the lock engine on %s: %s\n",
@@ -586,6 +638,16 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "lockfs: cannot set signal handlers: %s\n", strerror(errno));
 		goto out_signals;
 	}
+	if (resuming) {
+		/* The mount is ours and alive, served by nobody yet: the
+		 * mount point must not be looked at (it would wait for us). */
+		mnt_abs = strdup(lockfs_connstate_mountpoint());
+		if (!mnt_abs || lockfs_resume_attach(fs.se, &resume) < 0)
+			goto out_signals;
+		keep_conn = true;
+		served = true;
+		goto mounted;
+	}
 	/* Nothing may touch the mount point before a dead mount of ours is
 	 * gone from it: a hung one would hang us. */
 	if (lockfs_clear_dead_mount(be->state_dirfd, be->state_path, opts.mountpoint) < 0)
@@ -607,12 +669,24 @@ int main(int argc, char *argv[])
 	{
 		/* Tells descriptors of this mount from an earlier mount's (fd
 		 * locks rebound at a restart); unknown, all count as earlier. */
-		dev_t dev;
+		dev_t dev = 0;
 
 		if (mnt_abs && lockfs_mount_dev(mnt_abs, &dev) == 0)
 			lockfs_core_set_mount_dev(fs.core, dev);
+		/* The detached daemon's connection outlives it (keeper.c). */
+		keep_conn = lockfs_keeper_wanted(o.keeper, &opts, argc, argv) &&
+			    lockfs_keeper_setup(fs.se, mnt_abs, (uint64_t)dev, argv,
+						be->state_dirfd) == 0;
 	}
-	if (!opts.foreground) {
+mounted:
+	if (keep_conn)
+		lockfs_keeper_kept();
+	/* A successor serves the same mount: its device is the kept one.  Its
+	 * engine keeps fd locks bound to their open files (cfg.resuming), so
+	 * nothing is rebound to a process that this device would end. */
+	if (resuming && lockfs_connstate_mount_dev())
+		lockfs_core_set_mount_dev(fs.core, (dev_t)lockfs_connstate_mount_dev());
+	if (!opts.foreground || (resuming && !resume.from_systemd)) {
 		lockfs_daemonize_leave_cwd();
 		if (lockfs_errlog_detach(be->state_dirfd) == 0)
 			fprintf(stderr, "lockfs: notice: serving %s (backing dir %s)\n",
@@ -634,6 +708,16 @@ int main(int argc, char *argv[])
 
 	lockfs_notify_ready(opts.mountpoint, be->source);
 	lockfs_daemonize_done(0);
+	/* A successor rebuilds its tables and has the kernel resend what
+	 * its predecessor read but did not answer, before it reads. */
+	if (keep_conn)
+		lockfs_keeper_serving(&fs, resuming ? &resume : NULL);
+	/* The engine hands no lock to a waiter until every resent request is
+	 * back (each waiter then takes its old place): the loop tells it. */
+	if (resuming)
+		lockfs_loop_on_resent_done(resent_done, fs.core);
+	else
+		signal(SIGUSR2, SIG_IGN); /* nobody to hand over to */
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
 	} else if (!opts.clone_fd && opts.max_idle_threads > 100000) {
@@ -657,11 +741,18 @@ int main(int argc, char *argv[])
 			fuse_loop_cfg_destroy(loop_cfg);
 		}
 	}
+	/* `lockfs --upgrade`: nothing is answered, released or unmounted;
+	 * the next process takes the connection over (keeper.c). */
+	if (keep_conn && lockfs_stop_handover())
+		lockfs_keeper_hand_over();
 	/* A signal or an unmount both end the loop; either is a clean exit. */
 	ret = rc < 0 && rc != -EINTR ? 1 : 0;
 	lockfs_notify_stopping();
 out_unmount:
 	lockfs_stop_loop_ended();
+	/* A clean stop: the keeper leaves with us. */
+	if (keep_conn)
+		lockfs_keeper_stopped(be->state_dirfd);
 	/* No thread of ours ever waits in the kernel on this mount (we send
 	 * no notifications: ops.c), so none of these steps can hang, and the
 	 * unmount or our exit ends every request still waiting. */
@@ -669,6 +760,8 @@ out_unmount:
 	/* Nothing grants any more: tell the waiters the service is gone. */
 	lockfs_flock_shutdown(&fs);
 	fuse_session_unmount(fs.se);
+	if (resuming) /* libfuse knows no mount point of a taken-over session */
+		lockfs_resume_unmount(mnt_abs);
 	if (served && start_failed)
 		lockfs_lifecycle_failed(cfg.log, mnt_abs ? mnt_abs : opts.mountpoint, "start-failed");
 	else if (served)
@@ -703,6 +796,7 @@ out_args:
 	free(o.log_max);
 	free(o.log_keep);
 	free(o.log_denied_interval);
+	free(o.keeper);
 	fuse_opt_free_args(&args);
 	return ret;
 }

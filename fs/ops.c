@@ -389,8 +389,7 @@ out:
 		lockfs_open_file_free(of);
 		return (void)fuse_reply_err(req, -rc);
 	}
-	fi->fh = (uint64_t)(uintptr_t)of;
-	lockfs_handle_add(fs, &of->h);
+	fi->fh = lockfs_handle_add(fs, &of->h, ino, fi->flags);
 	fi->direct_io = 1; /* content depends on the reader and the moment */
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
@@ -400,11 +399,45 @@ out:
 	}
 }
 
+/* An open file a successor made again (lockfs_handles_restore) has no
+ * text yet: render it now, for this reader, as lfs_open would have. */
+static int render_restored(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
+			   struct open_file *of)
+{
+	struct lockfs_lock_stat ls;
+	char lock[NAME_MAX + 1];
+	int rc;
+
+	of->restored = false;
+	if (!ino_is_lock(ino) || of->data)
+		return 0;
+	rc = lockfs_attr_lock_name(fs, ino, lock, &ls);
+	if (rc < 0)
+		return rc;
+	if (ino_file(ino) == LF_OPERATION)
+		return lockfs_core_operation(fs->core, lock, &of->data, &of->len);
+	if (ino_file(ino) == LF_BREAK)
+		return 0;
+	return lockfs_attr_render(fs, req, lock, ino_file(ino), &ls, &of->data, &of->len);
+}
+
+/* The open file of FI, or NULL: a predecessor's open that could not be
+ * made again (the state was full). */
+static struct open_file *open_file_of(struct lockfs_fs *fs, struct fuse_file_info *fi)
+{
+	return (struct open_file *)lockfs_handle_find(fs, fi->fh);
+}
+
 static void lfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+	struct open_file *of = open_file_of(fs_of(req), fi);
+	int rc;
 
+	if (!of)
+		return (void)fuse_reply_err(req, EBADF);
+	if (of->restored && of->fd < 0 && (rc = render_restored(fs_of(req), req, ino, of)) < 0)
+		return (void)fuse_reply_err(req, -rc);
 	if (of->fd >= 0) {
 		char *buf = malloc(size ? size : 1);
 		ssize_t n;
@@ -459,7 +492,7 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 		      off_t off, struct fuse_file_info *fi)
 {
 	struct lockfs_fs *fs = fs_of(req);
-	struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+	struct open_file *of = open_file_of(fs, fi);
 	enum lock_file file = ino_file(ino);
 	struct lockfs_caller caller;
 	char lock[NAME_MAX + 1];
@@ -469,6 +502,8 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 
 	if (ino_is_flock(ino))
 		return (void)fuse_reply_write(req, size); /* `echo $$ >&9`: discarded */
+	if (!of)
+		return (void)fuse_reply_err(req, EBADF);
 	if (!ino_is_lock(ino) || (file != LF_OPERATION && file != LF_LEASE && file != LF_BREAK &&
 				  file != LF_BIND))
 		return (void)fuse_reply_err(req, EBADF);
@@ -537,7 +572,7 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 static void lfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct lockfs_fs *fs = fs_of(req);
-	struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+	struct open_file *of = open_file_of(fs, fi);
 	struct lockfs_caller caller;
 	char lock[NAME_MAX + 1];
 	int rc = 0;
@@ -583,8 +618,14 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		if (lockfs_flock_name_of(fs_of(req), ino, name) == 0)
 			lockfs_core_fd_file_closed(fs_of(req)->core, name, fi->fh);
 	}
-	lockfs_handle_del(fs_of(req), (struct handle *)(uintptr_t)fi->fh);
-	lockfs_open_file_free((struct open_file *)(uintptr_t)fi->fh);
+	{
+		struct open_file *of = open_file_of(fs_of(req), fi);
+
+		if (of) {
+			lockfs_handle_del(fs_of(req), &of->h);
+			lockfs_open_file_free(of);
+		}
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -618,8 +659,7 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		free(d);
 		return (void)fuse_reply_err(req, -rc);
 	}
-	fi->fh = (uint64_t)(uintptr_t)d;
-	lockfs_handle_add(fs, &d->h);
+	fi->fh = lockfs_handle_add(fs, &d->h, ino, fi->flags);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		lockfs_handle_del(fs, &d->h);
 		lockfs_dir_snapshot_free(&d->h);
@@ -668,13 +708,16 @@ static const char *dir_entry(struct dir_snapshot *d, size_t i, fuse_ino_t *ino, 
 static void lfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
-	struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
-	char *buf = malloc(size);
+	struct dir_snapshot *d = (struct dir_snapshot *)lockfs_handle_find(fs_of(req), fi->fh);
+	char *buf;
 	size_t used = 0;
 	const char *name;
 	fuse_ino_t eino;
 	mode_t mode;
 
+	if (!d)
+		return (void)fuse_reply_err(req, EBADF);
+	buf = malloc(size);
 	if (!buf)
 		return (void)fuse_reply_err(req, ENOMEM);
 	for (size_t i = (size_t)off; (name = dir_entry(d, i, &eino, &mode)); i++) {
@@ -691,10 +734,12 @@ static void lfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void lfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
+	struct dir_snapshot *d = (struct dir_snapshot *)lockfs_handle_find(fs_of(req), fi->fh);
 
-	lockfs_handle_del(fs_of(req), &d->h);
-	lockfs_dir_snapshot_free(&d->h);
+	if (d) {
+		lockfs_handle_del(fs_of(req), &d->h);
+		lockfs_dir_snapshot_free(&d->h);
+	}
 	fuse_reply_err(req, 0);
 }
 

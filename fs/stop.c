@@ -44,6 +44,7 @@ static int stop_pipe[2] = { -1, -1 };   /* written by the handler */
 static pthread_t loop_thread, kicker;
 static bool kicker_running;              /* main thread only */
 static atomic_bool loop_done;
+static volatile sig_atomic_t handover;     /* SIGUSR2 came: hand over */
 
 static void on_stop_signal(int sig)
 {
@@ -62,6 +63,39 @@ static void on_stop_signal(int sig)
 		/* nothing to do in a signal handler */
 	}
 	errno = saved;
+}
+
+/* SIGUSR2 (`lockfs --upgrade`): end the loop as a stop does, but without
+ * marking the daemon as stopping: its successor takes the connection. */
+static void on_handover_signal(int sig)
+{
+	int saved = errno;
+	char c = (char)sig;
+
+	if (atomic_load(&loop_done) || stop_signal)
+		return;
+	handover = 1;
+	/* Not marked stopping: the successor must not wait for us. */
+	fuse_session_exit(stop_se);
+	if (write(stop_pipe[1], &c, 1) < 0) {
+		/* nothing to do in a signal handler */
+	}
+	errno = saved;
+}
+
+int lockfs_stop_install_handover(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_handover_signal;
+	sigemptyset(&sa.sa_mask);
+	return sigaction(SIGUSR2, &sa, NULL) < 0 ? -errno : 0;
+}
+
+bool lockfs_stop_handover(void)
+{
+	return handover && !stop_signal;
 }
 
 int lockfs_stop_install(struct fuse_session *se, const struct lockfs_backend *be)
@@ -99,7 +133,8 @@ static void *kicker_main(void *arg)
 		;
 	while (!atomic_load(&loop_done)) {
 		drain();
-		pthread_kill(loop_thread, SIGTERM);
+		/* A hand-over's kick must not turn it into a stop. */
+		pthread_kill(loop_thread, handover && !stop_signal ? SIGUSR2 : SIGTERM);
 		nanosleep(&tick, NULL);
 	}
 	return arg;

@@ -4,6 +4,7 @@
 
 struct lockfs_backend;
 
+#include <stdbool.h>
 #include <fuse_lowlevel.h>
 
 
@@ -12,6 +13,13 @@ struct lockfs_backend;
  * signal marks BE's daemon as stopping (lockfs_backend_mark_stopping).
  * Returns 0 or -errno. */
 int lockfs_stop_install(struct fuse_session *se, const struct lockfs_backend *be);
+
+/* Once a keeper (or systemd) holds the connection: SIGUSR2 ends the loop
+ * for a hand-over (lockfs_stop_handover).  Returns 0 or -errno. */
+int lockfs_stop_install_handover(void);
+
+/* Did the loop end for a hand-over (SIGUSR2, and no stop signal)? */
+bool lockfs_stop_handover(void);
 
 /* In the thread that will run the session loop, after any fork: start the
  * thread that wakes the loop once a stop signal came.  Returns 0 or

@@ -129,24 +129,20 @@ static int stop_pid(pid_t pid, const struct stat *lock, const char *path)
 	return LOCKFS_STOP_DONE;
 }
 
-int lockfs_stop_main(int argc, char *argv[])
+/* The daemon that serves ARG (a mount point), found as the head comment
+ * says: its canonical PATH, its mount's device, DIR/.lockfs's LOCKPATH
+ * and file LOCK, and its PID.  Returns LOCKFS_STOP_DONE when found, else
+ * the status to exit with after one line on stderr. */
+static int find_daemon(const char *arg, char path[PATH_MAX], char lockpath[PATH_MAX + 16],
+		       unsigned *major, unsigned *minor, struct stat *lock, pid_t *pid)
 {
-	char path[PATH_MAX], lockpath[PATH_MAX + 16];
 	struct lockfs_mount top;
-	unsigned major, minor;
 	char *buf = NULL;
-	struct stat lock;
-	int64_t deadline;
-	pid_t pid;
 	int n, fd, rc;
 
-	if (argc != 3 || argv[2][0] == '\0' || argv[2][0] == '-') {
-		fprintf(stderr, "usage: %s --stop MOUNTPOINT\n", argv[0]);
-		return LOCKFS_STOP_USAGE;
-	}
-	rc = canonical(argv[2], path);
+	rc = canonical(arg, path);
 	if (rc < 0) {
-		fprintf(stderr, "lockfs: %s: %s\n", argv[2], strerror(-rc));
+		fprintf(stderr, "lockfs: %s: %s\n", arg, strerror(-rc));
 		return LOCKFS_STOP_FAILED;
 	}
 	n = lockfs_mount_top(path, &top, &buf);
@@ -155,11 +151,11 @@ int lockfs_stop_main(int argc, char *argv[])
 		free(buf);
 		return LOCKFS_STOP_NONE;
 	}
-	major = top.major;
-	minor = top.minor;
+	*major = top.major;
+	*minor = top.minor;
 	if (top.source[0] != '/' ||
-	    (size_t)snprintf(lockpath, sizeof(lockpath), "%s/.lockfs", top.source) >=
-	    sizeof(lockpath)) {
+	    (size_t)snprintf(lockpath, PATH_MAX + 16, "%s/.lockfs", top.source) >=
+	    PATH_MAX + 16) {
 		fprintf(stderr, "lockfs: the backing dir of %s, \"%s\", is not an absolute path: "
 			"stop its daemon with kill -TERM\n", path, top.source);
 		free(buf);
@@ -167,15 +163,34 @@ int lockfs_stop_main(int argc, char *argv[])
 	}
 	free(buf);
 	fd = open(lockpath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	pid = fd >= 0 && fstat(fd, &lock) == 0 ? lockfs_recorded_pid(fd) : 0;
+	*pid = fd >= 0 && fstat(fd, lock) == 0 ? lockfs_recorded_pid(fd) : 0;
 	if (fd >= 0)
 		close(fd);
-	if (pid <= 0 || !holds(pid, &lock)) {
+	if (*pid <= 0 || !holds(*pid, lock)) {
 		fprintf(stderr, "lockfs: no live daemon serves %s (its mount is dead: "
 			"lockfs-mountpoint clean %s, or fusermount3 -uz %s, detaches it)\n",
 			path, path, path);
 		return LOCKFS_STOP_NONE;
 	}
+	return LOCKFS_STOP_DONE;
+}
+
+int lockfs_stop_main(int argc, char *argv[])
+{
+	char path[PATH_MAX], lockpath[PATH_MAX + 16];
+	unsigned major, minor;
+	struct stat lock;
+	int64_t deadline;
+	pid_t pid;
+	int rc;
+
+	if (argc != 3 || argv[2][0] == '\0' || argv[2][0] == '-') {
+		fprintf(stderr, "usage: %s --stop MOUNTPOINT\n", argv[0]);
+		return LOCKFS_STOP_USAGE;
+	}
+	rc = find_daemon(argv[2], path, lockpath, &major, &minor, &lock, &pid);
+	if (rc != LOCKFS_STOP_DONE)
+		return rc;
 	rc = stop_pid(pid, &lock, path);
 	if (rc != LOCKFS_STOP_DONE)
 		return rc;
@@ -193,4 +208,98 @@ int lockfs_stop_main(int argc, char *argv[])
 		nanosleep(&tick, NULL);
 	}
 	return LOCKFS_STOP_DONE;
+}
+
+/* Does PID hold the connection's state (keepconn.c): is its connection
+ * kept by a keeper or systemd, so that it can hand over? */
+static bool has_keeper(pid_t pid)
+{
+	char dir[64], link[64 + 256 + 2], target[PATH_MAX];
+	struct dirent *d;
+	bool found = false;
+	DIR *fds;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	fds = opendir(dir);
+	if (!fds)
+		return false;
+	while (!found && (d = readdir(fds))) {
+		ssize_t n;
+
+		snprintf(link, sizeof(link), "%s/%s", dir, d->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = '\0';
+		found = strncmp(target, "/memfd:lockfs-state", 19) == 0;
+	}
+	closedir(fds);
+	return found;
+}
+
+int lockfs_upgrade_main(int argc, char *argv[])
+{
+	char path[PATH_MAX], lockpath[PATH_MAX + 16];
+	unsigned major, minor;
+	struct stat lock;
+	struct pollfd pfd = { .events = POLLIN };
+	int64_t deadline;
+	pid_t pid, next = 0;
+	int rc, n;
+
+	if (argc != 3 || argv[2][0] == '\0' || argv[2][0] == '-') {
+		fprintf(stderr, "usage: %s --upgrade MOUNTPOINT\n", argv[0]);
+		return LOCKFS_STOP_USAGE;
+	}
+	rc = find_daemon(argv[2], path, lockpath, &major, &minor, &lock, &pid);
+	if (rc != LOCKFS_STOP_DONE)
+		return rc;
+	pfd.fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pfd.fd < 0) {
+		fprintf(stderr, "lockfs: cannot watch the daemon of %s (pid %d): %s\n", path,
+			(int)pid, strerror(errno));
+		return LOCKFS_STOP_FAILED;
+	}
+	if (!holds(pid, &lock) || !has_keeper(pid)) {
+		fprintf(stderr, "lockfs: the daemon of %s (pid %d) runs without a keeper "
+			"(-f, -o keeper=off, or a kernel without FUSE_NOTIFY_RESEND): restart it "
+			"with lockfs --stop and a new start instead\n", path, (int)pid);
+		close(pfd.fd);
+		return LOCKFS_STOP_FAILED;
+	}
+	if (syscall(SYS_pidfd_send_signal, pfd.fd, SIGUSR2, NULL, 0) < 0) {
+		fprintf(stderr, "lockfs: cannot signal the daemon of %s (pid %d): %s\n", path,
+			(int)pid, strerror(errno));
+		close(pfd.fd);
+		return LOCKFS_STOP_FAILED;
+	}
+	do {
+		n = poll(&pfd, 1, EXIT_BOUND_MS);
+	} while (n < 0 && errno == EINTR);
+	close(pfd.fd);
+	if (n <= 0) {
+		fprintf(stderr, "lockfs: the daemon of %s (pid %d) has not handed over %d s "
+			"after SIGUSR2\n", path, (int)pid, EXIT_BOUND_MS / 1000);
+		return LOCKFS_STOP_FAILED;
+	}
+	/* Its successor records its pid once it serves. */
+	deadline = now_ms() + EXIT_BOUND_MS;
+	for (;;) {
+		struct timespec tick = { 0, 10 * 1000000L };
+		int fd = open(lockpath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+		next = fd >= 0 ? lockfs_recorded_pid(fd) : 0;
+		if (fd >= 0)
+			close(fd);
+		if (next > 0 && next != pid && holds(next, &lock) &&
+		    still_mounted(path, major, minor))
+			return LOCKFS_STOP_DONE;
+		if (now_ms() > deadline)
+			break;
+		nanosleep(&tick, NULL);
+	}
+	fprintf(stderr, "lockfs: the daemon of %s (pid %d) handed over, but no successor "
+		"serves %d s later (see the system log, lockfs-keeper)\n", path, (int)pid,
+		EXIT_BOUND_MS / 1000);
+	return LOCKFS_STOP_FAILED;
 }

@@ -17,4 +17,13 @@ enum {
  */
 int lockfs_stop_main(int argc, char *argv[]);
 
+/*
+ * `lockfs --upgrade MOUNTPOINT` (argv[2]): have the daemon serving it hand
+ * its connection over (SIGUSR2) to a new process started from the path
+ * it was started from, and wait up to 10 s for it to exit and 10 s more
+ * for its successor to serve.  Clients see nothing.  Returns one of the
+ * statuses above (FAILED also when the daemon has no keeper).
+ */
+int lockfs_upgrade_main(int argc, char *argv[]);
+
 #endif

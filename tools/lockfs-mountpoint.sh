@@ -17,7 +17,8 @@
 #   restarting the container.  A dead mount on MOUNTPOINT is cleared first.
 # clean: if MOUNTPOINT is a mount whose daemon is gone (ENOTCONN), detach it
 #   (umount -l); the detach reaches the containers too.  A live mount is left
-#   alone.  The systemd unit runs this after the daemon stops (ExecStopPost).
+#   alone, and so is one whose connection systemd's descriptor store keeps
+#   for the next daemon (BACKING/.lockfs-kept names its device).  The systemd unit runs this after the daemon stops (ExecStopPost).
 # remove: undo prepare once nothing serves MOUNTPOINT: LINK (if it is a
 #   symlink to MOUNTPOINT), the guarded MOUNTPOINT (chattr -i, rmdir), and
 #   the bind mount of its parent (unless another lock tree is mounted
@@ -63,7 +64,32 @@ is_shared() {
 # A mount on PATH whose daemon is gone: stat fails (ENOTCONN, ECONNABORTED).
 # Bounded: a daemon that hangs instead must not hang us.
 is_dead_mount() {
-	is_mount "$1" && ! timeout 5 stat -- "$1" >/dev/null 2>&1
+	is_mount "$1" || return 1
+	if is_kept_mount "$1"; then
+		# Kept: a stat waits for the next daemon (and is cut short here),
+		# where a dead connection (the store let go, or never took it)
+		# fails at once.
+		rc=0
+		timeout 0.2 stat -- "$1" >/dev/null 2>&1 || rc=$?
+		[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]
+		return
+	fi
+	! timeout 5 stat -- "$1" >/dev/null 2>&1
+}
+
+# Is the topmost mount on PATH a lockfs connection that the service
+# manager's descriptor store keeps for the next daemon (a restart or an
+# upgrade under way)?  The daemon notes the mount's device in
+# BACKING/.lockfs-kept (the backing dir is the mount's source) while the
+# store holds it.  Not dead then, only waiting: a stat would wait with it.
+is_kept_mount() {
+	kept=$(E=$(escape "$1") awk '$5 == ENVIRON["E"] {
+		for (i = 7; i <= NF && $i != "-"; i++) ;
+		dev = $3; type = $(i + 1); src = $(i + 2)
+	} END { if (type == "fuse.lockfs") print dev " " src }' /proc/self/mountinfo)
+	[ -n "$kept" ] || return 1
+	dev=${kept%% *} src=${kept#* }
+	[ -r "$src/.lockfs-kept" ] && [ "$(cat -- "$src/.lockfs-kept")" = "$dev" ]
 }
 
 clean() {
