@@ -712,12 +712,12 @@ mounted:
 	 * its predecessor read but did not answer, before it reads. */
 	if (keep_conn)
 		lockfs_keeper_serving(&fs, resuming ? &resume : NULL);
+	else
+		signal(SIGUSR2, SIG_IGN); /* nobody to hand over to */
 	/* The engine hands no lock to a waiter until every resent request is
 	 * back (each waiter then takes its old place): the loop tells it. */
 	if (resuming)
 		lockfs_loop_on_resent_done(resent_done, fs.core);
-	else
-		signal(SIGUSR2, SIG_IGN); /* nobody to hand over to */
 	if (opts.singlethread) {
 		rc = fuse_session_loop(fs.se);
 	} else if (!opts.clone_fd && opts.max_idle_threads > 100000) {
