@@ -392,8 +392,10 @@ def test_releasing_before_exit_leaves_the_daemon_without_the_lock(mnt, scripts):
 
 
 def test_lockctl_run_holds_the_lock_only_while_its_command_runs(mnt, scripts):
-    """lockctl run locks through an fd the command does not inherit: what
-    the command leaves running in the background does not keep the lock."""
+    """lockctl run unlocks when its command ends, while lockctl lives: what
+    the command leaves running in the background (with the lock's
+    descriptor, which CMD inherits so that a killed lockctl leaves CMD
+    protected) does not keep the lock."""
     if not os.access(LOCKCTL, os.X_OK):
         pytest.fail(f'{LOCKCTL} is not built')
     p = scripts.start(f'exec "{LOCKCTL}" --mount "$1" run x -- sh -c '
