@@ -92,7 +92,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	/* The owner lets go: a place kept for it is no longer wanted. */
 	lockfs_queue_forget_kept(s, name, owner);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
-	held = rc == 0 && c ? lockfs_fdlock_holder_of(s, name, &c->rec, owner) : -1;
+	held = rc == 0 && c ? lockfs_fdlock_holder_of(s, name, &c->rec, owner, t->host) : -1;
 	rc = 0;
 	if (held >= 0) {
 		if (!lockfs_table_issued_here(c)) {
@@ -155,7 +155,7 @@ int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request
 		out->pid = 0;
 		rc = 1;
 	} else if (rc == 0) {
-		long mine = lockfs_fdlock_holder_of(s, name, &c->rec, owner);
+		long mine = lockfs_fdlock_holder_of(s, name, &c->rec, owner, t->host);
 		bool others = lockfs_record_holders(&c->rec) > (mine >= 0 ? 1u : 0u);
 		struct lockq *q = lockfs_queue_find(s, name);
 

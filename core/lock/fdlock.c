@@ -69,9 +69,12 @@ void lockfs_fdlock_free_all(struct stripe *s)
 }
 
 bool lockfs_fdlock_holder_is(const struct lockfs_record *rec, size_t i, const char *owner,
-			     uint64_t fence)
+			     uint64_t fence, const char *host)
 {
+	const char *its = lockfs_record_holder(rec, i)->host;
+
 	return lockfs_record_bound_at(rec, i) == LOCKFS_BOUND_FD &&
+	       (!its || !*its || strcmp(its, host) == 0) &&
 	       strcmp(lockfs_record_fd_owner_at(rec, i), owner) == 0 &&
 	       (fence == 0 || lockfs_record_fence_at(rec, i) == fence);
 }
@@ -97,10 +100,10 @@ static struct unlock_retry *retry_of(struct stripe *s, const char *name,
 }
 
 long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lockfs_record *rec,
-			     const char *owner)
+			     const char *owner, const char *host)
 {
 	for (size_t i = 0; i < lockfs_record_holders(rec); i++) {
-		if (!lockfs_fdlock_holder_is(rec, i, owner, 0))
+		if (!lockfs_fdlock_holder_is(rec, i, owner, 0, host))
 			continue;
 		if (!retry_of(s, name, rec, i))
 			return (long)i;

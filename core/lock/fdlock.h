@@ -66,14 +66,16 @@ struct unlock_retry {
 	char asked[32];
 };
 
-/* Is holder I of REC OWNER's fd grant?  FENCE 0: any of OWNER's grants. */
+/* Is holder I of REC OWNER's fd grant on HOST (this daemon's)?  FENCE 0:
+ * any of OWNER's grants.  An owner is an open file of this mount ("flock:"
+ * and a file handle number), which another host's daemon may give out too. */
 bool lockfs_fdlock_holder_is(const struct lockfs_record *rec, size_t i, const char *owner,
-			     uint64_t fence);
+			     uint64_t fence, const char *host);
 /* Which holder of NAME's record REC is OWNER's?  Its index or -1.  A grant
  * that OWNER let go but the store still holds (struct unlock_retry) is not
  * OWNER's any more: the key may already name a new open file or process. */
 long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lockfs_record *rec,
-			     const char *owner);
+			     const char *owner, const char *host);
 /* OWNER let go of its grant FENCE of NAME but the store could not be
  * written (ERR): remember it for the tick; its `released` line is written
  * then if LOGGED (not for a grant the log refused) -- also when the store

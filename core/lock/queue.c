@@ -421,7 +421,7 @@ static int try_grant(struct lockfs_table *t, struct stripe *s, const char *name,
 		 * write of E's whose outcome was unknown, applied late, which
 		 * the store's undo removes). */
 		if (c && c->granted && c->rec.mode == e->mode &&
-		    lockfs_fdlock_holder_of(s, name, &c->rec, e->owner) >= 0)
+		    lockfs_fdlock_holder_of(s, name, &c->rec, e->owner, t->host) >= 0)
 			return 0;
 		if (c && c->rec.mode == LOCKFS_SHARED && e->mode == LOCKFS_SHARED &&
 		    lockfs_table_issued_here(c) && lockfs_record_holders(&c->rec) > 0) {
@@ -674,7 +674,7 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
 	/* Only a grant counts (see try_grant). */
-	held = rc == 0 && c && c->granted ? lockfs_fdlock_holder_of(s, name, &c->rec, owner) : -1;
+	held = rc == 0 && c && c->granted ? lockfs_fdlock_holder_of(s, name, &c->rec, owner, t->host) : -1;
 	if (held >= 0) {
 		if (c->rec.mode == e->mode) {
 			rc = 0; /* flock(2) again in the same mode: nothing to do */

@@ -791,7 +791,7 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 					gone = false;
 				if (rmdir_retry ? lockfs_record_bound_at(&c->rec, i) == LOCKFS_BOUND_FD ||
 						  lockfs_record_fence_at(&c->rec, i) != r->fence
-						: !lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence))
+						: !lockfs_fdlock_holder_is(&c->rec, i, r->owner, r->fence, t->host))
 					continue;
 				/* Nothing was logged at the first try; nothing
 				 * at all for a grant the log refused. */

@@ -151,3 +151,25 @@ def test_mkdir_lock_keeps_its_holder_and_fence_across_kill9(detached):
         if sh.poll() is None:
             sh.kill()
             sh.wait()
+
+
+def test_a_client_in_its_own_namespaces_sees_nothing_of_kill9(detached):
+    """A client in pid and mount namespaces of its own (as a container that
+    binds the lock tree) loops mkdir/rmdir through two kills of the serving
+    process: every call succeeds, nothing is remounted under it."""
+    d = detached()
+    script = ('i=0; echo started; while [ $i -lt 2000 ]; do '
+              'mkdir "$1/c" || exit 1; rmdir "$1/c" || exit 2; i=$((i+1)); done; echo done')
+    c = subprocess.Popen(['unshare', '--mount', '--pid', '--fork', '--mount-proc',
+                          'sh', '-c', script, 'sh', d.mnt],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert c.stdout.readline() == 'started\n'
+        d.kill9()
+        d.kill9()
+        out, err = c.communicate(timeout=60)
+        assert (c.returncode, out, err) == (0, 'done\n', ''), (c.returncode, out, err)
+    finally:
+        if c.poll() is None:
+            c.kill()
+            c.wait()

@@ -15,6 +15,7 @@ between them, as the kernel's own locks behave (waiting.md).
 """
 
 import base64
+import os
 import fcntl
 import json
 import uuid
@@ -101,3 +102,27 @@ def test_two_threads_of_one_owner_both_return_when_it_is_granted(m, procs, kind)
         assert t.lockf(tfd, fcntl.LOCK_UN) == 0
     _granted(w, wrid)
     assert holder_pids(m, 'x') == [w.pid]
+
+
+def test_an_open_file_of_another_host_with_the_same_number_is_not_ours(lockfs_factory, etcd1,
+                                                                        prefix):
+    """A grant is an open file of one mount: another host's daemon numbers
+    its open files too, and the same number there is another file.  Two
+    fresh daemons give their first open of .flock/NAME the same file
+    handle; h2's must not take h1's grant for its own (a second holder),
+    and h2's close must leave h1's lock alone."""
+    mounts = [lockfs_factory(options=('backend=etcd', f'etcd={etcd1.endpoints}',
+                                      f'prefix={prefix}', f'host=h{i}', 'ttl=4',
+                                      'lock_delay=1')) for i in (1, 2)]
+    fds = [os.open(fpath(m, 'same'), os.O_RDWR | os.O_CREAT) for m in mounts]
+    try:
+        fcntl.flock(fds[0], EX | fcntl.LOCK_NB)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fds[1], EX | fcntl.LOCK_NB)
+        os.close(fds.pop())
+        o = read_owner(mounts[0].mnt, 'same')
+        assert o['holder']['host'] == 'h1' and o['bound'] == 'fd', o
+        assert not [l for l in log_for(mounts[0].dir, 'same') if l.event == 'lost']
+    finally:
+        for fd in fds:
+            os.close(fd)
