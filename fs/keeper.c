@@ -17,8 +17,10 @@
  * It leaves when the serving process stopped cleanly (the state says
  * LOCKFS_PHASE_STOPPED: unmount, SIGTERM, `lockfs --stop`), and gives up
  * after LOCKFS_KEEPER_MAX_DEATHS deaths within LOCKFS_KEEPER_WINDOW_S (a
- * crash loop), or when a death came before the connection was set up:
- * then it closes the descriptor and clients get ENOTCONN as without it.
+ * crash loop): then it closes the descriptor and clients get ENOTCONN as
+ * without it.  A process that died before its loop read the kernel's first
+ * request (FUSE_INIT) is replaced too: the next one answers that request
+ * itself (resume.c).
  * It speaks through syslog (its stdio is /dev/null).
  */
 #include <errno.h>
@@ -214,7 +216,6 @@ int lockfs_keeper_main(int argc, char *argv[])
 	for (;;) {
 		enum lockfs_conn_phase phase;
 		char cause[64];
-		size_t init_len;
 		int status;
 		pid_t next;
 
@@ -229,11 +230,6 @@ int lockfs_keeper_main(int argc, char *argv[])
 			       "place: letting the connection go", (int)server,
 			       lockfs_connstate_mountpoint());
 			return 0;
-		}
-		if (!lockfs_connstate_init(&init_len)) {
-			syslog(LOG_ERR, "serving process %d ended before its connection was set "
-			       "up: not restarting it", (int)server);
-			return 1;
 		}
 		if (phase == LOCKFS_PHASE_HANDOVER)
 			snprintf(cause, sizeof(cause), "upgrade");

@@ -123,16 +123,18 @@ int lockfs_resume_attach(struct fuse_session *se, const struct lockfs_resume *r)
 	struct fuse_buf buf = { 0 };
 
 	init = lockfs_connstate_init(&len);
-	if (!init || len < sizeof(struct fuse_in_header) + 16) {
-		fprintf(stderr, "lockfs: the connection's state has no FUSE_INIT: cannot take "
-			"it over\n");
-		return -1;
-	}
 	snprintf(path, sizeof(path), "/dev/fd/%d", r->fuse_fd);
 	if (fuse_session_mount(se, path) != 0) {
 		fprintf(stderr, "lockfs: cannot use the connection's descriptor %d\n", r->fuse_fd);
 		return -1;
 	}
+	/* No FUSE_INIT kept: the predecessor died right after mounting, before
+	 * its loop read the kernel's first request.  That request is still
+	 * the kernel's (pending, or resent by FUSE_NOTIFY_RESEND if it was
+	 * read), and this session, which has seen no INIT yet, answers it
+	 * as any new daemon does. */
+	if (!init || len < sizeof(struct fuse_in_header) + 16)
+		return 0;
 	buf.mem = malloc(len);
 	if (!buf.mem) {
 		fprintf(stderr, "lockfs: out of memory\n");

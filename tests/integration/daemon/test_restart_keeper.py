@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from keeper_helpers import Detached, alive, fuse_waiting, mount_id, parent_of
+from keeper_helpers import Detached, alive, fuse_waiting, mount_id, parent_of, recorded_pid
 from lockfs_helpers import LOCKFS_BIN, PYTHON, read_owner, wait_until
 
 BAD = ('Transport endpoint is not connected', 'Software caused connection abort',
@@ -269,3 +269,28 @@ def test_a_successor_whose_mount_was_replaced_lets_the_connection_go(detached):
     os.mkdir(os.path.join(d.mnt, 'x'))
     os.rmdir(os.path.join(d.mnt, 'x'))
     assert not any('prev_pid' in l and f'prev_pid={old}' in l for l in _resumed_lines(d))
+
+
+def test_a_daemon_killed_as_it_starts_serving_is_replaced():
+    """kill -9 the moment the daemon's pid is in DIR/.lockfs, often before its
+    loop has read the kernel's first request (FUSE_INIT): the keeper still
+    starts the next process, which answers that request itself, and the
+    mount serves.  (Before, such a death made the keeper give up: every
+    client got ENOTCONN.)"""
+    for trial in range(8):
+        d = Detached()
+        try:
+            starting = subprocess.Popen([d.binary, '-o', f'backing={d.dir}', d.mnt],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            pid = wait_until(lambda: recorded_pid(d.dir), 10, what='the pid in DIR/.lockfs')
+            d.pids.add(pid)
+            os.kill(pid, signal.SIGKILL)
+            starting.wait(timeout=10)
+            d.wait_successor(pid)
+            r = subprocess.run(['stat', '-c', '%n', os.path.join(d.mnt, 'probe')],
+                               capture_output=True, text=True, timeout=10)
+            assert r.returncode == 1 and 'No such file or directory' in r.stderr, (trial, r)
+            os.mkdir(os.path.join(d.mnt, 'up'))
+            os.rmdir(os.path.join(d.mnt, 'up'))
+        finally:
+            assert not d.cleanup()
