@@ -79,6 +79,17 @@ def test_sigkill_of_lockctl_leaves_the_lock_with_cmd(mnt, tmp_path, bg, extra):
     assert r.returncode == 0, r.stderr
 
 
+def fd_targets(pid):
+    """What PID's descriptors name (one closed meanwhile is left out)."""
+    out = []
+    for fd in os.listdir(f'/proc/{pid}/fd'):
+        try:
+            out.append(os.readlink(f'/proc/{pid}/fd/{fd}'))
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def test_lockctl_alive_ends_the_lock_when_cmd_ends_even_if_cmd_left_a_child(mnt, tmp_path,
                                                                               bg):
     """A background child that CMD leaves behind with the descriptor does not
@@ -91,8 +102,12 @@ def test_lockctl_alive_ends_the_lock_when_cmd_ends_even_if_cmd_left_a_child(mnt,
     child = int(pidfile.read_text())
     bg.track(child)
     assert not gone(child)
-    assert mnt.path('.flock', 'leak') in [os.readlink(f'/proc/{child}/fd/{fd}')
-                                          for fd in os.listdir(f'/proc/{child}/fd')]
+    # The child may still be between fork and exec (sh sets up its
+    # redirections there, closing descriptors as we read them): look until
+    # it runs sleep, then at what it holds.
+    wait_until(lambda: open(f'/proc/{child}/comm').read().strip() == 'sleep', 10,
+               what='the background child to run sleep')
+    assert mnt.path('.flock', 'leak') in fd_targets(child)
     wait_free(mnt, 'leak')
     assert [e for e, _ in lock_events(mnt, 'leak')] == ['acquired', 'released']
 
