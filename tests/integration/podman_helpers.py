@@ -87,6 +87,44 @@ def podman_storage():
         subprocess.run(['rm', '-rf', work], capture_output=True, timeout=PODMAN_TIMEOUT)
 
 
+#: `podman run` on the host's own storage (for busybox_image's images)
+PODMAN_RUN = ['podman', 'run', '--rm'] + FLAGS
+
+
+def busybox_image(image, applets):
+    """A generator for a module-scoped fixture: IMAGE, a one-binary image in
+    the host's own podman storage (busybox-static with APPLETS as symlinks,
+    and /locks), removed afterwards; or a skip with the reason where podman
+    cannot import or run it."""
+    if not shutil.which('podman'):
+        pytest.skip('podman is not installed')
+    busybox = shutil.which('busybox')
+    if not busybox:
+        pytest.skip('busybox is not installed')
+    d = tempfile.mkdtemp(prefix='lockfs-it-rootfs-')
+    try:
+        tar = os.path.join(d, 'rootfs.tar')
+        with tarfile.open(tar, 'w') as t:
+            for sub in ('bin', 'locks', 'proc', 'sys', 'dev', 'tmp'):
+                _add_dir(t, sub)
+            t.add(os.path.realpath(busybox), arcname='bin/busybox')
+            for applet in applets:
+                info = tarfile.TarInfo(f'bin/{applet}')
+                info.type, info.linkname = tarfile.SYMTYPE, '/bin/busybox'
+                t.addfile(info)
+        r = subprocess.run(['podman', 'import', tar, image], capture_output=True, timeout=120)
+        if r.returncode != 0:
+            pytest.skip(f'podman import fails here: {r.stderr.decode()[-300:]}')
+        r = subprocess.run(PODMAN_RUN + [image, 'true'], capture_output=True, timeout=120)
+        if r.returncode != 0:
+            subprocess.run(['podman', 'rmi', '-f', image], capture_output=True, timeout=60)
+            pytest.skip(f'podman cannot run a container here: {r.stderr.decode()[-300:]}')
+        yield image
+        subprocess.run(['podman', 'rmi', '-f', image], capture_output=True, timeout=60)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def pm(base, *args, timeout=PODMAN_TIMEOUT):
     """Run podman (BASE, from podman_storage) with ARGS: the CompletedProcess."""
     return subprocess.run(base + list(args), capture_output=True, timeout=timeout)

@@ -22,10 +22,12 @@ import json
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 
 import pytest
+
+import podman_helpers
+from podman_helpers import PODMAN_RUN
 
 from lockfs_helpers import PYTHON, log_for, read_owner, wait_free, wait_log
 
@@ -230,8 +232,6 @@ def test_container_root_takes_own_or_host_only(lockfs_factory, tmp_path):
 # --------------------------------------------------------------------------
 # podman (skipped where it cannot run)
 
-PODMAN_RUN = ['podman', 'run', '--rm', '--runtime=runc', '--network=none',
-              '--ulimit', 'nofile=20000:20000', '--ulimit', 'nproc=4096:4096']
 IMAGE = 'localhost/lockfs-it-root-bb'
 
 # In the container (root, no user namespace): the host's lock $1 and a lock
@@ -247,35 +247,8 @@ if echo podman > "/locks/$2/break"; then echo own_break=0; else echo own_break=1
 
 @pytest.fixture(scope='module')
 def busybox_image():
-    if not shutil.which('podman'):
-        pytest.skip('podman is not installed')
-    busybox = shutil.which('busybox')
-    if not busybox:
-        pytest.skip('busybox is not installed')
-    d = tempfile.mkdtemp(prefix='lockfs-it-rootfs-')
-    try:
-        tar = os.path.join(d, 'rootfs.tar')
-        with tarfile.open(tar, 'w') as t:
-            for sub in ('bin', 'locks', 'proc', 'sys', 'dev', 'tmp'):
-                info = tarfile.TarInfo(sub)
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                t.addfile(info)
-            t.add(os.path.realpath(busybox), arcname='bin/busybox')
-            for applet in ('sh', 'mkdir', 'rmdir', 'cat', 'echo', 'true'):
-                info = tarfile.TarInfo(f'bin/{applet}')
-                info.type, info.linkname = tarfile.SYMTYPE, '/bin/busybox'
-                t.addfile(info)
-        r = subprocess.run(['podman', 'import', tar, IMAGE], capture_output=True, timeout=120)
-        if r.returncode != 0:
-            pytest.skip(f'podman import fails here: {r.stderr.decode()[-300:]}')
-        r = subprocess.run(PODMAN_RUN + [IMAGE, 'true'], capture_output=True, timeout=120)
-        if r.returncode != 0:
-            subprocess.run(['podman', 'rmi', '-f', IMAGE], capture_output=True, timeout=60)
-            pytest.skip(f'podman cannot run a container here: {r.stderr.decode()[-300:]}')
-        yield IMAGE
-        subprocess.run(['podman', 'rmi', '-f', IMAGE], capture_output=True, timeout=60)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    """busybox-static with the applets PODMAN_SCRIPT uses."""
+    yield from podman_helpers.busybox_image(IMAGE, ('sh', 'mkdir', 'rmdir', 'cat', 'echo', 'true'))
 
 
 def _podman_parts(out):

@@ -19,11 +19,13 @@ import json
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 
 import pytest
+
+import podman_helpers
+from podman_helpers import PODMAN_RUN
 
 from flock_helpers import fpath, read_waiters, wait_waiters  # noqa: F401
 from lockfs_helpers import log_for, read_owner, wait_free, wait_until
@@ -158,43 +160,13 @@ def test_the_pid_namespace_names_a_container_without_a_container_cgroup(mnt, pid
 # --------------------------------------------------------------------------
 # podman (skipped where it cannot run)
 
-PODMAN_RUN = ['podman', 'run', '--rm', '--runtime=runc', '--network=none',
-              '--ulimit', 'nofile=20000:20000', '--ulimit', 'nproc=4096:4096']
 IMAGE = 'localhost/lockfs-it-holder-bb'
 
 
 @pytest.fixture(scope='module')
 def busybox_image():
     """A one-binary image: busybox-static with its applets as symlinks."""
-    if not shutil.which('podman'):
-        pytest.skip('podman is not installed')
-    busybox = shutil.which('busybox')
-    if not busybox:
-        pytest.skip('busybox is not installed')
-    d = tempfile.mkdtemp(prefix='lockfs-it-rootfs-')
-    try:
-        tar = os.path.join(d, 'rootfs.tar')
-        with tarfile.open(tar, 'w') as t:
-            for sub in ('bin', 'locks', 'proc', 'sys', 'dev', 'tmp'):
-                info = tarfile.TarInfo(sub)
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                t.addfile(info)
-            t.add(os.path.realpath(busybox), arcname='bin/busybox')
-            for applet in ('sh', 'mkdir', 'rmdir', 'cat', 'sleep', 'true'):
-                info = tarfile.TarInfo(f'bin/{applet}')
-                info.type, info.linkname = tarfile.SYMTYPE, '/bin/busybox'
-                t.addfile(info)
-        r = subprocess.run(['podman', 'import', tar, IMAGE], capture_output=True, timeout=120)
-        if r.returncode != 0:
-            pytest.skip(f'podman import fails here: {r.stderr.decode()[-300:]}')
-        r = subprocess.run(PODMAN_RUN + [IMAGE, 'true'], capture_output=True, timeout=120)
-        if r.returncode != 0:
-            subprocess.run(['podman', 'rmi', '-f', IMAGE], capture_output=True, timeout=60)
-            pytest.skip(f'podman cannot run a container here: {r.stderr.decode()[-300:]}')
-        yield IMAGE
-        subprocess.run(['podman', 'rmi', '-f', IMAGE], capture_output=True, timeout=60)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    yield from podman_helpers.busybox_image(IMAGE, ('sh', 'mkdir', 'rmdir', 'cat', 'sleep', 'true'))
 
 
 @pytest.mark.slow
