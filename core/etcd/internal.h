@@ -99,6 +99,7 @@ struct lockfs_etcd_line {
 	int64_t revision;          /* header.revision */
 	int64_t compact_revision;
 	bool created, canceled;
+	int64_t watch_id;          /* which watch of the stream (0 when absent) */
 	struct lockfs_etcd_event *events;  /* owned; lockfs_etcd_events_free */
 	size_t n_events;
 };
@@ -111,5 +112,30 @@ int lockfs_etcd_line_json(const char *text, size_t len, struct lockfs_etcd_line 
  * line (*L empty: read it with lockfs_etcd_line_json). */
 int lockfs_etcd_line_fast(const char *text, size_t len, struct lockfs_etcd_line *l);
 void lockfs_etcd_events_free(struct lockfs_etcd_event *ev, size_t n);
+
+/* ---- websocket.c ---- */
+
+/* A WebSocket to etcd's /v3/watch (see websocket.c). */
+struct lockfs_etcd_ws;
+
+/* Connect to endpoint I of C and upgrade, by DEADLINE_MS (monotonic).
+ * 0 and *OUT, or the client's errors (-EPROTO: no WebSocket there). */
+int lockfs_etcd_ws_open(struct lockfs_etcd *c, size_t i, int64_t deadline_ms,
+			struct lockfs_etcd_ws **out);
+void lockfs_etcd_ws_close(struct lockfs_etcd_ws *ws);
+/* The socket, to poll for input. */
+int lockfs_etcd_ws_fd(const struct lockfs_etcd_ws *ws);
+/* Send one frame of OPCODE within TIMEOUT_MS.  0 or -errno. */
+int lockfs_etcd_ws_send(struct lockfs_etcd_ws *ws, int opcode, const void *data, size_t len,
+			int timeout_ms);
+/* Send one text message / a ping.  0 or -errno. */
+int lockfs_etcd_ws_text(struct lockfs_etcd_ws *ws, const char *text, size_t len);
+int lockfs_etcd_ws_ping(struct lockfs_etcd_ws *ws);
+/* The next whole message, without waiting: 1 and *DATA (NUL-terminated,
+ * valid until the next call), *LEN; 0: none yet; -ECONNRESET (closed,
+ * broken), -EPROTO, -ENOMEM.  Answers pings on the way. */
+int lockfs_etcd_ws_recv(struct lockfs_etcd_ws *ws, char **data, size_t *len);
+/* When bytes last came (monotonic ms; pongs count). */
+int64_t lockfs_etcd_ws_last_byte(const struct lockfs_etcd_ws *ws);
 
 #endif

@@ -88,6 +88,8 @@ int lockfs_etcd_line_json(const char *text, size_t len, struct lockfs_etcd_line 
 		rc = lockfs_etcd_get_int64(r, "compact_revision", &l->compact_revision);
 	if (!rc && json_object_get(r, "events"))
 		rc = parse_events(json_object_get(r, "events"), &l->events, &l->n_events);
+	if (!rc)
+		rc = lockfs_etcd_get_int64(r, "watch_id", &l->watch_id);
 	l->created = lockfs_etcd_get_bool(r, "created");
 	l->canceled = lockfs_etcd_get_bool(r, "canceled");
 	json_decref(j);
@@ -334,6 +336,8 @@ int lockfs_etcd_line_fast(const char *text, size_t len, struct lockfs_etcd_line 
 		} else if (is(k, kl, "header") && !have_header) {
 			have_header = true;
 			ok = header(&s, &l->revision);
+		} else if (is(k, kl, "watch_id")) {
+			ok = decimal(&s, &l->watch_id);
 		} else if (is(k, kl, "events") && !have_events) {
 			have_events = true;
 			ok = events(&s, l);

@@ -389,4 +389,57 @@ int lockfs_etcd_watch_open(struct lockfs_etcd_watch **out, struct lockfs_etcd *c
  * way gets no ENDED message.  Never from the watch's own callback. */
 void lockfs_etcd_watch_close(struct lockfs_etcd_watch *w);
 
+/* ---- Watch set (core/etcd/wset.c, websocket.c) ---- */
+
+/*
+ * Many watches on one stream: a WebSocket to /v3/watch driven by one
+ * thread, watches added and cancelled while it lives (docs/etcd.md "Watch
+ * set").  The set reconnects by itself when the stream breaks or stays
+ * silent past IDLE_TIMEOUT_MS (it pings every third of that), and creates
+ * every watch again from its own next revision: nothing missed, nothing
+ * repeated.
+ */
+struct lockfs_etcd_wset;
+
+enum lockfs_etcd_wset_kind {
+	LOCKFS_ETCD_WSET_EVENTS, /* watch ID's events, in revision order */
+	LOCKFS_ETCD_WSET_LOST,   /* watch ID ended and is gone: its history was
+				    compacted (ERROR -ERANGE, COMPACT_REVISION)
+				    or etcd refused it; read afresh, add again */
+	LOCKFS_ETCD_WSET_UP,     /* the stream is up, every watch created */
+	LOCKFS_ETCD_WSET_DOWN,   /* the stream broke (ERROR); reconnecting */
+};
+
+struct lockfs_etcd_wset_msg {
+	enum lockfs_etcd_wset_kind kind;
+	int64_t id;
+	const struct lockfs_etcd_event *events;
+	size_t n_events;
+	int64_t next_revision;     /* EVENTS: the watch's resume point */
+	int64_t compact_revision;
+	int error;
+};
+
+/* On the set's thread, never concurrently with itself.  May call
+ * lockfs_etcd_wset_add and _cancel, not _close. */
+typedef void (*lockfs_etcd_wset_cb)(void *arg, const struct lockfs_etcd_wset_msg *msg);
+
+/* Connect (within the client's bound) and start the thread.  0, or the
+ * client's errors (-EPROTO: the endpoint serves no WebSocket). */
+int lockfs_etcd_wset_open(struct lockfs_etcd_wset **out, struct lockfs_etcd *c, int idle_timeout_ms,
+			  lockfs_etcd_wset_cb cb, void *arg)
+	__attribute__((warn_unused_result));
+/* Watch KEY (or [KEY, RANGE_END)) from START_REVISION (> 0).  Returns the
+ * watch's id (> 0) at once; etcd is asked from the set's thread. */
+int64_t lockfs_etcd_wset_add(struct lockfs_etcd_wset *s, const char *key, const char *range_end,
+			     int64_t start_revision);
+/* Stop watch ID (an event already on its way may still be delivered). */
+void lockfs_etcd_wset_cancel(struct lockfs_etcd_wset *s, int64_t id);
+/* How many watches the set has (not cancelled). */
+size_t lockfs_etcd_wset_count(struct lockfs_etcd_wset *s);
+/* Drop the stream and connect again (the peer may be frozen). */
+void lockfs_etcd_wset_restart(struct lockfs_etcd_wset *s);
+/* Stop the thread and free the set; no callback runs after it returns. */
+void lockfs_etcd_wset_close(struct lockfs_etcd_wset *s);
+
 #endif
