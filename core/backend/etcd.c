@@ -173,7 +173,7 @@ static void mirror_put(struct etcd_store *e, const char *name, const char *key,
 		lockfs_etcdbe_mirror_gone_before_locked(&e->mirror, name, first_rank, mod_rev);
 	if (own)
 		lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, mod_rev);
-	pthread_mutex_unlock(&e->mirror.mu);
+	pthread_mutex_unlock(&e->mirror.mu);	lockfs_etcdbe_list_changed(e);
 }
 
 /* An op's own delete of KEY (of NAME) at REV, as mirror_put. */
@@ -184,7 +184,7 @@ static void mirror_delete(struct etcd_store *e, const char *name, const char *ke
 	(void)lockfs_etcdbe_mirror_delete_locked(&e->mirror, key, rev, 0, NULL);
 	if (own)
 		lockfs_etcdbe_mirror_note_own_locked(&e->mirror, name, key, rev);
-	pthread_mutex_unlock(&e->mirror.mu);
+	pthread_mutex_unlock(&e->mirror.mu);	lockfs_etcdbe_list_changed(e);
 }
 
 /* This daemon's own write of KEY at REV, in the mirror already: when it
@@ -297,6 +297,10 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	rc = name_range(e, name, rkey, rend);
 	if (rc)
 		return rc == -ENAMETOOLONG ? -EINVAL : rc;
+	/* Watched before it is written: its mirror is then complete. */
+	rc = lockfs_etcdbe_look(e, name, false);
+	if (rc)
+		return rc;
 	rc = need_live(e, &lease);
 	if (rc)
 		return rc;
@@ -782,8 +786,13 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 static int shown_head(struct etcd_store *e, const char *name, bool want_value,
 		      struct etcd_head *h, struct lockfs_entry_stat *st)
 {
-	int rc = lockfs_etcdbe_mirror_head(&e->mirror, name, want_value, now_ms(), h);
+	/* A name not watched here is read first (exact), then watched for
+	 * a while (etcd_interest.c).  When etcd cannot be read, the mirror
+	 * answers as it can: reads never fail for want of etcd. */
+	int rc = lockfs_etcdbe_look(e, name, true);
 
+	if (rc == 0 || rc == -EIO)
+		rc = lockfs_etcdbe_mirror_head(&e->mirror, name, want_value, now_ms(), h);
 	if (rc)
 		return rc;
 	if (h->has_key && !h->delay_until_ms && lockfs_etcdbe_session_lost_lease(e, h->lease)) {
@@ -823,28 +832,9 @@ static int etcd_stat(struct lockfs_backend *be, const char *name,
 	return rc;
 }
 
-struct list_filter {
-	struct etcd_store *e;
-	lockfs_list_cb cb;
-	void *arg;
-};
-
-/* A name whose head is on a lost lease of this daemon is not listed, as
- * stat and read do not show it. */
-static int list_one(void *arg, const char *name)
-{
-	struct list_filter *f = arg;
-
-	if (etcd_stat(&f->e->base, name, NULL, false) < 0)
-		return 0;
-	return f->cb(f->arg, name);
-}
-
 static int etcd_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 {
-	struct etcd_store *e = to_etcd(be);
-	struct list_filter f = { .e = e, .cb = cb, .arg = arg };
-	int rc = lockfs_etcdbe_mirror_list(&e->mirror, now_ms(), list_one, &f);
+	int rc = lockfs_etcdbe_list(to_etcd(be), cb, arg);
 
 	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
 }
@@ -890,6 +880,8 @@ static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
 		lockfs_etcdbe_drop_expired(e, &changed);
 		lockfs_etcdbe_report(e, &changed, false);
 	}
+	/* From now on only what this daemon needs is watched. */
+	lockfs_etcdbe_interest_start(e);
 	/* What the earlier daemon of this host left and the startup scan did
 	 * not adopt goes with its lease (its host key moved already, so this
 	 * starts no lock-delay elsewhere). */

@@ -58,6 +58,9 @@ struct etcd_name {
 	struct etcd_key *keys;   /* sorted by create_rev (dead ones too) */
 	size_t n, cap;
 	int64_t delay_until_ms;  /* lock-delay: held by nobody until then */
+	/* Every event of NAME before it is applied (its read's revision + 1,
+	 * then its watch's resume point): dead keys before it are swept. */
+	int64_t next_rev;
 	struct etcd_name *next;  /* hash chain */
 };
 
@@ -71,6 +74,7 @@ struct etcd_host {
 #define MIRROR_BUCKETS 1024
 /* Own write revisions remembered until the watch brings them back. */
 #define MIRROR_OWN_REVS 64
+#define MIRROR_OWN_MS 10000
 
 struct etcd_mirror {
 	pthread_mutex_t mu;      /* leaf: everything below */
@@ -81,12 +85,14 @@ struct etcd_mirror {
 	 * the only ones a sweep visits (it runs after every watch message). */
 	uint64_t to_sweep[MIRROR_BUCKETS / 64];
 	struct etcd_host *hosts;
-	int64_t next_rev;        /* every event before it is applied */
-	bool watching;           /* the watch runs and is confirmed */
+	bool watching;           /* the watch stream is up and confirmed */
 	/* Revisions of this daemon's own uncontended writes (see
 	 * lockfs_etcdbe_mirror_note_own_locked), not yet delivered by the
-	 * watch: their events are reported as CHANGE_OWN.  Unordered. */
+	 * watch: their events are reported as CHANGE_OWN.  Unordered; each
+	 * dropped once delivered, or after MIRROR_OWN_MS (its name may have
+	 * stopped being watched). */
 	int64_t own_revs[MIRROR_OWN_REVS];
+	int64_t own_ms[MIRROR_OWN_REVS];
 	size_t n_own_revs;
 };
 
@@ -159,8 +165,34 @@ void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *nam
  * while KEY lives, into *LEASE: 0; -ENOENT (not there, or deleted).  With
  * MIRROR_MU held.  What a DELETE event without prev_kv deleted. */
 int lockfs_etcdbe_mirror_lease_locked(struct etcd_mirror *m, const char *key, int64_t *lease);
-/* Is REV one of this daemon's remembered own writes?  MIRROR_MU held. */
-bool lockfs_etcdbe_mirror_is_own_locked(const struct etcd_mirror *m, int64_t rev);
+/* Is REV one of this daemon's remembered own writes (then forgotten: an
+ * event comes once)?  MIRROR_MU held. */
+bool lockfs_etcdbe_mirror_is_own_locked(struct etcd_mirror *m, int64_t rev);
+
+/* NAME as a fresh read of R(NAME) at REV showed it (KVS): keys the read
+ * does not have and that changed no later than REV go; this daemon's
+ * writes after REV stay; lock-delay stays.  Every event of NAME after REV
+ * is to come.  0, -ENOMEM. */
+int lockfs_etcdbe_mirror_load_name(struct etcd_mirror *m, const char *name,
+				   const struct lockfs_etcd_kv *kvs, size_t n, int64_t rev,
+				   int64_t now_ms);
+/* The host keys as a fresh read at REV showed them (KVS). */
+int lockfs_etcdbe_mirror_load_hosts(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs,
+				    size_t n, int64_t rev);
+/* NAME's events before NEXT_REV are applied (MIRROR_MU held). */
+void lockfs_etcdbe_mirror_set_next_locked(struct etcd_mirror *m, const char *name, int64_t next_rev);
+/* Forget NAME (nobody here needs it any more).  MIRROR_MU held. */
+void lockfs_etcdbe_mirror_forget_locked(struct etcd_mirror *m, const char *name);
+/* Is NAME needed here: in lock-delay, or a live key on a lease OURS says
+ * is this daemon's?  MIRROR_MU held. */
+bool lockfs_etcdbe_mirror_wanted_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
+					bool (*ours)(void *arg, int64_t lease), void *arg);
+/* Put NAME in lock-delay until UNTIL_MS (it is kept till then). */
+void lockfs_etcdbe_mirror_set_delay(struct etcd_mirror *m, const char *name, int64_t until_ms);
+/* Each name the mirror holds, to CB (copied out first).  0, -ENOMEM. */
+int lockfs_etcdbe_mirror_each(struct etcd_mirror *m, lockfs_list_cb cb, void *arg);
+/* The host whose key is on LEASE, into BUF: 0; -ENOENT. */
+int lockfs_etcdbe_mirror_host_of(struct etcd_mirror *m, int64_t lease, char *buf, size_t size);
 
 /* Forget dead keys the watch has passed, and own revisions it delivered
  * (with MIRROR_MU held). */
@@ -235,6 +267,8 @@ struct etcd_session_hooks {
 	/* Report CHANGED (and free it) and, when SESSION_CHANGED, that the
 	 * session changed state (lockfs_etcdbe_report). */
 	void (*report)(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
+	/* Every keepalive interval: drop what is no longer needed. */
+	void (*tick)(struct etcd_store *e);
 };
 
 struct etcd_session {
@@ -314,6 +348,50 @@ int lockfs_etcdbe_line(struct lockfs_backend *be, const char *name, lockfs_line_
 bool lockfs_etcdbe_own_key_seq(const char *prefix, const char *name, const char *key,
 			       int64_t lease, uint64_t *seq);
 
+/* ---- What this daemon watches (etcd_interest.c) ---- */
+
+/* How long a name stays watched after its last lookup, stat or read. */
+#define ETCD_LOOK_MS 3000
+/* How long a listing (readdir) is answered from its last range read. */
+#define ETCD_LIST_CACHE_MS 1000
+/* Listings longer than this are not kept. */
+#define ETCD_LIST_CACHE_MAX 100000
+#define ETCD_INTEREST_BUCKETS 1024
+
+/* One name this daemon watches. */
+struct etcd_interest_entry {
+	char *name;
+	int64_t watch_id;        /* in the watch set */
+	int64_t look_until_ms;   /* boot clock: looked at until then */
+	struct etcd_interest_entry *next;
+};
+
+struct etcd_interest {
+	/* Held across a watch's events being applied, and across adding or
+	 * dropping a name: above mirror.mu and session.mu. */
+	pthread_mutex_t mu;
+	struct etcd_interest_entry *buckets[ETCD_INTEREST_BUCKETS];
+	size_t count;
+	int64_t hosts_id;        /* the host keys' watch */
+	bool scanning;           /* open .. start(): the mirror has the whole
+				    prefix, read at open, for the startup scan */
+	int64_t scan_rev;        /* ... at this revision */
+	struct lockfs_etcd_wset *wset;
+	/* The last listing: names (sorted), when read (boot clock), and the
+	 * events' count (list_gen) then.  list_mu is a leaf. */
+	pthread_mutex_t list_mu;
+	char **list;
+	size_t n_list;
+	int64_t list_ms;
+	uint64_t list_gen;
+};
+
+/* A host key deleted at REV: its lease's session ended then. */
+struct etcd_expiry {
+	int64_t lease, rev, at_ms;
+};
+#define ETCD_EXPIRIES 32
+
 struct etcd_store {
 	struct lockfs_backend base;
 	struct lockfs_statedir sd;    /* backing=: log and pid lock (owned) */
@@ -337,7 +415,13 @@ struct etcd_store {
 	struct etcd_mirror mirror;
 	struct etcd_session session;
 
-	struct lockfs_etcd_watch *watch; /* owned by the session thread after open */
+	struct etcd_interest interest;
+	/* Sessions seen ending (host keys deleted), for lock-delay; a ring,
+	 * protected by mirror.mu. */
+	struct etcd_expiry expiries[ETCD_EXPIRIES];
+	size_t n_expiries;
+	uint64_t list_gen;            /* events applied (__atomic): a listing
+					 read before the last one may be stale */
 
 	pthread_mutex_t report_mu;    /* held across the change callback only */
 	lockfs_change_fn change;      /* set by start(), under report_mu */
@@ -379,11 +463,41 @@ void lockfs_etcdbe_close(struct etcd_store *e);
  * the engine's callback if start() gave one.  No backend lock held. */
 void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
 
-/* The watch on PREFIX from FROM (0: a fresh read first, then from its
- * revision + 1).  0 or -errno.  From open(). */
-int lockfs_etcdbe_watch_start(struct etcd_store *e, int64_t from);
-/* Close the watch that ended and open it again (etcd_session_hooks). */
+/* Apply a watch's EVENTS to the mirror and report what changed: NAME's
+ * watch (its events before NEXT_REV are all delivered), or the host keys'
+ * (NAME NULL).  Lock-delay for a head key whose session ended.  The
+ * names changed go to CHANGED, those only this daemon's own writes
+ * changed to OWN, for lockfs_etcdbe_report_both once no lock is held. */
+void lockfs_etcdbe_apply_events(struct etcd_store *e, const char *name,
+				const struct lockfs_etcd_event *events, size_t n_events,
+				int64_t next_rev, struct etcd_names *changed, struct etcd_names *own);
+/* Report CHANGED, then OWN (CHANGE_OWN), and free both.  No lock held. */
+void lockfs_etcdbe_report_both(struct etcd_store *e, struct etcd_names *changed,
+			       struct etcd_names *own);
+/* Did LEASE's session end (its host key deleted) at REV (0: any)?
+ * *AT_MS: when this daemon saw it.  MIRROR_MU held. */
+bool lockfs_etcdbe_expiry_locked(struct etcd_store *e, int64_t lease, int64_t rev,
+				 int64_t *at_ms);
+
+/* The watch set and the host keys' watch, from FROM (open), with the
+ * mirror holding the whole prefix for the startup scan.  0 or -errno. */
+int lockfs_etcdbe_interest_open(struct etcd_store *e, int64_t from);
+/* start(): the scan is over; keep (and watch) only the names needed here. */
+void lockfs_etcdbe_interest_start(struct etcd_store *e);
+void lockfs_etcdbe_interest_close(struct etcd_store *e);
+/* NAME is needed here: watched from now on (read first when it was not),
+ * and with LOOK, looked at (kept ETCD_LOOK_MS).  0; -EIO (etcd could not
+ * be read: NAME is not known here). */
+int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look);
+/* Drop the names nobody here needs any more (session thread's tick). */
+void lockfs_etcdbe_interest_sweep(struct etcd_store *e);
+/* The watch stream may be frozen: reconnect (session hook). */
 int lockfs_etcdbe_watch_reopen(struct etcd_store *e, int64_t from, bool *resync);
+/* Every held name (readdir), from a range read of the prefix kept up to
+ * ETCD_LIST_CACHE_MS.  0, -EIO, -ENOMEM. */
+int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg);
+/* This daemon's own write changed the listing. */
+void lockfs_etcdbe_list_changed(struct etcd_store *e);
 
 /* Say once that etcd cannot be reached (RC the client's error), or that
  * it answers again (etcd_session.c: whether etcd answers is part of the
@@ -411,6 +525,8 @@ enum lockfs_session_state lockfs_etcdbe_session_state(struct etcd_store *e, int6
 void lockfs_etcdbe_session_get(struct etcd_store *e, struct lockfs_session *out);
 /* Is LEASE one of this daemon's lost leases? */
 bool lockfs_etcdbe_session_lost_lease(struct etcd_store *e, int64_t lease);
+/* Does a pending undo wait for a key of NAME? */
+bool lockfs_etcdbe_session_pending_name(struct etcd_store *e, const char *name);
 /* Remember a write of KEY with an unknown outcome (see struct etcd_pending). */
 void lockfs_etcdbe_session_pending(struct etcd_store *e, const char *key, int64_t lease,
 			  int64_t create_rev, bool place_only);

@@ -408,8 +408,9 @@ void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *nam
 	for (size_t i = 0; n && i < n->n; i++)
 		if (!n->keys[i].dead && strcmp(n->keys[i].key, key) != 0)
 			return;  /* someone else is in NAME's line */
-	if (rev < m->next_rev || m->n_own_revs == MIRROR_OWN_REVS)
+	if ((n && rev < n->next_rev) || m->n_own_revs == MIRROR_OWN_REVS)
 		return;
+	m->own_ms[m->n_own_revs] = lockfs_wall_ms();
 	m->own_revs[m->n_own_revs++] = rev;
 }
 
@@ -439,11 +440,17 @@ int lockfs_etcdbe_mirror_lease_locked(struct etcd_mirror *m, const char *key, in
 	}
 }
 
-bool lockfs_etcdbe_mirror_is_own_locked(const struct etcd_mirror *m, int64_t rev)
+bool lockfs_etcdbe_mirror_is_own_locked(struct etcd_mirror *m, int64_t rev)
 {
 	for (size_t i = 0; i < m->n_own_revs; i++)
-		if (m->own_revs[i] == rev)
+		if (m->own_revs[i] == rev) {
+			/* One event per revision and name; a revision's other
+			 * events (none for one own write) need not match. */
+			m->n_own_revs--;
+			m->own_revs[i] = m->own_revs[m->n_own_revs];
+			m->own_ms[i] = m->own_ms[m->n_own_revs];
 			return true;
+		}
 	return false;
 }
 
@@ -452,11 +459,13 @@ void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 	int64_t now = lockfs_wall_ms();
 	size_t kept = 0;
 
-	/* An own revision the watch has passed was delivered (or lies before
-	 * a fresh read): it cannot come again. */
+	/* An own revision not delivered for a while will not be: its name
+	 * stopped being watched. */
 	for (size_t i = 0; i < m->n_own_revs; i++)
-		if (m->own_revs[i] >= m->next_rev)
+		if (now - m->own_ms[i] < MIRROR_OWN_MS) {
+			m->own_ms[kept] = m->own_ms[i];
 			m->own_revs[kept++] = m->own_revs[i];
+		}
 	m->n_own_revs = kept;
 
 	/* Only the marked buckets: the others hold no dead key and no
@@ -472,7 +481,7 @@ void lockfs_etcdbe_mirror_sweep_locked(struct etcd_mirror *m)
 
 			next = n->next;
 			for (size_t i = 0; i < n->n; i++) {
-				if (n->keys[i].dead && n->keys[i].mod_rev < m->next_rev)
+				if (n->keys[i].dead && n->keys[i].mod_rev < n->next_rev)
 					key_clear(&n->keys[i]);
 				else
 					n->keys[j++] = n->keys[i];
@@ -550,8 +559,10 @@ int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv
 		memset(fresh.buckets, 0, sizeof(fresh.buckets));
 		memset(m->to_sweep, 0xff, sizeof(m->to_sweep));  /* look at all once */
 		fresh.hosts = NULL;
-		if (m->next_rev < rev + 1)
-			m->next_rev = rev + 1;
+		for (size_t b = 0; b < MIRROR_BUCKETS; b++)
+			for (struct etcd_name *fn = m->buckets[b]; fn; fn = fn->next)
+				if (fn->next_rev < rev + 1)
+					fn->next_rev = rev + 1;
 	}
 	pthread_mutex_unlock(&m->mu);
 	lockfs_etcdbe_mirror_free(&fresh);
@@ -733,4 +744,145 @@ void lockfs_etcdbe_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, str
 		}
 	}
 	pthread_mutex_unlock(&m->mu);
+}
+
+int lockfs_etcdbe_mirror_load_name(struct etcd_mirror *m, const char *name,
+				   const struct lockfs_etcd_kv *kvs, size_t n, int64_t rev,
+				   int64_t now_ms)
+{
+	struct etcd_name *nm;
+	int rc = 0;
+
+	pthread_mutex_lock(&m->mu);
+	nm = find_name(m, name, true);
+	if (!nm) {
+		pthread_mutex_unlock(&m->mu);
+		return -ENOMEM;
+	}
+	/* A key the read does not show, and that nothing changed after REV,
+	 * was gone at REV. */
+	for (size_t i = 0; i < nm->n; i++) {
+		struct etcd_key *k = &nm->keys[i];
+		bool shown = false;
+
+		for (size_t j = 0; j < n && !shown; j++)
+			shown = strcmp(kvs[j].key, k->key) == 0;
+		if (!shown && !k->dead && k->mod_rev <= rev)
+			key_gone(m, name, k, rev);
+	}
+	for (size_t j = 0; j < n && !rc; j++)
+		rc = lockfs_etcdbe_mirror_put_locked(m, &kvs[j], now_ms, NULL);
+	if (nm->next_rev < rev + 1)
+		nm->next_rev = rev + 1;
+	mark_sweep(m, hash_name(name));
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+int lockfs_etcdbe_mirror_load_hosts(struct etcd_mirror *m, const struct lockfs_etcd_kv *kvs,
+				    size_t n, int64_t rev)
+{
+	char host[LOCKFS_STORE_KEY_MAX];
+	int rc = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (struct etcd_host **pp = &m->hosts; *pp;) {
+		struct etcd_host *h = *pp;
+		bool shown = false;
+
+		for (size_t j = 0; j < n && !shown; j++)
+			shown = lockfs_etcdbe_mirror_classify(m, kvs[j].key, host, sizeof(host)) == 2 &&
+				strcmp(host, h->host) == 0;
+		if (!shown && h->mod_rev <= rev) {
+			*pp = h->next;
+			free(h->host);
+			free(h);
+		} else {
+			pp = &h->next;
+		}
+	}
+	for (size_t j = 0; j < n && !rc; j++)
+		rc = lockfs_etcdbe_mirror_put_locked(m, &kvs[j], 0, NULL);
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+void lockfs_etcdbe_mirror_set_next_locked(struct etcd_mirror *m, const char *name, int64_t next_rev)
+{
+	struct etcd_name *n = find_name(m, name, false);
+
+	if (n && n->next_rev < next_rev)
+		n->next_rev = next_rev;
+}
+
+void lockfs_etcdbe_mirror_forget_locked(struct etcd_mirror *m, const char *name)
+{
+	struct etcd_name **pp;
+
+	for (pp = &m->buckets[hash_name(name)]; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->name, name) == 0) {
+			struct etcd_name *n = *pp;
+
+			*pp = n->next;
+			name_free(n);
+			return;
+		}
+}
+
+bool lockfs_etcdbe_mirror_wanted_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
+					bool (*ours)(void *arg, int64_t lease), void *arg)
+{
+	struct etcd_name *n = find_name(m, name, false);
+
+	if (!n)
+		return false;
+	if (n->delay_until_ms > now_ms)
+		return true;
+	for (size_t i = 0; i < n->n; i++)
+		if (!n->keys[i].dead && ours(arg, n->keys[i].lease))
+			return true;
+	return false;
+}
+
+void lockfs_etcdbe_mirror_set_delay(struct etcd_mirror *m, const char *name, int64_t until_ms)
+{
+	struct etcd_name *n;
+
+	pthread_mutex_lock(&m->mu);
+	n = find_name(m, name, true);
+	if (n && n->delay_until_ms < until_ms)
+		n->delay_until_ms = until_ms;
+	pthread_mutex_unlock(&m->mu);
+}
+
+int lockfs_etcdbe_mirror_each(struct etcd_mirror *m, lockfs_list_cb cb, void *arg)
+{
+	struct etcd_names all = { 0 };
+	int rc = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (size_t b = 0; b < MIRROR_BUCKETS && !rc; b++)
+		for (struct etcd_name *n = m->buckets[b]; n && !rc; n = n->next)
+			rc = names_add(&all, n->name);
+	pthread_mutex_unlock(&m->mu);
+	for (size_t i = 0; !rc && i < all.n; i++)
+		if (cb(arg, all.v[i]))
+			break;
+	lockfs_etcdbe_names_free(&all);
+	return rc;
+}
+
+int lockfs_etcdbe_mirror_host_of(struct etcd_mirror *m, int64_t lease, char *buf, size_t size)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&m->mu);
+	for (struct etcd_host *h = m->hosts; h; h = h->next)
+		if (h->lease == lease) {
+			snprintf(buf, size, "%s", h->host);
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&m->mu);
+	return rc;
 }

@@ -92,9 +92,7 @@ void lockfs_etcdbe_close(struct etcd_store *e)
 {
 	/* The lease is not revoked: a restarted daemon adopts the locks. */
 	lockfs_etcdbe_session_stop(e);
-	if (e->watch)
-		lockfs_etcd_watch_close(e->watch);
-	e->watch = NULL;
+	lockfs_etcdbe_interest_close(e);
 	pthread_mutex_lock(&e->report_mu);
 	e->change = NULL;
 	pthread_mutex_unlock(&e->report_mu);
@@ -380,6 +378,7 @@ nomem:
 static const struct etcd_session_hooks session_hooks = {
 	.watch_reopen = lockfs_etcdbe_watch_reopen,
 	.report = lockfs_etcdbe_report,
+	.tick = lockfs_etcdbe_interest_sweep,
 };
 
 int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_store **out)
@@ -467,7 +466,7 @@ int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_stor
 	if (rc)
 		goto fail;
 	host_taken = true;
-	rc = lockfs_etcdbe_watch_start(e, 0);
+	rc = lockfs_etcdbe_interest_open(e, 0);
 	if (rc) {
 		lockfs_backend_say(cfg, "cannot watch %s in etcd (%s): %s", e->prefix, e->endpoints,
 		    strerror(-rc));
@@ -489,8 +488,7 @@ int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_stor
 	*out = e;
 	return 0;
 fail:
-	if (e->watch)
-		lockfs_etcd_watch_close(e->watch);
+	lockfs_etcdbe_interest_close(e);
 	if (have_session) {
 		/* Nothing of ours may stay: the lease takes the host key along. */
 		if (e->session.lease)

@@ -227,6 +227,20 @@ int lockfs_etcdbe_session_init(struct etcd_store *e, const struct etcd_session_h
 	return 0;
 }
 
+bool lockfs_etcdbe_session_pending_name(struct etcd_store *e, const char *name)
+{
+	struct etcd_session *s = &e->session;
+	size_t plen = strlen(e->prefix), nlen = strlen(name);
+	bool found = false;
+
+	pthread_mutex_lock(&s->mu);
+	for (struct etcd_pending *p = s->pending; p && !found; p = p->next)
+		found = strncmp(p->key, e->prefix, plen) == 0 &&
+			strncmp(p->key + plen, name, nlen) == 0 && p->key[plen + nlen] == '/';
+	pthread_mutex_unlock(&s->mu);
+	return found;
+}
+
 /* Is KEY in the mirror (the watch showed it, not deleted since)? */
 static bool mirror_has(struct etcd_store *e, const char *key)
 {
@@ -399,14 +413,8 @@ static bool keep_alive(struct etcd_store *e)
 	gone = rc == -ENOENT;
 	/* etcd did not answer: the watch's connection may be as frozen as
 	 * this one, with nothing to say so (a partition): reopen it. */
-	if (rc && !gone) {
-		int64_t from;
-
-		pthread_mutex_lock(&e->mirror.mu);
-		from = e->mirror.next_rev;
-		pthread_mutex_unlock(&e->mirror.mu);
-		lockfs_etcdbe_session_watch_ended(e, false, from);
-	}
+	if (rc && !gone)
+		lockfs_etcdbe_session_watch_ended(e, false, 0);
 	if (rc == 0)
 		lockfs_etcdbe_say_reachable(e);
 	else if (!gone)
@@ -497,6 +505,7 @@ static void *session_thread(void *arg)
 				session_changed = true;
 			resolve_pending(e);
 			lockfs_etcdbe_mirror_delays_over(&e->mirror, lockfs_wall_ms(), &all);
+			s->hooks->tick(e);
 		}
 		if (lockfs_boot_ms() >= watch_retry) {
 			bool ended;

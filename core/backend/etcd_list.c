@@ -1,0 +1,232 @@
+/*
+ * readdir on the etcd store: every held name of the prefix, by one range
+ * read of its keys (keys only), kept for ETCD_LIST_CACHE_MS -- a daemon
+ * does not watch the names nobody here needs (etcd_interest.c), so only a
+ * read can list them.  A listing may thus be up to ETCD_LIST_CACHE_MS old
+ * for names this daemon does not watch; a change this daemon made or
+ * watched reads afresh.  When etcd cannot be read, the last listing and
+ * the names watched here answer (the last known state).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "etcd.h"
+
+void lockfs_etcdbe_list_changed(struct etcd_store *e)
+{
+	__atomic_add_fetch(&e->list_gen, 1, __ATOMIC_RELEASE);
+}
+
+struct name_vec {
+	char **v;
+	size_t n, cap;
+	bool failed;
+};
+
+static int vec_add(void *arg, const char *name)
+{
+	struct name_vec *nv = arg;
+
+	if (nv->n == nv->cap) {
+		size_t cap = nv->cap ? nv->cap * 2 : 64;
+		char **v = realloc(nv->v, cap * sizeof(*v));
+
+		if (!v) {
+			nv->failed = true;
+			return 1;
+		}
+		nv->v = v;
+		nv->cap = cap;
+	}
+	if (!(nv->v[nv->n] = strdup(name))) {
+		nv->failed = true;
+		return 1;
+	}
+	nv->n++;
+	return 0;
+}
+
+static void vec_free(struct name_vec *nv)
+{
+	for (size_t i = 0; i < nv->n; i++)
+		free(nv->v[i]);
+	free(nv->v);
+	memset(nv, 0, sizeof(*nv));
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sort NV and drop repeats. */
+static void vec_unique(struct name_vec *nv)
+{
+	size_t out = 0;
+
+	qsort(nv->v, nv->n, sizeof(*nv->v), cmp_str);
+	for (size_t i = 0; i < nv->n; i++) {
+		if (out && strcmp(nv->v[out - 1], nv->v[i]) == 0)
+			free(nv->v[i]);
+		else
+			nv->v[out++] = nv->v[i];
+	}
+	nv->n = out;
+}
+
+/* Is LEASE one of this daemon's lost sessions?  Its keys are not shown. */
+static bool lost(struct etcd_store *e, int64_t lease)
+{
+	return lockfs_etcdbe_session_lost_lease(e, lease);
+}
+
+/* The names of a keys-only read of the prefix (sorted by key, so each
+ * name's keys are together): those whose first key (lowest
+ * create_revision) is not on a lost session of this daemon. */
+static int names_of(struct etcd_store *e, const struct lockfs_etcd_op_resp *r,
+		    struct name_vec *nv)
+{
+	char name[LOCKFS_STORE_KEY_MAX], cur[LOCKFS_STORE_KEY_MAX] = "";
+	int64_t head_rev = 0, head_lease = 0;
+	bool have = false;
+
+	for (size_t i = 0; i <= r->n_kvs; i++) {
+		bool same = false;
+
+		if (i < r->n_kvs) {
+			if (lockfs_etcdbe_mirror_classify(&e->mirror, r->kvs[i].key, name,
+							  sizeof(name)) != 1)
+				continue;
+			same = have && strcmp(name, cur) == 0;
+		}
+		if (have && !same && !lost(e, head_lease) && vec_add(nv, cur))
+			return -ENOMEM;
+		if (i == r->n_kvs)
+			break;
+		if (!same) {
+			memcpy(cur, name, strlen(name) + 1);
+			have = true;
+			head_rev = r->kvs[i].create_revision;
+			head_lease = r->kvs[i].lease;
+		} else if (r->kvs[i].create_revision < head_rev) {
+			head_rev = r->kvs[i].create_revision;
+			head_lease = r->kvs[i].lease;
+		}
+	}
+	return 0;
+}
+
+/* Keep NV as the last listing (a copy), read at boot time AT_MS when the
+ * events' count was GEN. */
+static void keep(struct etcd_store *e, const struct name_vec *nv, int64_t at_ms, uint64_t gen)
+{
+	struct etcd_interest *in = &e->interest;
+	char **copy = nv->n <= ETCD_LIST_CACHE_MAX ? calloc(nv->n + 1, sizeof(*copy)) : NULL;
+	size_t n = 0;
+
+	for (; copy && n < nv->n; n++)
+		if (!(copy[n] = strdup(nv->v[n])))
+			break;
+	if (copy && n < nv->n) {
+		while (n)
+			free(copy[--n]);
+		free(copy);
+		copy = NULL;
+	}
+	if (!copy)
+		return;
+	pthread_mutex_lock(&in->list_mu);
+	for (size_t i = 0; i < in->n_list; i++)
+		free(in->list[i]);
+	free(in->list);
+	in->list = copy;
+	in->n_list = n;
+	in->list_ms = at_ms;
+	in->list_gen = gen;
+	pthread_mutex_unlock(&in->list_mu);
+}
+
+/* The last listing into NV when it is fresh (or, with ANY_AGE, at all).
+ * True when there was one. */
+static bool cached(struct etcd_store *e, struct name_vec *nv, bool any_age)
+{
+	struct etcd_interest *in = &e->interest;
+	uint64_t gen = __atomic_load_n(&e->list_gen, __ATOMIC_ACQUIRE);
+	bool ok;
+
+	pthread_mutex_lock(&in->list_mu);
+	ok = in->list && (any_age || (in->list_gen == gen &&
+				      lockfs_boot_ms() - in->list_ms < ETCD_LIST_CACHE_MS));
+	for (size_t i = 0; ok && i < in->n_list && !nv->failed; i++)
+		vec_add(nv, in->list[i]);
+	pthread_mutex_unlock(&in->list_mu);
+	return ok;
+}
+
+struct held_filter {
+	struct etcd_store *e;
+	struct name_vec *nv;
+};
+
+/* A name the mirror shows held, unless its head is on a lost session of
+ * this daemon (stat and read do not show it either). */
+static int add_held(void *arg, const char *name)
+{
+	struct held_filter *f = arg;
+	struct etcd_head h;
+
+	if (lockfs_etcdbe_mirror_head(&f->e->mirror, name, false, lockfs_wall_ms(), &h) == 0 &&
+	    h.has_key && !h.delay_until_ms && lost(f->e, h.lease))
+		return 0;
+	return vec_add(f->nv, name);
+}
+
+int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg)
+{
+	struct lockfs_etcd_op op = {
+		.type = LOCKFS_ETCD_RANGE, .key = e->prefix, .prefix = true, .keys_only = true,
+	};
+	struct lockfs_etcd_op_resp r;
+	struct name_vec nv = { 0 };
+	struct held_filter f = { .e = e, .nv = &nv };
+	int rc = 0;
+
+	if (!cached(e, &nv, false)) {
+		uint64_t gen = __atomic_load_n(&e->list_gen, __ATOMIC_ACQUIRE);
+		int64_t at = lockfs_boot_ms();
+
+		vec_free(&nv);
+		rc = __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) ? -EIO :
+		     lockfs_etcd_range(e->client, &op, &r);
+		if (rc == 0) {
+			rc = names_of(e, &r, &nv);
+			lockfs_etcd_op_resp_free(&r);
+			if (rc == 0)
+				keep(e, &nv, at, gen);
+		} else {
+			/* The last known state: the last listing, and below,
+			 * the names watched here. */
+			if (rc != -ENOMEM)
+				lockfs_etcdbe_say_unreachable(e, rc);
+			vec_free(&nv);
+			(void)cached(e, &nv, true);
+			rc = 0;
+		}
+	}
+	/* Names in lock-delay (held by nobody, known only here), and what
+	 * the watched names show now. */
+	if (rc == 0)
+		rc = lockfs_etcdbe_mirror_list(&e->mirror, lockfs_wall_ms(), add_held, &f);
+	if (rc == 0 && nv.failed)
+		rc = -ENOMEM;
+	if (rc == 0) {
+		vec_unique(&nv);
+		for (size_t i = 0; i < nv.n; i++)
+			if (cb(arg, nv.v[i]))
+				break;
+	}
+	vec_free(&nv);
+	return rc;
+}

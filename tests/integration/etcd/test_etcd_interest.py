@@ -1,0 +1,135 @@
+"""Issue 23 part 1: interest, not broadcast.
+
+A daemon watches only what its own callers need: names held or waited for
+on its host, names looked at (lookup, stat, `owner`) for a few seconds
+after the last look, and the host keys.  Locks taken on another host cost
+an idle daemon nothing: etcd sends it nothing for them.  Its views stay
+exact: `ls` reads the prefix (cached briefly), `owner` and `stat` of a name
+it does not watch read that name, then watch it for a while.
+
+What flows to a daemon is measured at the wire: h2 talks to etcd through a
+TCP proxy that counts the bytes etcd sends it.  Watchers are counted with
+etcd's own metric `etcd_debugging_mvcc_watcher_total`.
+"""
+
+import errno
+import fcntl
+import os
+import re
+import time
+import urllib.request
+
+from etcd_fixtures import etcd1, tcp_proxy  # noqa: F401
+from etcd_mounts import etcd_mounts  # noqa: F401
+from lockfs_helpers import read_owner, wait_until
+
+# docs/etcd.md "What a daemon watches": a look keeps a name watched this
+# long, and the session thread drops it at its next tick (ttl/6) after.
+LOOK_S = 3.0
+TTL = 6
+
+
+def watchers(cluster):
+    """etcd's count of watchers, on every stream of every client."""
+    with urllib.request.urlopen(cluster.members[0].url + '/metrics', timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r'^etcd_debugging_mvcc_watcher_total (\S+)$', text, re.M)
+    return int(float(m.group(1)))
+
+
+def test_an_idle_host_hears_nothing_of_locks_taken_elsewhere_and_still_sees_them(
+        etcd1, etcd_mounts, tcp_proxy, procs):
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=1,
+                        endpoints={'h2': proxy.url})
+    h1, h2 = hosts
+    a = procs.agent()
+    pairs = 150
+
+    before = proxy.bytes_down()
+    t0 = time.monotonic()
+    for i in range(pairs):
+        assert a.mkdir(h1.path(f'p{i}')) == 0
+        assert a.rmdir(h1.path(f'p{i}')) == 0
+    for i in range(5):
+        assert a.mkdir(h1.path(f'held{i}')) == 0
+    took = time.monotonic() - t0
+    per_pair = (proxy.bytes_down() - before) / pairs
+    # Every event of the prefix is ~300 bytes to a watcher of it (two per
+    # pair); an idle daemon now only gets its keepalive answers (~250 bytes
+    # per ttl/6) and the stream's pongs.
+    assert per_pair < 40, f'h2 got {per_pair:.0f} bytes per pair of h1 ({took:.1f} s)'
+
+    # Its views are exact all the same.
+    assert sorted(n for n in os.listdir(h2.mnt) if n.startswith('held')) == \
+        [f'held{i}' for i in range(5)]
+    st = os.stat(h2.path('held3'))
+    assert st.st_mtime > 0
+    rec = read_owner(h2.mnt, 'held3')
+    assert rec['holder']['host'] == 'h1' and rec['holder']['pid'] == a.pid, rec
+    with open(h2.path('held3', 'owner')) as f:
+        assert '"h1"' in f.read()
+    assert not os.path.exists(h2.path('p7'))
+    b = procs.agent()
+    assert b.mkdir(h2.path('held3')) == errno.EEXIST
+    # h2 looked at held3: a release on h1 shows there at once.
+    assert a.rmdir(h1.path('held3')) == 0
+    wait_until(lambda: not os.path.exists(h2.path('held3')), timeout=2,
+               what='h2 sees the release of a name it looks at')
+    assert b.mkdir(h2.path('held3')) == 0
+    assert read_owner(h1.mnt, 'held3')['holder']['host'] == 'h2'
+    assert b.rmdir(h2.path('held3')) == 0
+    # A listing is at most a second old (docs/etcd.md).
+    assert a.rmdir(h1.path('held4')) == 0
+    wait_until(lambda: 'held4' not in os.listdir(h2.mnt), timeout=2.5,
+               what='h2 lists the release of a name it never looked at')
+
+
+def test_a_name_is_watched_while_held_or_looked_at_and_dropped_after(
+        etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=1)
+    h1, h2 = hosts
+    # Idle: each daemon watches the host keys only.
+    wait_until(lambda: watchers(etcd1) == 2, timeout=5, what='two idle daemons, two watchers')
+    a = procs.agent()
+    assert a.mkdir(h1.path('x')) == 0
+    # held on h1 (and looked at there by the mkdir's lookup): one more
+    wait_until(lambda: watchers(etcd1) == 3, timeout=5, what="h1 watches the name it holds")
+    assert read_owner(h2.mnt, 'x')['holder']['host'] == 'h1'
+    wait_until(lambda: watchers(etcd1) == 4, timeout=5, what='h2 watches the name it looks at')
+    # h2's look ends; h1's hold does not.
+    time.sleep(LOOK_S)
+    wait_until(lambda: watchers(etcd1) == 3, timeout=TTL / 6 * 2 + 2,
+               what="h2 drops the name it no longer looks at")
+    time.sleep(TTL / 6 * 2)
+    assert watchers(etcd1) == 3, 'the holder keeps watching what it holds'
+    # ... and it is exact after the drop: read again.
+    assert read_owner(h2.mnt, 'x')['holder']['host'] == 'h1'
+    assert a.rmdir(h1.path('x')) == 0
+    wait_until(lambda: not os.path.exists(h2.path('x')), timeout=2, what='x free on h2')
+    wait_until(lambda: watchers(etcd1) == 2, timeout=LOOK_S + TTL / 6 * 2 + 3,
+               what='both drop x once nobody holds or looks at it')
+
+
+def test_a_waiter_on_a_host_that_never_looked_is_granted_in_order(
+        etcd1, etcd_mounts, procs):
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=1)
+    h1, h2 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('q')) == 0
+    waiters = []
+    for i, m in enumerate((h2, h1, h2)):
+        w = procs.agent()
+        fd = w.open(m.path('.flock', 'q'))
+        rid = w.flock_start(fd, fcntl.LOCK_EX)
+        wait_until(lambda: len(hosts.lock_keys('q')) == 2 + i, timeout=10,
+                   what=f'waiter {i} on {m.host} in line')
+        waiters.append((m.host, w, fd, rid))
+    assert holder.rmdir(h1.path('q')) == 0
+    for i, (host, w, fd, rid) in enumerate(waiters):
+        ans = w.wait(rid, timeout=15)
+        assert ans.get('errno', 0) == 0, f'waiter {i} on {host}: {ans}'
+        for j, (h, v, _, r) in enumerate(waiters[i + 1:], i + 1):
+            assert v.poll(r) is None, f'waiter {j} on {h} granted before waiter {i}'
+        assert w.flock(fd, fcntl.LOCK_UN) == 0
+    wait_until(lambda: hosts.lock_keys('q') == [], timeout=10, what='q free in etcd')
