@@ -297,9 +297,11 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	rc = name_range(e, name, rkey, rend);
 	if (rc)
 		return rc == -ENAMETOOLONG ? -EINVAL : rc;
-	/* Watched before it is written: its mirror is then complete. */
+	/* Watched before it is written: its mirror is then complete.  A
+	 * try-lock needs no read (granted, NAME holds only our key; refused,
+	 * nothing was written), so it goes ahead when etcd could not be read. */
 	rc = lockfs_etcdbe_look(e, name, false);
-	if (rc)
+	if (rc && how != LOCKFS_ACQ_TRY)
 		return rc;
 	rc = need_live(e, &lease);
 	if (rc)
@@ -371,6 +373,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	free(json);
 	if (granted) {
 		lockfs_etcd_txn_resp_free(&r);
+		lockfs_etcdbe_watch_own(e, name, mod + 1);
 		granted_stat(e, key, create, mod, lease, (uint64_t)create, st);
 		return 0;
 	}

@@ -374,8 +374,10 @@ struct etcd_interest {
 	size_t count;
 	int64_t hosts_id;        /* the host keys' watch */
 	bool scanning;           /* open .. start(): the mirror has the whole
-				    prefix, read at open, for the startup scan */
-	int64_t scan_rev;        /* ... at this revision */
+				    prefix, read at open, for the startup scan,
+				    kept by one watch of the prefix (SCAN_ID) */
+	int64_t scan_id;
+	int64_t scan_next;       /* its resume point */
 	struct lockfs_etcd_wset *wset;
 	/* The last listing: names (sorted), when read (boot clock), and the
 	 * events' count (list_gen) then.  list_mu is a leaf. */
@@ -464,11 +466,16 @@ void lockfs_etcdbe_close(struct etcd_store *e);
 void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed);
 
 /* Apply a watch's EVENTS to the mirror and report what changed: NAME's
- * watch (its events before NEXT_REV are all delivered), or the host keys'
- * (NAME NULL).  Lock-delay for a head key whose session ended.  The
+ * watch (its events before NEXT_REV are all delivered), the host keys', or
+ * the prefix's (OF).  Lock-delay for a head key whose session ended.  The
  * names changed go to CHANGED, those only this daemon's own writes
  * changed to OWN, for lockfs_etcdbe_report_both once no lock is held. */
-void lockfs_etcdbe_apply_events(struct etcd_store *e, const char *name,
+enum etcd_watch_of {
+	ETCD_WATCH_NAME,         /* one name's: R(NAME) */
+	ETCD_WATCH_HOSTS,        /* the host keys' */
+	ETCD_WATCH_PREFIX,       /* the whole prefix's (open .. start) */
+};
+void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, const char *name,
 				const struct lockfs_etcd_event *events, size_t n_events,
 				int64_t next_rev, struct etcd_names *changed, struct etcd_names *own);
 /* Report CHANGED, then OWN (CHANGE_OWN), and free both.  No lock held. */
@@ -489,6 +496,9 @@ void lockfs_etcdbe_interest_close(struct etcd_store *e);
  * and with LOOK, looked at (kept ETCD_LOOK_MS).  0; -EIO (etcd could not
  * be read: NAME is not known here). */
 int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look);
+/* This daemon's try-lock just made NAME's only key (the mirror has it):
+ * watch NAME from FROM if it is not watched yet. */
+void lockfs_etcdbe_watch_own(struct etcd_store *e, const char *name, int64_t from);
 /* Drop the names nobody here needs any more (session thread's tick). */
 void lockfs_etcdbe_interest_sweep(struct etcd_store *e);
 /* The watch stream may be frozen: reconnect (session hook). */
@@ -527,6 +537,8 @@ void lockfs_etcdbe_session_get(struct etcd_store *e, struct lockfs_session *out)
 bool lockfs_etcdbe_session_lost_lease(struct etcd_store *e, int64_t lease);
 /* Does a pending undo wait for a key of NAME? */
 bool lockfs_etcdbe_session_pending_name(struct etcd_store *e, const char *name);
+/* The names of the pending undos' keys, to CB (copied out first). */
+void lockfs_etcdbe_session_pending_each(struct etcd_store *e, lockfs_list_cb cb, void *arg);
 /* Remember a write of KEY with an unknown outcome (see struct etcd_pending). */
 void lockfs_etcdbe_session_pending(struct etcd_store *e, const char *key, int64_t lease,
 			  int64_t create_rev, bool place_only);

@@ -257,8 +257,12 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 	case LOCKFS_ETCD_WSET_EVENTS:
 		pthread_mutex_lock(&in->mu);
 		if (msg->id == in->hosts_id) {
-			lockfs_etcdbe_apply_events(e, NULL, msg->events, msg->n_events,
-						   msg->next_revision, &changed, &own);
+			lockfs_etcdbe_apply_events(e, ETCD_WATCH_HOSTS, NULL, msg->events,
+						   msg->n_events, msg->next_revision, &changed, &own);
+		} else if (in->scanning && msg->id == in->scan_id) {
+			lockfs_etcdbe_apply_events(e, ETCD_WATCH_PREFIX, NULL, msg->events,
+						   msg->n_events, msg->next_revision, &changed, &own);
+			in->scan_next = msg->next_revision;
 		} else if (msg->n_events &&
 			   lockfs_etcdbe_mirror_classify(&e->mirror, msg->events[0].kv.key, name,
 							 sizeof(name)) == 1) {
@@ -266,8 +270,9 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 
 			/* A watch cancelled meanwhile: its name may be gone. */
 			if (x && x->watch_id == msg->id)
-				lockfs_etcdbe_apply_events(e, x->name, msg->events, msg->n_events,
-							   msg->next_revision, &changed, &own);
+				lockfs_etcdbe_apply_events(e, ETCD_WATCH_NAME, x->name, msg->events,
+							   msg->n_events, msg->next_revision, &changed,
+							   &own);
 		}
 		pthread_mutex_unlock(&in->mu);
 		lockfs_etcdbe_report_both(e, &changed, &own);
@@ -276,6 +281,22 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 		pthread_mutex_lock(&in->mu);
 		if (msg->id == in->hosts_id) {
 			reload_hosts(e);
+		} else if (in->scanning && msg->id == in->scan_id) {
+			/* Compacted during the scan: read the prefix again. */
+			struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = e->prefix,
+						     .prefix = true };
+			struct lockfs_etcd_op_resp r;
+			char end[LOCKFS_STORE_KEY_MAX];
+
+			end[lockfs_etcd_prefix_end(e->prefix, strlen(e->prefix), end)] = '\0';
+			if (lockfs_etcd_range(e->client, &op, &r) == 0) {
+				if (lockfs_etcdbe_mirror_load(&e->mirror, r.kvs, r.n_kvs, r.revision,
+							      lockfs_wall_ms()) == 0)
+					in->scan_next = r.revision + 1;
+				lockfs_etcd_op_resp_free(&r);
+			}
+			in->scan_id = lockfs_etcd_wset_add(in->wset, e->prefix, end, in->scan_next);
+			changed.all = true;
 		} else {
 			for (size_t b = 0; b < ETCD_INTEREST_BUCKETS; b++)
 				for (struct etcd_interest_entry *x = in->buckets[b]; x; x = x->next)
@@ -306,7 +327,7 @@ int lockfs_etcdbe_interest_open(struct etcd_store *e, int64_t from)
 		return rc;
 	rc = lockfs_etcdbe_mirror_load(&e->mirror, r.kvs, r.n_kvs, r.revision, lockfs_wall_ms());
 	in->scanning = true;
-	in->scan_rev = r.revision;
+	in->scan_next = r.revision + 1;
 	lockfs_etcd_op_resp_free(&r);
 	if (rc)
 		return rc;
@@ -315,8 +336,12 @@ int lockfs_etcdbe_interest_open(struct etcd_store *e, int64_t from)
 		return rc;
 	if (range_of(e, ".hosts", key, end))
 		return -ENAMETOOLONG;
-	in->hosts_id = lockfs_etcd_wset_add(in->wset, key, end, in->scan_rev + 1);
-	return in->hosts_id < 0 ? (int)in->hosts_id : 0;
+	in->hosts_id = lockfs_etcd_wset_add(in->wset, key, end, in->scan_next);
+	end[lockfs_etcd_prefix_end(e->prefix, strlen(e->prefix), end)] = '\0';
+	in->scan_id = lockfs_etcd_wset_add(in->wset, e->prefix, end, in->scan_next);
+	if (in->hosts_id < 0 || in->scan_id < 0)
+		return -ENOMEM;
+	return 0;
 }
 
 struct start_walk {
@@ -349,9 +374,8 @@ static int keep_or_forget(void *arg, const char *name)
 		free(x);
 		return 0;  /* not watched: the next look reads it */
 	}
-	/* Every event since the scan's read: the mirror has that read and
-	 * this daemon's own writes since. */
-	x->watch_id = add_watch(e, name, in->scan_rev + 1);
+	/* Every event the prefix's watch did not bring yet. */
+	x->watch_id = add_watch(e, name, in->scan_next);
 	if (x->watch_id < 0)
 		x->watch_id = 0;
 	x->next = in->buckets[bucket_of(name)];
@@ -369,9 +393,41 @@ void lockfs_etcdbe_interest_start(struct etcd_store *e)
 	pthread_mutex_lock(&in->mu);
 	if (in->scanning) {
 		in->scanning = false;
+		lockfs_etcd_wset_cancel(in->wset, in->scan_id);
+		in->scan_id = 0;
 		(void)lockfs_etcdbe_mirror_each(&e->mirror, keep_or_forget, &w);
 	}
 	pthread_mutex_unlock(&in->mu);
+}
+
+void lockfs_etcdbe_watch_own(struct etcd_store *e, const char *name, int64_t from)
+{
+	struct etcd_interest *in = &e->interest;
+	struct etcd_interest_entry *x;
+
+	pthread_mutex_lock(&in->mu);
+	if (!in->scanning && !find_locked(in, name)) {
+		x = calloc(1, sizeof(*x));
+		if (x && (x->name = strdup(name)) != NULL) {
+			x->watch_id = add_watch(e, name, from);
+			if (x->watch_id < 0)
+				x->watch_id = 0;
+			x->next = in->buckets[bucket_of(name)];
+			in->buckets[bucket_of(name)] = x;
+			in->count++;
+		} else {
+			free(x);
+		}
+	}
+	pthread_mutex_unlock(&in->mu);
+}
+
+/* A name with an undo pending is watched, so that a late arrival of the
+ * write shows (struct etcd_pending). */
+static int watch_pending(void *arg, const char *name)
+{
+	(void)lockfs_etcdbe_look(arg, name, false);
+	return 0;
 }
 
 void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
@@ -381,6 +437,7 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 	struct our_leases ours;
 	int64_t now = lockfs_boot_ms();
 
+	lockfs_etcdbe_session_pending_each(e, watch_pending, e);
 	our_leases(e, &ours);
 	pthread_mutex_lock(&in->mu);
 	if (in->scanning) {

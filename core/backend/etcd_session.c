@@ -241,6 +241,27 @@ bool lockfs_etcdbe_session_pending_name(struct etcd_store *e, const char *name)
 	return found;
 }
 
+void lockfs_etcdbe_session_pending_each(struct etcd_store *e, lockfs_list_cb cb, void *arg)
+{
+	struct etcd_session *s = &e->session;
+	size_t plen = strlen(e->prefix), n = 0;
+	char *names[16];
+
+	pthread_mutex_lock(&s->mu);
+	for (struct etcd_pending *p = s->pending; p && n < 16; p = p->next) {
+		const char *rest = p->key + plen, *slash = strchr(rest, '/');
+
+		if (strncmp(p->key, e->prefix, plen) == 0 && slash &&
+		    (names[n] = strndup(rest, (size_t)(slash - rest))) != NULL)
+			n++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	for (size_t i = 0; i < n; i++) {
+		cb(arg, names[i]);
+		free(names[i]);
+	}
+}
+
 /* Is KEY in the mirror (the watch showed it, not deleted since)? */
 static bool mirror_has(struct etcd_store *e, const char *key)
 {

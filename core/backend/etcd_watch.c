@@ -66,10 +66,10 @@ bool lockfs_etcdbe_expiry_locked(struct etcd_store *e, int64_t lease, int64_t re
  * ends by deleting its host key and all its keys in one revision; the
  * host keys' watch and a name's watch deliver their parts of that
  * revision in either order.  When the host watch has not told yet and
- * LEASE is a live lockfs host's, ask etcd whether its host key was there
+ * LEASE is a live lockfs host's, ASK etcd whether its host key was there
  * at REV (a release leaves it; an expiry took it along).
  */
-static bool session_ended(struct etcd_store *e, int64_t lease, int64_t rev)
+static bool session_ended(struct etcd_store *e, int64_t lease, int64_t rev, bool ask)
 {
 	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .revision = rev, .count_only = true };
 	struct lockfs_etcd_op_resp r;
@@ -79,8 +79,8 @@ static bool session_ended(struct etcd_store *e, int64_t lease, int64_t rev)
 	pthread_mutex_lock(&e->mirror.mu);
 	known = lockfs_etcdbe_expiry_locked(e, lease, rev, NULL);
 	pthread_mutex_unlock(&e->mirror.mu);
-	if (known)
-		return true;
+	if (known || !ask)
+		return known;
 	if (lockfs_etcdbe_mirror_host_of(&e->mirror, lease, host, sizeof(host)) < 0)
 		return false;  /* not a lockfs session (etcdctl lock) */
 	snprintf(key, sizeof(key), "%s.hosts/%s", e->prefix, host);
@@ -98,26 +98,41 @@ static bool session_ended(struct etcd_store *e, int64_t lease, int64_t rev)
 	return ended;
 }
 
-void lockfs_etcdbe_apply_events(struct etcd_store *e, const char *name,
+void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, const char *name,
 				const struct lockfs_etcd_event *events, size_t n_events,
 				int64_t next_rev, struct etcd_names *changed, struct etcd_names *own)
 {
 	struct etcd_mirror *m = &e->mirror;
 	int64_t now = lockfs_wall_ms();
 	bool ended[64] = { false };
-	char host[LOCKFS_HOST_MAX];
+	char host[LOCKFS_HOST_MAX], evname[LOCKFS_STORE_KEY_MAX];
 
+	/* Host keys deleted: those sessions ended at that revision.  (The
+	 * prefix watch brings them in the same message as their keys.) */
+	pthread_mutex_lock(&m->mu);
+	for (size_t i = 0; of != ETCD_WATCH_NAME && i < n_events; i++) {
+		const struct lockfs_etcd_event *ev = &events[i];
+		int64_t lease = 0;
+
+		if (ev->type == LOCKFS_ETCD_EVENT_DELETE &&
+		    lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) == 2 &&
+		    lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease) == 0 &&
+		    !lockfs_etcdbe_expiry_locked(e, lease, ev->kv.mod_revision, NULL))
+			note_expiry_locked(e, lease, ev->kv.mod_revision);
+	}
+	pthread_mutex_unlock(&m->mu);
 	/* A name's deletes on a lease whose session may have ended: judged
 	 * first, without the mirror's lock (it may ask etcd).  The watch
 	 * carries no prev_kv (it would cost etcd a read and the daemon a
 	 * record per delete): a deleted key's lease is the one the mirror
 	 * has for it, or the one a PUT earlier in this message gave it. */
-	for (size_t i = 0; name && e->lock_delay_s && i < n_events && i < 64; i++) {
+	for (size_t i = 0; of != ETCD_WATCH_HOSTS && e->lock_delay_s && i < n_events && i < 64; i++) {
 		const struct lockfs_etcd_event *ev = &events[i];
 		int64_t lease = 0;
 		size_t j = i;
 
-		if (ev->type != LOCKFS_ETCD_EVENT_DELETE)
+		if (ev->type != LOCKFS_ETCD_EVENT_DELETE ||
+		    lockfs_etcdbe_mirror_classify(m, ev->kv.key, evname, sizeof(evname)) != 1)
 			continue;
 		while (j > 0 && !(events[j - 1].type == LOCKFS_ETCD_EVENT_PUT &&
 				  strcmp(events[j - 1].kv.key, ev->kv.key) == 0))
@@ -128,8 +143,9 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, const char *name,
 		else
 			(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
 		pthread_mutex_unlock(&m->mu);
-		if (lease && lockfs_etcdbe_mirror_is_head(m, name, ev->kv.key) == 1)
-			ended[i] = session_ended(e, lease, ev->kv.mod_revision);
+		if (lease && lockfs_etcdbe_mirror_is_head(m, evname, ev->kv.key) == 1)
+			ended[i] = session_ended(e, lease, ev->kv.mod_revision,
+						 of == ETCD_WATCH_NAME);
 	}
 	pthread_mutex_lock(&m->mu);
 	for (size_t i = 0; i < n_events; i++) {
@@ -138,22 +154,20 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, const char *name,
 		 * and the engine have it already. */
 		struct etcd_names *to = lockfs_etcdbe_mirror_is_own_locked(m, ev->kv.mod_revision)
 					? own : changed;
-		int64_t lease = 0;
 
 		if (ev->type == LOCKFS_ETCD_EVENT_PUT) {
 			(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, to);
 			continue;
 		}
-		if (!name && lockfs_etcdbe_mirror_classify(m, ev->kv.key, host, sizeof(host)) == 2 &&
-		    lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease) == 0 &&
-		    !lockfs_etcdbe_expiry_locked(e, lease, ev->kv.mod_revision, NULL))
-			note_expiry_locked(e, lease, ev->kv.mod_revision);
 		(void)lockfs_etcdbe_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision,
 							 i < 64 && ended[i] ?
 							 now + e->lock_delay_s * 1000 : 0, to);
 	}
-	if (name)
+	if (of == ETCD_WATCH_NAME)
 		lockfs_etcdbe_mirror_set_next_locked(m, name, next_rev);
+	for (size_t i = 0; of == ETCD_WATCH_PREFIX && i < n_events; i++)
+		if (lockfs_etcdbe_mirror_classify(m, events[i].kv.key, evname, sizeof(evname)) == 1)
+			lockfs_etcdbe_mirror_set_next_locked(m, evname, next_rev);
 	lockfs_etcdbe_mirror_sweep_locked(m);
 	pthread_mutex_unlock(&m->mu);
 	__atomic_add_fetch(&e->list_gen, 1, __ATOMIC_RELEASE);

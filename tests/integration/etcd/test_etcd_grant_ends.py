@@ -135,6 +135,10 @@ def test_mkdir_whose_answer_is_lost_is_granted_once_and_ends_once(cut_h1, procs)
     h1, = hosts
     a, other = procs.agent(), procs.agent()
     warm(a, h1)
+    # The daemon reads a name it does not watch at its lookup (and then
+    # watches it a while): look first, so that the try-lock is the
+    # request whose answer is lost.
+    assert not os.path.exists(h1.path('x'))
     proxy.hold()
     rid = a.start('mkdir', path=h1.path('x').encode().hex())
     lose_the_answer(proxy, lambda: hosts.lock_keys('x') != [])
