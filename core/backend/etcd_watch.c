@@ -143,9 +143,13 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, con
 		else
 			(void)lockfs_etcdbe_mirror_lease_locked(m, ev->kv.key, &lease);
 		pthread_mutex_unlock(&m->mu);
+		/* This daemon's own live session did not end (it releases its
+		 * own keys): no need to ask. */
 		if (lease && lockfs_etcdbe_mirror_is_head(m, evname, ev->kv.key) == 1)
 			ended[i] = session_ended(e, lease, ev->kv.mod_revision,
-						 of == ETCD_WATCH_NAME);
+						 of == ETCD_WATCH_NAME &&
+						 lease != __atomic_load_n(&e->session.lease,
+									  __ATOMIC_ACQUIRE));
 	}
 	pthread_mutex_lock(&m->mu);
 	for (size_t i = 0; i < n_events; i++) {

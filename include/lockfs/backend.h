@@ -16,9 +16,11 @@
  * calls back into the engine, except lockfs_record_src.encode (takes no
  * engine lock) and the change callback given to start().
  *
- * Time.  stat, read, list and session never wait on a network: a
- * distributed backend answers them from what it last learned, and says so
- * (st->unconfirmed).  A write op returns within the backend's bound (etcd:
+ * Time.  stat, read, list and session wait on a network at most for one
+ * bounded read (etcd: a name it does not watch is read once, then watched
+ * for a while; list reads the prefix, cached 1 s), and never while the
+ * store is known to be unreachable: a distributed backend then answers
+ * from what it last learned, and says so (st->unconfirmed).  A write op returns within the backend's bound (etcd:
  * 1 s, and at once with -EIO while the store is known to be unreachable):
  * the engine calls it under a stripe mutex, and mkdir runs while the
  * kernel holds the mount root's lock.
