@@ -133,3 +133,30 @@ def test_a_waiter_on_a_host_that_never_looked_is_granted_in_order(
             assert v.poll(r) is None, f'waiter {j} on {h} granted before waiter {i}'
         assert w.flock(fd, fcntl.LOCK_UN) == 0
     wait_until(lambda: hosts.lock_keys('q') == [], timeout=10, what='q free in etcd')
+
+
+def test_lock_delay_holds_on_a_host_that_first_looks_after_the_session_ended(
+        etcd1, etcd_mounts, procs):
+    # h2 never looked at x while h1 held it, so it did not watch x when h1's
+    # session ended; its host-key watch saw the end, and its first look at
+    # x asks etcd whether that session headed x then: lock-delay holds.
+    delay = 6
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=2, lock_delay=delay)
+    h1, h2 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    h1.kill9()
+    wait_until(lambda: hosts.keys('.hosts') == [] or
+               all('/h1' not in k for k, *_ in hosts.keys('.hosts')),
+               timeout=15, what="h1's session expired in etcd")
+    ended = time.monotonic()
+    wait_until(lambda: hosts.lock_keys('x') == [], timeout=5, what="x's key gone with it")
+    other = procs.agent()
+    rec = read_owner(h2.mnt, 'x')
+    assert rec.get('holder') is None and 'lock_delay_until' in rec, rec
+    assert other.mkdir(h2.path('x')) == errno.EEXIST
+    assert time.monotonic() - ended < delay - 1, 'the machine was too slow to tell'
+    wait_until(lambda: other.mkdir(h2.path('x')) == 0, timeout=delay + 10,
+               what='x granted once lock-delay is over')
+    assert time.monotonic() - ended >= delay - 0.5
+    assert other.rmdir(h2.path('x')) == 0
