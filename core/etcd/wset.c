@@ -300,7 +300,7 @@ static int start_stream(struct lockfs_etcd_wset *s)
  * set is stopped or restarted. */
 static void run_stream(struct lockfs_etcd_wset *s)
 {
-	int64_t next_ping = lockfs_etcd_now_ms() + s->idle_ms / 3;
+	int64_t next_ping = lockfs_etcd_now_ms() + s->idle_ms / 2;
 
 	for (;;) {
 		struct pollfd p[2] = {
@@ -335,7 +335,7 @@ static void run_stream(struct lockfs_etcd_wset *s)
 		if (now >= next_ping) {
 			if (lockfs_etcd_ws_ping(s->ws))
 				return;
-			next_ping = now + s->idle_ms / 3;
+			next_ping = now + s->idle_ms / 2;
 		}
 		wait_ms = (int)((idle_end < next_ping ? idle_end : next_ping) - now);
 		if (poll(p, 2, wait_ms > 0 ? wait_ms : 0) > 0 && (p[1].revents & POLLIN))

@@ -395,7 +395,7 @@ void lockfs_etcd_watch_close(struct lockfs_etcd_watch *w);
  * Many watches on one stream: a WebSocket to /v3/watch driven by one
  * thread, watches added and cancelled while it lives (docs/etcd.md "Watch
  * set").  The set reconnects by itself when the stream breaks or stays
- * silent past IDLE_TIMEOUT_MS (it pings every third of that), and creates
+ * silent past IDLE_TIMEOUT_MS (it pings every half of that), and creates
  * every watch again from its own next revision: nothing missed, nothing
  * repeated.
  */
