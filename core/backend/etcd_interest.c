@@ -336,12 +336,14 @@ int lockfs_etcdbe_interest_open(struct etcd_store *e, int64_t from)
 		return rc;
 	if (range_of(e, ".hosts", key, end))
 		return -ENAMETOOLONG;
+	/* Under MU: their first events must find their ids set. */
+	pthread_mutex_lock(&in->mu);
 	in->hosts_id = lockfs_etcd_wset_add(in->wset, key, end, in->scan_next);
 	end[lockfs_etcd_prefix_end(e->prefix, strlen(e->prefix), end)] = '\0';
 	in->scan_id = lockfs_etcd_wset_add(in->wset, e->prefix, end, in->scan_next);
-	if (in->hosts_id < 0 || in->scan_id < 0)
-		return -ENOMEM;
-	return 0;
+	rc = in->hosts_id < 0 || in->scan_id < 0 ? -ENOMEM : 0;
+	pthread_mutex_unlock(&in->mu);
+	return rc;
 }
 
 struct start_walk {

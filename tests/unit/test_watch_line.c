@@ -37,6 +37,12 @@ static const char TWO_LINE[] =
 	"{\"key\":\"L3QvYS8y\",\"create_revision\":\"98\",\"mod_revision\":\"99\","
 	"\"version\":\"2\",\"value\":\"\",\"lease\":\"-5\"}}]}}";
 
+/* One watch of many on a WebSocket stream (the watch set): its events
+ * name the watch ("watch_id" 0 is left out). */
+static const char WATCH_ID_LINE[] =
+	"{\"result\":{\"header\":{\"revision\":\"12\"},\"watch_id\":\"3\",\"events\":"
+	"[{\"type\":\"DELETE\",\"kv\":{\"key\":\"L2IveA==\",\"mod_revision\":\"12\"}}]}}";
+
 /* Lines only jansson reads. */
 static const char *const OTHER_LINES[] = {
 	"{\"result\":{\"header\":{\"revision\":\"7\"},\"created\":true}}",
@@ -61,6 +67,7 @@ static void assert_same(const struct lockfs_etcd_line *a, const struct lockfs_et
 	assert_int_equal(a->compact_revision, b->compact_revision);
 	assert_int_equal(a->created, b->created);
 	assert_int_equal(a->canceled, b->canceled);
+	assert_int_equal(a->watch_id, b->watch_id);
 	assert_int_equal(a->n_events, b->n_events);
 	for (size_t i = 0; i < a->n_events; i++) {
 		const struct lockfs_etcd_event *x = &a->events[i], *y = &b->events[i];
@@ -111,6 +118,20 @@ static void test_a_delete_and_a_two_event_line_read_as_jansson_reads_them(void *
 	(void)state;
 	assert_fast(DELETE_LINE);
 	assert_fast(TWO_LINE);
+}
+
+static void test_a_line_of_one_watch_of_many_names_it(void **state)
+{
+	struct lockfs_etcd_line l;
+
+	(void)state;
+	assert_fast(WATCH_ID_LINE);
+	assert_int_equal(lockfs_etcd_line_fast(WATCH_ID_LINE, strlen(WATCH_ID_LINE), &l), 1);
+	assert_int_equal(l.watch_id, 3);
+	lockfs_etcd_events_free(l.events, l.n_events);
+	assert_int_equal(lockfs_etcd_line_fast(PUT_LINE, strlen(PUT_LINE), &l), 1);
+	assert_int_equal(l.watch_id, 0);
+	lockfs_etcd_events_free(l.events, l.n_events);
 }
 
 static void test_every_other_line_is_left_to_jansson(void **state)
@@ -182,6 +203,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_put_echo_reads_as_jansson_reads_it),
 		cmocka_unit_test(test_a_delete_and_a_two_event_line_read_as_jansson_reads_them),
+		cmocka_unit_test(test_a_line_of_one_watch_of_many_names_it),
 		cmocka_unit_test(test_every_other_line_is_left_to_jansson),
 		cmocka_unit_test(test_a_mangled_line_is_read_as_jansson_reads_it_or_left_to_it),
 	};
