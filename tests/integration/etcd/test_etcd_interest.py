@@ -60,9 +60,11 @@ def test_an_idle_host_hears_nothing_of_locks_taken_elsewhere_and_still_sees_them
     # per ttl/6) and the stream's pongs.
     assert per_pair < 40, f'h2 got {per_pair:.0f} bytes per pair of h1 ({took:.1f} s)'
 
-    # Its views are exact all the same.
-    assert sorted(n for n in os.listdir(h2.mnt) if n.startswith('held')) == \
-        [f'held{i}' for i in range(5)]
+    # Its views are exact all the same: a listing within its 1 s bound
+    # (docs/etcd.md), a single name at once.
+    held = [f'held{i}' for i in range(5)]
+    listed = lambda: sorted(n for n in os.listdir(h2.mnt) if n.startswith(('held', 'p')))
+    wait_until(lambda: listed() == held, timeout=1.5, what="h2 lists h1's locks")
     st = os.stat(h2.path('held3'))
     assert st.st_mtime > 0
     rec = read_owner(h2.mnt, 'held3')
