@@ -146,6 +146,132 @@ static void test_watch_reports_a_broken_connection_with_its_resume_point(void **
 	lockfs_etcd_close(c);
 }
 
+/* ---- The watch set: many watches on one WebSocket stream ---- */
+
+struct wseen {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	int64_t a, b;            /* the ids of the two watches */
+	int n_a, n_b, up, down;
+	size_t b_len;            /* the length of the last value B saw */
+	int64_t b_revs[16];
+};
+
+static void wcollect(void *arg, const struct lockfs_etcd_wset_msg *m)
+{
+	struct wseen *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	if (m->kind == LOCKFS_ETCD_WSET_UP)
+		w->up++;
+	else if (m->kind == LOCKFS_ETCD_WSET_DOWN)
+		w->down++;
+	for (size_t i = 0; m->kind == LOCKFS_ETCD_WSET_EVENTS && i < m->n_events; i++) {
+		if (m->id == w->a) {
+			w->n_a++;
+		} else if (m->id == w->b && w->n_b < 16) {
+			w->b_revs[w->n_b++] = m->events[i].kv.mod_revision;
+			w->b_len = m->events[i].kv.value_len;
+		}
+	}
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Wait (5 s at most) until *FIELD >= N. */
+static bool wawait(struct wseen *w, const int *field, int n)
+{
+	int64_t end = now_ms() + 5000;
+	bool ok;
+
+	pthread_mutex_lock(&w->mu);
+	while (*field < n && now_ms() < end) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+	}
+	ok = *field >= n;
+	pthread_mutex_unlock(&w->mu);
+	return ok;
+}
+
+static void test_watch_set_carries_many_watches_and_large_frames(void **state)
+{
+	struct lockfs_etcd *c = client();
+	struct wseen w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+	struct lockfs_etcd_wset *s;
+	size_t big_len = 200000;  /* a frame with a 64-bit length, likely in fragments */
+	char *big = malloc(big_len + 1);
+	int64_t r;
+
+	assert_non_null(big);
+	memset(big, 'v', big_len);
+	big[big_len] = '\0';
+	assert_int_equal(lockfs_etcd_wset_open(&s, c, 3000, wcollect, &w), 0);
+	r = put(c, "/t/ws/mark", "m", 0);
+	pthread_mutex_lock(&w.mu);
+	w.a = lockfs_etcd_wset_add(s, "/t/ws/a", NULL, r + 1);
+	w.b = lockfs_etcd_wset_add(s, "/t/ws/b/", "/t/ws/b0", r + 1);
+	pthread_mutex_unlock(&w.mu);
+	assert_true(w.a > 0 && w.b > 0 && w.a != w.b);
+	assert_int_equal(lockfs_etcd_wset_count(s), 2);
+	put(c, "/t/ws/a", "one", 0);
+	put(c, "/t/ws/c", "outside both", 0);
+	put(c, "/t/ws/b/x", big, 0);
+	assert_true(wawait(&w, &w.n_a, 1));
+	assert_true(wawait(&w, &w.n_b, 1));
+	assert_int_equal(w.b_len, big_len);
+	assert_int_equal(w.n_a, 1);
+	assert_int_equal(w.n_b, 1);
+	lockfs_etcd_wset_cancel(s, w.a);
+	assert_int_equal(lockfs_etcd_wset_count(s), 1);
+	put(c, "/t/ws/b/y", "small", 0);
+	assert_true(wawait(&w, &w.n_b, 2));
+	assert_int_equal(w.b_len, 5);
+	lockfs_etcd_wset_close(s);
+	free(big);
+	lockfs_etcd_close(c);
+}
+
+static void test_watch_set_resumes_every_watch_after_a_broken_stream(void **state)
+{
+	struct proxy p;
+	struct lockfs_etcd *via = client_via(&p, 0), *c = client();
+	struct wseen w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+	struct lockfs_etcd_wset *s;
+	int64_t r, revs[3];
+
+	assert_int_equal(lockfs_etcd_wset_open(&s, via, 3000, wcollect, &w), 0);
+	assert_true(wawait(&w, &w.up, 1));
+	r = put(c, "/t/wsr/mark", "m", 0);
+	pthread_mutex_lock(&w.mu);
+	w.b = lockfs_etcd_wset_add(s, "/t/wsr/k/", "/t/wsr/k0", r + 1);
+	pthread_mutex_unlock(&w.mu);
+	revs[0] = put(c, "/t/wsr/k/1", "before", 0);
+	assert_true(wawait(&w, &w.n_b, 1));
+	proxy_command(&p, "drop", "dropped");
+	/* Written while the stream is down or coming back. */
+	revs[1] = put(c, "/t/wsr/k/2", "during", 0);
+	revs[2] = put(c, "/t/wsr/k/1", "after", 0);
+	assert_true(wawait(&w, &w.down, 1));
+	assert_true(wawait(&w, &w.up, 2));
+	assert_true(wawait(&w, &w.n_b, 3));
+	/* Each event once, in order: nothing missed, nothing repeated. */
+	assert_int_equal(w.n_b, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(w.b_revs[i], revs[i]);
+	lockfs_etcd_wset_close(s);
+	proxy_stop(&p);
+	lockfs_etcd_close(via);
+	lockfs_etcd_close(c);
+}
+
 static void test_watch_idle_timeout_ends_a_frozen_watch(void **state)
 {
 	struct proxy p;
@@ -459,6 +585,31 @@ static void test_tls_with_client_certificate(void **state)
 	lockfs_etcd_close(c);
 }
 
+/* The watch set's WebSocket over TLS (libcurl makes the TLS connection,
+ * websocket.c frames over it), with a value larger than one TLS record. */
+static void test_watch_set_over_tls(void **state)
+{
+	struct lockfs_etcd *c = tls_client(getenv("LOCKFS_ETCD_CACERT"), getenv("LOCKFS_ETCD_CERT"),
+					   getenv("LOCKFS_ETCD_KEY"));
+	struct wseen w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+	struct lockfs_etcd_wset *s;
+	char big[40001];
+	int64_t r;
+
+	memset(big, 't', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(lockfs_etcd_wset_open(&s, c, 3000, wcollect, &w), 0);
+	r = put(c, "/t/wstls/mark", "m", 0);
+	pthread_mutex_lock(&w.mu);
+	w.b = lockfs_etcd_wset_add(s, "/t/wstls/k", NULL, r + 1);
+	pthread_mutex_unlock(&w.mu);
+	put(c, "/t/wstls/k", big, 0);
+	assert_true(wawait(&w, &w.n_b, 1));
+	assert_int_equal(w.b_len, sizeof(big) - 1);
+	lockfs_etcd_wset_close(s);
+	lockfs_etcd_close(c);
+}
+
 static void test_tls_refusals_are_eacces(void **state)
 {
 	const char *ca = getenv("LOCKFS_ETCD_CACERT");
@@ -492,7 +643,10 @@ int main(void)
 		cmocka_unit_test(test_silent_first_endpoint_reads_fail_over_and_next_call_skips_it),
 		cmocka_unit_test(test_a_write_that_may_have_arrived_is_not_resent),
 		cmocka_unit_test(test_watch_start_fails_within_the_bound_when_nothing_answers),
+		cmocka_unit_test(test_watch_set_carries_many_watches_and_large_frames),
+		cmocka_unit_test(test_watch_set_resumes_every_watch_after_a_broken_stream),
 		cmocka_unit_test(test_tls_with_client_certificate),
+		cmocka_unit_test(test_watch_set_over_tls),
 		cmocka_unit_test(test_tls_refusals_are_eacces),
 	};
 
