@@ -368,7 +368,8 @@ struct etcd_interest_entry {
 
 struct etcd_interest {
 	/* Held across a watch's events being applied, and across adding or
-	 * dropping a name: above mirror.mu and session.mu. */
+	 * dropping a name, never across a call to etcd (lookups wait on
+	 * it): above mirror.mu, session.mu and the watch set's. */
 	pthread_mutex_t mu;
 	struct etcd_interest_entry *buckets[ETCD_INTEREST_BUCKETS];
 	size_t count;
@@ -475,9 +476,17 @@ enum etcd_watch_of {
 	ETCD_WATCH_HOSTS,        /* the host keys' */
 	ETCD_WATCH_PREFIX,       /* the whole prefix's (open .. start) */
 };
+#define ETCD_JUDGED 64
+/* First, with no lock held (it may ask etcd): which of a message's
+ * deletes of a head key went with their session (ENDED[i]: lock-delay),
+ * and the host keys deleted (sessions that ended). */
+void lockfs_etcdbe_judge_events(struct etcd_store *e, enum etcd_watch_of of,
+				const struct lockfs_etcd_event *events, size_t n_events,
+				bool ended[ETCD_JUDGED]);
 void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, const char *name,
 				const struct lockfs_etcd_event *events, size_t n_events,
-				int64_t next_rev, struct etcd_names *changed, struct etcd_names *own);
+				const bool ended[ETCD_JUDGED], int64_t next_rev,
+				struct etcd_names *changed, struct etcd_names *own);
 /* Report CHANGED, then OWN (CHANGE_OWN), and free both.  No lock held. */
 void lockfs_etcdbe_report_both(struct etcd_store *e, struct etcd_names *changed,
 			       struct etcd_names *own);

@@ -191,52 +191,66 @@ int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look)
 	return 0;
 }
 
-/* Read NAME afresh and watch it again (its watch was lost: compacted, or
- * never made).  With IN->mu held. */
-static void reload_locked(struct etcd_store *e, struct etcd_interest_entry *x,
-			  struct etcd_names *changed)
+/* NAME to CHANGED (anything may have changed in it); on no memory, all. */
+static void changed_add(struct etcd_names *changed, const char *name)
 {
-	char key[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
-	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = key, .range_end = end };
-	struct lockfs_etcd_op_resp r;
-	char **v;
+	char **v = realloc(changed->v, (changed->n + 1) * sizeof(*v));
 
-	x->watch_id = 0;
-	if (range_of(e, x->name, key, end) || lockfs_etcd_range(e->client, &op, &r))
-		return;  /* the tick tries again */
-	if (lockfs_etcdbe_mirror_load_name(&e->mirror, x->name, r.kvs, r.n_kvs, r.revision,
-					   lockfs_wall_ms()) == 0) {
-		x->watch_id = add_watch(e, x->name, r.revision + 1);
-		if (x->watch_id < 0)
-			x->watch_id = 0;
-	}
-	lockfs_etcd_op_resp_free(&r);
-	/* Anything may have changed in NAME meanwhile. */
-	v = realloc(changed->v, (changed->n + 1) * sizeof(*v));
 	if (v) {
 		changed->v = v;
 		changed->cap = changed->n + 1;
 	}
-	if (v && (v[changed->n] = strdup(x->name)) != NULL)
+	if (v && (v[changed->n] = strdup(name)) != NULL)
 		changed->n++;
 	else
 		changed->all = true;
 }
 
+/* Read NAME afresh and watch it again: its watch was lost (compacted) or
+ * never made (watch_id 0).  Without IN->mu (it asks etcd); the tick tries
+ * again when etcd does not answer. */
+static void reload_name(struct etcd_store *e, const char *name, struct etcd_names *changed)
+{
+	struct etcd_interest *in = &e->interest;
+	char key[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
+	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = key, .range_end = end };
+	struct lockfs_etcd_op_resp r;
+	struct etcd_interest_entry *x;
+
+	if (range_of(e, name, key, end) || lockfs_etcd_range(e->client, &op, &r))
+		return;
+	pthread_mutex_lock(&in->mu);
+	x = find_locked(in, name);
+	if (x && !x->watch_id &&
+	    lockfs_etcdbe_mirror_load_name(&e->mirror, name, r.kvs, r.n_kvs, r.revision,
+					   lockfs_wall_ms()) == 0) {
+		x->watch_id = add_watch(e, name, r.revision + 1);
+		if (x->watch_id < 0)
+			x->watch_id = 0;
+		changed_add(changed, name);
+	}
+	pthread_mutex_unlock(&in->mu);
+	lockfs_etcd_op_resp_free(&r);
+}
+
+/* The host keys afresh, and their watch again (without IN->mu). */
 static void reload_hosts(struct etcd_store *e)
 {
+	struct etcd_interest *in = &e->interest;
 	char key[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
 	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = key, .range_end = end };
 	struct lockfs_etcd_op_resp r;
 
-	e->interest.hosts_id = 0;
 	if (range_of(e, ".hosts", key, end) || lockfs_etcd_range(e->client, &op, &r))
 		return;
-	if (lockfs_etcdbe_mirror_load_hosts(&e->mirror, r.kvs, r.n_kvs, r.revision) == 0)
-		e->interest.hosts_id = lockfs_etcd_wset_add(e->interest.wset, key, end,
-							    r.revision + 1);
-	if (e->interest.hosts_id < 0)
-		e->interest.hosts_id = 0;
+	pthread_mutex_lock(&in->mu);
+	if (!in->hosts_id &&
+	    lockfs_etcdbe_mirror_load_hosts(&e->mirror, r.kvs, r.n_kvs, r.revision) == 0) {
+		in->hosts_id = lockfs_etcd_wset_add(in->wset, key, end, r.revision + 1);
+		if (in->hosts_id < 0)
+			in->hosts_id = 0;
+	}
+	pthread_mutex_unlock(&in->mu);
 	lockfs_etcd_op_resp_free(&r);
 }
 
@@ -254,14 +268,25 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 		e->mirror.watching = msg->kind == LOCKFS_ETCD_WSET_UP;
 		pthread_mutex_unlock(&e->mirror.mu);
 		return;
-	case LOCKFS_ETCD_WSET_EVENTS:
+	case LOCKFS_ETCD_WSET_EVENTS: {
+		enum etcd_watch_of of;
+		bool ended[ETCD_JUDGED];
+
+		/* Judged without IN->mu: it may ask etcd, and looks wait on it. */
+		pthread_mutex_lock(&in->mu);
+		of = msg->id == in->hosts_id ? ETCD_WATCH_HOSTS :
+		     in->scanning && msg->id == in->scan_id ? ETCD_WATCH_PREFIX : ETCD_WATCH_NAME;
+		pthread_mutex_unlock(&in->mu);
+		lockfs_etcdbe_judge_events(e, of, msg->events, msg->n_events, ended);
 		pthread_mutex_lock(&in->mu);
 		if (msg->id == in->hosts_id) {
 			lockfs_etcdbe_apply_events(e, ETCD_WATCH_HOSTS, NULL, msg->events,
-						   msg->n_events, msg->next_revision, &changed, &own);
+						   msg->n_events, ended, msg->next_revision, &changed,
+						   &own);
 		} else if (in->scanning && msg->id == in->scan_id) {
 			lockfs_etcdbe_apply_events(e, ETCD_WATCH_PREFIX, NULL, msg->events,
-						   msg->n_events, msg->next_revision, &changed, &own);
+						   msg->n_events, ended, msg->next_revision, &changed,
+						   &own);
 			in->scan_next = msg->next_revision;
 		} else if (msg->n_events &&
 			   lockfs_etcdbe_mirror_classify(&e->mirror, msg->events[0].kv.key, name,
@@ -271,16 +296,20 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 			/* A watch cancelled meanwhile: its name may be gone. */
 			if (x && x->watch_id == msg->id)
 				lockfs_etcdbe_apply_events(e, ETCD_WATCH_NAME, x->name, msg->events,
-							   msg->n_events, msg->next_revision, &changed,
-							   &own);
+							   msg->n_events, ended, msg->next_revision,
+							   &changed, &own);
 		}
 		pthread_mutex_unlock(&in->mu);
 		lockfs_etcdbe_report_both(e, &changed, &own);
 		return;
+	}
 	case LOCKFS_ETCD_WSET_LOST:
 		pthread_mutex_lock(&in->mu);
 		if (msg->id == in->hosts_id) {
+			in->hosts_id = 0;
+			pthread_mutex_unlock(&in->mu);
 			reload_hosts(e);
+			return;
 		} else if (in->scanning && msg->id == in->scan_id) {
 			/* Compacted during the scan: read the prefix again. */
 			struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = e->prefix,
@@ -298,10 +327,21 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 			in->scan_id = lockfs_etcd_wset_add(in->wset, e->prefix, end, in->scan_next);
 			changed.all = true;
 		} else {
-			for (size_t b = 0; b < ETCD_INTEREST_BUCKETS; b++)
-				for (struct etcd_interest_entry *x = in->buckets[b]; x; x = x->next)
-					if (x->watch_id == msg->id)
-						reload_locked(e, x, &changed);
+			char *lost = NULL;
+
+			for (size_t b = 0; b < ETCD_INTEREST_BUCKETS && !lost; b++)
+				for (struct etcd_interest_entry *x = in->buckets[b]; x && !lost;
+				     x = x->next)
+					if (x->watch_id == msg->id) {
+						x->watch_id = 0;
+						lost = strdup(x->name);
+					}
+			pthread_mutex_unlock(&in->mu);
+			if (lost)
+				reload_name(e, lost, &changed);
+			free(lost);
+			lockfs_etcdbe_report_both(e, &changed, &own);
+			return;
 		}
 		pthread_mutex_unlock(&in->mu);
 		lockfs_etcdbe_report_both(e, &changed, &own);
@@ -435,9 +475,10 @@ static int watch_pending(void *arg, const char *name)
 void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 {
 	struct etcd_interest *in = &e->interest;
-	struct etcd_names changed = { 0 }, own = { .own = true };
+	struct etcd_names changed = { 0 }, own = { .own = true }, retry = { 0 };
 	struct our_leases ours;
 	int64_t now = lockfs_boot_ms();
+	bool hosts_lost;
 
 	lockfs_etcdbe_session_pending_each(e, watch_pending, e);
 	our_leases(e, &ours);
@@ -446,8 +487,6 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 		pthread_mutex_unlock(&in->mu);
 		return;
 	}
-	if (!in->hosts_id)
-		reload_hosts(e);
 	for (size_t b = 0; b < ETCD_INTEREST_BUCKETS; b++) {
 		struct etcd_interest_entry **pp = &in->buckets[b];
 
@@ -466,7 +505,7 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 				wanted = lockfs_etcdbe_session_pending_name(e, x->name);
 			if (wanted) {
 				if (!x->watch_id)
-					reload_locked(e, x, &changed);
+					changed_add(&retry, x->name);
 				pp = &x->next;
 				continue;
 			}
@@ -481,7 +520,14 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 			free(x);
 		}
 	}
+	hosts_lost = !in->hosts_id;
 	pthread_mutex_unlock(&in->mu);
+	/* Watches that could not be made: read and watch them again. */
+	if (hosts_lost)
+		reload_hosts(e);
+	for (size_t i = 0; i < retry.n; i++)
+		reload_name(e, retry.v[i], &changed);
+	lockfs_etcdbe_names_free(&retry);
 	lockfs_etcdbe_report_both(e, &changed, &own);
 }
 

@@ -98,14 +98,14 @@ static bool session_ended(struct etcd_store *e, int64_t lease, int64_t rev, bool
 	return ended;
 }
 
-void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, const char *name,
+void lockfs_etcdbe_judge_events(struct etcd_store *e, enum etcd_watch_of of,
 				const struct lockfs_etcd_event *events, size_t n_events,
-				int64_t next_rev, struct etcd_names *changed, struct etcd_names *own)
+				bool ended[ETCD_JUDGED])
 {
 	struct etcd_mirror *m = &e->mirror;
-	int64_t now = lockfs_wall_ms();
-	bool ended[64] = { false };
 	char host[LOCKFS_HOST_MAX], evname[LOCKFS_STORE_KEY_MAX];
+
+	memset(ended, 0, ETCD_JUDGED * sizeof(*ended));
 
 	/* Host keys deleted: those sessions ended at that revision.  (The
 	 * prefix watch brings them in the same message as their keys.) */
@@ -126,7 +126,8 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, con
 	 * carries no prev_kv (it would cost etcd a read and the daemon a
 	 * record per delete): a deleted key's lease is the one the mirror
 	 * has for it, or the one a PUT earlier in this message gave it. */
-	for (size_t i = 0; of != ETCD_WATCH_HOSTS && e->lock_delay_s && i < n_events && i < 64; i++) {
+	for (size_t i = 0; of != ETCD_WATCH_HOSTS && e->lock_delay_s && i < n_events &&
+	     i < ETCD_JUDGED; i++) {
 		const struct lockfs_etcd_event *ev = &events[i];
 		int64_t lease = 0;
 		size_t j = i;
@@ -151,6 +152,17 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, con
 						 lease != __atomic_load_n(&e->session.lease,
 									  __ATOMIC_ACQUIRE));
 	}
+}
+
+void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, const char *name,
+				const struct lockfs_etcd_event *events, size_t n_events,
+				const bool ended[ETCD_JUDGED], int64_t next_rev,
+				struct etcd_names *changed, struct etcd_names *own)
+{
+	struct etcd_mirror *m = &e->mirror;
+	int64_t now = lockfs_wall_ms();
+	char evname[LOCKFS_STORE_KEY_MAX];
+
 	pthread_mutex_lock(&m->mu);
 	for (size_t i = 0; i < n_events; i++) {
 		const struct lockfs_etcd_event *ev = &events[i];
@@ -164,7 +176,7 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, con
 			continue;
 		}
 		(void)lockfs_etcdbe_mirror_delete_locked(m, ev->kv.key, ev->kv.mod_revision,
-							 i < 64 && ended[i] ?
+							 i < ETCD_JUDGED && ended[i] ?
 							 now + e->lock_delay_s * 1000 : 0, to);
 	}
 	if (of == ETCD_WATCH_NAME)
