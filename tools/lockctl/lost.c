@@ -292,12 +292,17 @@ static int open_pidfd(pid_t pid)
 #endif
 }
 
-static const char *signal_name(int sig)
+/* "SIGTERM", or "signal 40" for one without a name here, into BUF. */
+static const char *signal_name(int sig, char *buf, size_t size)
 {
-	for (size_t i = 0; i < sizeof(SIGNALS) / sizeof(SIGNALS[0]); i++)
-		if (SIGNALS[i].sig == sig)
-			return SIGNALS[i].name;
-	return "a signal";
+	for (size_t i = 0; i < sizeof(SIGNALS) / sizeof(SIGNALS[0]); i++) {
+		if (SIGNALS[i].sig == sig) {
+			snprintf(buf, size, "SIG%s", SIGNALS[i].name);
+			return buf;
+		}
+	}
+	snprintf(buf, size, "signal %d", sig);
+	return buf;
 }
 
 int lockfs_ctl_supervise(pid_t pid, const char *mnt, const struct run_lock *locks, size_t n,
@@ -328,9 +333,11 @@ int lockfs_ctl_supervise(pid_t pid, const char *mnt, const struct run_lock *lock
 					lost = (int)i;
 			next_check = now + LOST_CHECK_MS;
 			if (lost >= 0) {
+				char sname[24];
 				warnmsg("%s: the lock was lost while CMD ran (owner no longer shows"
-					" its grant, fence %lld); sending SIG%s to CMD, SIGKILL in %gs",
-					locks[lost].name, locks[lost].fence, signal_name(sig), grace);
+					" its grant, fence %lld); sending %s to CMD, SIGKILL in %gs",
+					locks[lost].name, locks[lost].fence,
+					signal_name(sig, sname, sizeof(sname)), grace);
 				tree_collect(&tree, pid);
 				tree_signal(&tree, sig);
 				kill_at = now + (long long)(grace * 1000);

@@ -239,6 +239,17 @@ def test_broken_lock_on_the_directory_store_uses_the_env_signal_and_grace(
     assert not alive(info['pid']) and not alive(info['child'])
 
 
+def test_help_and_man_page_say_the_lost_options_the_fence_and_76():
+    out = subprocess.run([LOCKCTL, '--help'], capture_output=True, timeout=10).stdout.decode()
+    page = open(os.path.join(os.path.dirname(__file__), '..', '..', '..', 'docs',
+                             'lockctl.1')).read().replace('\\-', '-')
+    for text in (out, page):
+        for word in ('--lost-signal', '--lost-grace', 'LOCKFS_LOST_SIGNAL', 'LOCKFS_LOST_GRACE',
+                     'LOCKFS_FENCE', '76'):
+            assert word in text, word
+    assert 'NAME [NAME...]' in out and 'LOST LOCKS' in page
+
+
 def test_lost_options_are_checked(mnt):
     for args in (['--lost-signal', 'NOPE'], ['--lost-grace', '-1']):
         r = subprocess.run([LOCKCTL, '--mount', mnt.mnt, 'run', 'x'] + args + ['--', 'true'],
