@@ -25,12 +25,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "lockctl.h"
+
+#ifndef FUSE_SUPER_MAGIC
+#define FUSE_SUPER_MAGIC 0x65735546
+#endif
 
 /* ------------------------------------------------------------------ */
 /* the policy: which signal, how long a grace */
@@ -169,14 +175,31 @@ long long lockfs_ctl_grant_fence(const char *mnt, const char *name)
 	return best;
 }
 
+/* Is a FUSE file system mounted on MNT now?  Between a daemon's death and
+ * its restart the mount point may be a bare directory, where every NAME is
+ * missing: that says nothing of the lock. */
+static bool fuse_mounted(const char *mnt)
+{
+	struct statfs fs;
+	struct stat here, above;
+	char *parent = xasprintf("%s/..", mnt);
+	bool ok = statfs(mnt, &fs) == 0 && fs.f_type == FUSE_SUPER_MAGIC &&
+		  stat(mnt, &here) == 0 && stat(parent, &above) == 0 &&
+		  here.st_dev != above.st_dev;
+	free(parent);
+	return ok;
+}
+
 /* Does owner still show L's grant?  1 yes, 0 no (lost), -1 cannot tell
  * now (the daemon away, an error): asked again next time. */
 static int still_held(const char *mnt, const struct run_lock *l)
 {
 	int err;
 	json_t *owner = lockfs_ctl_read_owner(mnt, l->name, &err);
+	if (!owner && err == ENOENT)
+		return fuse_mounted(mnt) ? 0 : -1;
 	if (!owner)
-		return err == ENOENT || err == ESTALE ? 0 : -1;
+		return err == ESTALE ? 0 : -1;
 	json_t *hs = json_object_get(owner, "holders");
 	int held = 0;
 	for (size_t i = 0; json_is_array(hs) && i < json_array_size(hs) && !held; i++) {

@@ -18,7 +18,7 @@ each such process group (sh, lockctl, CMD and CMD's child) is SIGKILLed by
 its id, before the mounts are taken down.
 """
 
-import errno
+import datetime
 import json
 import os
 import signal
@@ -35,7 +35,7 @@ LOCKCTL = os.path.join(BUILD, 'tools', 'lockctl')
 EX_USAGE, EX_TEMPFAIL, EX_LOST = 64, 75, 76
 
 # CMD: writes {"pid", "fence"} to OUT once it runs, notes every SIGTERM or
-# SIGUSR1 in OUT.sig (with the monotonic time), and then exits 3 ("exit")
+# SIGUSR1 in OUT.sig (with the monotonic and the wall time), and then exits 3 ("exit")
 # or carries on ("ignore"); its child (a sleep) shows what happens to
 # CMD's descendants.
 CMD = r'''
@@ -43,7 +43,7 @@ import json, os, signal, subprocess, sys, time
 out, mode = sys.argv[1], sys.argv[2]
 def noted(sig, frame):
     with open(out + '.sig', 'a') as f:
-        f.write('%d %f\n' % (sig, time.monotonic()))
+        f.write('%d %f %f\n' % (sig, time.monotonic(), time.time()))
     if mode == 'exit':
         os._exit(3)
 signal.signal(signal.SIGTERM, noted)
@@ -121,7 +121,8 @@ def signals_of(out):
     path = out.parent / (out.name + '.sig')
     if not path.exists():
         return []
-    return [(int(s), float(t)) for s, t in (l.split() for l in path.read_text().splitlines())]
+    return [(int(s), float(t), float(w))
+            for s, t, w in (l.split() for l in path.read_text().splitlines())]
 
 
 def alive(pid):
@@ -138,6 +139,16 @@ def ended(p, timeout):
     except subprocess.TimeoutExpired:
         pytest.fail(f'lockctl did not end within {timeout} s of the loss')
     return p.returncode, p.stderr.read().decode()
+
+
+def lost_to_signal_ms(lost, sigs):
+    """From the `lost` line's time to CMD's first signal, in ms; bounded
+    by lockctl's 200 ms look at owner (plus a loaded machine's delays)."""
+    t = datetime.datetime.strptime(lost.timestamp, '%Y-%m-%dT%H:%M:%S.%fZ')
+    t = t.replace(tzinfo=datetime.timezone.utc).timestamp()
+    ms = (sigs[0][2] - t) * 1000
+    assert ms < 2000, f'CMD signalled {ms:.0f} ms after the loss was logged'
+    return ms
 
 
 def finish(p, info):
@@ -188,10 +199,12 @@ def test_lock_removed_in_etcd_stops_cmd_with_sigterm_and_exits_76(
     assert signals_of(out) == []                      # control: nothing yet
     (key, _, _, _), = hosts.lock_keys('x')
     hosts.cluster.etcdctl('del', key)
-    hosts.wait_log(h1, 'x', 'lost')
+    lost = hosts.wait_log(h1, 'x', 'lost')[0]
     rc, err = ended(p, 10)
     assert rc == EX_LOST, err
-    assert [s for s, _ in signals_of(out)] == [signal.SIGTERM]
+    sigs = signals_of(out)
+    assert [s for s, _, _ in sigs] == [signal.SIGTERM]
+    print(f'\nlost logged -> CMD signalled: {lost_to_signal_ms(lost, sigs):.0f} ms')
     assert 'x: the lock was lost while CMD ran' in err and f'fence {info["fence"]}' in err, err
     wait_until(lambda: not alive(info['child']), timeout=5, what="CMD's child stopped too")
 
@@ -217,7 +230,8 @@ def test_session_lost_to_a_partition_sigkills_a_cmd_that_ignores_sigterm_after_t
         proxy.resume()
     assert rc == EX_LOST, err
     sigs = signals_of(out)
-    assert [s for s, _ in sigs] == [signal.SIGTERM], sigs
+    assert [s for s, _, _ in sigs] == [signal.SIGTERM], sigs
+    print(f'\nlost logged -> CMD signalled: {lost_to_signal_ms(lost, sigs):.0f} ms')
     # SIGKILL came after the grace, not before: CMD lived on until then
     assert t_end - sigs[0][1] >= grace - 0.1, (t_end - sigs[0][1], grace)
     assert not alive(info['pid']) and not alive(info['child'])
@@ -235,7 +249,7 @@ def test_broken_lock_on_the_directory_store_uses_the_env_signal_and_grace(
     assert r.returncode == 0, r.stderr
     rc, err = ended(p, 10)
     assert rc == EX_LOST, err
-    assert [s for s, _ in signals_of(out)] == [signal.SIGUSR1]
+    assert [s for s, _, _ in signals_of(out)] == [signal.SIGUSR1]
     assert not alive(info['pid']) and not alive(info['child'])
 
 
