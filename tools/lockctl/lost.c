@@ -243,14 +243,14 @@ static void tree_add(struct tree *t, pid_t pid, unsigned long long start)
 	t->v[t->n++] = (struct proc_ref){ pid, start };
 }
 
-/* Add ROOT and its descendants now (one pass over /proc per generation). */
+/* Add ROOT and its descendants now (one pass over /proc per generation),
+ * to those T holds already (an earlier look: what CMD started since). */
 static void tree_collect(struct tree *t, pid_t root)
 {
 	pid_t ppid;
 	unsigned long long start;
 	if (!proc_stat(root, &ppid, &start))
 		return;
-	size_t first = t->n;
 	tree_add(t, root, start);
 	bool grew = true;
 	for (int gen = 0; gen < 64 && grew; gen++) {
@@ -265,7 +265,7 @@ static void tree_collect(struct tree *t, pid_t root)
 			if (*end || pid <= 0 || !proc_stat((pid_t)pid, &ppid, &start))
 				continue;
 			size_t n = t->n;
-			for (size_t i = first; i < n; i++) {
+			for (size_t i = 0; i < n; i++) {
 				if (t->v[i].pid == ppid) {
 					tree_add(t, (pid_t)pid, start);
 					grew |= t->n > n;
