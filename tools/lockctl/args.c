@@ -23,8 +23,8 @@
 
 const char lockfs_ctl_usage[] =
 	"Usage:\n"
-	"  lockctl run NAME [--slug S] [--timeout SECS] [--restart-wait SECS] [--shared]\n"
-	"              -- CMD [ARG...]\n"
+	"  lockctl run NAME [NAME...] [--slug S] [--timeout SECS] [--restart-wait SECS]\n"
+	"              [--shared] [--lost-signal SIG] [--lost-grace SECS] -- CMD [ARG...]\n"
 	"  lockctl acquire NAME [--slug S] [--timeout SECS] [--restart-wait SECS]\n"
 	"  lockctl release NAME [--slug S]\n"
 	"  lockctl status [NAME] [--json]\n"
@@ -39,6 +39,14 @@ const char lockfs_ctl_usage[] =
 	"           with CMD's status (128+N if it died of signal N). SIGINT, SIGTERM\n"
 	"           and SIGHUP are passed on to CMD. CMD shares the lock's open file,\n"
 	"           so the lock lasts while CMD runs even if lockctl is killed.\n"
+	"           Several NAMEs are taken one by one in byte order of their names\n"
+	"           (whatever order they are given in), so that runs with common\n"
+	"           names never deadlock; if one cannot be taken, those taken are\n"
+	"           released. CMD gets LOCKFS_FENCE: the fence of each grant, in that\n"
+	"           order, separated by spaces. Should a lock be lost while CMD runs\n"
+	"           (its etcd session lost, its key removed, broken), CMD and its\n"
+	"           descendants get --lost-signal, then SIGKILL after --lost-grace,\n"
+	"           and lockctl exits 76.\n"
 	"  acquire  wait for NAME and bind it to the calling shell (the parent of\n"
 	"           lockctl), or to the slug, so that it stays held after lockctl exits.\n"
 	"  release  release NAME (rmdir M/NAME): the holder's tree, or the slug.\n"
@@ -62,6 +70,13 @@ const char lockfs_ctl_usage[] =
 	"                  for up to SECS (default $LOCKFS_RESTART_WAIT, else 30), then\n"
 	"                  exit 69; 0 gives up at once\n"
 	"  --shared        run: take the lock shared (many readers, no writer)\n"
+	"  --lost-signal SIG\n"
+	"                  run: the signal (TERM, SIGINT, 15...) sent to CMD and its\n"
+	"                  descendants when a lock is lost (default $LOCKFS_LOST_SIGNAL,\n"
+	"                  else TERM)\n"
+	"  --lost-grace SECS\n"
+	"                  run: SIGKILL whatever of them still runs SECS after that\n"
+	"                  (default $LOCKFS_LOST_GRACE, else 10)\n"
 	"  --json          status: JSON output\n"
 	"  --reason TEXT   break: why (1 to 1024 bytes, required)\n"
 	"  --poll N        accepted for the seed tool; no effect (waiting is queued)\n"
@@ -78,6 +93,7 @@ const char lockfs_ctl_usage[] =
 	"  69   the mount is missing or is not a fuse.lockfs mount, or (run, acquire)\n"
 	"       its daemon stayed away longer than --restart-wait\n"
 	"  75   timed out waiting (also --timeout 0 when the lock is busy)\n"
+	"  76   run: a lock was lost (or broken) while CMD ran, and CMD was stopped\n"
 	"  77   permission refused (EPERM, EACCES): not the holder, not allowed to break\n"
 	"  126  run: CMD could not be executed; 127: CMD not found\n"
 	"\n"
@@ -160,7 +176,7 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 		if (strncmp(a, "--", 2) == 0) {
 			static const char *const WITH_VALUE[] = {
 				"slug", "timeout", "restart-wait", "poll", "stale", "mount",
-				"reason",
+				"reason", "lost-signal", "lost-grace",
 			};
 			const char *key = NULL;
 			for (size_t k = 0; k < sizeof(WITH_VALUE) / sizeof(WITH_VALUE[0]); k++) {
@@ -186,6 +202,11 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 					o->mount = val;
 				} else if (strcmp(key, "reason") == 0) {
 					o->reason = val;
+				} else if (strcmp(key, "lost-signal") == 0) {
+					if (!lockfs_ctl_parse_signal(val, &o->lost_signal))
+						return fail(EX_USAGE, "--lost-signal %s: want a signal"
+							    " name (TERM, SIGINT) or number", val);
+					o->has_lost_signal = true;
 				} else if (!parse_seconds(val, &secs)) {
 					return fail(EX_USAGE, "--%s %s: want a number of seconds, 0 to %.0f"
 						    " (see lockctl --help)", key, val, (double)LOCKFS_LEASE_MAX_S);
@@ -199,6 +220,9 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 							    RESTART_WAIT_MAX_S);
 					o->restart_wait = secs;
 					o->has_restart_wait = true;
+				} else if (strcmp(key, "lost-grace") == 0) {
+					o->lost_grace = secs;
+					o->has_lost_grace = true;
 				} else if (strcmp(key, "poll") == 0) {
 					o->seen_poll = true;
 				} else {
@@ -227,10 +251,14 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 				return fail(EX_USAGE, "unknown command '%s' (see lockctl --help)", a);
 		} else if (npos == 1) {
 			o->name = a;
+			o->names[o->nnames++] = a;
+		} else if (o->verb == V_RUN) {
+			/* run takes several names; a word that is no lock name is
+			 * most likely a command put before the --. */
+			if (o->nnames == RUN_NAMES_MAX)
+				return fail(EX_USAGE, "run: more than %d names", RUN_NAMES_MAX);
+			o->names[o->nnames++] = a;
 		} else {
-			if (o->verb == V_RUN)
-				return fail(EX_USAGE, "unexpected '%s': put the command after -- "
-					    "(lockctl run NAME -- CMD...)", a);
 			return fail(EX_USAGE, "unexpected argument '%s' (see lockctl --help)", a);
 		}
 		npos++;
@@ -247,21 +275,31 @@ int lockfs_ctl_check_args(const struct opts *o)
 	const char *w = o->verb_word;
 	if (v != V_STATUS && !o->name)
 		return fail(EX_USAGE, "%s: NAME is missing (see lockctl --help)", w);
-	if (o->name) {
+	for (int i = 0; i < o->nnames; i++) {
 		/* The daemon's own rule (include/lockfs/name.h), so that a name
 		 * the mount would refuse is refused here, before the mount is
 		 * touched, with the same reasons. */
-		int e = lockfs_name_check(o->name);
+		const char *name = o->names[i];
+		int e = lockfs_name_check(name);
 		if (e == -ENOMEM)
 			oom();
 		if (e == -ENAMETOOLONG)
 			return fail(EX_USAGE, "'%s' is not a valid lock name: longer than %d bytes",
-				    o->name, LOCKFS_NAME_MAX);
+				    name, LOCKFS_NAME_MAX);
+		if (e && v == V_RUN && i > 0)
+			return fail(EX_USAGE, "'%s' is not a valid lock name; is it part of CMD?"
+				    " put the command after -- (lockctl run NAME... -- CMD...)",
+				    name);
 		if (e)
 			return fail(EX_USAGE, "'%s' is not a valid lock name (1 to %d bytes of UTF-8"
 				    " in Unicode NFC, no '/', no control or format character, not"
 				    " starting with '.', not only whitespace; see lockctl --help)",
-				    o->name, LOCKFS_NAME_MAX);
+				    name, LOCKFS_NAME_MAX);
+		/* Twice in one run would wait for itself (two open files of one
+		 * name): refused, not merged, as a script's mistake. */
+		for (int j = 0; j < i; j++)
+			if (strcmp(o->names[j], name) == 0)
+				return fail(EX_USAGE, "run: '%s' is given twice", name);
 	}
 	if (o->seen_double_dash && v != V_RUN)
 		return fail(EX_USAGE, "%s takes no command after -- (see lockctl --help)", w);
@@ -278,6 +316,9 @@ int lockfs_ctl_check_args(const struct opts *o)
 		return fail(EX_USAGE, "%s does not take --restart-wait", w);
 	if ((o->seen_poll || o->seen_stale) && !(v == V_RUN || v == V_ACQUIRE || v == V_RELEASE))
 		return fail(EX_USAGE, "%s does not take --poll or --stale", w);
+	if ((o->has_lost_signal || o->has_lost_grace) && v != V_RUN)
+		return fail(EX_USAGE, "%s does not take --lost-signal or --lost-grace (only run"
+			    " does)", w);
 	if (o->shared && v != V_RUN)
 		return fail(EX_USAGE, "%s does not take --shared (only run does)", w);
 	if (o->json && v != V_STATUS)

@@ -27,7 +27,8 @@
  * mount, 75 timed out / busy, 77 permission refused, 1 anything else.
  * Every error is one line on stderr starting with "lockctl: ".
  *
- * The files: main.c (the verbs), args.c (the command line), mount.c (finding
+ * The files: main.c (the verbs), run.c (run: several names, the fence),
+ * lost.c (run: a lock lost while CMD runs), args.c (the command line), mount.c (finding
  * and reading the mount), wait.c (taking the lock: waiting, the waiting
  * line, signals), status.c (status), holder_view.c (a holder as seen from
  * here), text.c (text others chose, made safe to print), json.c (a member
@@ -60,6 +61,10 @@
 #define RESTART_WAIT_DEFAULT_S 30 /* --restart-wait, LOCKFS_RESTART_WAIT */
 #define RESTART_WAIT_MAX_S 86400
 #define RESTART_RETRY_MS 200 /* longest sleep between two tries in a restart */
+#define RUN_NAMES_MAX 64 /* lockctl run A B C -- CMD: names in one run */
+#define EX_LOST 76 /* run: a lock was lost (or broken) while CMD ran */
+#define LOST_GRACE_DEFAULT_S 10 /* --lost-grace, LOCKFS_LOST_GRACE */
+#define LOST_CHECK_MS 200 /* how often run looks whether its grants still stand */
 /* Not an errno the mount gives: a guarded mount point with nothing on it. */
 #define ERR_NOTHING_MOUNTED ENOMEDIUM
 
@@ -157,6 +162,14 @@ struct opts {
 	bool seen_poll, seen_stale, seen_double_dash;
 	char **cmd;            /* after "--" */
 	int ncmd;
+	/* run: every NAME given (names[0] is NAME), in command-line order;
+	 * run takes them sorted (lockfs_ctl_run).  Points into argv. */
+	const char *names[RUN_NAMES_MAX];
+	int nnames;
+	int lost_signal;       /* --lost-signal, when has_lost_signal */
+	bool has_lost_signal;
+	double lost_grace;     /* --lost-grace, when has_lost_grace */
+	bool has_lost_grace;
 };
 
 /* The --help text. */
@@ -252,6 +265,14 @@ char *lockfs_ctl_holder_note(const char *mnt, const char *name, const json_t *ow
 /* ------------------------------------------------------------------ */
 /* taking the lock (wait.c) */
 
+/* One lock run holds for CMD. */
+struct run_lock {
+	const char *name;
+	int fd;                /* M/.flock/NAME, holding the lock */
+	long long fence;       /* of our grant, from owner; 0 when unknown */
+};
+
+
 /* Remember the signal dispositions lockctl inherited (for run's CMD). */
 void lockfs_ctl_save_signals(void);
 /* Open M/.flock/NAME.  Returns the fd; or -1 with *DOWN set, saying
@@ -275,12 +296,40 @@ int lockfs_ctl_take_lock(const struct opts *o, char **mnt, double restart_wait, 
 void lockfs_ctl_unlock_close(int fd);
 /*
  * Fork and exec CMD with the signal dispositions and mask lockctl
- * inherited, and with LOCK_FD (the lock's descriptor) kept open in it, and
+ * inherited, with the descriptors of LOCKS[NLOCKS] kept open in it, and
  * pass SIGINT, SIGTERM and SIGHUP on to CMD from then on.  Returns its pid,
  * or -errno when fork failed.  The child does not return: 127 when CMD is
  * not found, 126 when it cannot run.
  */
-pid_t lockfs_ctl_spawn(char **cmd, int lock_fd);
+pid_t lockfs_ctl_spawn(char **cmd, const struct run_lock *locks, size_t nlocks);
+
+/* ------------------------------------------------------------------ */
+/* run: several names, the fence, a lost lock (run.c, lost.c) */
+
+/* lockctl run NAME... -- CMD.  Returns the exit status. */
+int lockfs_ctl_run(const struct opts *o, char **mnt, double restart_wait);
+
+/* The fence of our grant of NAME (the holder that is lockctl or an
+ * ancestor of it, bound to an fd): 0 when owner shows none. */
+long long lockfs_ctl_grant_fence(const char *mnt, const char *name);
+
+/* How run stops CMD once a lock is lost: --lost-signal and --lost-grace,
+ * else LOCKFS_LOST_SIGNAL and LOCKFS_LOST_GRACE, else SIGTERM and
+ * LOST_GRACE_DEFAULT_S.  Returns 0, or EX_USAGE after saying why. */
+int lockfs_ctl_lost_policy(const struct opts *o, int *sig, double *grace);
+/* A signal name (TERM, SIGTERM) or number: true with *SIG set. */
+bool lockfs_ctl_parse_signal(const char *text, int *sig);
+
+/*
+ * Wait for CMD (PID) to end while watching LOCKS[N] on MNT: should one of
+ * them no longer show our grant (lost with the store session, removed in
+ * the store, broken), send SIG to CMD and its descendants, and SIGKILL to
+ * whatever of them still runs GRACE seconds later.  *ST is CMD's wait
+ * status; returns the index of the first lock lost, or -1 when none was;
+ * or -2 when waitpid failed (errno set).
+ */
+int lockfs_ctl_supervise(pid_t pid, const char *mnt, const struct run_lock *locks, size_t n,
+			 int sig, double grace, int *st);
 
 /* ------------------------------------------------------------------ */
 /* status (status.c) */

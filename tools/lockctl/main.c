@@ -23,54 +23,6 @@
 /* ------------------------------------------------------------------ */
 /* verbs */
 
-/*
- * Give up the lock run held for CMD through FD, and close FD.  When the
- * daemon's connection went while CMD ran, the lock was not lost: it stays
- * in DIR, a restarted daemon rebinds it to this process (which holds the
- * old descriptor), and it ends when lockctl exits; say so.
- */
-static void run_unlock(const struct opts *o, int fd)
-{
-	int rc;
-	while ((rc = flock(fd, LOCK_UN)) < 0 && errno == EINTR)
-		;
-	int e = rc < 0 ? errno : 0;
-	close(fd);
-	if (lockfs_ctl_is_conn_error(e))
-		warnmsg("%s: the connection to the lockfs daemon was lost while CMD ran (%s), and"
-			" CMD was left to finish; the lock stayed in the daemon's directory, and a"
-			" restarted daemon ends it as lockctl exits", o->name, strerror(e));
-}
-
-static int cmd_run(const struct opts *o, char **mnt, double restart_wait)
-{
-	int fd;
-	int rc = lockfs_ctl_take_lock(o, mnt, restart_wait, o->shared ? LOCK_SH : LOCK_EX, &fd);
-	if (rc)
-		return rc;
-
-	pid_t pid = lockfs_ctl_spawn(o->cmd, fd);
-	if (pid < 0) {
-		lockfs_ctl_unlock_close(fd);
-		return fail(EXIT_FAIL, "fork: %s", strerror((int)-pid));
-	}
-
-	int st;
-	while (waitpid(pid, &st, 0) < 0) {
-		if (errno != EINTR) {
-			int e = errno;
-			run_unlock(o, fd);
-			return fail(EXIT_FAIL, "waitpid: %s", strerror(e));
-		}
-	}
-	run_unlock(o, fd);
-	if (WIFEXITED(st))
-		return WEXITSTATUS(st);
-	if (WIFSIGNALED(st))
-		return 128 + WTERMSIG(st);
-	return EXIT_FAIL;
-}
-
 /* Write TEXT to PATH (no O_TRUNC, one write).  Returns 0 or errno. */
 static int write_text(const char *path, const char *text)
 {
@@ -247,7 +199,7 @@ int main(int argc, char **argv)
 
 	switch (o.verb) {
 	case V_RUN:
-		rc = cmd_run(&o, &mnt, restart_wait);
+		rc = lockfs_ctl_run(&o, &mnt, restart_wait); /* run.c */
 		break;
 	case V_ACQUIRE:
 		rc = cmd_acquire(&o, &mnt, restart_wait, slug);

@@ -542,7 +542,7 @@ void lockfs_ctl_unlock_close(int fd)
 /* ------------------------------------------------------------------ */
 /* running CMD */
 
-pid_t lockfs_ctl_spawn(char **cmd, int lock_fd)
+pid_t lockfs_ctl_spawn(char **cmd, const struct run_lock *locks, size_t nlocks)
 {
 	/* Hold the forwarded signals until the child's pid is known, so that
 	 * none is lost between fork and the handler's first use. */
@@ -563,12 +563,15 @@ pid_t lockfs_ctl_spawn(char **cmd, int lock_fd)
 			sigaction(FWD_SIGNALS[i], &fwd_orig[i], NULL);
 		signal(SIGALRM, SIG_DFL);
 		sigprocmask(SIG_SETMASK, &old, NULL);
-		int flags = fcntl(lock_fd, F_GETFD);
-		if (flags < 0 || fcntl(lock_fd, F_SETFD, flags & ~FD_CLOEXEC) < 0) {
-			/* Without it CMD would run unprotected once lockctl died. */
-			fprintf(stderr, PROG ": cannot pass the lock to %s: %s\n", cmd[0],
-				strerror(errno));
-			_exit(126);
+		for (size_t i = 0; i < nlocks; i++) {
+			int flags = fcntl(locks[i].fd, F_GETFD);
+			if (flags < 0 ||
+			    fcntl(locks[i].fd, F_SETFD, flags & ~FD_CLOEXEC) < 0) {
+				/* Without it CMD would run unprotected once lockctl died. */
+				fprintf(stderr, PROG ": cannot pass the lock to %s: %s\n", cmd[0],
+					strerror(errno));
+				_exit(126);
+			}
 		}
 		execvp(cmd[0], cmd);
 		int e = errno;
