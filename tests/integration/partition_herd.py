@@ -80,7 +80,8 @@ out = open(out_path, 'a', buffering=1)
 me = os.getpid()
 
 def rec(ev, **kw):
-    kw.update(ev=ev, t=time.time(), pid=me, host=host, name=name, mode=mode)
+    kw.setdefault('t', time.time())
+    kw.update(ev=ev, pid=me, host=host, name=name, mode=mode)
     out.write(json.dumps(kw) + '\n')
 
 class Waited(Exception):
@@ -138,7 +139,8 @@ while rounds < max_rounds and not os.path.exists(stop_path):
         owner_err = e.errno
     except ValueError:
         owner_err = -1
-    rec('grant', t_asked=t0, fence=fence, owner_err=owner_err, owner_pid=owner_pid)
+    rec('grant', t=tg, t_asked=t0, t_owner=time.time(), fence=fence, owner_err=owner_err,
+        owner_pid=owner_pid)
     time.sleep(rng.uniform(0.005, 0.030))
     tr = time.time()
     rc, rc_close = 0, None
@@ -323,7 +325,7 @@ def _ms(line):
     return parse_rfc3339_ms(line.timestamp)
 
 
-def check(logs, recs, stderr_texts=(), hung=(), active_at=lambda t: []):
+def check(logs, recs, stderr_texts=(), hung=(), active_at=lambda t: [], run_end=None):
     """The findings of a run: a dict of counts and a list of violations,
     each a string with the log lines or records that show it (module doc)."""
     out = {'violations': [], 'notes': []}
@@ -382,13 +384,25 @@ def check(logs, recs, stderr_texts=(), hung=(), active_at=lambda t: []):
                 told_stale = False
         if cur is not None:
             held.append(cur)        # the agent stopped while holding (a hang)
-    # undone grants: the owner read failed right after the grant
+    # undone grants: the owner read failed right after the grant.  A grant
+    # that its daemon logged `lost` meanwhile may answer ESTALE or ENOENT
+    # (the holder is told at its first look); anything else is a grant
+    # undone behind its holder.
     for h in held:
         if h.get('owner_err') is not None:
-            v.append(f'[undone] agent {h["pid"]} on {h["host"]} ({h["mode"]} {h["name"]}) was '
-                     f'granted at {h["t"]:.3f} but reading owner answered '
-                     f'{errno.errorcode.get(h["owner_err"], h["owner_err"])}; its release: '
-                     f'{_rc(h.get("release"))} (faults: {active_at(h["t"])})')
+            g = _grant_of(grants, h)
+            err = errno.errorcode.get(h['owner_err'], h['owner_err'])
+            what = (f'agent {h["pid"]} on {h["host"]} ({h["mode"]} {h["name"]}) was granted at '
+                    f'{h["t"]:.3f} but reading owner answered {err} at '
+                    f'{h.get("t_owner", h["t"]):.3f}; its release: {_rc(h.get("release"))}')
+            if g and 'end' in g and g['end'][1].event == 'lost' \
+                    and _ms(g['end'][1]) <= h.get('t_owner', h['t']) + 0.05:
+                out['notes'].append(f'[lost-before-owner] {what}: the grant ended '
+                                    f'{g["end"][1].raw!r}')
+            else:
+                v.append(f'[undone] {what}; the grant in the log: '
+                         f'{g["acq"][1].raw if g else "none found"!r} '
+                         f'(faults: {active_at(h["t"])})')
         elif h.get('owner_pid') not in (None, h['pid']):
             v.append(f'[owner] agent {h["pid"]} granted {h["name"]} fence={h["fence"]} but '
                      f'owner names pid {h["owner_pid"]}')
@@ -453,7 +467,7 @@ def check(logs, recs, stderr_texts=(), hung=(), active_at=lambda t: []):
     out['release_errors'] = dict(collections.Counter(
         f'{h["mode"]} {_rc(h["release"])}' for h in held
         if h.get('release') and (h['release']['rc'] or h['release'].get('rc_close'))))
-    out['unavailable'] = _unavailability(grants, active_at)
+    out['unavailable'] = _unavailability(grants, active_at, run_end)
     return out
 
 
@@ -466,15 +480,32 @@ def _rc(rel):
     return s
 
 
+def _grant_of(grants, h):
+    """The logged grant of agent record H whose fence the owner read could
+    not tell: the last `acquired` of H's name by H's pid at most H's grant
+    time (and after it asked), or None."""
+    best = None
+    for (name, fence), g in grants.items():
+        if name != h['name'] or 'acq' not in g:
+            continue
+        line = g['acq'][1]
+        t = _ms(line)
+        if line.details.get('pid') == str(h['pid']) and \
+                h.get('t_asked', 0) - 0.05 <= t <= h['t'] + 0.05 and (best is None or t > best[0]):
+            best = (t, g)
+    return best[1] if best else None
+
+
 def _ended_lost(grants, name, fence):
     g = grants.get((name, fence), {})
     return 'end' in g and g['end'][1].event == 'lost'
 
 
-def _unavailability(grants, active_at):
+def _unavailability(grants, active_at, run_end=None):
     """Per name, the longest spell with no holder while the herd wanted the
     lock: from one grant's end (its end line) to the next grant's
-    acquired, in fence order; with the faults in progress."""
+    acquired, in fence order, or to RUN_END (when the agents were told to
+    stop) after the last one; with the faults in progress."""
     out = {}
     for name in sorted({k[0] for k in grants}):
         gs = sorted((k[1], g) for k, g in grants.items() if k[0] == name and 'acq' in g)
@@ -484,6 +515,11 @@ def _unavailability(grants, active_at):
             gap = _ms(b['acq'][1]) - end
             if gap > best[0]:
                 best = (gap, end, fb)
+        if gs and run_end:
+            last = gs[-1][1]
+            end = _ms(last['end'][1]) if 'end' in last else None
+            if end is not None and run_end - end > best[0]:
+                best = (run_end - end, end, 'end of run')
         out[name] = {'longest_s': round(best[0], 3),
                      'from': best[1], 'fence_after': best[2],
                      'faults': active_at(best[1]) if best[1] else []}
@@ -577,6 +613,7 @@ def run_partition_herd(workdir, lockfs_bin, seed, seconds, agents=16, log=print,
             if left > 0:
                 time.sleep(left)
         finally:
+            run_end = time.time()
             with open(stop_path, 'w'):
                 pass
             deadline = time.time() + STOP_GRACE
@@ -603,12 +640,18 @@ def run_partition_herd(workdir, lockfs_bin, seed, seconds, agents=16, log=print,
             err = ''
         if err:
             agent_errors.append(f'{os.path.basename(out)}: {err[-500:]}')
-    result = check(logs, recs, stderr_texts, hung, nemesis.active_at)
+    result = check(logs, recs, stderr_texts, hung, nemesis.active_at, run_end)
     for e in agent_errors:
         result['violations'].append(f'[agent] {e}')
     for h, rc in exits.items():
         if rc != 0:
             result['violations'].append(f'[daemon] lockfs {h} exited with {rc}')
     result['setup_s'] = round(t0 - t_setup, 1) if t0 else None
-    return Report(seed, seconds, agents, result, nemesis.timeline, nemesis.errors,
-                  len(hung), command=' '.join(sys.argv))
+    report = Report(seed, seconds, agents, result, nemesis.timeline, nemesis.errors,
+                    len(hung), command=' '.join(sys.argv))
+    # what a later look needs besides the logs and records left in WORKDIR
+    with open(os.path.join(workdir, 'report.json'), 'w') as f:
+        json.dump({'seed': seed, 'seconds': seconds, 'agents': agents, 'result': result,
+                   'timeline': nemesis.timeline, 'nemesis_errors': nemesis.errors}, f,
+                  indent=1, default=str)
+    return report
