@@ -44,6 +44,8 @@ released, lost, with fence=) and the agents' records:
   ends         every grant has exactly one end line
   undone       a grant whose owner read failed (the grant was gone at once)
   hang         an agent that does not stop within STOP_GRACE of being told
+  stall        a lock with no holder for more than STALL_S while agents
+               wanted it (the longest fault, ttl and lock_delay fit in it)
 """
 
 import collections
@@ -69,6 +71,9 @@ LOCK_DELAY = 1
 # `released` on one host may carry a time after the next host's `acquired`
 LOG_LAG_MS = 250
 STOP_GRACE = 30.0          # agents told to stop must exit within this
+# No holder for longer than this while agents want the lock is a stall:
+# the longest fault (8 s) + ttl + lock_delay, with room to spare.
+STALL_S = 15.0
 FLOCK_WAIT = 3.0           # one blocking flock call, then retry (stop check)
 
 AGENT = r'''
@@ -399,6 +404,13 @@ def check(logs, recs, stderr_texts=(), hung=(), active_at=lambda t: [], run_end=
                     and _ms(g['end'][1]) <= h.get('t_owner', h['t']) + 0.05:
                 out['notes'].append(f'[lost-before-owner] {what}: the grant ended '
                                     f'{g["end"][1].raw!r}')
+                # told at the owner read (ESTALE), or else at its rmdir
+                rel = h.get('release')
+                if h['mode'] == 'mkdir' and h['owner_err'] != errno.ESTALE and rel \
+                        and rel['rc'] != errno.ESTALE:
+                    v.append(f'[lost-rmdir] {h["name"]}: {what}: the grant ended '
+                             f'{g["end"][1].raw!r}, and its holder was never told ESTALE '
+                             f'(faults: {active_at(h["t"])})')
             else:
                 v.append(f'[undone] {what}; the grant in the log: '
                          f'{g["acq"][1].raw if g else "none found"!r} '
@@ -468,6 +480,10 @@ def check(logs, recs, stderr_texts=(), hung=(), active_at=lambda t: [], run_end=
         f'{h["mode"]} {_rc(h["release"])}' for h in held
         if h.get('release') and (h['release']['rc'] or h['release'].get('rc_close'))))
     out['unavailable'] = _unavailability(grants, active_at, run_end)
+    for name, u in sorted(out['unavailable'].items()):
+        for gap, t_end, fence, after in u.pop('stalls'):
+            v.append(f'[stall] {name}: no holder for {gap:.1f} s (more than {STALL_S:.0f} s) '
+                     f'after {after!r}, until fence {fence} (faults: {active_at(t_end)})')
     return out
 
 
@@ -509,20 +525,17 @@ def _unavailability(grants, active_at, run_end=None):
     out = {}
     for name in sorted({k[0] for k in grants}):
         gs = sorted((k[1], g) for k, g in grants.items() if k[0] == name and 'acq' in g)
-        best = (0.0, None, None)
+        spells = []                 # (seconds, from, next fence, the line before)
         for (fa, a), (fb, b) in zip(gs, gs[1:]):
-            end = _ms(a['end'][1]) if 'end' in a else _ms(a['acq'][1])
-            gap = _ms(b['acq'][1]) - end
-            if gap > best[0]:
-                best = (gap, end, fb)
-        if gs and run_end:
-            last = gs[-1][1]
-            end = _ms(last['end'][1]) if 'end' in last else None
-            if end is not None and run_end - end > best[0]:
-                best = (run_end - end, end, 'end of run')
-        out[name] = {'longest_s': round(best[0], 3),
-                     'from': best[1], 'fence_after': best[2],
-                     'faults': active_at(best[1]) if best[1] else []}
+            last = a['end'][1] if 'end' in a else a['acq'][1]
+            spells.append((_ms(b['acq'][1]) - _ms(last), _ms(last), fb, last.raw))
+        if gs and run_end and 'end' in gs[-1][1]:
+            last = gs[-1][1]['end'][1]
+            spells.append((run_end - _ms(last), _ms(last), 'end of run', last.raw))
+        best = max(spells, default=(0.0, None, None, None))
+        out[name] = {'longest_s': round(best[0], 3), 'from': best[1], 'fence_after': best[2],
+                     'faults': active_at(best[1]) if best[1] else [],
+                     'stalls': [s for s in spells if s[0] > STALL_S]}
     return out
 
 
@@ -655,3 +668,28 @@ def run_partition_herd(workdir, lockfs_bin, seed, seconds, agents=16, log=print,
                    'timeline': nemesis.timeline, 'nemesis_errors': nemesis.errors}, f,
                   indent=1, default=str)
     return report
+
+
+def recheck(workdir):
+    """The checker again over a run's kept WORKDIR (its logs, the agents'
+    records, the daemons' stderr and report.json); a Report."""
+    with open(os.path.join(workdir, 'report.json')) as f:
+        saved = json.load(f)
+    timeline = saved['timeline']
+
+    def active_at(t):
+        return [f'{e["kind"]} {e["target"]}' for e in timeline
+                if e['start'] <= t <= e['end'] + 1.0]
+    logs = read_histories([(h, os.path.join(workdir, f'{h}.dir')) for h in HOSTS])
+    outs = sorted(os.path.join(workdir, n) for n in os.listdir(workdir)
+                  if n.startswith('agent') and n.endswith('.jsonl'))
+    stderr_texts = []
+    for h in HOSTS:
+        with open(os.path.join(workdir, f'{h}.stderr'), errors='replace') as f:
+            stderr_texts.append(f.read())
+    recs = read_records(outs)
+    run_end = max((r['t'] for r in recs if r['ev'] == 'stop'), default=None)
+    result = check(logs, recs, stderr_texts, (), active_at, run_end)
+    return Report(saved['seed'], saved['seconds'], saved['agents'], result, timeline,
+                  saved['nemesis_errors'], 0)
+

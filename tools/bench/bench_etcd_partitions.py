@@ -16,12 +16,14 @@ with no end, an agent that hung).  See tests/integration/partition_herd.py.
 
   tools/bench/bench_etcd_partitions.py [--smoke] [--seed N] [--minutes M] \\
       [--agents N] [--keep] BUILD
+  tools/bench/bench_etcd_partitions.py --recheck WORKDIR
 
 As root.  Exit 0: no violation; 1: violations (printed); 77 ("skipped"):
 network namespaces, etcd or the etcd backend not available here.
 --smoke: 30 s (for CI: does it still run?).  --seed: the schedule's seed
 (default: random, printed).  --keep: leave the work directory (logs,
-agents' records) for a look; it is printed.
+agents' records) for a look; it is printed.  --recheck: run the checker
+again over a kept WORKDIR and print its report.
 """
 
 import argparse
@@ -43,8 +45,16 @@ def main():
     ap.add_argument('--minutes', type=float, default=10.0)
     ap.add_argument('--agents', type=int, default=16)
     ap.add_argument('--keep', action='store_true')
-    ap.add_argument('build')
+    ap.add_argument('--recheck', metavar='WORKDIR')
+    ap.add_argument('build', nargs='?')
     a = ap.parse_args()
+    if a.recheck:
+        from partition_herd import recheck
+        report = recheck(a.recheck)
+        print(report.text())
+        sys.exit(1 if report.violations else 0)
+    if not a.build:
+        ap.error('BUILD is needed')
     if os.geteuid() != 0:
         sys.exit('bench_etcd_partitions: must run as root (namespaces, mounts)')
     os.environ.setdefault('LOCKFS_BUILD', os.path.abspath(a.build))
