@@ -79,8 +79,10 @@ FLOCK_WAIT = 3.0           # one blocking flock call, then retry (stop check)
 AGENT = r'''
 import errno, fcntl, json, os, random, signal, sys, time
 mnt, host, name, mode, stop_path, out_path, seed, max_rounds = sys.argv[1:9]
+flock_wait, deadline = float(sys.argv[9]), float(sys.argv[10])
 rng = random.Random(int(seed))
 max_rounds = int(max_rounds)
+max_tries = 100 * max_rounds     # attempts, counted with the failed ones
 out = open(out_path, 'a', buffering=1)
 me = os.getpid()
 
@@ -98,8 +100,12 @@ signal.signal(signal.SIGALRM, on_alarm)
 path = os.path.join(mnt, name)
 flock_path = os.path.join(mnt, '.flock', name)
 rec('start')
-rounds = 0
-while rounds < max_rounds and not os.path.exists(stop_path):
+rounds = tries = 0
+# bounded three ways: rounds, attempts, and a deadline of its own (besides
+# the stop file the runner writes)
+while rounds < max_rounds and tries < max_tries and time.time() < deadline \
+        and not os.path.exists(stop_path):
+    tries += 1
     t0 = time.time()
     fd = None
     if mode == 'mkdir':
@@ -120,7 +126,7 @@ while rounds < max_rounds and not os.path.exists(stop_path):
             time.sleep(rng.uniform(0.02, 0.06))
             continue
         try:
-            signal.setitimer(signal.ITIMER_REAL, float(sys.argv[9]))
+            signal.setitimer(signal.ITIMER_REAL, flock_wait)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             finally:
@@ -617,7 +623,8 @@ def run_partition_herd(workdir, lockfs_bin, seed, seconds, agents=16, log=print,
                 outs.append(out)
                 procs.append(subprocess.Popen(
                     [PYTHON, '-c', AGENT, d.mnt, d.host, NAMES[mode], mode, stop_path, out,
-                     str(seed * 1000 + i), str(max_rounds), str(FLOCK_WAIT)],
+                     str(seed * 1000 + i), str(max_rounds), str(FLOCK_WAIT),
+                     str(time.time() + seconds + 120)],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=open(out + '.err', 'wb'), cwd='/'))
             t0 = time.time()
