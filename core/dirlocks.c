@@ -15,6 +15,7 @@
 
 #include "lockfs/name.h"
 #include "lockfs/utf8.h"
+#include "base/clock.h"
 #include "engine.h"
 #include "lock/audit.h"
 #include "lock/caller.h"
@@ -267,6 +268,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 {
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
+	const int64_t asked_ms = lockfs_wall_ms(); /* before the store is tried */
 	struct lockfs_entry_stat st;
 	struct held_lock *c;
 	bool foreign;
@@ -359,7 +361,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD) {
 			const struct lockfs_holder *hd = lockfs_record_holder(&c->rec, i);
 			struct unlock_retry *r = lockfs_fdlock_retry_add(
-				s, name, "", lockfs_record_fence_at(&c->rec, i), rc, true);
+				s, name, "", lockfs_record_fence_at(&c->rec, i), rc, true, asked_ms);
 
 			if (r) {
 				lockfs_audit_who(r->who, sizeof(r->who), i == 0 ? c->rec.slug : NULL,

@@ -80,6 +80,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 {
 	struct lockfs_table *t = &core->table;
 	struct stripe *s = lockfs_table_stripe(t, name);
+	const int64_t asked_ms = lockfs_wall_ms(); /* before the store is tried */
 	struct lockfs_entry_stat st;
 	struct held_lock *c;
 	bool foreign;
@@ -109,7 +110,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 				.identity = st.identity, .index = (size_t)held,
 				.event = "released" });
 			if (rc < 0 && rc != -ENOENT)
-				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true);
+				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true, asked_ms);
 		}
 	}
 	lockfs_table_unlock(s);

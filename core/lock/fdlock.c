@@ -132,7 +132,7 @@ static void note_holder(struct unlock_retry *r, const struct held_lock *c)
 /* What is wrong with the store was said by the backend, once: nothing is
  * said per release.  Out of memory, the lock stays until a restart. */
 struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
-					     uint64_t fence, int err, bool logged)
+					     uint64_t fence, int err, bool logged, int64_t asked_ms)
 {
 	struct unlock_retry *r;
 
@@ -151,7 +151,7 @@ struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name,
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
 	/* When the owner let go: its critical section ended then, whenever
 	 * the store takes the release (the `released` line's asked=). */
-	lockfs_format_time(lockfs_wall_ms(), r->asked);
+	lockfs_format_time(asked_ms ? asked_ms : lockfs_wall_ms(), r->asked);
 	r->fence = fence;
 	r->logged = logged;
 	note_holder(r, lockfs_table_find(s, name));

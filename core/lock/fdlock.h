@@ -80,10 +80,13 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
  * written (ERR): remember it for the tick; its `released` line is written
  * then if LOGGED (not for a grant the log refused) -- also when the store
  * turns out to have applied the release itself (the holder is noted from
- * NAME's cached record, as the failed release left it).  Returns the retry
+ * NAME's cached record, as the failed release left it).  ASKED_MS is when
+ * OWNER let go (wall ms; 0: now), the `released` line's asked=: the failed
+ * write took up to the store's time bound, and the critical section ended
+ * when the holder asked, not when the store gave up.  Returns the retry
  * (the one already kept for that grant, if any), or NULL (no memory). */
 struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
-					     uint64_t fence, int err, bool logged);
+					     uint64_t fence, int err, bool logged, int64_t asked_ms);
 /* Grant FENCE of NAME ended otherwise (lost with its session): no retry of
  * its release is left, and no `released` line will follow. */
 void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence);
