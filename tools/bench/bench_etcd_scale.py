@@ -420,7 +420,7 @@ def measure(rig, args, res):
         try:
             return fn()
         except RuntimeError as e:
-            notes.append(f'round {r}, {what}: {str(e)[-300:]}')
+            notes.append(f'{what}: {str(e)[-300:]}')
             log(f'retrying once: {notes[-1]}')
             time.sleep(2)
             return fn()
@@ -454,7 +454,7 @@ def measure(rig, args, res):
     for r in range(1, args.rounds + 1):
         log(f'round {r}/{args.rounds} (load {open("/proc/loadavg").read().split()[0]})')
         for c in alternate(configs, r):
-            figures = once_more(f'pairs K={c[1]} {c[0]}', lambda: pair_round(c))
+            figures = once_more(f'round {r}, pairs K={c[1]} {c[0]}', lambda: pair_round(c))
             cpu[c].append(figures[0])
             lat[c].append(figures[1])
         # one listing each way per build, the rest of the round between them
@@ -479,7 +479,8 @@ def measure(rig, args, res):
         # etcd_raw runs two clients (raw, client), each after a warm-up of 20
         raw.append((p50, (e1 - e0) * TICK_US / (2 * (args.pairs + 20))))
         for c in alternate(ho, r):
-            ho[c].append(once_more(f'hand-off K={c[1]} {c[0]}', lambda: handoff_round(c)))
+            ho[c].append(once_more(f'round {r}, hand-off K={c[1]} {c[0]}',
+                                   lambda: handoff_round(c)))
         for tag in alternate(tags, r + 1):
             t0 = time.monotonic()
             out = rig.run(['ls', '-1', ls_d[tag].mount])
@@ -501,8 +502,10 @@ def measure(rig, args, res):
     idle['write_s'] = rig.hold_elsewhere(f'/{t}-idle/', 'far', args.idle_keys, 'held-%06d')
     idle['settle_s'] = settle(pids)
     idle['B'] = phase(pids, args.quiet)
-    rig.pairs(busy_d, WARMUP)
-    idle['C'] = phase(pids, work=lambda: rig.pairs(busy_d, args.churn))
+    def churn():
+        rig.pairs(busy_d, WARMUP)
+        return phase(pids, work=lambda: rig.pairs(busy_d, args.churn))
+    idle['C'] = once_more('idle phase C', churn)
     idle['busy_rss'] = rss_kb(busy_d.pid)
     # D: quiet again, right after one listing of i1's mount (what a
     # listing leaves behind: a cache walked by a timer costs CPU)
