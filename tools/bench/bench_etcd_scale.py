@@ -174,14 +174,17 @@ class Daemon:
         self.err_path = self.mount + '.err'
         os.mkdir(self.mount)
         os.mkdir(self.backing, 0o700)
-        args = [lockfs, '-f', '-o', 'backend=etcd', '-o', 'etcd=' + rig.cluster.endpoints,
-                '-o', 'host=' + host, '-o', 'prefix=' + prefix, '-o', f'ttl={TTL}',
-                '-o', 'backing=' + self.backing, self.mount]
-        with open(self.err_path, 'wb') as err:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+        self.argv = [lockfs, '-f', '-o', 'backend=etcd', '-o', 'etcd=' + rig.cluster.endpoints,
+                     '-o', 'host=' + host, '-o', 'prefix=' + prefix, '-o', f'ttl={TTL}',
+                     '-o', 'backing=' + self.backing, self.mount]
+        self.start()
+        rig.daemons.append(self)
+
+    def start(self):
+        with open(self.err_path, 'ab') as err:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=err)
         self.pid = self.proc.pid
-        rig.daemons.append(self)
 
     def err_tail(self, n=3):
         try:
@@ -245,7 +248,19 @@ class Rig:
         return sum(ticks(m.pid) for m in self.cluster.members)
 
     def mount(self, label, host, prefix, lockfs=None):
-        return Daemon(self, label, host, prefix, lockfs or self.builds[0][1])
+        """A daemon, mounted.  One at a time: 66 daemons opening their
+        sessions at once on a loaded machine time etcd out.  A daemon that
+        died of an etcd timeout before mounting is started once more."""
+        d = Daemon(self, label, host, prefix, lockfs or self.builds[0][1])
+        try:
+            d.wait_mounted()
+        except RuntimeError as e:
+            if 'timed out' not in str(e) or d.proc.poll() is None:
+                raise
+            log(f'starting once more: {e}')
+            d.start()
+            d.wait_mounted()
+        return d
 
     def stop(self):
         errors = []
@@ -404,8 +419,6 @@ def measure(rig, args, res):
         idle_d[tag] = rig.mount(f'{name}-idle', 'i1' + (tag and '-' + tag), f'/{t}-idle/',
                                 lockfs)
     busy_d = rig.mount('this-idle-b1', 'b1', f'/{t}-idle/')
-    for d in rig.daemons:
-        d.wait_mounted()
 
     took = rig.hold_elsewhere(f'/{t}-ls/', 'far', args.ls_keys, 'held-%06d')
     waited = settle([d.pid for d in ls_d.values()])
