@@ -4,6 +4,11 @@
  *   bench_pairs pairs DIRPATH N
  *       N times mkdir(DIRPATH/bench-<pid>-x) + rmdir(same); prints the mean
  *       µs per pair on stdout.
+ *   bench_pairs each DIRPATH N
+ *       as pairs, without the warm-up (the caller warms up with a run of
+ *       its own, outside its CPU accounting), printing every pair's µs on
+ *       its own line: for the medians and percentiles of
+ *       bench_etcd_scale.py.
  *   bench_pairs flock FILE N
  *       N times flock(LOCK_EX) + flock(LOCK_UN) on one open descriptor of
  *       FILE; prints the mean µs per pair on stdout.
@@ -61,11 +66,12 @@ static void usage(const char *prog)
 {
 	fprintf(stderr,
 		"usage: %s pairs DIRPATH N\n"
+		"       %s each DIRPATH N\n"
 		"       %s flock FILE N\n"
 		"       %s lookups DIRPATH N\n"
 		"       %s rate DIRPATH CLIENTS SECONDS\n"
 		"       %s backing DIR N | proc N | log DIR N\n",
-		prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog);
 	exit(2);
 }
 
@@ -155,6 +161,38 @@ static int run_pairs(const char *dir, long n)
 			return 1;
 	t1 = now_s();
 	printf("%.3f\n", (t1 - t0) * 1e6 / (double) n);
+	return 0;
+}
+
+/* N pairs, no warm-up; each pair's µs on a line of its own, printed once
+ * the loop is done so that the writes time nothing. */
+static int run_each(const char *dir, long n)
+{
+	char path[PATH_MAX];
+	double *took = calloc((size_t) n, sizeof(*took));
+
+	if (!took) {
+		fprintf(stderr, "bench_pairs: out of memory\n");
+		return 1;
+	}
+	if (snprintf(path, sizeof(path), "%s/bench-%d-x", dir, (int) getpid())
+	    >= (int) sizeof(path)) {
+		fprintf(stderr, "bench_pairs: path too long\n");
+		free(took);
+		return 1;
+	}
+	for (long i = 0; i < n; i++) {
+		double t0 = now_s();
+
+		if (one_pair(path) != 0) {
+			free(took);
+			return 1;
+		}
+		took[i] = (now_s() - t0) * 1e6;
+	}
+	for (long i = 0; i < n; i++)
+		printf("%.1f\n", took[i]);
+	free(took);
 	return 0;
 }
 
@@ -499,6 +537,8 @@ int main(int argc, char *argv[])
 		usage(argv[0]);
 	if (strcmp(argv[1], "pairs") == 0 && argc == 4)
 		return run_pairs(argv[2], parse_count(argv[3], "N", LONG_MAX));
+	if (strcmp(argv[1], "each") == 0 && argc == 4)
+		return run_each(argv[2], parse_count(argv[3], "N", 10000000));
 	if (strcmp(argv[1], "flock") == 0 && argc == 4)
 		return run_flock(argv[2], parse_count(argv[3], "N", LONG_MAX));
 	if (strcmp(argv[1], "lookups") == 0 && argc == 4)
