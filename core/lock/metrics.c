@@ -266,7 +266,12 @@ static void name_counts(struct lockfs_table *t, const char *name, uint64_t *hold
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct held_lock *c = lockfs_table_find(s, name);
-	struct lockq *q = lockfs_queue_find(s, name);
+	struct lockq *q = s->queues;
+
+	/* Read the list here rather than call queue.c: this file sits below
+	 * it (queue.c's grants are counted here). */
+	while (q && strcmp(q->name, name) != 0)
+		q = q->next;
 
 	*holders = c && c->rec.has_holder ? lockfs_record_holders(&c->rec) : 0;
 	*waiters = q ? q->nactive : 0;
@@ -337,9 +342,10 @@ int lockfs_metrics_render(struct lockfs_table *t, char **text, size_t *len)
 		say(&o, "lockfs_recoveries_total{evidence=\"%s\"} %" PRIu64 "\n", evidences[i],
 		    get(&m->recovered[i]));
 	head(&o, "lockfs_contention_total", "counter",
-	     "Requests that found the lock held: a flock/fcntl that waited, a mkdir refused EEXIST.");
+	     "Requests that found the lock held: a flock/fcntl that waited (waited), a LOCK_NB"
+	     " or F_SETLK refused or a mkdir the daemon answered EEXIST (refused).");
 	say(&o, "lockfs_contention_total{how=\"waited\"} %" PRIu64 "\n", get(&m->waits));
-	say(&o, "lockfs_contention_total{how=\"mkdir-busy\"} %" PRIu64 "\n", get(&m->busy));
+	say(&o, "lockfs_contention_total{how=\"refused\"} %" PRIu64 "\n", get(&m->busy));
 	histogram(&o, "lockfs_wait_seconds", "Time a parked waiter waited until it was granted.",
 		  &m->wait);
 	histogram(&o, "lockfs_hold_seconds", "Time from a grant to its end (any end).", &m->hold);

@@ -29,7 +29,9 @@ void lockfs_metrics_event(struct lockfs_metrics *m, const char *const *kv, const
 			  int64_t since_ms);
 /* A request parked to wait for a lock (contention). */
 void lockfs_metrics_waiting(struct lockfs_metrics *m);
-/* A mkdir refused because the lock is held (contention). */
+/* A mkdir refused EEXIST by the daemon, or a LOCK_NB / F_SETLK refused,
+ * because the lock is held (contention).  A mkdir of a name the kernel
+ * already knows to exist is refused by the kernel and never comes here. */
 void lockfs_metrics_busy(struct lockfs_metrics *m);
 /* A waiter granted after waiting WAITED_MS. */
 void lockfs_metrics_granted(struct lockfs_metrics *m, int64_t waited_ms);

@@ -823,7 +823,7 @@ static void end_line_of(struct end_line *l, const struct lockfs_record *r, size_
 	lockfs_audit_who(l->who, sizeof(l->who), lockfs_record_slug_at(r, i), h->comm, h->pid);
 	snprintf(l->fence, sizeof(l->fence), "%" PRIu64, lockfs_record_fence_at(r, i));
 	lockfs_audit_ids(l->uid, l->pid, h->uid, h->pid);
-	l->since_ms = i == 0 ? r->holder_acquired_at_ms : r->shares[i - 1].acquired_at_ms;
+	l->since_ms = i == 0 ? lockfs_holder_acquired_at(r) : r->shares[i - 1].acquired_at_ms;
 	memcpy(l->kv, (const char *[]){ "fence", l->fence, "uid", l->uid, "pid", l->pid },
 	       6 * sizeof(*l->kv));
 	n = (int)lockfs_audit_put_container(l->kv, 6, h->container);
