@@ -22,14 +22,14 @@ void lockfs_core_events_detach(struct lockfs_core *core)
 }
 
 ssize_t lockfs_core_events_take(struct lockfs_core *core, uint64_t *cursor, char *buf, size_t size,
-				lockfs_core_event_want_fn *want, void *arg)
+				lockfs_core_event_want_fn want, void *arg)
 {
 	return lockfs_events_take(core->table.events, cursor, buf, size, want, arg);
 }
 
-uint64_t lockfs_core_events_wait(struct lockfs_core *core, uint64_t seen, int timeout_ms)
+uint64_t lockfs_core_events_wait(struct lockfs_core *core, uint64_t seen)
 {
-	return lockfs_events_wait(core->table.events, seen, timeout_ms);
+	return lockfs_events_wait(core->table.events, seen);
 }
 
 void lockfs_core_events_shut(struct lockfs_core *core)

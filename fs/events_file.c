@@ -95,10 +95,10 @@ static void *answer_thread(void *arg)
 {
 	struct lockfs_fs *fs = arg;
 	struct events_files *ev = fs->events;
-	uint64_t seen = lockfs_core_events_wait(fs->core, 0, 0);
+	uint64_t seen = 0;
 
 	for (;;) {
-		seen = lockfs_core_events_wait(fs->core, seen, -1);
+		seen = lockfs_core_events_wait(fs->core, seen);
 		pthread_mutex_lock(&ev->mu);
 		if (ev->stopping || lockfs_core_events_shut_down(fs->core)) {
 			pthread_mutex_unlock(&ev->mu);

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/clock.h"
 #include "events.h"
@@ -36,16 +35,11 @@ struct lockfs_events {
 int lockfs_events_new(struct lockfs_events **out)
 {
 	struct lockfs_events *ev = calloc(1, sizeof(*ev));
-	pthread_condattr_t ca;
 
 	if (!ev)
 		return -ENOMEM;
 	pthread_mutex_init(&ev->mu, NULL);
-	/* Timed waits on the boot clock: a wall clock step is no timeout. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&ev->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&ev->cond, NULL);
 	*out = ev;
 	return 0;
 }
@@ -246,7 +240,7 @@ static bool put_overrun(char *buf, size_t size, size_t *used, uint64_t *lost)
 }
 
 ssize_t lockfs_events_take(struct lockfs_events *ev, uint64_t *cursor, char *buf, size_t size,
-			   lockfs_events_want_fn *want, void *arg)
+			   lockfs_events_want_fn want, void *arg)
 {
 	size_t used = 0;
 	uint64_t lost = 0;
@@ -290,27 +284,13 @@ uint64_t lockfs_events_head(struct lockfs_events *ev)
 	return head;
 }
 
-uint64_t lockfs_events_wait(struct lockfs_events *ev, uint64_t seen, int timeout_ms)
+uint64_t lockfs_events_wait(struct lockfs_events *ev, uint64_t seen)
 {
-	struct timespec until;
 	uint64_t head;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	if (timeout_ms >= 0) {
-		until.tv_sec += timeout_ms / 1000;
-		until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-	}
 	pthread_mutex_lock(&ev->mu);
-	while (ev->head <= seen && !ev->shut) {
-		if (timeout_ms < 0)
-			pthread_cond_wait(&ev->cond, &ev->mu);
-		else if (pthread_cond_timedwait(&ev->cond, &ev->mu, &until) == ETIMEDOUT)
-			break;
-	}
+	while (ev->head <= seen && !ev->shut)
+		pthread_cond_wait(&ev->cond, &ev->mu);
 	head = ev->head;
 	pthread_mutex_unlock(&ev->mu);
 	return head;

@@ -46,7 +46,7 @@ void lockfs_events_note(struct lockfs_events *ev, const char *who, const char *n
 			const char *const *kv, const char *event);
 
 /* Does the reader want events of NAME?  ARG is lockfs_events_take's. */
-typedef bool lockfs_events_want_fn(void *arg, const char *name);
+typedef bool (*lockfs_events_want_fn)(void *arg, const char *name);
 
 /*
  * Copy the events from *CURSOR on into BUF (SIZE bytes), whole lines only,
@@ -57,16 +57,16 @@ typedef bool lockfs_events_want_fn(void *arg, const char *name);
  * next line: then -EOVERFLOW).
  */
 ssize_t lockfs_events_take(struct lockfs_events *ev, uint64_t *cursor, char *buf, size_t size,
-			   lockfs_events_want_fn *want, void *arg);
+			   lockfs_events_want_fn want, void *arg);
 
 /* The sequence number the next event gets. */
 uint64_t lockfs_events_head(struct lockfs_events *ev);
 /*
- * Wait until the head passes SEEN (an event numbered SEEN is kept), the ring is shut
- * (lockfs_events_shut) or TIMEOUT_MS passed (< 0: no bound).  Returns the
- * head then.
+ * Wait until the head passes SEEN (an event numbered SEEN is kept) or the
+ * ring is shut (lockfs_events_shut).  Returns the head then.  No timeout:
+ * the engine's timers read base/clock.c's clocks, and nothing here needs one.
  */
-uint64_t lockfs_events_wait(struct lockfs_events *ev, uint64_t seen, int timeout_ms);
+uint64_t lockfs_events_wait(struct lockfs_events *ev, uint64_t seen);
 /* Wake every waiter, now and later: the daemon stops. */
 void lockfs_events_shut(struct lockfs_events *ev);
 /* Shut? */

@@ -318,16 +318,16 @@ void lockfs_core_log_reopen(struct lockfs_core *core);
  * from it into BUF -- those WANT (NULL: all) accepts by lock name --
  * and returns the bytes (0: none yet), or -EOVERFLOW when SIZE cannot
  * hold the next line.  lockfs_core_events_wait blocks until the event
- * numbered SEEN exists, the events are shut, or TIMEOUT_MS passed (< 0:
- * no bound), and returns the next event's number.  lockfs_core_events_shut
+ * numbered SEEN exists or the events are shut, and returns the next
+ * event's number.  lockfs_core_events_shut
  * wakes every waiter for good (the daemon stops).
  */
-typedef bool lockfs_core_event_want_fn(void *arg, const char *name);
+typedef bool (*lockfs_core_event_want_fn)(void *arg, const char *name);
 uint64_t lockfs_core_events_attach(struct lockfs_core *core);
 void lockfs_core_events_detach(struct lockfs_core *core);
 ssize_t lockfs_core_events_take(struct lockfs_core *core, uint64_t *cursor, char *buf, size_t size,
-				lockfs_core_event_want_fn *want, void *arg);
-uint64_t lockfs_core_events_wait(struct lockfs_core *core, uint64_t seen, int timeout_ms);
+				lockfs_core_event_want_fn want, void *arg);
+uint64_t lockfs_core_events_wait(struct lockfs_core *core, uint64_t seen);
 void lockfs_core_events_shut(struct lockfs_core *core);
 bool lockfs_core_events_shut_down(struct lockfs_core *core);
 
