@@ -62,13 +62,15 @@ class Watch:
             if pred(ev):
                 return got
 
-    def sync(self, timeout=10.0):
+    def sync(self, timeout=10.0, name=None):
         """Wait until the watcher is attached: a lock taken and released
-        here shows up in it (M/.events is opened after lockctl starts)."""
+        here shows up in it (M/.events is opened after lockctl starts).
+        NAME: the one lock to use (one the watcher watches)."""
         deadline = time.monotonic() + timeout
         n = 0
+        fixed = name
         while True:
-            name = f'sync-{os.getpid()}-{n}'
+            name = fixed or f'sync-{os.getpid()}-{n}'
             os.mkdir(self.m.path(name))
             os.rmdir(self.m.path(name))
             try:
