@@ -188,7 +188,7 @@ static void lock_rows(struct screen *sc, const char *mnt, const char *name, long
 			 lockfs_ctl_jstr(h, "comm") : "?");
 		lockfs_ctl_printable(comm);
 		waiters = lockfs_ctl_read_waiters(mnt, name);
-		put(sc, "%-24s %-16s %8lld %8s %7zu\r\n", shown, comm, pid, held,
+		put(sc, "%-24s %-16s %8lld %8s %7zu\n", shown, comm, pid, held,
 		    json_array_size(waiters));
 	}
 	for (size_t i = 0; i < json_array_size(waiters); i++) {
@@ -202,7 +202,7 @@ static void lock_rows(struct screen *sc, const char *mnt, const char *name, long
 		lockfs_ctl_jint(w, "pid", &wpid);
 		if (parse_time_ms(lockfs_ctl_jstr(w, "since"), &since))
 			lockfs_ctl_fmt_duration(now - since, waited, sizeof(waited));
-		put(sc, "  %-22s %-16s %8lld %8s\r\n", i == 0 ? "waiting:" : "", comm, wpid, waited);
+		put(sc, "  %-22s %-16s %8lld %8s\n", i == 0 ? "waiting:" : "", comm, wpid, waited);
 		(*nwaiting)++;
 	}
 	json_decref(waiters);
@@ -222,9 +222,9 @@ static void draw(const char *mnt, int rows)
 	gmtime_r(&t, &tm);
 	strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
 	put(&sc, "\033[H\033[2J");
-	put(&sc, "lockctl top  %s  %sZ   (q to quit)\r\n\r\n", mnt, clock);
+	put(&sc, "lockctl top  %s  %sZ   (q to quit)\n\n", mnt, clock);
 	header = sc.len;
-	put(&sc, "%-24s %-16s %8s %8s %7s\r\n", "NAME", "HOLDER", "PID", "HELD", "WAITERS");
+	put(&sc, "%-24s %-16s %8s %8s %7s\n", "NAME", "HOLDER", "PID", "HELD", "WAITERS");
 	if (lockfs_ctl_list_names(mnt, &names, &count) == 0) {
 		for (size_t i = 0; i < count; i++) {
 			lock_rows(&sc, mnt, names[i], now, &nwaiting);
@@ -234,12 +234,12 @@ static void draw(const char *mnt, int rows)
 		free(names);
 	}
 	(void)header;
-	put(&sc, "\r\n%zu held, %zu waiting\r\n\r\nrecent events:\r\n", nlocks, nwaiting);
+	put(&sc, "\n%zu held, %zu waiting\n\nrecent events:\n", nlocks, nwaiting);
 	pthread_mutex_lock(&recent.mu);
 	for (int i = 0; i < recent.n; i++)
-		put(&sc, "  %s\r\n", recent.lines[i]);
+		put(&sc, "  %s\n", recent.lines[i]);
 	if (recent.ended)
-		put(&sc, "  (the daemon stopped: no more events)\r\n");
+		put(&sc, "  (the daemon stopped: no more events)\n");
 	pthread_mutex_unlock(&recent.mu);
 	(void)rows;
 	if (sc.s && write(STDOUT_FILENO, sc.s, sc.len) < 0) {

@@ -50,6 +50,8 @@ class Top:
         deadline = time.monotonic() + timeout
         while self.proc.poll() is None and time.monotonic() < deadline:
             self.read(0.1)
+        while self.proc.poll() is not None and self.read(0.2):
+            pass  # what it wrote last, still in the pty
         return self.proc.poll()
 
     def close(self):
