@@ -429,6 +429,8 @@ static int render_restored(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
 	int rc;
 
 	of->restored = false;
+	if (ino == INO_METRICS && !of->data)
+		return lockfs_core_metrics(fs->core, &of->data, &of->len);
 	if (!ino_is_lock(ino) || of->data)
 		return 0;
 	rc = lockfs_attr_lock_name(fs, ino, lock, &ls);
