@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sysexits.h>
 #include <termios.h>
 #include <time.h>
@@ -209,11 +208,11 @@ static void lock_rows(struct screen *sc, const char *mnt, const char *name, long
 	json_decref(owner);
 }
 
-static void draw(const char *mnt, int rows)
+static void draw(const char *mnt)
 {
 	struct screen sc = { 0 };
 	long long now = lockfs_ctl_now_ms();
-	size_t nwaiting = 0, nlocks = 0, header;
+	size_t nwaiting = 0, nlocks = 0;
 	char **names = NULL, clock[16];
 	size_t count = 0;
 	time_t t = (time_t)(now / 1000);
@@ -223,7 +222,6 @@ static void draw(const char *mnt, int rows)
 	strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
 	put(&sc, "\033[H\033[2J");
 	put(&sc, "lockctl top  %s  %sZ   (q to quit)\n\n", mnt, clock);
-	header = sc.len;
 	put(&sc, "%-24s %-16s %8s %8s %7s\n", "NAME", "HOLDER", "PID", "HELD", "WAITERS");
 	if (lockfs_ctl_list_names(mnt, &names, &count) == 0) {
 		for (size_t i = 0; i < count; i++) {
@@ -233,7 +231,6 @@ static void draw(const char *mnt, int rows)
 		}
 		free(names);
 	}
-	(void)header;
 	put(&sc, "\n%zu held, %zu waiting\n\nrecent events:\n", nlocks, nwaiting);
 	pthread_mutex_lock(&recent.mu);
 	for (int i = 0; i < recent.n; i++)
@@ -241,7 +238,6 @@ static void draw(const char *mnt, int rows)
 	if (recent.ended)
 		put(&sc, "  (the daemon stopped: no more events)\n");
 	pthread_mutex_unlock(&recent.mu);
-	(void)rows;
 	if (sc.s && write(STDOUT_FILENO, sc.s, sc.len) < 0) {
 		/* the terminal went away: the loop ends on its hang-up */
 	}
@@ -284,11 +280,9 @@ int lockfs_ctl_top(const char *mnt)
 	while (!quit_asked) {
 		struct pollfd p[2] = { { .fd = wake_pipe[0], .events = POLLIN },
 				       { .fd = STDIN_FILENO, .events = POLLIN } };
-		struct winsize ws = { 0 };
 		char c[64];
 
-		ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws);
-		draw(mnt, ws.ws_row);
+		draw(mnt);
 		if (poll(p, tty ? 2 : 1, 1000) < 0 && errno != EINTR)
 			break;
 		if (p[0].revents & POLLIN)
