@@ -414,6 +414,7 @@ out:
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
+		lockfs_events_file_close(fs, of); /* the open was interrupted */
 		lockfs_handle_del(fs, &of->h);
 		lockfs_open_file_free(of);
 	}
