@@ -18,10 +18,14 @@
 
 static volatile sig_atomic_t stop_asked;
 
+/* A stop signal that comes between the test of STOP_ASKED and the read it
+ * was meant to interrupt would leave that read waiting for the next event:
+ * SIGALRM interrupts it a second later (and again, until it ends). */
 static void on_stop(int sig)
 {
 	(void)sig;
 	stop_asked = 1;
+	alarm(1);
 }
 
 int lockfs_ctl_events_open(const char *mnt, char *const *names, int nnames)
@@ -63,7 +67,11 @@ static int copy_until_stopped(int fd)
 	char buf[65536];
 
 	for (;;) {
-		ssize_t n = read(fd, buf, sizeof(buf));
+		ssize_t n;
+
+		if (stop_asked)
+			return 0;
+		n = read(fd, buf, sizeof(buf));
 
 		if (n < 0 && errno == EINTR) {
 			if (stop_asked)
@@ -87,6 +95,7 @@ int lockfs_ctl_watch(const char *mnt, char *const *names, int nnames)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGALRM, &sa, NULL);
 	sigaction(SIGPIPE, &(struct sigaction){ .sa_handler = SIG_IGN }, NULL);
 	fd = lockfs_ctl_events_open(mnt, names, nnames);
 	if (fd == -EINVAL)
