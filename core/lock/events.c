@@ -244,6 +244,7 @@ ssize_t lockfs_events_take(struct lockfs_events *ev, uint64_t *cursor, char *buf
 {
 	size_t used = 0;
 	uint64_t lost = 0;
+	bool too_small = false;
 
 	pthread_mutex_lock(&ev->mu);
 	if (ev->head - *cursor > LOCKFS_EVENTS_RING) {
@@ -259,19 +260,21 @@ ssize_t lockfs_events_take(struct lockfs_events *ev, uint64_t *cursor, char *buf
 		}
 		if (want && !want(arg, s->name))
 			continue;
-		if (lost && !put_overrun(buf, size, &used, &lost))
+		if (lost && !put_overrun(buf, size, &used, &lost)) {
+			too_small = used == 0;
 			break;
-		if (s->len > size - used)
+		}
+		if (s->len > size - used) {
+			too_small = used == 0;
 			break;
+		}
 		memcpy(buf + used, s->line, s->len);
 		used += s->len;
 	}
 	if (lost)
 		(void)put_overrun(buf, size, &used, &lost); /* a full buffer: rare, and only a count */
 	pthread_mutex_unlock(&ev->mu);
-	if (used == 0 && lost == 0 && *cursor < lockfs_events_head(ev))
-		return -EOVERFLOW;
-	return (ssize_t)used;
+	return too_small ? -EOVERFLOW : (ssize_t)used;
 }
 
 uint64_t lockfs_events_head(struct lockfs_events *ev)
