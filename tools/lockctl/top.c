@@ -3,6 +3,8 @@
  * and how long each has waited, redrawn whenever M/.events brings an event
  * (and once a second, for the clocks), until `q`, SIGINT or SIGTERM.
  *
+ * Standard output not a terminal: one frame, no escapes, and exit.
+ *
  * A FUSE file cannot be poll(2)ed for data (the daemon has no poll op:
  * the kernel says "readable" at once), so a thread reads M/.events and
  * wakes the main loop through a pipe; the main loop polls that pipe and
@@ -208,7 +210,7 @@ static void lock_rows(struct screen *sc, const char *mnt, const char *name, long
 	json_decref(owner);
 }
 
-static void draw(const char *mnt)
+static void draw(const char *mnt, bool screen)
 {
 	struct screen sc = { 0 };
 	long long now = lockfs_ctl_now_ms();
@@ -220,7 +222,8 @@ static void draw(const char *mnt)
 
 	gmtime_r(&t, &tm);
 	strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
-	put(&sc, "\033[H\033[2J");
+	if (screen)
+		put(&sc, "\033[H\033[2J");
 	put(&sc, "lockctl top  %s  %sZ   (q to quit)\n\n", mnt, clock);
 	put(&sc, "%-24s %-16s %8s %8s %7s\n", "NAME", "HOLDER", "PID", "HELD", "WAITERS");
 	if (lockfs_ctl_list_names(mnt, &names, &count) == 0) {
@@ -252,6 +255,11 @@ int lockfs_ctl_top(const char *mnt)
 	pthread_t reader;
 	int fd;
 
+	/* Not a terminal (a pipe, a file): one frame, for a script or a log. */
+	if (!isatty(STDOUT_FILENO)) {
+		draw(mnt, false);
+		return 0;
+	}
 	fd = lockfs_ctl_events_open(mnt, NULL, 0);
 	if (fd == -ENOENT)
 		return fail(EX_UNAVAILABLE, "%s/.events is missing: this lockfs daemon is too old"
@@ -282,7 +290,7 @@ int lockfs_ctl_top(const char *mnt)
 				       { .fd = STDIN_FILENO, .events = POLLIN } };
 		char c[64];
 
-		draw(mnt);
+		draw(mnt, true);
 		if (poll(p, tty ? 2 : 1, 1000) < 0 && errno != EINTR)
 			break;
 		if (p[0].revents & POLLIN)

@@ -108,3 +108,15 @@ def test_top_follows_a_release_and_quits_on_sigint(mnt, procs):
         assert top.out.endswith(b'\x1b[?25h\x1b[?1049l')
     finally:
         top.close()
+
+
+def test_top_not_on_a_terminal_prints_one_frame(mnt, procs):
+    a = procs.agent()
+    assert a.mkdir(mnt.path('plain')) == 0
+    r = subprocess.run([LOCKCTL, '--mount', mnt.mnt, 'top'], capture_output=True,
+                       env=clean_env(), cwd='/', timeout=10, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert b'\x1b' not in r.stdout
+    assert lock_row(out, 'plain', a.pid), out
+    assert '1 held, 0 waiting' in out
