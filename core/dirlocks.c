@@ -20,6 +20,7 @@
 #include "lock/audit.h"
 #include "lock/caller.h"
 #include "lock/fdlock.h"
+#include "lock/metrics.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/resume.h"
@@ -134,8 +135,9 @@ static int resent_acquire(struct lockfs_core *core, const char *name,
 	return rc;
 }
 
-int lockfs_core_acquire(struct lockfs_core *core, const char *name,
-			const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
+/* mkdir M/NAME (lockfs_core_acquire, which counts its EEXISTs). */
+static int acquire(struct lockfs_core *core, const char *name,
+		   const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
 {
 	struct lockfs_table *t = &core->table;
 	struct lockfs_entry_stat st;
@@ -260,6 +262,17 @@ unreserve:
 	lockfs_quota_lock_unreserve(t->quota, holder.uid, true);
 	lockfs_proc_put(&holder);
 	lockfs_argv_free(argv);
+	return rc;
+}
+
+int lockfs_core_acquire(struct lockfs_core *core, const char *name,
+			const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
+{
+	int rc = acquire(core, name, caller, out);
+
+	/* Contention: the lock was held (or had waiters). */
+	if (rc == -EEXIST)
+		lockfs_metrics_busy(core->table.metrics);
 	return rc;
 }
 

@@ -20,6 +20,8 @@
 #include "lock/audit.h"
 #include "lock/caller.h"
 #include "lock/changes.h"
+#include "lock/events.h"
+#include "lock/metrics.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/resume.h"
@@ -185,6 +187,11 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 		rc = -EINVAL;
 		goto fail;
 	}
+	rc = lockfs_events_new(&t->events);
+	if (rc == 0)
+		rc = lockfs_metrics_new(&t->metrics, cfg->metrics_names);
+	if (rc < 0)
+		goto fail;
 	rc = lockfs_helpers_parse(&t->helpers,
 				  cfg->helpers ? cfg->helpers : LOCKFS_DEFAULT_HELPERS);
 	if (rc < 0)
@@ -315,6 +322,8 @@ void lockfs_core_close(struct lockfs_core *core)
 	pthread_mutex_destroy(&t->users_mu);
 	pthread_mutex_destroy(&t->session_mu);
 	lockfs_changes_fini(t);
+	lockfs_events_free(t->events);
+	lockfs_metrics_free(t->metrics);
 	{
 		size_t left = lockfs_log_close(t->log);
 

@@ -16,6 +16,7 @@
 #include "lock/audit.h"
 #include "lock/caller.h"
 #include "lock/fdlock.h"
+#include "lock/metrics.h"
 #include "lock/queue.h"
 #include "lock/resume.h"
 #include "lock/table.h"
@@ -68,7 +69,12 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 		if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) == 0 && *slug)
 			e->slug = strdup(slug);
 	}
-	return lockfs_queue_enter(t, e, rq, w);
+	rc = lockfs_queue_enter(t, e, rq, w);
+	/* Contention: LOCK_NB or F_SETLK found it held (a wait counts when
+	 * parked, lock/grant.c). */
+	if (rc == -EWOULDBLOCK)
+		lockfs_metrics_busy(t->metrics);
+	return rc;
 }
 
 int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w)

@@ -127,6 +127,7 @@ struct lockfs_fs {
 	 * with no other mutex held, and none is taken under it. */
 	pthread_mutex_t parked_mu;
 	struct parked *parked;     /* protected by parked_mu */
+	struct events_files *events; /* events_file.c: M/.events' readers */
 	pthread_mutex_t handles_mu;
 	struct handle *handles;    /* protected by handles_mu */
 	struct handle *by_fh[LOCKFS_FH_BUCKETS]; /* protected by handles_mu */

@@ -164,6 +164,7 @@ void lockfs_open_file_free(struct open_file *of)
 		close(of->fd);
 	free(of->data);
 	free(of->before);
+	free(of->watch);
 	free(of);
 }
 

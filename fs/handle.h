@@ -24,6 +24,12 @@ struct open_file {
 	 * first write is refused (a refused write changes nothing). */
 	char *before;
 	size_t before_len;
+	/* M/.events (events_file.c): the reader's cursor, the names it
+	 * watches (each NUL-terminated, an empty one last; NULL: all), under
+	 * the events' mutex. */
+	bool events;
+	uint64_t cursor;
+	char *watch;
 };
 
 /* A directory listing, taken at opendir so offsets stay meaningful. */

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "daemonize.h"
+#include "events_file.h"
 #include "fs.h"
 #include "guard.h"
 #include "connstate.h"
@@ -66,6 +67,7 @@ struct options {
 	char *lease;
 	char *break_signal;
 	char *container_root;
+	char *metrics_names;
 	char *descendants;
 	char *max_open_per_uid;
 	char *max_locks_per_uid;
@@ -88,6 +90,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("lease=%s", lease),
 	OPT("break_signal=%s", break_signal),
 	OPT("container_root=%s", container_root),
+	OPT("metrics_names=%s", metrics_names),
 	OPT("descendants=%s", descendants),
 	OPT("max_open_per_uid=%s", max_open_per_uid),
 	OPT("max_locks_per_uid=%s", max_locks_per_uid),
@@ -240,6 +243,7 @@ static void usage(const char *prog)
 	       "                          (default " LOCKFS_DEFAULT_HELPERS ")\n"
 	       "    -o lease=SECONDS      lease of slug-bound locks (default 600)\n"
 	       "    -o break_signal=SIG   signal a holder whose lock is broken or recovered\n"
+	       "    -o metrics_names=A:B    lock names with series of their own in M/.metrics\n"
 	       "    -o container_root=WHAT  root in another pid namespace is root over the\n"
 	       "                          locks of its own container (own, the default)\n"
 	       "                          or over every lock (host)\n"
@@ -538,6 +542,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	cfg.container_root_host = o.container_root && strcmp(o.container_root, "host") == 0;
+	cfg.metrics_names = o.metrics_names;
 	if (o.keeper && strcmp(o.keeper, "on") != 0 && strcmp(o.keeper, "off") != 0) {
 		fprintf(stderr, "lockfs: -o keeper=%s: want on or off\n", o.keeper);
 		goto out_args;
@@ -697,7 +702,8 @@ mounted:
 	lockfs_backend_record_pid(be);
 	/* Threads start after the fork that detaching makes: the engine's
 	 * and the store's (its change reports start with the engine's). */
-	if (lockfs_core_start(fs.core) < 0 || lockfs_stop_start() < 0) {
+	if (lockfs_core_start(fs.core) < 0 || lockfs_stop_start() < 0 ||
+	    lockfs_events_file_start(&fs) < 0) {
 		int err = errno ? errno : EIO;
 
 		fprintf(stderr, "lockfs: cannot start threads: %s\n", strerror(err));
@@ -759,6 +765,7 @@ out_unmount:
 	lockfs_core_stop(fs.core);
 	/* Nothing grants any more: tell the waiters the service is gone. */
 	lockfs_flock_shutdown(&fs);
+	lockfs_events_file_shutdown(&fs); /* and the readers of M/.events */
 	fuse_session_unmount(fs.se);
 	if (resuming) /* libfuse knows no mount point of a taken-over session */
 		lockfs_resume_unmount(mnt_abs);
@@ -786,6 +793,7 @@ out_args:
 	free(o.lease);
 	free(o.break_signal);
 	free(o.container_root);
+	free(o.metrics_names);
 	free(o.positional[0]);
 	free(o.positional[1]);
 	free(o.descendants);

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "attr.h"
+#include "events_file.h"
 #include "fs.h"
 #include "handle.h"
 #include "lockfs/name.h"
@@ -94,6 +95,12 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			struct fuse_entry_param e = { .ino = INO_FLOCK_DIR };
 
 			lockfs_attr_flock_dir(fs, &e.attr);
+			return (void)fuse_reply_entry(req, &e);
+		}
+		if (strcmp(name, ".events") == 0 || strcmp(name, ".metrics") == 0) {
+			struct fuse_entry_param e = { .ino = name[1] == 'e' ? INO_EVENTS : INO_METRICS };
+
+			lockfs_events_file_attr(fs, e.ino, &e.attr);
 			return (void)fuse_reply_entry(req, &e);
 		}
 		rc = lockfs_core_stat(fs->core, name, &ls);
@@ -153,6 +160,10 @@ static int attr_of(fuse_req_t req, fuse_ino_t ino, struct stat *st)
 	}
 	if (ino == INO_LOG)
 		return lockfs_attr_log(fs, st);
+	if (ino == INO_EVENTS || ino == INO_METRICS) {
+		lockfs_events_file_attr(fs, ino, st);
+		return 0;
+	}
 	if (ino == INO_FLOCK_DIR) {
 		lockfs_attr_flock_dir(fs, st);
 		return 0;
@@ -262,7 +273,8 @@ static void lfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	if (parent != FUSE_ROOT_ID)
 		return (void)fuse_reply_err(req, EPERM);
-	if (strcmp(name, ".log") == 0 || strcmp(name, ".flock") == 0)
+	if (strcmp(name, ".log") == 0 || strcmp(name, ".flock") == 0 ||
+	    strcmp(name, ".events") == 0 || strcmp(name, ".metrics") == 0)
 		return (void)fuse_reply_err(req, EPERM);
 	lockfs_fs_caller(req, &caller);
 	fuse_reply_err(req, -lockfs_core_release(fs->core, name, &caller));
@@ -330,6 +342,14 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = lockfs_flock_name_of(fs, ino, lock);
 		goto out;
 	}
+	if (ino == INO_EVENTS) {
+		rc = lockfs_events_file_open(fs, req, of);
+		goto out;
+	}
+	if (ino == INO_METRICS) {
+		rc = writing ? -EACCES : lockfs_core_metrics(fs->core, &of->data, &of->len);
+		goto out;
+	}
 	if (ino == INO_LOG) {
 		rc = writing ? -EACCES : lockfs_core_log_open_ro(fs->core);
 		if (rc >= 0) {
@@ -394,6 +414,7 @@ out:
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
+		lockfs_events_file_close(fs, of); /* the open was interrupted */
 		lockfs_handle_del(fs, &of->h);
 		lockfs_open_file_free(of);
 	}
@@ -409,6 +430,8 @@ static int render_restored(struct lockfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
 	int rc;
 
 	of->restored = false;
+	if (ino == INO_METRICS && !of->data)
+		return lockfs_core_metrics(fs->core, &of->data, &of->len);
 	if (!ino_is_lock(ino) || of->data)
 		return 0;
 	rc = lockfs_attr_lock_name(fs, ino, lock, &ls);
@@ -436,6 +459,8 @@ static void lfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	if (!of)
 		return (void)fuse_reply_err(req, EBADF);
+	if (ino == INO_EVENTS)
+		return lockfs_events_file_read(req, fs_of(req), of, size);
 	if (of->restored && of->fd < 0 && (rc = render_restored(fs_of(req), req, ino, of)) < 0)
 		return (void)fuse_reply_err(req, -rc);
 	if (of->fd >= 0) {
@@ -504,6 +529,10 @@ static void lfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 		return (void)fuse_reply_write(req, size); /* `echo $$ >&9`: discarded */
 	if (!of)
 		return (void)fuse_reply_err(req, EBADF);
+	if (ino == INO_EVENTS) {
+		rc = lockfs_events_file_write(fs, of, buf, size);
+		return (void)(rc < 0 ? fuse_reply_err(req, -rc) : fuse_reply_write(req, size));
+	}
 	if (!ino_is_lock(ino) || (file != LF_OPERATION && file != LF_LEASE && file != LF_BREAK &&
 				  file != LF_BIND))
 		return (void)fuse_reply_err(req, EBADF);
@@ -622,6 +651,7 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		struct open_file *of = open_file_of(fs_of(req), fi);
 
 		if (of) {
+			lockfs_events_file_close(fs_of(req), of);
 			lockfs_handle_del(fs_of(req), &of->h);
 			lockfs_open_file_free(of);
 		}
@@ -690,6 +720,8 @@ static const char *dir_entry(struct dir_snapshot *d, size_t i, fuse_ino_t *ino, 
 			*ino = INO_FLOCK_DIR;
 			return ".flock";
 		}
+		/* .events and .metrics are not listed: a listing of M is its
+		 * locks, .log and .flock, as scripts have always seen it. */
 		i -= 2;
 		return i < d->count ? d->names[i] : NULL;
 	}

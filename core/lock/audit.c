@@ -6,6 +6,8 @@
 #include <stdio.h>
 
 #include "audit.h"
+#include "events.h"
+#include "metrics.h"
 #include "table.h"
 
 void lockfs_audit_who(char *buf, size_t size, const char *slug, const char *comm, pid_t pid)
@@ -35,18 +37,37 @@ size_t lockfs_audit_put_container(const char **kv, size_t n, const char *contain
 	return n;
 }
 
-void lockfs_audit_event(struct lockfs_table *t, const char *who, const char *name,
-			const char *const *kv, const char *event)
+/* Every line of a lock's life is also counted (metrics.c) and, while
+ * someone reads M/.events, an event (events.c). */
+static void observed(struct lockfs_table *t, const char *who, const char *name,
+		     const char *const *kv, const char *event, int64_t since_ms)
+{
+	lockfs_metrics_event(t->metrics, kv, event, since_ms);
+	lockfs_events_note(t->events, who, name, kv, event);
+}
+
+void lockfs_audit_end(struct lockfs_table *t, const char *who, const char *name,
+		      const char *const *kv, const char *event, int64_t since_ms)
 {
 	/* A line that cannot be written now is kept and goes out later
 	 * (core/base/log.c says so on stderr once): the event happens anyway. */
 	(void)lockfs_log_event_or_keep(t->log, who, name, kv, event);
+	observed(t, who, name, kv, event, since_ms);
+}
+
+void lockfs_audit_event(struct lockfs_table *t, const char *who, const char *name,
+			const char *const *kv, const char *event)
+{
+	lockfs_audit_end(t, who, name, kv, event, 0);
 }
 
 int lockfs_audit_acquired(struct lockfs_table *t, const char *who, const char *name,
 			  const char *const *kv)
 {
 	int rc = lockfs_log_event(t->log, who, name, kv, "acquired");
+
+	if (rc == 0)
+		observed(t, who, name, kv, "acquired", 0);
 
 	/* The caller is told why it got no lock: a full log (ENOSPC, EDQUOT,
 	 * EFBIG) as such; anything else the write met in DIR as EIO, so that

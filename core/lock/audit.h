@@ -6,9 +6,18 @@
 #ifndef LOCKFS_LOCK_AUDIT_H
 #define LOCKFS_LOCK_AUDIT_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "table.h"
+
+/* The line that ends holder I of a record (queue.c fills it): WHO, then
+ * fence=, uid=, pid= and the let-go's extras. */
+struct end_line {
+	char who[WHO_MAX], fence[24], uid[16], pid[16];
+	const char *kv[28]; /* fence=, uid=, pid=, container=, up to 11 extras, NULL */
+	int64_t since_ms;   /* the grant's time (wall clock; 0: unknown): the hold time */
+};
 
 /* "comm[pid]", or the slug when there is one, into BUF. */
 void lockfs_audit_who(char *buf, size_t size, const char *slug, const char *comm, pid_t pid);
@@ -24,6 +33,10 @@ size_t lockfs_audit_put_container(const char **kv, size_t n, const char *contain
  * whether or not it can be logged (releases, recoveries, refusals). */
 void lockfs_audit_event(struct lockfs_table *t, const char *who, const char *name,
 			const char *const *kv, const char *event);
+/* Log EVENT, the end of a grant made at SINCE_MS (wall clock; 0: not
+ * known), as lockfs_audit_event does: the hold time goes to the metrics. */
+void lockfs_audit_end(struct lockfs_table *t, const char *who, const char *name,
+		      const char *const *kv, const char *event, int64_t since_ms);
 /* Log a grant's `acquired` line now or not at all.  Returns 0, or the
  * -errno of the failed write (-ENOSPC, -EDQUOT, -EFBIG, -ENOMEM, or -EIO
  * for any other): then the grant must be undone. */

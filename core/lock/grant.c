@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "audit.h"
+#include "base/clock.h"
+#include "events.h"
+#include "metrics.h"
 #include "caller.h"
 #include "fdlock.h"
 #include "grant.h"
@@ -42,9 +45,11 @@ int lockfs_grant_fd_record(struct lockfs_table *t, const char *name, struct qent
 /* The `acquired` line of NAME's grant to H, now or not at all: 0, or the
  * -errno of the failed write (the caller takes the grant back). */
 int lockfs_grant_log(struct lockfs_table *t, const char *name, const struct lockfs_holder *h,
-		     const char *slug, uint64_t fence, enum lockfs_mode mode)
+		     const char *slug, uint64_t fence, enum lockfs_mode mode,
+		     const struct qentry *e)
 {
 	char who[WHO_MAX], f[24], uid[16], pid[16];
+	int rc;
 	const char *kv[13] = { "fence", f, "uid", uid, "pid", pid, "bound", "fd",
 			       "mode", mode == LOCKFS_SHARED ? "shared" : "exclusive" };
 
@@ -52,7 +57,33 @@ int lockfs_grant_log(struct lockfs_table *t, const char *name, const struct lock
 	lockfs_audit_who(who, sizeof(who), slug, h->comm, h->pid);
 	snprintf(f, sizeof(f), "%" PRIu64, fence);
 	lockfs_audit_ids(uid, pid, h->uid, h->pid);
-	return lockfs_audit_acquired(t, who, name, kv);
+	rc = lockfs_audit_acquired(t, who, name, kv);
+	if (rc == 0 && e && e->w && e->w->parked) {
+		int64_t waited = lockfs_wall_ms() - e->since_ms;
+		char ms[24];
+
+		snprintf(ms, sizeof(ms), "%lld", (long long)(waited > 0 ? waited : 0));
+		kv[10] = "waited_ms";
+		kv[11] = ms;
+		kv[12] = NULL; /* container= is in the `acquired` event already */
+		lockfs_metrics_granted(t->metrics, waited);
+		lockfs_events_note(t->events, who, name, kv, "granted");
+	}
+	return rc;
+}
+
+void lockfs_grant_waiting(struct lockfs_table *t, const char *name, const struct qentry *e)
+{
+	char who[WHO_MAX], uid[16], pid[16];
+	const char *kv[7] = { "uid", uid, "pid", pid, "mode",
+			      e->mode == LOCKFS_SHARED ? "shared" : "exclusive", NULL };
+
+	lockfs_metrics_waiting(t->metrics);
+	if (!lockfs_events_watched(t->events))
+		return;
+	lockfs_audit_who(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
+	lockfs_audit_ids(uid, pid, e->uid, e->who.pid);
+	lockfs_events_note(t->events, who, name, kv, "waiting");
 }
 
 /*

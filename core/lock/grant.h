@@ -17,9 +17,16 @@
 int lockfs_grant_fd_record(struct lockfs_table *t, const char *name, struct qentry *e,
 			   struct lockfs_record *rec);
 /* The `acquired` line of NAME's grant to H, now or not at all: 0, or the
- * -errno of the failed write (the caller takes the grant back). */
+ * -errno of the failed write (the caller takes the grant back).  E (NULL:
+ * none) is the queue entry granted: if its request waited, the grant is
+ * also the `granted` event (for watchers, not in the log) and the metrics'
+ * wait time. */
 int lockfs_grant_log(struct lockfs_table *t, const char *name, const struct lockfs_holder *h,
-		     const char *slug, uint64_t fence, enum lockfs_mode mode);
+		     const char *slug, uint64_t fence, enum lockfs_mode mode,
+		     const struct qentry *e);
+/* E's request for NAME was parked: the `waiting` event (for watchers, not
+ * in the log) and the metrics' contention count. */
+void lockfs_grant_waiting(struct lockfs_table *t, const char *name, const struct qentry *e);
 /*
  * Take back NAME's grant FENCE to OWNER, just stored (identity IDENTITY,
  * record REC) but refused by the log: the store lets it go, or, if it

@@ -257,7 +257,7 @@ static int grant_made(struct lockfs_table *t, struct stripe *s, const char *name
 
 	e->place = (struct lockfs_place){ 0 };
 	lockfs_table_grant_fence(g, st);
-	rc = lockfs_grant_log(t, name, &rec->holder, rec->slug, rec->fence, rec->mode);
+	rc = lockfs_grant_log(t, name, &rec->holder, rec->slug, rec->fence, rec->mode, e);
 	if (rc < 0) {
 		lockfs_grant_undo_locked(t, s, name, st->identity, rec, e->owner, rec->fence);
 		return rc;
@@ -305,7 +305,7 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_loc
 	if (lockfs_table_persist_grant(t, s, c, st, c->rec.nshares) < 0)
 		return -EAGAIN; /* the store cannot tell, or someone waits in it */
 	v = &c->rec.shares[c->rec.nshares - 1];
-	rc = lockfs_grant_log(t, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED);
+	rc = lockfs_grant_log(t, c->name, &v->holder, v->slug, v->fence, LOCKFS_SHARED, e);
 	if (rc < 0) {
 		/* The log refused: this share goes again, the others stay. */
 		uint64_t fence = v->fence;
@@ -538,13 +538,6 @@ void lockfs_queue_grant_locked(struct lockfs_table *t, struct stripe *s, const c
 	grant_queue(t, s, name, 0);
 }
 
-/* The line that ends holder I of a record: WHO, then fence=, uid=, pid=
- * and the let-go's EXTRA. */
-struct end_line {
-	char who[WHO_MAX], fence[24], uid[16], pid[16];
-	const char *kv[28]; /* fence=, uid=, pid=, container=, up to 11 extras, NULL */
-};
-
 /* Give C's lock (being released, store identity IDENTITY) straight to the
  * queue's head by rewriting the record in place: nobody can take it in
  * between.  EVENT (unless NULL) is logged for the old holder with L.
@@ -608,7 +601,7 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held
 		 * parked, and the store's change report brings it back. */
 		lockfs_record_clear(&rec);
 		if (event)
-			lockfs_audit_event(t, l->who, name, l->kv, event);
+			lockfs_audit_end(t, l->who, name, l->kv, event, l->since_ms);
 		lockfs_table_drop(t, s, name);
 		lockfs_quota_lock_unreserve(t->quota, uid, false);
 		free(name);
@@ -624,8 +617,8 @@ static bool handoff_locked(struct lockfs_table *t, struct stripe *s, struct held
 	 * is written first, whatever happens next; then the new holder's
 	 * `acquired`, before the waiter is answered. */
 	if (event)
-		lockfs_audit_event(t, l->who, name, l->kv, event);
-	rc = lockfs_grant_log(t, name, &rec.holder, rec.slug, rec.fence, rec.mode);
+		lockfs_audit_end(t, l->who, name, l->kv, event, l->since_ms);
+	rc = lockfs_grant_log(t, name, &rec.holder, rec.slug, rec.fence, rec.mode, e);
 	lockfs_table_drop(t, s, name); /* C: the old holder's, released */
 	if (rc < 0) {
 		/* The log refused the grant: the old holder's release stands,
@@ -781,6 +774,7 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 		e = NULL;
 	}
 	w->parked = true;
+	lockfs_grant_waiting(t, name, w->entry);
 	rc = -EINPROGRESS;
 	if (jumped)
 		lockfs_queue_grant_locked(t, s, name); /* may answer W at once */
@@ -830,6 +824,7 @@ static void end_line_of(struct end_line *l, const struct lockfs_record *r, size_
 	lockfs_audit_who(l->who, sizeof(l->who), lockfs_record_slug_at(r, i), h->comm, h->pid);
 	snprintf(l->fence, sizeof(l->fence), "%" PRIu64, lockfs_record_fence_at(r, i));
 	lockfs_audit_ids(l->uid, l->pid, h->uid, h->pid);
+	l->since_ms = i == 0 ? lockfs_holder_acquired_at(r) : r->shares[i - 1].acquired_at_ms;
 	memcpy(l->kv, (const char *[]){ "fence", l->fence, "uid", l->uid, "pid", l->pid },
 	       6 * sizeof(*l->kv));
 	n = (int)lockfs_audit_put_container(l->kv, 6, h->container);
@@ -883,7 +878,7 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_
 	 * shows two holders at once.  (A seed script's mkdir is not logged
 	 * at all.) */
 	if (rc == 0 && event)
-		lockfs_audit_event(t, l.who, name, l.kv, event);
+		lockfs_audit_end(t, l.who, name, l.kv, event, l.since_ms);
 	lockfs_table_drop(t, s, name);
 	grant_queue(t, s, name, how->ticket);
 	free(name);
@@ -933,7 +928,7 @@ static int drop_share_locked(struct lockfs_table *t, struct stripe *s, struct he
 		/* Logged once the store no longer lists this holder, under
 		 * the stripe mutex (see release_locked). */
 		if (how->event)
-			lockfs_audit_event(t, l.who, c->name, l.kv, how->event);
+			lockfs_audit_end(t, l.who, c->name, l.kv, how->event, l.since_ms);
 		lockfs_table_watch(t, c, -1);
 		lockfs_queue_grant_locked(t, s, c->name);
 	}

@@ -2,6 +2,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store.h"
 
@@ -27,6 +28,22 @@ static int injected(enum lockfs_store_op op, const char *name)
 	return rc;
 }
 
+/* -EIO answers of the store (metrics.c's lockfs_store_errors_total):
+ * one relaxed add on a failure, nothing on success. */
+static uint64_t store_errors;
+
+static int counted(int rc)
+{
+	if (rc == -EIO)
+		__atomic_add_fetch(&store_errors, 1, __ATOMIC_RELAXED);
+	return rc;
+}
+
+uint64_t lockfs_store_errors(void)
+{
+	return __atomic_load_n(&store_errors, __ATOMIC_RELAXED);
+}
+
 /* What every call needs: an open store that has the op. */
 #define HAS_OP(be, op) ((be) && (be)->ops && (be)->ops->op)
 
@@ -38,7 +55,7 @@ int lockfs_store_acquire(struct lockfs_backend *be, const char *name,
 
 	/* Only TRY takes no place in line. */
 	assert(HAS_OP(be, acquire) && name && src && (place || how == LOCKFS_ACQ_TRY));
-	return rc ? rc : be->ops->acquire(be, name, how, src, place, st);
+	return counted(rc ? rc : be->ops->acquire(be, name, how, src, place, st));
 }
 
 int lockfs_store_claim(struct lockfs_backend *be, const char *name,
@@ -48,7 +65,7 @@ int lockfs_store_claim(struct lockfs_backend *be, const char *name,
 	int rc = injected(LOCKFS_STORE_CLAIM, name);
 
 	assert(HAS_OP(be, claim) && name && place && src);
-	return rc ? rc : be->ops->claim(be, name, place, src, st);
+	return counted(rc ? rc : be->ops->claim(be, name, place, src, st));
 }
 
 int lockfs_store_leave(struct lockfs_backend *be, const char *name,
@@ -57,7 +74,7 @@ int lockfs_store_leave(struct lockfs_backend *be, const char *name,
 	int rc = injected(LOCKFS_STORE_LEAVE, name);
 
 	assert(HAS_OP(be, leave) && name && place);
-	return rc ? rc : be->ops->leave(be, name, place);
+	return counted(rc ? rc : be->ops->leave(be, name, place));
 }
 
 int lockfs_store_handoff(struct lockfs_backend *be, const char *name, uint64_t identity,
@@ -67,7 +84,7 @@ int lockfs_store_handoff(struct lockfs_backend *be, const char *name, uint64_t i
 	int rc = injected(LOCKFS_STORE_HANDOFF, name);
 
 	assert(HAS_OP(be, handoff) && name && place && src);
-	return rc ? rc : be->ops->handoff(be, name, identity, place, src, st);
+	return counted(rc ? rc : be->ops->handoff(be, name, identity, place, src, st));
 }
 
 int lockfs_store_update(struct lockfs_backend *be, const char *name, uint64_t identity,
@@ -77,7 +94,7 @@ int lockfs_store_update(struct lockfs_backend *be, const char *name, uint64_t id
 	int rc = injected(LOCKFS_STORE_UPDATE, name);
 
 	assert(HAS_OP(be, update) && name && src);
-	return rc ? rc : be->ops->update(be, name, identity, how, src, st);
+	return counted(rc ? rc : be->ops->update(be, name, identity, how, src, st));
 }
 
 int lockfs_store_release(struct lockfs_backend *be, const char *name, uint64_t identity)
@@ -85,7 +102,7 @@ int lockfs_store_release(struct lockfs_backend *be, const char *name, uint64_t i
 	int rc = injected(LOCKFS_STORE_RELEASE, name);
 
 	assert(HAS_OP(be, release) && name);
-	return rc ? rc : be->ops->release(be, name, identity);
+	return counted(rc ? rc : be->ops->release(be, name, identity));
 }
 
 int lockfs_store_adopt(struct lockfs_backend *be, const char *name, uint64_t identity,
@@ -94,7 +111,7 @@ int lockfs_store_adopt(struct lockfs_backend *be, const char *name, uint64_t ide
 	int rc = injected(LOCKFS_STORE_ADOPT, name);
 
 	assert(HAS_OP(be, adopt) && name);
-	return rc ? rc : be->ops->adopt(be, name, identity, st);
+	return counted(rc ? rc : be->ops->adopt(be, name, identity, st));
 }
 
 int lockfs_store_read(struct lockfs_backend *be, const char *name, char **record, size_t *len,
@@ -103,7 +120,7 @@ int lockfs_store_read(struct lockfs_backend *be, const char *name, char **record
 	int rc = injected(LOCKFS_STORE_READ, name);
 
 	assert(HAS_OP(be, read) && name && record && len);
-	return rc ? rc : be->ops->read(be, name, record, len, st);
+	return counted(rc ? rc : be->ops->read(be, name, record, len, st));
 }
 
 int lockfs_store_stat(struct lockfs_backend *be, const char *name, struct lockfs_entry_stat *st,
@@ -112,7 +129,7 @@ int lockfs_store_stat(struct lockfs_backend *be, const char *name, struct lockfs
 	int rc = injected(LOCKFS_STORE_STAT, name);
 
 	assert(HAS_OP(be, stat) && name);
-	return rc ? rc : be->ops->stat(be, name, st, likely_held);
+	return counted(rc ? rc : be->ops->stat(be, name, st, likely_held));
 }
 
 int lockfs_store_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
@@ -120,7 +137,7 @@ int lockfs_store_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 	int rc = injected(LOCKFS_STORE_LIST, NULL);
 
 	assert(HAS_OP(be, list) && cb);
-	return rc ? rc : be->ops->list(be, cb, arg);
+	return counted(rc ? rc : be->ops->list(be, cb, arg));
 }
 
 int lockfs_store_line(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg)

@@ -75,4 +75,8 @@ struct lockfs_store_fault {
 };
 void lockfs_store_fault_set(const struct lockfs_store_fault *fault);
 
+/* How many times the store answered EIO (it could not be reached, or
+ * refused), since the daemon started: for M/.metrics. */
+uint64_t lockfs_store_errors(void);
+
 #endif

@@ -36,6 +36,8 @@ struct unlock_retry;     /* fdlock.h */
 struct fdlock_via;       /* fdlock.h */
 struct recovery_work;    /* recovery.c */
 struct lockfs_changes;   /* changes.c */
+struct lockfs_events;    /* events.h */
+struct lockfs_metrics;   /* metrics.h */
 
 #define STRIPES 256
 #define WHO_MAX (LOCKFS_SLUG_MAX + 32)
@@ -120,6 +122,8 @@ struct uid_name {
 struct lockfs_table {
 	struct lockfs_backend *be;      /* the store; its own locking */
 	struct lockfs_log *log;         /* the audit log; its own mutex */
+	struct lockfs_events *events;   /* events.c: M/.events; its own mutex */
+	struct lockfs_metrics *metrics; /* metrics.c: atomic counters */
 	struct lockfs_liveness *liveness;       /* its own mutex */
 	struct lockfs_descendants *descendants; /* its own mutex */
 	/* Repeat requesters' /proc facts (caller.c), kept exact by the

@@ -56,6 +56,9 @@ struct lockfs_core_config {
 	 * resends (lockfs_caller.resent) are recognised: see
 	 * lockfs_core_resume_done and docs/recovery.md. */
 	bool resuming;
+	/* -o metrics_names: the lock names (':'-separated) that get series of
+	 * their own in M/.metrics; NULL = none. */
+	const char *metrics_names;
 };
 
 /* Who sent a request, as FUSE reports it. */
@@ -307,5 +310,29 @@ int lockfs_core_log_open_ro(struct lockfs_core *core);
 /* Open DIR/lock.log again soon (SIGHUP: logrotate moved it).
  * Async-signal-safe. */
 void lockfs_core_log_reopen(struct lockfs_core *core);
+
+/*
+ * M/.events (docs/operations.md): one JSON line per event of a lock, for
+ * readers that attach.  A reader's cursor starts at the next event
+ * (lockfs_core_events_attach); lockfs_core_events_take copies whole lines
+ * from it into BUF -- those WANT (NULL: all) accepts by lock name --
+ * and returns the bytes (0: none yet), or -EOVERFLOW when SIZE cannot
+ * hold the next line.  lockfs_core_events_wait blocks until the event
+ * numbered SEEN exists or the events are shut, and returns the next
+ * event's number.  lockfs_core_events_shut
+ * wakes every waiter for good (the daemon stops).
+ */
+typedef bool (*lockfs_core_event_want_fn)(void *arg, const char *name);
+uint64_t lockfs_core_events_attach(struct lockfs_core *core);
+void lockfs_core_events_detach(struct lockfs_core *core);
+ssize_t lockfs_core_events_take(struct lockfs_core *core, uint64_t *cursor, char *buf, size_t size,
+				lockfs_core_event_want_fn want, void *arg);
+uint64_t lockfs_core_events_wait(struct lockfs_core *core, uint64_t seen);
+void lockfs_core_events_shut(struct lockfs_core *core);
+bool lockfs_core_events_shut_down(struct lockfs_core *core);
+
+/* M/.metrics' text (Prometheus' text format) in *TEXT (malloc'd, *LEN
+ * bytes).  0 or -ENOMEM. */
+int lockfs_core_metrics(struct lockfs_core *core, char **text, size_t *len);
 
 #endif

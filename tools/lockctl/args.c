@@ -29,6 +29,7 @@ const char lockfs_ctl_usage[] =
 	"  lockctl release NAME [--slug S]\n"
 	"  lockctl status [NAME] [--json]\n"
 	"  lockctl break NAME --reason TEXT\n"
+	"  lockctl watch [NAME...] | lockctl metrics | lockctl top\n"
 	"  lockctl --help | --version\n"
 	"\n"
 	"Wait for, hold, inspect and release lockfs locks. Waiting is a blocking\n"
@@ -55,6 +56,11 @@ const char lockfs_ctl_usage[] =
 	"           \"waiters\" array. With NAME, exits 1 when NAME is not held.\n"
 	"  break    take NAME away from whoever holds it (root or the mounting user);\n"
 	"           the reason is logged.\n"
+	"  watch    print one JSON line per lock event as it happens (acquired,\n"
+	"           released, recovered, waiting, granted, broken, lost ...), of the\n"
+	"           NAMEs given or of every lock, until interrupted (M/.events).\n"
+	"  metrics  print the daemon's metrics, Prometheus text format (M/.metrics).\n"
+	"  top      a live view of the held locks, their holders and waiters; q quits.\n"
 	"\n"
 	"Options:\n"
 	"  --mount PATH    the lockfs mount (default: $LOCKFS_MOUNT, else /locks)\n"
@@ -144,7 +150,8 @@ static const struct {
 	enum verb verb;
 } VERBS[] = {
 	{ "run", V_RUN }, { "acquire", V_ACQUIRE }, { "release", V_RELEASE },
-	{ "status", V_STATUS }, { "break", V_BREAK },
+	{ "status", V_STATUS }, { "break", V_BREAK }, { "watch", V_WATCH },
+	{ "metrics", V_METRICS }, { "top", V_TOP },
 };
 
 /*
@@ -258,6 +265,8 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 			if (o->nnames == RUN_NAMES_MAX)
 				return fail(EX_USAGE, "run: more than %d names", RUN_NAMES_MAX);
 			o->names[o->nnames++] = a;
+		} else if (o->verb == V_WATCH) {
+			/* more names: main.c hands watch every word after the verb */
 		} else {
 			return fail(EX_USAGE, "unexpected argument '%s' (see lockctl --help)", a);
 		}
@@ -273,7 +282,7 @@ int lockfs_ctl_check_args(const struct opts *o)
 	if (v == V_NONE)
 		return lockfs_ctl_usage_error("no command given");
 	const char *w = o->verb_word;
-	if (v != V_STATUS && !o->name)
+	if (v != V_STATUS && v != V_WATCH && v != V_METRICS && v != V_TOP && !o->name)
 		return fail(EX_USAGE, "%s: NAME is missing (see lockctl --help)", w);
 	for (int i = 0; i < o->nnames; i++) {
 		/* The daemon's own rule (include/lockfs/name.h), so that a name

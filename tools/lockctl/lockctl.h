@@ -145,7 +145,7 @@ static inline int errno_status(int e)
 /* ------------------------------------------------------------------ */
 /* the command line (args.c) */
 
-enum verb { V_NONE, V_RUN, V_ACQUIRE, V_RELEASE, V_STATUS, V_BREAK };
+enum verb { V_NONE, V_RUN, V_ACQUIRE, V_RELEASE, V_STATUS, V_BREAK, V_WATCH, V_METRICS, V_TOP };
 
 struct opts {
 	enum verb verb;
@@ -219,6 +219,21 @@ int lockfs_ctl_restart_wait(const struct opts *o, double *secs);
 /* Sleep until the mount table changes, a signal comes, or MAX_MS pass
  * (MAX_MS 0: only start watching, so that no change is missed later). */
 void lockfs_ctl_wait_mount_change(int max_ms);
+
+/* The held lock names in M (sorted; status.c), or -errno. */
+int lockfs_ctl_list_names(const char *mnt, char ***names, size_t *count);
+
+/* ------------------------------------------------------------------ */
+/* watching (watch.c, top.c) */
+
+/* Open M/.events; with NNAMES names, watching only those.  fd or -errno. */
+int lockfs_ctl_events_open(const char *mnt, char *const *names, int nnames);
+/* lockctl watch [NAME...]: M/.events to standard output.  Exit status. */
+int lockfs_ctl_watch(const char *mnt, char *const *names, int nnames);
+/* lockctl metrics: M/.metrics to standard output.  Exit status. */
+int lockfs_ctl_metrics(const char *mnt);
+/* lockctl top: the live view.  Exit status. */
+int lockfs_ctl_top(const char *mnt);
 
 /* M/NAME/owner as a JSON object; NULL with *ERR = errno (EBADMSG: not JSON). */
 json_t *lockfs_ctl_read_owner(const char *mnt, const char *name, int *err);

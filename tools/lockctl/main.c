@@ -155,6 +155,29 @@ static int reexec_with_slug(char **argv, const char *slug)
 		    strerror(errno));
 }
 
+/* watch's names: the words after "watch" that are not options (ARGV is
+ * reordered so that they come first from the returned pointer). */
+static char **watch_names(int argc, char **argv)
+{
+	int n = 0;
+	bool after_verb = false;
+
+	for (int i = 1; i < argc; i++) {
+		if (argv[i][0] == '-') {
+			if (strcmp(argv[i], "--mount") == 0)
+				i++; /* its value */
+			continue;
+		}
+		if (!after_verb) {
+			after_verb = true;
+			continue;
+		}
+		argv[n++] = argv[i]; /* argv[0] and the verb are read no more */
+	}
+	argv[n] = NULL;
+	return argv;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -212,6 +235,21 @@ int main(int argc, char **argv)
 		break;
 	case V_BREAK:
 		rc = cmd_break(&o, mnt);
+		break;
+	case V_WATCH: {
+		char **names = watch_names(argc, argv);
+		int n = 0;
+
+		while (names[n])
+			n++;
+		rc = lockfs_ctl_watch(mnt, names, n);
+		break;
+	}
+	case V_METRICS:
+		rc = lockfs_ctl_metrics(mnt);
+		break;
+	case V_TOP:
+		rc = lockfs_ctl_top(mnt);
 		break;
 	default:
 		rc = lockfs_ctl_usage_error("no command given");

@@ -216,8 +216,7 @@ static void table_free(struct table *t)
 	free(t->rows);
 }
 
-/* The held lock names in M (sorted), or -errno. */
-static int list_names(const char *mnt, char ***names, size_t *count)
+int lockfs_ctl_list_names(const char *mnt, char ***names, size_t *count)
 {
 	DIR *dir = opendir(mnt);
 	if (!dir)
@@ -266,7 +265,7 @@ int lockfs_ctl_status(const struct opts *o, const char *mnt)
 		names = one;
 		count = 1;
 	} else {
-		int rc = list_names(mnt, &names, &count);
+		int rc = lockfs_ctl_list_names(mnt, &names, &count);
 		if (rc < 0)
 			return fail(errno_status(-rc), "cannot list %s: %s", mnt, strerror(-rc));
 	}
