@@ -20,8 +20,10 @@
  * The graph learns that a wait ended by interposing on its W->done (set
  * under the stripe mutex while W is parked): every grant or failure of a
  * parked request goes through it.  A cycle is answered only if no wait
- * ended while it was looked for (version), as a holder changes only by a
- * release that answers a waiter.
+ * of the graph ended while it was looked for (version), and the holders
+ * on its path, read once more, are still the same (a lock handed to a
+ * waiter whose own check has not begun ends no wait of the graph); it is
+ * logged only once the wait was taken back.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -342,15 +344,39 @@ static void log_cycle(struct lockfs_table *t, const struct dl_wait *d,
 	lockfs_audit_event(t, waiter->who, d->name, kv, "deadlock");
 }
 
-/* Look for a cycle D would close, with the graph as it is now; true and
- * the line written when there is one and no wait ended meanwhile. */
+/* Does every name of the cycle CY still have the holder the search found?
+ * A holder can change without a wait of the graph ending (the lock handed
+ * to a waiter whose own check has not begun): looked at once more. */
+static bool holders_still(struct lockfs_table *t, const struct dl_wait *d,
+			  const struct dl_node *nodes, const struct dl_cycle *cy)
+{
+	struct dl_proc holders[DL_HOLDERS];
+	const struct dl_proc *want = &cy->closer;
+
+	for (int i = cy->last; i >= 0; i = nodes[i].parent) {
+		const char *name = nodes[i].wait ? nodes[i].wait->name : d->name;
+		size_t nh = read_holders(t, name, holders), h;
+
+		for (h = 0; h < nh; h++)
+			if (holders[h].pid == want->pid && holders[h].start_time == want->start_time)
+				break;
+		if (h == nh)
+			return false;
+		want = &nodes[i].held_by;
+	}
+	return true;
+}
+
+/* Look for a cycle D would close, with the graph as it is now: true, with
+ * the path in dl->nodes and its end in *CY, when there is one and no wait
+ * ended meanwhile.  What the nodes point to stays readable until
+ * check_end(). */
 static bool find_cycle(struct lockfs_table *t, struct lockfs_deadlock *dl, struct dl_wait *d,
-		       const struct lockfs_deadlock_waiter *waiter)
+		       struct dl_cycle *cy)
 {
 	struct dl_node *nodes = dl->nodes;
 
 	for (int tries = 0; tries < DL_TRIES; tries++) {
-		struct dl_cycle cy;
 		size_t nsnap = 0;
 		uint64_t version;
 		bool found, same;
@@ -366,17 +392,17 @@ static bool find_cycle(struct lockfs_table *t, struct lockfs_deadlock *dl, struc
 		dl->checking = true;
 		pthread_mutex_unlock(&dl->mu);
 
-		found = search(t, d, dl->snap, nsnap, nodes, &cy);
+		found = search(t, d, dl->snap, nsnap, nodes, cy);
+		if (found && !holders_still(t, d, nodes, cy))
+			continue;
 
 		pthread_mutex_lock(&dl->mu);
 		same = dl->version == version && !d->over;
 		pthread_mutex_unlock(&dl->mu);
 		if (!found)
 			return false;
-		if (same) {
-			log_cycle(t, d, waiter, nodes, &cy);
+		if (same)
 			return true;
-		}
 	}
 	return false;
 }
@@ -400,6 +426,7 @@ int lockfs_deadlock_check(struct lockfs_table *t, struct lockfs_deadlock *dl, co
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
 	struct dl_wait *d = calloc(1, sizeof(*d));
+	struct dl_cycle cy;
 	bool cycle, answer = false;
 
 	if (!d)
@@ -422,7 +449,9 @@ int lockfs_deadlock_check(struct lockfs_table *t, struct lockfs_deadlock *dl, co
 	lockfs_table_unlock(s);
 
 	pthread_mutex_lock(&dl->check_mu);
-	cycle = find_cycle(t, dl, d, waiter);
+	cycle = find_cycle(t, dl, d, &cy);
+	/* Logged only once taken back: a wait granted in between (-EALREADY)
+	 * was no deadlock after all. */
 	if (cycle && lockfs_queue_cancel(t, name, w) == 0) {
 		/* Taken back: ours to answer, and its place is not kept (the
 		 * victim's retry should not stand ahead of the others). */
@@ -431,6 +460,7 @@ int lockfs_deadlock_check(struct lockfs_table *t, struct lockfs_deadlock *dl, co
 		lockfs_table_unlock(s);
 		w->done = d->done;
 		w->deadlock = NULL;
+		log_cycle(t, d, waiter, dl->nodes, &cy);
 		answer = true;
 	}
 	pthread_mutex_lock(&dl->mu);

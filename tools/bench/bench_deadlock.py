@@ -8,11 +8,11 @@ and does a crowd taking locks in random order ever deadlock for long?
 
 Mounts lockfs (BUILD_DIR/lockfs) on a private tmpfs backing dir, then:
 
-1. Latency, N rounds (default 500) of a cycle of K processes (default 2):
-   this process holds L0 with flock(2); worker i (1..K-1) holds Li and waits
-   for L(i-1) (each seen in M/L(i-1)/waiters before the next starts); then
-   this process asks for L(K-1) -- the request that closes the cycle -- and
-   the time from the call to its EDEADLK answer is one sample.  Side by
+1. Latency, N rounds (default 500) of a cycle of K processes (default 2),
+   all siblings: the closer holds L0 with flock(2); worker i (1..K-1) holds
+   Li and waits for L(i-1) (each seen in M/L(i-1)/waiters before the next
+   starts); then the closer asks for L(K-1) -- the request that closes the
+   cycle -- and the time from the call to its EDEADLK answer is one sample.  Side by
    side, the same call with LOCK_NB on a held lock (EWOULDBLOCK: the same
    round trip through FUSE, no check).  With --background G, G more
    processes are parked on a lock of an unrelated holder the whole time:
@@ -131,7 +131,44 @@ def bg_holder(mnt, name):
     return run
 
 
+def closer(mnt, hold, ask):
+    """The process that closes the cycle: 'g' takes HOLD and says 'h'; 'c'
+    asks for ASK with LOCK_NB (the round trip without a check), then
+    blocking (the wait that closes the cycle), writes the two times in ms
+    as a line, and lets HOLD go.  A sibling of the others: no process of
+    the cycle descends from another (the process-tree rule would make a
+    child of a holder count as that holder)."""
+    def run(rd, wr):
+        fh = os.open(fpath(mnt, hold), os.O_RDWR | os.O_CREAT)
+        fa = os.open(fpath(mnt, ask), os.O_RDWR | os.O_CREAT)
+        while True:
+            c = os.read(rd, 1)
+            if c == b'g':
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                os.write(wr, b'h')
+                continue
+            if c != b'c':
+                return
+            t0 = time.perf_counter()
+            try:
+                fcntl.flock(fa, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                nb = -1.0  # granted: no cycle to measure
+            except BlockingIOError:
+                nb = (time.perf_counter() - t0) * 1000.0
+            t0 = time.perf_counter()
+            try:
+                fcntl.flock(fa, fcntl.LOCK_EX)
+                dl = -1.0
+                fcntl.flock(fa, fcntl.LOCK_UN)
+            except OSError as e:
+                dl = (time.perf_counter() - t0) * 1000.0 if e.errno == errno.EDEADLK else -2.0
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            os.write(wr, ('%f %f\n' % (nb, dl)).encode())
+    return run
+
+
 def latency(mnt, rounds, length, background):
+    """Part 1: ROUNDS cycles of LENGTH processes; ([EDEADLK ms], [LOCK_NB ms])."""
     names = ['L%d' % i for i in range(length)]
     kids = []
     bg = []
@@ -145,37 +182,32 @@ def latency(mnt, rounds, length, background):
                 bg.append(w)
                 assert os.read(w[1], 1) == b'r'
                 wait_listed(mnt, 'bg', w[0])
+        last = child(closer(mnt, names[0], names[-1]))
         for i in range(1, length):
             kids.append(child(chain_worker(mnt, names[i], names[i - 1])))
-        f0 = os.open(fpath(mnt, names[0]), os.O_RDWR | os.O_CREAT)
-        flast = os.open(fpath(mnt, names[-1]), os.O_RDWR | os.O_CREAT)
         dl, nb = [], []
         for _ in range(rounds):
-            fcntl.flock(f0, fcntl.LOCK_EX)
+            os.write(last[2], b'g')
+            assert os.read(last[1], 1) == b'h'
             for i, (pid, rd, wr) in enumerate(kids):
                 os.write(wr, b'g')
                 assert os.read(rd, 1) == b'h'
                 wait_listed(mnt, names[i], pid)
-            # the same round trip without a check: a refused LOCK_NB
-            t0 = time.perf_counter()
-            try:
-                fcntl.flock(flast, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                raise SystemExit('LOCK_NB on a held lock was granted')
-            except BlockingIOError:
-                nb.append((time.perf_counter() - t0) * 1000.0)
-            t0 = time.perf_counter()
-            try:
-                fcntl.flock(flast, fcntl.LOCK_EX)
-                raise SystemExit('the wait that closes the cycle was granted')
-            except OSError as e:
-                if e.errno != errno.EDEADLK:
-                    raise
-                dl.append((time.perf_counter() - t0) * 1000.0)
-            fcntl.flock(f0, fcntl.LOCK_UN)
+            os.write(last[2], b'c')
+            line = b''
+            while not line.endswith(b'\n'):
+                line += os.read(last[1], 64)
+            t_nb, t_dl = (float(x) for x in line.split())
+            if t_nb < 0 or t_dl < 0:
+                raise SystemExit('round %d: LOCK_NB %s, the closing wait %s'
+                                 % (len(dl), 'granted' if t_nb < 0 else 'refused',
+                                    'granted' if t_dl == -1.0 else 'not refused with EDEADLK'
+                                    if t_dl < 0 else 'EDEADLK'))
+            nb.append(t_nb)
+            dl.append(t_dl)
             for pid, rd, wr in kids:
                 assert os.read(rd, 1) == b'd'
-        os.close(f0)
-        os.close(flast)
+        kids.append(last)
         return dl, nb
     finally:
         for pid, rd, wr in kids + bg:
@@ -453,7 +485,8 @@ def mounted(build):
     os.mkdir(mnt)
     subprocess.check_call(['mount', '-t', 'tmpfs', '-o', 'size=64m,mode=0700', 'tmpfs', back])
     daemon = subprocess.Popen([os.path.join(build, 'lockfs'), '-f', '-o', 'backing=' + back,
-                               '-o', 'max_waiters_per_uid=100000', mnt])
+                               '-o', 'max_waiters_per_uid=100000', mnt],
+                              stdout=subprocess.DEVNULL)
     t_end = time.monotonic() + 10
     while not os.path.ismount(mnt):
         if daemon.poll() is not None or time.monotonic() > t_end:
@@ -461,8 +494,13 @@ def mounted(build):
         time.sleep(0.01)
 
     def done():
-        subprocess.call(['fusermount3', '-u', mnt])
-        daemon.wait(10)
+        if subprocess.call(['fusermount3', '-u', mnt]) != 0:
+            subprocess.call(['fusermount3', '-u', '-z', mnt])
+        try:
+            daemon.wait(10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
         subprocess.call(['umount', back])
         os.rmdir(back)
         subprocess.call(['chattr', '-i', mnt])

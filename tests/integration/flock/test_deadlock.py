@@ -227,3 +227,20 @@ def test_after_the_deadlock_the_victim_can_wait_again(mnt, procs):
     assert 'errno' not in q.wait(qrid, 5)
     assert len(_deadlock_lines(mnt)) == 1
     assert [l.event for l in log_for(mnt.dir, 'A')].count('acquired') == 2
+
+
+def test_lockctl_run_reports_the_deadlock_and_exits_1(mnt, procs):
+    """lockctl is a helper: `lockctl run B` in a shell that holds A waits as
+    the shell, and says why it gives up."""
+    lockctl = os.path.join(os.environ.get('LOCKFS_BUILD', os.path.join(source_root(), 'build')),
+                           'tools', 'lockctl')
+    sh = procs.shell()
+    assert sh.wait(sh.start(f'mkdir {mnt.path("A")}'))[0] == 0
+    q, qb = _take(procs, mnt, 'B')
+    qrid = _wait_start(mnt, q, q.open(fpath(mnt, 'A')), 'A', [q.pid])
+    rc, out = sh.wait(sh.start(f'{lockctl} run B --mount {mnt.mnt} -- true'), ANSWER_S)
+    assert rc == 1, (rc, out)
+    assert out.strip() == 'lockctl: B: flock: Resource deadlock avoided', out
+    assert q.poll(qrid) is None
+    assert sh.wait(sh.start(f'rmdir {mnt.path("A")}'))[0] == 0
+    assert 'errno' not in q.wait(qrid, 5)
