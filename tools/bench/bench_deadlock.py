@@ -41,6 +41,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -290,7 +291,17 @@ def _agent_loop(mnt, locks, seconds, seed, stuck_s, recs):
 def _deadlock_lines(backing):
     """The `deadlock` lines of BACKING/lock.log: [(pid, [(pid, wait, heldby)])]."""
     out = []
-    with open(os.path.join(backing, 'lock.log'), errors='surrogateescape') as f:
+    # the rotated files too (lock.log.N is the oldest), then lock.log
+    rotated = sorted((int(n.rsplit('.', 1)[1]) for n in os.listdir(backing)
+                      if re.fullmatch(r'lock\.log\.\d+', n)), reverse=True)
+    for path in ['lock.log.%d' % k for k in rotated] + ['lock.log']:
+        out += _deadlock_lines_of(os.path.join(backing, path))
+    return out
+
+
+def _deadlock_lines_of(path):
+    out = []
+    with open(path, errors='surrogateescape') as f:
         for line in f:
             fields = line.rstrip('\n').split(' ')
             if fields[-1] != 'deadlock':
@@ -483,9 +494,10 @@ def mounted(build):
     back, mnt = os.path.join(top, 'dir'), os.path.join(top, 'mnt')
     os.mkdir(back)
     os.mkdir(mnt)
-    subprocess.check_call(['mount', '-t', 'tmpfs', '-o', 'size=64m,mode=0700', 'tmpfs', back])
+    subprocess.check_call(['mount', '-t', 'tmpfs', '-o', 'size=1g,mode=0700', 'tmpfs', back])
+    # the whole log is read afterwards: never rotated away
     daemon = subprocess.Popen([os.path.join(build, 'lockfs'), '-f', '-o', 'backing=' + back,
-                               '-o', 'max_waiters_per_uid=100000', mnt],
+                               '-o', 'max_waiters_per_uid=100000', '-o', 'log_max=0', mnt],
                               stdout=subprocess.DEVNULL)
     t_end = time.monotonic() + 10
     while not os.path.ismount(mnt):
