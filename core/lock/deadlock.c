@@ -3,7 +3,8 @@
  *
  * The graph: one struct dl_wait per parked request that passed its check,
  * with the name it waits for and its process tree (the waiter, then its
- * ancestors).  Holders are not copied here: a check reads them from the
+ * ancestors, read from /proc only once a check needs them: a lone waiter
+ * never is).  Holders are not copied here: a check reads them from the
  * cache, under each name's stripe mutex, only for the names it visits --
  * so nothing is added to an uncontended flock, mkdir or release.
  *
@@ -64,8 +65,12 @@ struct dl_wait {
 	bool busy;                    /* its own check still runs; protected by mu */
 	/* Written before it is live, read-only after: */
 	char name[LOCKFS_NAME_MAX + 1];
+	/* [0]: the waiter, set before it is live; its parents are read from
+	 * /proc the first time a check needs them (tree_read), under
+	 * check_mu, which every reader of the tree holds. */
+	bool tree_read;
 	size_t ntree;
-	struct dl_proc tree[DL_DEPTH]; /* [0]: the waiter, then its parents */
+	struct dl_proc tree[DL_DEPTH];
 };
 
 /* One name the search reached: through WAIT (NULL at the start: the new
@@ -187,12 +192,12 @@ void lockfs_deadlock_cancelled(struct lockfs_deadlock *dl, struct lockfs_wait *w
 
 /* D's process tree: the waiter, then each parent that started no later
  * than its child (a pid reused is no parent), up to pid 1 or DL_DEPTH. */
-static void read_tree(const struct lockfs_proc_source *src, struct dl_wait *d, pid_t pid,
-		      unsigned long long start_time)
+static void read_tree(const struct lockfs_proc_source *src, struct dl_wait *d)
 {
 	struct lockfs_proc p = { .ppid = 0 };
+	pid_t pid = d->tree[0].pid;
 
-	d->tree[0] = (struct dl_proc){ pid, start_time };
+	d->tree_read = true;
 	d->ntree = 1;
 	if (src->read_tid(src->ctx, pid, 0, &p) < 0 || p.pid != pid)
 		return;
@@ -211,14 +216,24 @@ static void read_tree(const struct lockfs_proc_source *src, struct dl_wait *d, p
 	}
 }
 
-/* Is process H in D's tree (D's waiter or one of its ancestors)?  A start
- * time of 0 is not known, and matches any. */
-static bool in_tree(const struct dl_wait *d, const struct dl_proc *h)
+static bool same_proc(const struct dl_proc *a, const struct dl_proc *b)
 {
-	for (size_t i = 0; i < d->ntree; i++)
-		if (d->tree[i].pid == h->pid &&
-		    (!h->start_time || !d->tree[i].start_time ||
-		     d->tree[i].start_time == h->start_time))
+	return a->pid == b->pid && (!a->start_time || !b->start_time ||
+				    a->start_time == b->start_time);
+}
+
+/* Is process H in D's tree (D's waiter or one of its ancestors)?  A start
+ * time of 0 is not known, and matches any.  Called with check_mu held:
+ * reads D's ancestors the first time they are needed. */
+static bool in_tree(const struct lockfs_proc_source *src, struct dl_wait *d,
+		    const struct dl_proc *h)
+{
+	if (same_proc(&d->tree[0], h))
+		return true;
+	if (!d->tree_read)
+		read_tree(src, d);
+	for (size_t i = 1; i < d->ntree; i++)
+		if (same_proc(&d->tree[i], h))
 			return true;
 	return false;
 }
@@ -266,11 +281,16 @@ static bool visited(const struct dl_node *nodes, int n, const char *name, const 
 
 /* Breadth first from D's name over the NSNAP waits of SNAP (none of them
  * D); true and *CY when a cycle comes back to D's tree. */
-static bool search(struct lockfs_table *t, const struct dl_wait *d, struct dl_wait *const *snap,
+static bool search(struct lockfs_table *t, struct dl_wait *d, struct dl_wait *const *snap,
 		   size_t nsnap, struct dl_node *nodes, struct dl_cycle *cy)
 {
 	struct dl_proc holders[DL_HOLDERS];
 	int n = 1;
+
+	/* Every step after the first is a wait of the graph: with none, no
+	 * cycle (and no /proc read: a lone waiter, a hand-off, costs nothing). */
+	if (nsnap == 0)
+		return false;
 
 	nodes[0] = (struct dl_node){ .wait = NULL, .parent = -1 };
 	for (int i = 0; i < n; i++) {
@@ -278,16 +298,17 @@ static bool search(struct lockfs_table *t, const struct dl_wait *d, struct dl_wa
 		size_t nh = read_holders(t, name, holders);
 
 		for (size_t h = 0; h < nh; h++) {
-			if (in_tree(d, &holders[h])) {
+			if (in_tree(t->procs, d, &holders[h])) {
 				if (i == 0)
 					continue; /* W's own tree holds B: no cycle of two */
 				*cy = (struct dl_cycle){ .last = i, .closer = holders[h] };
 				return true;
 			}
 			for (size_t k = 0; k < nsnap && n < DL_NAMES; k++) {
-				const struct dl_wait *r = snap[k];
+				struct dl_wait *r = snap[k];
 
-				if (!in_tree(r, &holders[h]) || visited(nodes, n, r->name, d->name))
+				if (!in_tree(t->procs, r, &holders[h]) ||
+				    visited(nodes, n, r->name, d->name))
 					continue;
 				nodes[n++] = (struct dl_node){ .wait = r, .parent = i,
 							       .held_by = holders[h] };
@@ -433,7 +454,8 @@ int lockfs_deadlock_check(struct lockfs_table *t, struct lockfs_deadlock *dl, co
 		return -EINPROGRESS; /* no memory to look: the wait waits */
 	d->dl = dl;
 	snprintf(d->name, sizeof(d->name), "%s", name);
-	read_tree(t->procs, d, waiter->pid, waiter->start_time);
+	d->tree[0] = (struct dl_proc){ waiter->pid, waiter->start_time };
+	d->ntree = 1;
 	d->busy = true;
 	/* Interpose on DONE while W is parked; once answered (another thread
 	 * may have granted it already) there is nothing to look at. */
