@@ -244,3 +244,61 @@ def test_lockctl_run_reports_the_deadlock_and_exits_1(mnt, procs):
     assert q.poll(qrid) is None
     assert sh.wait(sh.start(f'rmdir {mnt.path("A")}'))[0] == 0
     assert 'errno' not in q.wait(qrid, 5)
+
+
+_IN_NS = r'''
+import errno, fcntl, os, signal, sys, time
+m = sys.argv[1]
+def fl(n):
+    return os.open(os.path.join(m, '.flock', n), os.O_RDWR | os.O_CREAT)
+def stop(*_):
+    raise TimeoutError()
+qp_r, qp_w = os.pipe()
+pq_r, pq_w = os.pipe()
+p = os.fork()
+if p == 0:                                     # P: holds A, then waits for B
+    a, b = fl('A'), fl('B')
+    os.read(qp_r, 1)                           # once Q holds B
+    fcntl.flock(a, fcntl.LOCK_EX)
+    os.write(pq_w, b'a')
+    fcntl.flock(b, fcntl.LOCK_EX)              # granted once Q lets B go
+    os._exit(0)
+q = os.fork()
+if q == 0:                                     # Q: holds B, then asks for A
+    b, a = fl('B'), fl('A')
+    fcntl.flock(b, fcntl.LOCK_EX)
+    os.write(qp_w, b'b')
+    os.read(pq_r, 1)
+    t_end = time.monotonic() + 5
+    while os.path.getsize(os.path.join(m, 'B', 'waiters')) == 0:
+        assert time.monotonic() < t_end, 'P never waited for B'
+        time.sleep(0.001)
+    signal.signal(signal.SIGALRM, stop)
+    signal.alarm(5)                            # bounded: before detection this hung
+    try:
+        fcntl.flock(a, fcntl.LOCK_EX)
+        print('granted', flush=True)
+    except TimeoutError:
+        print('hung', flush=True)
+    except OSError as e:
+        print('EDEADLK' if e.errno == errno.EDEADLK else e.errno, flush=True)
+    signal.alarm(0)
+    fcntl.flock(b, fcntl.LOCK_UN)
+    os._exit(0)
+print('Q', os.waitpid(q, 0)[1], flush=True)
+print('P', os.waitpid(p, 0)[1], flush=True)
+'''
+
+
+def test_a_cycle_inside_a_pid_namespace(mnt):
+    """Processes in a pid namespace of their own (as in a container): the
+    daemon sees them by its own pids, and the cycle is found all the same."""
+    if subprocess.run(['unshare', '--pid', '--fork', 'true']).returncode != 0:
+        import pytest
+        pytest.skip('unshare --pid does not work here')
+    out = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', '--kill-child',
+                          PYTHON, '-c', _IN_NS, mnt.mnt], capture_output=True, text=True,
+                         timeout=30)
+    assert out.stdout.split() == ['EDEADLK', 'Q', '0', 'P', '0'], (out.stdout, out.stderr)
+    [line] = _deadlock_lines(mnt)
+    assert line.details['cycle'] == '2'
