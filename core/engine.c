@@ -22,6 +22,7 @@
 #include "lock/changes.h"
 #include "lock/events.h"
 #include "lock/metrics.h"
+#include "lock/deadlock.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/resume.h"
@@ -178,6 +179,9 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	for (int i = 0; i < STRIPES; i++)
 		t->stripes[i].due_boot_ms = INT64_MAX;
 	lockfs_fds_init(&core->fds);
+	rc = lockfs_deadlock_new(&core->deadlock);
+	if (rc < 0)
+		goto fail;
 	t->procs = cfg->procs ? cfg->procs : &lockfs_procfs_source;
 	t->default_lease_s = cfg->lease_s ? cfg->lease_s : DEFAULT_LEASE_S;
 	t->break_signal = cfg->break_signal;
@@ -310,6 +314,7 @@ void lockfs_core_close(struct lockfs_core *core)
 		pthread_mutex_destroy(&t->stripes[i].mu);
 	}
 	lockfs_liveness_free(t->liveness);
+	lockfs_deadlock_free(core->deadlock);
 	lockfs_descendants_free(t->descendants);
 	lockfs_requesters_free(t->requesters);
 	lockfs_procevents_close(core->procevents);

@@ -22,6 +22,9 @@ struct lockfs_core {
 	struct lockfs_procevents *procevents; /* NULL: descendants found by scans */
 	struct lockfs_fds fds;  /* descriptors kept for callers (fds.h); its own mutex */
 	bool open_cap_given;    /* -o max_open_per_uid was set; read-only */
+	/* The wait-for graph of parked fd-lock waits (lock/deadlock.h); its
+	 * own mutexes. */
+	struct lockfs_deadlock *deadlock;
 };
 
 #endif

@@ -15,6 +15,7 @@
 #include "engine.h"
 #include "lock/audit.h"
 #include "lock/caller.h"
+#include "lock/deadlock.h"
 #include "lock/fdlock.h"
 #include "lock/metrics.h"
 #include "lock/queue.h"
@@ -28,6 +29,8 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 			const struct lockfs_fd_request *rq, struct lockfs_wait *w)
 {
 	struct lockfs_table *t = &core->table;
+	struct lockfs_deadlock_waiter waiter;
+	char who[WHO_MAX];
 	struct qentry *e;
 	int rc;
 
@@ -69,17 +72,30 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 		if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) == 0 && *slug)
 			e->slug = strdup(slug);
 	}
+	/* E is the queue's once entered: what the deadlock check needs of
+	 * it is copied first. */
+	lockfs_audit_who(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
+	waiter = (struct lockfs_deadlock_waiter){ .pid = e->who.pid,
+		.start_time = e->who.start_time, .uid = e->uid, .who = who };
 	rc = lockfs_queue_enter(t, e, rq, w);
 	/* Contention: LOCK_NB or F_SETLK found it held (a wait counts when
 	 * parked, lock/grant.c). */
 	if (rc == -EWOULDBLOCK)
 		lockfs_metrics_busy(t->metrics);
+	/* Only a wait that is parked can close a cycle: an uncontended
+	 * request never gets here. */
+	if (rc == -EINPROGRESS)
+		rc = lockfs_deadlock_check(t, core->deadlock, rq->name, rq->owner, &waiter, w);
 	return rc;
 }
 
 int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w)
 {
-	return lockfs_queue_cancel(&core->table, name, w);
+	int rc = lockfs_queue_cancel(&core->table, name, w);
+
+	if (rc == 0)
+		lockfs_deadlock_cancelled(core->deadlock, w);
+	return rc;
 }
 
 int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char *owner)

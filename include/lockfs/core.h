@@ -215,6 +215,8 @@ struct lockfs_wait {
 	void (*done)(struct lockfs_wait *w, int result);
 	/* The engine's: */
 	void *entry;  /* its place in the queue, while parked */
+	void *deadlock; /* its record in the wait-for graph (lock/deadlock.c),
+			   which interposes on DONE while it is in it */
 	bool parked;  /* protected by the name's stripe mutex */
 };
 

@@ -14,6 +14,8 @@ voluntary context switches per pair.
 --scaling N: also, every round, each build's aggregate rate with 1 and
 with N clients on distinct names (2 s each), and its N-client rate over
 its own 1-client rate (issue 10's "no collapse under concurrency").
+--flock: the pair is flock(LOCK_EX) + flock(LOCK_UN) on one open
+descriptor of M/.flock/x instead (the fd-lock path).
 --smoke: 2 rounds of 200 pairs.  Run as root.
 """
 import argparse
@@ -84,6 +86,7 @@ def main():
     ap.add_argument('--rounds', type=int, default=11)
     ap.add_argument('--pairs', type=int, default=2000)
     ap.add_argument('--scaling', type=int, default=0, metavar='N')
+    ap.add_argument('--flock', action='store_true')
     ap.add_argument('--smoke', action='store_true')
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -104,7 +107,9 @@ def main():
             for tag in ('a', 'b') if r % 2 == 0 else ('b', 'a'):
                 cpu0 = daemon_cpu_s(mounts[tag][0].pid)
                 sw0 = daemon_switches(mounts[tag][0].pid)
-                out = subprocess.run([client, 'pairs', mounts[tag][2], str(a.pairs)],
+                what = (['flock', os.path.join(mounts[tag][2], '.flock', 'x')] if a.flock
+                        else ['pairs', mounts[tag][2]])
+                out = subprocess.run([client] + what + [str(a.pairs)],
                                      stdout=subprocess.PIPE, check=True).stdout
                 cpu[tag].append((daemon_cpu_s(mounts[tag][0].pid) - cpu0) * 1e6 / a.pairs)
                 sw[tag].append((daemon_switches(mounts[tag][0].pid) - sw0) / a.pairs)
@@ -121,7 +126,8 @@ def main():
             unmount(*m)
         os.rmdir(top)
     ratios = [b / x for x, b in zip(res['a'], res['b'])]
-    print(f'{a.rounds} rounds x {a.pairs} pairs, µs per mkdir+rmdir pair (median):')
+    kind = 'flock(LOCK_EX)+flock(LOCK_UN)' if a.flock else 'mkdir+rmdir'
+    print(f'{a.rounds} rounds x {a.pairs} pairs, µs per {kind} pair (median):')
     print(f'  A {a.a}: {statistics.median(res["a"]):.1f}')
     print(f'  B {a.b}: {statistics.median(res["b"]):.1f}')
     print(f'  B/A per round: median {statistics.median(ratios):.3f}, '

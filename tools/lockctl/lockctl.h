@@ -79,6 +79,10 @@
  */
 void lockfs_ctl_printable(char *s);
 
+/* Print "last deadlock: ..." from the tail of MNT/.log, if it has a
+ * `deadlock` line (deadlock_view.c); nothing otherwise. */
+void lockfs_ctl_last_deadlock(const char *mnt);
+
 /* Print "lockctl: TEXT" as one line, whatever the text carried in (names,
  * reasons). */
 __attribute__((format(printf, 1, 2)))

@@ -325,6 +325,8 @@ int lockfs_ctl_status(const struct opts *o, const char *mnt)
 		free(text);
 	} else if (shown || !o->name) {
 		table_print(&t);
+		if (!o->name)
+			lockfs_ctl_last_deadlock(mnt);
 	}
 	json_decref(all);
 	table_free(&t);
