@@ -21,6 +21,7 @@
 #include "lock/caller.h"
 #include "lock/changes.h"
 #include "lock/events.h"
+#include "lock/follow.h"
 #include "lock/metrics.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
@@ -189,6 +190,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	}
 	rc = lockfs_events_new(&t->events);
 	if (rc == 0)
+		rc = lockfs_follow_new(cfg->backend, &t->follow);
+	if (rc == 0)
 		rc = lockfs_metrics_new(&t->metrics, cfg->metrics_names);
 	if (rc < 0)
 		goto fail;
@@ -323,6 +326,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	pthread_mutex_destroy(&t->session_mu);
 	lockfs_changes_fini(t);
 	lockfs_events_free(t->events);
+	lockfs_follow_free(t->follow);
 	lockfs_metrics_free(t->metrics);
 	{
 		size_t left = lockfs_log_close(t->log);
