@@ -19,7 +19,7 @@ import urllib.request
 from etcd_fixtures import etcd1, tcp_proxy  # noqa: F401
 from etcd_mounts import etcd_mounts  # noqa: F401
 from events_helpers import Watch
-from lockfs_helpers import wait_until
+from lockfs_helpers import read_owner, wait_until
 
 TTL = 6
 # A look keeps a name watched this long, and the session thread's tick
@@ -79,8 +79,16 @@ def test_a_reader_of_every_name_follows_the_prefix_until_it_closes(
         assert loud > 200, f'h2 got only {loud:.0f} bytes per pair of h1 while followed'
         # A lock h2 takes meanwhile: the prefix's watch brings its events.
         assert b.mkdir(h2.path('mine')) == 0
+        # One h1 holds past the reader's close: h2 knew it from the prefix.
+        assert a.mkdir(h1.path('kept')) == 0
+        w.until(lambda e: e['name'] == 'kept' and e['event'] == 'acquired', timeout=5)
     finally:
         w.stop()
+    # What h2 shows of it stays exact once h2 no longer hears of it.
+    assert read_owner(h2.mnt, 'kept')['holder']['host'] == 'h1'
+    assert a.rmdir(h1.path('kept')) == 0
+    wait_until(lambda: not os.path.exists(h2.path('kept')), timeout=2,
+               what="h2 sees kept released after its reader closed")
     # The reader closed: the prefix's watch goes, nothing of h1's flows ...
     quiet = bytes_per_pair(proxy, a, h1, 'r')
     assert quiet < 40, f'h2 got {quiet:.0f} bytes per pair of h1 after the reader closed'
