@@ -21,6 +21,7 @@
 #include "lock/caller.h"
 #include "lock/changes.h"
 #include "lock/events.h"
+#include "lock/follow.h"
 #include "lock/metrics.h"
 #include "lock/deadlock.h"
 #include "lock/queue.h"
@@ -193,6 +194,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	}
 	rc = lockfs_events_new(&t->events);
 	if (rc == 0)
+		rc = lockfs_follow_new(cfg->backend, &t->follow);
+	if (rc == 0)
 		rc = lockfs_metrics_new(&t->metrics, cfg->metrics_names);
 	if (rc < 0)
 		goto fail;
@@ -328,6 +331,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	pthread_mutex_destroy(&t->session_mu);
 	lockfs_changes_fini(t);
 	lockfs_events_free(t->events);
+	lockfs_follow_free(t->follow);
 	lockfs_metrics_free(t->metrics);
 	{
 		size_t left = lockfs_log_close(t->log);

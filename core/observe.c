@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "lock/events.h"
+#include "lock/follow.h"
 #include "lock/metrics.h"
 #include "lock/table.h"
 
@@ -30,6 +31,11 @@ ssize_t lockfs_core_events_take(struct lockfs_core *core, uint64_t *cursor, char
 uint64_t lockfs_core_events_wait(struct lockfs_core *core, uint64_t seen)
 {
 	return lockfs_events_wait(core->table.events, seen);
+}
+
+int lockfs_core_events_follow(struct lockfs_core *core, const char *old, const char *new_)
+{
+	return lockfs_follow_change(core->table.follow, old, new_);
 }
 
 void lockfs_core_events_shut(struct lockfs_core *core)

@@ -17,6 +17,14 @@
  * Lock order: EV->MU, then the ring's mutex (a leaf).  Nothing calls
  * into the engine but for the ring; no stripe mutex is ever taken here.
  *
+ * What a reader watches is also what the store is to tell this daemon of
+ * (lockfs_core_events_follow: on etcd, other hosts' changes of those
+ * names): from its first read or write -- `lockctl watch gpu` writes its
+ * names before it reads, so it never follows every name on the way --
+ * until it is closed.  FOLLOW_MU keeps one reader's changes in order; it
+ * is taken before EV->MU and held across the engine's call, which may
+ * wait for the store, so EV->MU never is.
+ *
  * M/.metrics is rendered once per open (ops.c), like `owner`.
  */
 #include <errno.h>
@@ -43,6 +51,7 @@ struct uid_count {
 };
 
 struct events_files {
+	pthread_mutex_t follow_mu;  /* see the top */
 	pthread_mutex_t mu;
 	struct parked_read *parked; /* protected by mu */
 	struct uid_count *uids;     /* open M/.events per uid; protected by mu */
@@ -51,6 +60,23 @@ struct events_files {
 	pthread_t thread;
 	bool started;
 };
+
+/* What OF follows, as lockfs_core_events_follow takes it. */
+static const char *followed(const struct open_file *of)
+{
+	if (!of->following)
+		return LOCKFS_FOLLOW_NONE;
+	return of->watch ? of->watch : LOCKFS_FOLLOW_ALL;
+}
+
+/* OF follows what it watches from now on.  With ev->follow_mu held. */
+static void start_following(struct lockfs_fs *fs, struct open_file *of)
+{
+	if (of->following)
+		return;
+	of->following = true;
+	(void)lockfs_core_events_follow(fs->core, LOCKFS_FOLLOW_NONE, followed(of));
+}
 
 /* Does the reader whose watch list is ARG want NAME's events? */
 static bool wants(void *arg, const char *name)
@@ -127,6 +153,7 @@ int lockfs_events_file_start(struct lockfs_fs *fs)
 	if (!ev)
 		return -ENOMEM;
 	pthread_mutex_init(&ev->mu, NULL);
+	pthread_mutex_init(&ev->follow_mu, NULL);
 	fs->events = ev;
 	rc = pthread_create(&ev->thread, NULL, answer_thread, fs);
 	if (rc != 0)
@@ -157,6 +184,7 @@ void lockfs_events_file_shutdown(struct lockfs_fs *fs)
 		pthread_join(ev->thread, NULL);
 	free(ev->uids);
 	pthread_mutex_destroy(&ev->mu);
+	pthread_mutex_destroy(&ev->follow_mu);
 	free(ev);
 	fs->events = NULL;
 }
@@ -222,6 +250,11 @@ void lockfs_events_file_close(struct lockfs_fs *fs, struct open_file *of)
 
 	if (!of->events || !ev)
 		return;
+	pthread_mutex_lock(&ev->follow_mu);
+	if (of->following)
+		(void)lockfs_core_events_follow(fs->core, followed(of), LOCKFS_FOLLOW_NONE);
+	of->following = false;
+	pthread_mutex_unlock(&ev->follow_mu);
 	lockfs_core_events_detach(fs->core);
 	pthread_mutex_lock(&ev->mu);
 	for (size_t i = 0; i < ev->nuids; i++)
@@ -258,6 +291,11 @@ void lockfs_events_file_read(fuse_req_t req, struct lockfs_fs *fs, struct open_f
 
 	if (!ev)
 		return (void)fuse_reply_buf(req, NULL, 0);
+	if (of->events && !of->following) {
+		pthread_mutex_lock(&ev->follow_mu);
+		start_following(fs, of);
+		pthread_mutex_unlock(&ev->follow_mu);
+	}
 	/* Before parking: once parked, another thread may answer (and free)
 	 * REQ at any moment.  An interrupt that comes before it is parked
 	 * finds nothing to answer; fuse_req_interrupted says so below. */
@@ -320,10 +358,16 @@ int lockfs_events_file_write(struct lockfs_fs *fs, struct open_file *of, const c
 		free(watch);
 		return -ENOTCONN;
 	}
+	pthread_mutex_lock(&ev->follow_mu);
 	pthread_mutex_lock(&ev->mu);
 	old = of->watch;
 	of->watch = watch;
 	pthread_mutex_unlock(&ev->mu);
+	if (of->events && of->following)
+		(void)lockfs_core_events_follow(fs->core, old ? old : LOCKFS_FOLLOW_ALL, watch);
+	else if (of->events)
+		start_following(fs, of);
+	pthread_mutex_unlock(&ev->follow_mu);
 	free(old);
 	return (int)size;
 }

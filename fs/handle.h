@@ -30,6 +30,9 @@ struct open_file {
 	bool events;
 	uint64_t cursor;
 	char *watch;
+	/* The engine was told this reader follows WATCH (from its first read
+	 * or write until close); under the events' follow_mu. */
+	bool following;
 };
 
 /* A directory listing, taken at opendir so offsets stay meaningful. */

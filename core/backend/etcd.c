@@ -924,6 +924,7 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.stat = etcd_stat,
 	.list = etcd_list,
 	.line = lockfs_etcdbe_line,
+	.follow = lockfs_etcdbe_follow,
 	.foreign_stale = NULL,  /* a foreign etcd holder ends by its own lease */
 	.session = etcd_session_op,
 	.start = etcd_start,

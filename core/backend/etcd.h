@@ -379,6 +379,18 @@ struct etcd_interest {
 				    kept by one watch of the prefix (SCAN_ID) */
 	int64_t scan_id;
 	int64_t scan_next;       /* its resume point */
+	/* What readers of M/.events follow (lockfs_etcdbe_follow).  With
+	 * FOLLOW_ALL the whole prefix is followed: the mirror has every name,
+	 * those without an entry kept by one watch of the prefix (FOLLOW_ID,
+	 * 0 until read; resume point FOLLOW_NEXT); entries are neither
+	 * dropped meanwhile nor, once FOLLOW_ID is set, added (a name has one
+	 * watch only, so that no event comes twice).  FOLLOWED: names followed
+	 * (each kept as an entry); FOLLOW_ALL_WANTED: asked during the scan,
+	 * begun by start(). */
+	bool follow_all, follow_all_wanted;
+	int64_t follow_id, follow_next;
+	char **followed;
+	size_t n_followed;
 	struct lockfs_etcd_wset *wset;
 	/* The last listing: names (sorted), when read (boot clock), and the
 	 * events' count (list_gen) then.  list_mu is a leaf. */
@@ -508,6 +520,9 @@ int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look);
 /* This daemon's try-lock just made NAME's only key (the mirror has it):
  * watch NAME from FROM if it is not watched yet. */
 void lockfs_etcdbe_watch_own(struct etcd_store *e, const char *name, int64_t from);
+/* The backend op `follow`: NAMES (ALL: every name) are needed here while
+ * readers of events follow them. */
+int lockfs_etcdbe_follow(struct lockfs_backend *be, bool all, const char *const *names, size_t n);
 /* Drop the names nobody here needs any more (session thread's tick). */
 void lockfs_etcdbe_interest_sweep(struct etcd_store *e);
 /* The watch stream may be frozen: reconnect (session hook). */

@@ -16,6 +16,11 @@
  * else flows to the daemon.  readdir is a range read of the whole prefix
  * (keys only), kept ETCD_LIST_CACHE_MS.  See docs/etcd.md "What a daemon
  * watches".
+ *
+ * A reader of events is interest too (lockfs_etcdbe_follow): names it
+ * follows are kept as entries; while one follows every name, the whole
+ * prefix is read and watched (as during the startup scan), until the last
+ * such reader closes.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,6 +46,15 @@ static struct etcd_interest_entry *find_locked(struct etcd_interest *in, const c
 		if (strcmp(x->name, name) == 0)
 			return x;
 	return NULL;
+}
+
+/* Does a reader of events follow NAME?  With IN->mu held. */
+static bool is_followed_locked(const struct etcd_interest *in, const char *name)
+{
+	for (size_t i = 0; i < in->n_followed; i++)
+		if (strcmp(in->followed[i], name) == 0)
+			return true;
+	return false;
 }
 
 /* R(NAME): PREFIX NAME "/" and its range end.  0; -ENAMETOOLONG. */
@@ -140,7 +154,9 @@ int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look)
 
 	pthread_mutex_lock(&in->mu);
 	x = in->scanning ? NULL : find_locked(in, name);
-	if (in->scanning || x) {
+	/* The whole prefix in the mirror (the scan; every name followed,
+	 * once read): nothing to read, and no second watch of NAME. */
+	if (in->scanning || (in->follow_all && in->follow_id) || x) {
 		if (x && look)
 			x->look_until_ms = lockfs_boot_ms() + ETCD_LOOK_MS;
 		pthread_mutex_unlock(&in->mu);
@@ -254,6 +270,118 @@ static void reload_hosts(struct etcd_store *e)
 	lockfs_etcd_op_resp_free(&r);
 }
 
+/* ---- Every name followed (a reader of events with no names) ---- */
+
+struct follow_load {
+	struct etcd_store *e;
+	const struct lockfs_etcd_op_resp *r;  /* the prefix, sorted by key */
+};
+
+/* The first of R's keys not below KEY (etcd returns a range sorted by key). */
+static size_t lower_bound(const struct lockfs_etcd_op_resp *r, const char *key)
+{
+	size_t lo = 0, hi = r->n_kvs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(r->kvs[mid].key, key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* NAME as the prefix's read shows it, unless it has a watch of its own.
+ * With IN->mu held (mirror_each's callback). */
+static int follow_load_name(void *arg, const char *name)
+{
+	struct follow_load *w = arg;
+	struct etcd_store *e = w->e;
+	char key[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
+	size_t first, n = 0;
+
+	if (find_locked(&e->interest, name) || range_of(e, name, key, end))
+		return 0;
+	first = lower_bound(w->r, key);
+	while (first + n < w->r->n_kvs && strcmp(w->r->kvs[first + n].key, end) < 0)
+		n++;
+	(void)lockfs_etcdbe_mirror_load_name(&e->mirror, name, w->r->kvs + first, n,
+					     w->r->revision, lockfs_wall_ms());
+	return 0;
+}
+
+/*
+ * Every name followed: read the whole prefix, put each name without a
+ * watch of its own into the mirror as it shows (and take out the keys
+ * of those it no longer shows), and watch the prefix from after the read.
+ * Without IN->mu (it asks etcd).  Nothing is reported: a reader sees what
+ * changes from now on.  When etcd does not answer, the sweep tries again.
+ */
+static void follow_prefix(struct etcd_store *e)
+{
+	struct etcd_interest *in = &e->interest;
+	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = e->prefix, .prefix = true };
+	struct lockfs_etcd_op_resp r;
+	struct follow_load w = { .e = e, .r = &r };
+	char name[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
+
+	if (lockfs_etcd_range(e->client, &op, &r))
+		return;
+	pthread_mutex_lock(&in->mu);
+	if (in->follow_all && !in->follow_id) {
+		/* Names the mirror has that the read may not show... */
+		(void)lockfs_etcdbe_mirror_each(&e->mirror, follow_load_name, &w);
+		/* ... and those it shows. */
+		for (size_t i = 0; i < r.n_kvs; i++)
+			if (lockfs_etcdbe_mirror_classify(&e->mirror, r.kvs[i].key, name,
+							  sizeof(name)) == 1 &&
+			    (i == 0 || strncmp(r.kvs[i - 1].key, r.kvs[i].key,
+					       strlen(e->prefix) + strlen(name) + 1) != 0))
+				(void)follow_load_name(&w, name);
+		end[lockfs_etcd_prefix_end(e->prefix, strlen(e->prefix), end)] = '\0';
+		in->follow_next = r.revision + 1;
+		in->follow_id = lockfs_etcd_wset_add(in->wset, e->prefix, end, in->follow_next);
+		if (in->follow_id < 0)
+			in->follow_id = 0;  /* the sweep tries again */
+	}
+	pthread_mutex_unlock(&in->mu);
+	lockfs_etcd_op_resp_free(&r);
+}
+
+/* The prefix watch's events of names without a watch of their own (the
+ * others' come through theirs) and of the host keys.  With IN->mu held. */
+static void follow_apply_locked(struct etcd_store *e, const struct lockfs_etcd_wset_msg *msg,
+				const bool ended[ETCD_JUDGED], struct etcd_names *changed,
+				struct etcd_names *own)
+{
+	struct etcd_interest *in = &e->interest;
+	struct lockfs_etcd_event *kept = malloc((msg->n_events ? msg->n_events : 1) * sizeof(*kept));
+	bool kept_ended[ETCD_JUDGED] = { false };
+	char name[LOCKFS_STORE_KEY_MAX];
+	size_t n = 0;
+
+	if (!kept) {
+		changed->all = true;  /* and the events are lost: read again */
+		lockfs_etcd_wset_cancel(in->wset, in->follow_id);
+		in->follow_id = 0;
+		return;
+	}
+	for (size_t i = 0; i < msg->n_events; i++) {
+		if (lockfs_etcdbe_mirror_classify(&e->mirror, msg->events[i].kv.key, name,
+						  sizeof(name)) == 1 && find_locked(in, name))
+			continue;
+		if (n < ETCD_JUDGED && i < ETCD_JUDGED)
+			kept_ended[n] = ended[i];
+		kept[n++] = msg->events[i];
+	}
+	lockfs_etcdbe_apply_events(e, ETCD_WATCH_PREFIX, NULL, kept, n, kept_ended,
+				   msg->next_revision, changed, own);
+	in->follow_next = msg->next_revision;
+	free(kept);
+}
+
 static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 {
 	struct etcd_store *e = arg;
@@ -275,7 +403,9 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 		/* Judged without IN->mu: it may ask etcd, and looks wait on it. */
 		pthread_mutex_lock(&in->mu);
 		of = msg->id == in->hosts_id ? ETCD_WATCH_HOSTS :
-		     in->scanning && msg->id == in->scan_id ? ETCD_WATCH_PREFIX : ETCD_WATCH_NAME;
+		     (in->scanning && msg->id == in->scan_id) ||
+		     (in->follow_id && msg->id == in->follow_id) ? ETCD_WATCH_PREFIX :
+		     ETCD_WATCH_NAME;
 		pthread_mutex_unlock(&in->mu);
 		lockfs_etcdbe_judge_events(e, of, msg->events, msg->n_events, ended);
 		pthread_mutex_lock(&in->mu);
@@ -288,6 +418,8 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 						   msg->n_events, ended, msg->next_revision, &changed,
 						   &own);
 			in->scan_next = msg->next_revision;
+		} else if (in->follow_id && msg->id == in->follow_id) {
+			follow_apply_locked(e, msg, ended, &changed, &own);
 		} else if (msg->n_events &&
 			   lockfs_etcdbe_mirror_classify(&e->mirror, msg->events[0].kv.key, name,
 							 sizeof(name)) == 1) {
@@ -309,6 +441,14 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 			in->hosts_id = 0;
 			pthread_mutex_unlock(&in->mu);
 			reload_hosts(e);
+			return;
+		} else if (in->follow_id && msg->id == in->follow_id) {
+			/* Compacted: read the prefix again. */
+			in->follow_id = 0;
+			pthread_mutex_unlock(&in->mu);
+			follow_prefix(e);
+			changed.all = true;
+			lockfs_etcdbe_report_both(e, &changed, &own);
 			return;
 		} else if (in->scanning && msg->id == in->scan_id) {
 			/* Compacted during the scan: read the prefix again. */
@@ -389,6 +529,7 @@ int lockfs_etcdbe_interest_open(struct etcd_store *e, int64_t from)
 struct start_walk {
 	struct etcd_store *e;
 	struct our_leases ours;
+	int64_t from;            /* the prefix watch's resume point */
 };
 
 static int keep_or_forget(void *arg, const char *name)
@@ -399,10 +540,14 @@ static int keep_or_forget(void *arg, const char *name)
 	struct etcd_interest_entry *x;
 	bool wanted;
 
+	if (find_locked(in, name))
+		return 0;  /* watched by itself all along */
 	pthread_mutex_lock(&e->mirror.mu);
 	wanted = lockfs_etcdbe_mirror_wanted_locked(&e->mirror, name, lockfs_wall_ms(), is_ours,
 						    &w->ours);
 	pthread_mutex_unlock(&e->mirror.mu);
+	if (!wanted)
+		wanted = is_followed_locked(in, name);
 	if (!wanted)
 		wanted = lockfs_etcdbe_session_pending_name(e, name);
 	if (!wanted) {
@@ -417,7 +562,7 @@ static int keep_or_forget(void *arg, const char *name)
 		return 0;  /* not watched: the next look reads it */
 	}
 	/* Every event the prefix's watch did not bring yet. */
-	x->watch_id = add_watch(e, name, in->scan_next);
+	x->watch_id = add_watch(e, name, w->from);
 	if (x->watch_id < 0)
 		x->watch_id = 0;
 	x->next = in->buckets[bucket_of(name)];
@@ -431,15 +576,87 @@ void lockfs_etcdbe_interest_start(struct etcd_store *e)
 	struct etcd_interest *in = &e->interest;
 	struct start_walk w = { .e = e };
 
+	bool follow;
+
 	our_leases(e, &w.ours);
 	pthread_mutex_lock(&in->mu);
 	if (in->scanning) {
 		in->scanning = false;
 		lockfs_etcd_wset_cancel(in->wset, in->scan_id);
 		in->scan_id = 0;
+		w.from = in->scan_next;
 		(void)lockfs_etcdbe_mirror_each(&e->mirror, keep_or_forget, &w);
 	}
+	/* A reader that followed every name during the scan. */
+	follow = in->follow_all = in->follow_all_wanted;
 	pthread_mutex_unlock(&in->mu);
+	if (follow)
+		follow_prefix(e);
+}
+
+/* Nobody follows every name any more: the prefix's watch goes, and each
+ * name it brought is kept (watched by itself from where the prefix's
+ * watch stopped) if it is needed here, else forgotten.  IN->mu held. */
+static void follow_all_end_locked(struct etcd_store *e)
+{
+	struct etcd_interest *in = &e->interest;
+	struct start_walk w = { .e = e, .from = in->follow_next };
+
+	our_leases(e, &w.ours);
+	if (in->follow_id)
+		lockfs_etcd_wset_cancel(in->wset, in->follow_id);
+	in->follow_all = false;
+	in->follow_id = 0;
+	(void)lockfs_etcdbe_mirror_each(&e->mirror, keep_or_forget, &w);
+}
+
+int lockfs_etcdbe_follow(struct lockfs_backend *be, bool all, const char *const *names, size_t n)
+{
+	struct etcd_store *e = (struct etcd_store *)be;
+	struct etcd_interest *in = &e->interest;
+	char **copy = n ? calloc(n, sizeof(*copy)) : NULL, **old;
+	size_t n_old;
+	bool begin;
+	int rc = 0;
+
+	if (n && !copy)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (!(copy[i] = strdup(names[i]))) {
+			while (i--)
+				free(copy[i]);
+			free(copy);
+			return -ENOMEM;
+		}
+	pthread_mutex_lock(&in->mu);
+	old = in->followed;
+	n_old = in->n_followed;
+	in->followed = copy;
+	in->n_followed = n;
+	begin = all && !in->follow_all && !in->scanning;
+	if (in->scanning)
+		in->follow_all_wanted = all;  /* start() begins it */
+	else if (begin)
+		in->follow_all = true;
+	else if (!all && in->follow_all)
+		follow_all_end_locked(e);
+	pthread_mutex_unlock(&in->mu);
+	for (size_t i = 0; i < n_old; i++)
+		free(old[i]);
+	free(old);
+	if (begin)
+		follow_prefix(e);
+	/* Each name watched (read first); the sweep drops the ones nobody
+	 * follows any more once nothing else needs them. */
+	for (size_t i = 0; i < n; i++) {
+		int one = lockfs_etcdbe_look(e, names[i], false);
+
+		if (one == -EIO || one == -ENOMEM)
+			rc = one;
+	}
+	if (begin && !__atomic_load_n(&in->follow_id, __ATOMIC_RELAXED))
+		rc = -EIO;
+	return rc;
 }
 
 void lockfs_etcdbe_watch_own(struct etcd_store *e, const char *name, int64_t from)
@@ -448,7 +665,7 @@ void lockfs_etcdbe_watch_own(struct etcd_store *e, const char *name, int64_t fro
 	struct etcd_interest_entry *x;
 
 	pthread_mutex_lock(&in->mu);
-	if (!in->scanning && !find_locked(in, name)) {
+	if (!in->scanning && !(in->follow_all && in->follow_id) && !find_locked(in, name)) {
 		x = calloc(1, sizeof(*x));
 		if (x && (x->name = strdup(name)) != NULL) {
 			x->watch_id = add_watch(e, name, from);
@@ -472,6 +689,22 @@ static int watch_pending(void *arg, const char *name)
 	return 0;
 }
 
+/* Followed names that are not watched (etcd did not answer): again. */
+static void follow_names_again(struct etcd_store *e)
+{
+	struct etcd_interest *in = &e->interest;
+	struct etcd_names missing = { 0 };
+
+	pthread_mutex_lock(&in->mu);
+	for (size_t i = 0; !in->follow_all && i < in->n_followed; i++)
+		if (!find_locked(in, in->followed[i]))
+			changed_add(&missing, in->followed[i]);
+	pthread_mutex_unlock(&in->mu);
+	for (size_t i = 0; i < missing.n; i++)
+		(void)lockfs_etcdbe_look(e, missing.v[i], false);
+	lockfs_etcdbe_names_free(&missing);
+}
+
 void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 {
 	struct etcd_interest *in = &e->interest;
@@ -480,7 +713,10 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 	int64_t now = lockfs_boot_ms();
 	bool hosts_lost;
 
+	bool follow_again;
+
 	lockfs_etcdbe_session_pending_each(e, watch_pending, e);
+	follow_names_again(e);
 	our_leases(e, &ours);
 	pthread_mutex_lock(&in->mu);
 	if (in->scanning) {
@@ -492,7 +728,10 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 
 		while (*pp) {
 			struct etcd_interest_entry *x = *pp;
-			bool wanted = x->look_until_ms > now;
+			/* (While every name is followed, no entry goes: the
+			 * prefix's watch skips the names that have one.) */
+			bool wanted = x->look_until_ms > now || in->follow_all ||
+				      is_followed_locked(in, x->name);
 
 			if (!wanted) {
 				pthread_mutex_lock(&e->mirror.mu);
@@ -521,7 +760,10 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 		}
 	}
 	hosts_lost = !in->hosts_id;
+	follow_again = in->follow_all && !in->follow_id;
 	pthread_mutex_unlock(&in->mu);
+	if (follow_again)
+		follow_prefix(e);
 	/* Watches that could not be made: read and watch them again. */
 	if (hosts_lost)
 		reload_hosts(e);
@@ -555,6 +797,11 @@ void lockfs_etcdbe_interest_close(struct etcd_store *e)
 			free(x->name);
 			free(x);
 		}
+	for (size_t i = 0; i < in->n_followed; i++)
+		free(in->followed[i]);
+	free(in->followed);
+	in->followed = NULL;
+	in->n_followed = 0;
 	for (size_t i = 0; i < in->n_list; i++)
 		free(in->list[i]);
 	free(in->list);

@@ -175,6 +175,12 @@ int lockfs_store_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg
 	return rc ? rc : be->ops->start(be, fn, arg);
 }
 
+int lockfs_store_follow(struct lockfs_backend *be, bool all, const char *const *names, size_t n)
+{
+	assert(be && be->ops && (names || !n));
+	return be->ops->follow ? counted(be->ops->follow(be, all, names, n)) : 0;
+}
+
 int lockfs_store_check(struct lockfs_backend *be)
 {
 	int rc = injected(LOCKFS_STORE_CHECK, NULL);

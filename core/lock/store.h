@@ -45,6 +45,8 @@ int lockfs_store_foreign_stale(struct lockfs_backend *be, const char *name,
 int lockfs_store_session(struct lockfs_backend *be, const char *host,
 			 struct lockfs_session *out);
 int lockfs_store_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg);
+/* A store that hears of every change anyway (follow NULL): 0. */
+int lockfs_store_follow(struct lockfs_backend *be, bool all, const char *const *names, size_t n);
 /* A store that does not say (check NULL): 0, still there. */
 int lockfs_store_check(struct lockfs_backend *be);
 void lockfs_store_close(struct lockfs_backend *be);

@@ -37,6 +37,7 @@ struct fdlock_via;       /* fdlock.h */
 struct recovery_work;    /* recovery.c */
 struct lockfs_changes;   /* changes.c */
 struct lockfs_events;    /* events.h */
+struct lockfs_follow;    /* follow.h */
 struct lockfs_metrics;   /* metrics.h */
 
 #define STRIPES 256
@@ -123,6 +124,7 @@ struct lockfs_table {
 	struct lockfs_backend *be;      /* the store; its own locking */
 	struct lockfs_log *log;         /* the audit log; its own mutex */
 	struct lockfs_events *events;   /* events.c: M/.events; its own mutex */
+	struct lockfs_follow *follow;   /* follow.c: what its readers follow; its own mutex */
 	struct lockfs_metrics *metrics; /* metrics.c: atomic counters */
 	struct lockfs_liveness *liveness;       /* its own mutex */
 	struct lockfs_descendants *descendants; /* its own mutex */

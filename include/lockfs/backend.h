@@ -305,6 +305,19 @@ struct lockfs_backend_ops {
 	 */
 	int (*start)(struct lockfs_backend *be, lockfs_change_fn fn, void *arg);
 
+	/*
+	 * What this daemon's readers of events (M/.events) follow, replacing
+	 * what the last call said: every name (ALL), or the N NAMES.  A store
+	 * that tells this daemon only of the names it needs (etcd) reports
+	 * changes of these too from now on, made on any host; with ALL
+	 * false and N 0 it goes back to its callers' needs alone.  Called
+	 * only when the set changes, one call at a time, never under an
+	 * engine lock.  May be NULL (dir: every change is seen anyway).
+	 * 0; -EIO, -ENOMEM: followed as far as the store could (it tries no
+	 * further; events of the rest may be missing).
+	 */
+	int (*follow)(struct lockfs_backend *be, bool all, const char *const *names, size_t n);
+
 	/* Is the store still there?  About every tick.  0; -EIO (said once).
 	 * May be NULL. */
 	int (*check)(struct lockfs_backend *be);

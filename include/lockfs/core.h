@@ -331,6 +331,23 @@ ssize_t lockfs_core_events_take(struct lockfs_core *core, uint64_t *cursor, char
 				lockfs_core_event_want_fn want, void *arg);
 uint64_t lockfs_core_events_wait(struct lockfs_core *core, uint64_t seen);
 void lockfs_core_events_shut(struct lockfs_core *core);
+
+/*
+ * A reader of M/.events follows NEW from now on, no longer OLD: each a
+ * watch list (names, each NUL-terminated, an empty one last),
+ * LOCKFS_FOLLOW_ALL (every name), or LOCKFS_FOLLOW_NONE (nothing: before
+ * its first read or write, after close).  A store that hears only of the
+ * names this daemon needs (etcd) hears of what readers follow too, so
+ * that other hosts' locks are events.  0, or the store's -errno (events
+ * of some names may then be missing).  May wait for the store (one
+ * bounded read); call it with no lock held that a store's report needs.
+ */
+#ifndef LOCKFS_FOLLOW_NONE
+#define LOCKFS_FOLLOW_NONE ((const char *)0)
+extern const char lockfs_follow_all[];
+#define LOCKFS_FOLLOW_ALL lockfs_follow_all
+#endif
+int lockfs_core_events_follow(struct lockfs_core *core, const char *old, const char *new_);
 bool lockfs_core_events_shut_down(struct lockfs_core *core);
 
 /* M/.metrics' text (Prometheus' text format) in *TEXT (malloc'd, *LEN
