@@ -49,7 +49,7 @@ struct lockfs_metrics {
 	uint64_t acquired_dir, acquired_fd;
 	uint64_t ended[NENDS];
 	uint64_t recovered[NEVIDENCES];
-	uint64_t waits, busy;
+	uint64_t waits, busy, deadlocks;
 	struct histogram wait, hold;
 	char **names;   /* -o metrics_names; read-only */
 	size_t nnames;
@@ -156,6 +156,10 @@ void lockfs_metrics_event(struct lockfs_metrics *m, const char *const *kv, const
 		if (since_ms > 0)
 			observe(&m->hold, lockfs_wall_ms() - since_ms);
 		break;
+	}
+	if (strcmp(event, "deadlock") == 0) {
+		add(&m->deadlocks, 1);
+		return;
 	}
 	if (strcmp(event, "recovered") == 0) {
 		size_t i = 0;
@@ -346,6 +350,9 @@ int lockfs_metrics_render(struct lockfs_table *t, char **text, size_t *len)
 	     " or F_SETLK refused or a mkdir the daemon answered EEXIST (refused).");
 	say(&o, "lockfs_contention_total{how=\"waited\"} %" PRIu64 "\n", get(&m->waits));
 	say(&o, "lockfs_contention_total{how=\"refused\"} %" PRIu64 "\n", get(&m->busy));
+	head(&o, "lockfs_deadlocks_total", "counter",
+	     "Waits refused with EDEADLK because they would have closed a cycle.");
+	say(&o, "lockfs_deadlocks_total %" PRIu64 "\n", get(&m->deadlocks));
 	histogram(&o, "lockfs_wait_seconds", "Time a parked waiter waited until it was granted.",
 		  &m->wait);
 	histogram(&o, "lockfs_hold_seconds", "Time from a grant to its end (any end).", &m->hold);

@@ -17,8 +17,11 @@ import errno
 import fcntl
 import os
 import subprocess
+import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'events'))
+from events_helpers import Watch  # noqa: E402
 from flock_helpers import fpath, wait_waiters, waiter_pids
 from lockfs_helpers import PYTHON, log_for, read_log, read_owner, source_root, wait_until
 
@@ -82,6 +85,34 @@ def test_the_log_names_the_cycle(mnt, procs):
     assert (d['pid1'], d['wait1'], d['heldby1']) == (str(q.pid), 'A', str(p.pid))
     assert (d['pid2'], d['wait2'], d['heldby2']) == (str(p.pid), 'B', str(q.pid))
     assert 'pid3' not in d
+
+
+def test_a_deadlock_is_an_event_and_a_metric(mnt, procs):
+    """Watching it live (issue 24 point 3) sees deadlocks too: one
+    `deadlock` event on M/.events naming the refused waiter, and
+    lockfs_deadlocks_total in M/.metrics counts it."""
+    def deadlocks():
+        with open(os.path.join(mnt.mnt, '.metrics')) as f:
+            for line in f:
+                if line.startswith('lockfs_deadlocks_total '):
+                    return int(line.split()[1])
+        raise AssertionError('no lockfs_deadlocks_total in M/.metrics')
+
+    before = deadlocks()
+    w = Watch(mnt)
+    try:
+        w.sync()
+        p, pa = _take(procs, mnt, 'A')
+        q, qb = _take(procs, mnt, 'B')
+        pb = p.open(fpath(mnt, 'B'))
+        _wait_start(mnt, p, pb, 'B', [p.pid])
+        qa = q.open(fpath(mnt, 'A'))
+        assert q.flock(qa, EX, timeout=ANSWER_S) == errno.EDEADLK
+        ev = w.until(lambda e: e['event'] == 'deadlock', timeout=10, what='a deadlock event')[-1]
+        assert ev['name'] == 'A' and ev['pid'] == q.pid
+    finally:
+        w.stop()
+    assert deadlocks() == before + 1
 
 
 def test_fcntl_setlkw_cycle_fails_with_edeadlk(mnt, procs):
