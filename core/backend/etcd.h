@@ -61,6 +61,12 @@ struct etcd_name {
 	/* Every event of NAME before it is applied (its read's revision + 1,
 	 * then its watch's resume point): dead keys before it are swept. */
 	int64_t next_rev;
+	/* A txn of this daemon proved at some revision that no key of NAME
+	 * created before GONE_RANK lived then (a granted try-lock, a claim):
+	 * such a key's life is over for good, so a read or a watch event that
+	 * still shows it (issued before that txn, delivered after) is stale
+	 * and never brings it back ahead of this daemon's grant.  0: none. */
+	int64_t gone_rank;
 	struct etcd_name *next;  /* hash chain */
 };
 
