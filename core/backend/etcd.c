@@ -331,12 +331,15 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		txn.n_success = 1;
 		break;
 	}
+	/* Owned from before it is sent: never taken for an orphan. */
+	lockfs_etcdbe_owned_add(e, key);
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	resent = rc == 0 && lockfs_etcd_last_call_resent();
 	if (rc) {
 		/* It may have been made: undo it once etcd answers. */
 		if (lockfs_etcd_outcome_unknown(rc))
 			lockfs_etcdbe_session_pending(e, key, lease, 0, false);
+		lockfs_etcdbe_owned_drop(e, key);
 		free(json);
 		return store_error(e, rc);
 	}
@@ -350,6 +353,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		if (got < 0) {
 			/* Cannot tell: undo it once etcd answers. */
 			lockfs_etcdbe_session_pending(e, key, lease, 0, false);
+			lockfs_etcdbe_owned_drop(e, key);
 			lockfs_etcd_txn_resp_free(&r);
 			free(json);
 			return store_error(e, got);
@@ -359,6 +363,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	}
 	if (!r.succeeded) {
 		/* Refused: nothing was written, the key is free again. */
+		lockfs_etcdbe_owned_drop(e, key);
 		lockfs_etcdbe_key_free(&e->free_keys, name, lease, seq);
 		lockfs_etcd_txn_resp_free(&r);
 		free(json);
@@ -373,6 +378,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	free(json);
 	if (granted) {
 		lockfs_etcd_txn_resp_free(&r);
+		lockfs_etcdbe_owned_granted(e, key);
 		lockfs_etcdbe_watch_own(e, name, mod + 1);
 		granted_stat(e, key, create, mod, lease, (uint64_t)create, st);
 		return 0;
@@ -421,6 +427,9 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 	rc = lockfs_etcd_txn(c, &txn, &r);
 	if (rc) {
 		free(json);
+		/* Maybe applied: claimed again at the next tick, or left. */
+		if (lockfs_etcd_outcome_unknown(rc))
+			lockfs_etcdbe_recheck_later(e, name);
 		return rc == -ENOENT ? -ENOENT : store_error(e, rc);
 	}
 	if (!r.succeeded) {
@@ -433,6 +442,7 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 	}
 	mirror_put(e, name, key, json, len, rank, r.revision, lease, head_check ? rank : 0, true,
 		   false);
+	lockfs_etcdbe_owned_granted(e, key);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -460,7 +470,10 @@ static int etcd_claim(struct lockfs_backend *be, const char *name,
 	contender_key(e, name, place->session, place->seq, key);
 	/* One txn: "ours, and the first" and the record.  Head-ness cannot be
 	 * lost once held: no key can be made ahead of an existing one. */
-	return grant_place(e, e->client, name, key, place->rank, lease, true, src, st);
+	rc = grant_place(e, e->client, name, key, place->rank, lease, true, src, st);
+	if (rc == -ENOENT)
+		lockfs_etcdbe_owned_drop(e, key);  /* gone: the engine takes a new place */
+	return rc;
 }
 
 static int etcd_leave(struct lockfs_backend *be, const char *name,
@@ -468,29 +481,43 @@ static int etcd_leave(struct lockfs_backend *be, const char *name,
 {
 	struct etcd_store *e = to_etcd(be);
 	char key[LOCKFS_STORE_KEY_MAX];
-	/* Only while it is still a place: made at RANK and never written
-	 * since (a granted place carries its record, written later). */
+	/* Its own life (made at RANK), never written since: a granted place
+	 * keeps its record.  Never granted by us, a write since was a claim
+	 * whose answer was lost; nobody here holds it: it goes too. */
 	struct lockfs_etcd_compare cmps[2] = {
 		{ .key = key, .target = LOCKFS_ETCD_CREATE, .number = place->rank },
 		{ .key = key, .target = LOCKFS_ETCD_MOD, .number = place->rank },
 	};
-	struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = key };
+	struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = key, .prev_kv = true };
 	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = 2, .success = &del,
 				       .n_success = 1 };
 	struct lockfs_etcd_txn_resp r;
+	bool granted;
 	int rc;
 
 	contender_key(e, name, place->session, place->seq, key);
+	granted = lockfs_etcdbe_owned_is_granted(e, key);
+	if (!granted)
+		txn.n_compare = 1;
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	if (rc) {
 		/* Completed once etcd answers. */
-		lockfs_etcdbe_session_pending(e, key, place->session, place->rank, true);
+		lockfs_etcdbe_session_pending(e, key, place->session, place->rank, granted);
+		if (!granted)
+			lockfs_etcdbe_owned_drop(e, key);
 		return store_error(e, rc);
 	}
 	if (r.succeeded) {
+		if (r.n_ops == 1 && r.ops[0].n_kvs == 1 &&
+		    r.ops[0].kvs[0].mod_revision != place->rank)
+			fprintf(stderr, "lockfs: etcd: %s (create_revision %" PRId64 "): a claim "
+				"etcd applied whose answer was lost, left by its waiter: deleted at "
+				"revision %" PRId64 "\n", key, place->rank, r.revision);
 		mirror_delete(e, name, key, r.revision, false);
 		lockfs_etcdbe_key_free(&e->free_keys, name, place->session, place->seq);
 	}
+	if (!granted)
+		lockfs_etcdbe_owned_drop(e, key);
 	lockfs_etcd_txn_resp_free(&r);
 	return 0;
 }
@@ -537,6 +564,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 		return -ENOENT;
 	}
 	mirror_delete(e, name, old.key, r.revision, false);
+	lockfs_etcdbe_owned_drop(e, old.key);
 	own_key_freed(e, name, old.key, old.lease);
 	deleted = r.revision;
 	contender_key(e, name, place->session, place->seq, key);
@@ -701,6 +729,7 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (!r.succeeded && resent)
 		r.succeeded = true;
 	rc = r.succeeded ? 0 : -ENOENT;
+	lockfs_etcdbe_owned_drop(e, h.key);  /* deleted, or gone already */
 	if (r.succeeded) {
 		mirror_delete(e, name, h.key, r.revision, true);
 		own_key_freed(e, name, h.key, h.lease);
@@ -735,6 +764,8 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	}
 	if (h.lease == lease) {
 		/* Ours already. */
+		lockfs_etcdbe_owned_add(e, h.key);
+		lockfs_etcdbe_owned_granted(e, h.key);
 		if (st)
 			fill_stat(e, &h, st);
 		free(h.value);
@@ -762,6 +793,8 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		free(h.value);
 		return -ENOENT;
 	}
+	lockfs_etcdbe_owned_add(e, h.key);
+	lockfs_etcdbe_owned_granted(e, h.key);
 	mirror_put(e, name, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
 		   lease, 0, true, false);
 	if (st) {
