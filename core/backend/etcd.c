@@ -440,8 +440,10 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 		free(json);
 		return there && head_check ? -EEXIST : -ENOENT;
 	}
-	mirror_put(e, name, key, json, len, rank, r.revision, lease, head_check ? rank : 0, true,
-		   false);
+	/* Ours is the first: the claim's compare said so, or the hand-off's
+	 * delete read it (no key made since is older).  No read or event of
+	 * an older key may put it back ahead (gone_rank). */
+	mirror_put(e, name, key, json, len, rank, r.revision, lease, rank, true, false);
 	lockfs_etcdbe_owned_granted(e, key);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);

@@ -254,6 +254,31 @@ static void delete_orphan(struct etcd_store *e, const struct etcd_suspect *s,
 	lockfs_etcd_txn_resp_free(&r);
 }
 
+/* Forget the keys of other leases than LEASE: a lost session's keys went
+ * with it, and only the current lease's are ever looked at. */
+static void forget_other_leases(struct etcd_store *e, int64_t lease)
+{
+	struct etcd_owned *o = &e->owned;
+	char hex[17];
+
+	snprintf(hex, sizeof(hex), "%016" PRIx64, (uint64_t)lease);
+	pthread_mutex_lock(&o->mu);
+	for (size_t b = 0; b < ETCD_OWNED_BUCKETS; b++)
+		for (struct etcd_owned_key **pp = &o->buckets[b]; *pp;) {
+			const char *slash = strrchr((*pp)->key, '/');
+
+			if (slash && strncmp(slash + 1, hex, 16) != 0) {
+				struct etcd_owned_key *k = *pp;
+
+				*pp = k->next;
+				free(k);
+			} else {
+				pp = &(*pp)->next;
+			}
+		}
+	pthread_mutex_unlock(&o->mu);
+}
+
 /* The orphans of this tick: the suspects of the last one still there,
  * unchanged, are deleted; this tick's are kept for the next. */
 static void sweep_orphans(struct etcd_store *e, struct etcd_names *changed)
@@ -263,8 +288,10 @@ static void sweep_orphans(struct etcd_store *e, struct etcd_names *changed)
 	size_t n = 0;
 	int64_t lease;
 
-	if (lockfs_etcdbe_session_state(e, &lease) == LOCKFS_SESSION_LIVE)
+	if (lockfs_etcdbe_session_state(e, &lease) == LOCKFS_SESSION_LIVE) {
+		forget_other_leases(e, lease);
 		find_candidates(e, lease, found, &n);
+	}
 	for (size_t i = 0; i < n; i++) {
 		char name[LOCKFS_STORE_KEY_MAX];
 

@@ -136,3 +136,48 @@ def test_orphan_key_of_this_session_at_the_head_is_deleted(etcd1, etcd_mounts, p
     assert 'orphan, deleted' in h1.stderr()
     assert a.mkdir(h2.path('orph')) == 0
     assert a.rmdir(h2.path('orph')) == 0
+
+
+def test_hand_off_is_not_undone_by_a_late_event_of_an_older_key(etcd1, tcp_proxy, etcd_mounts,
+                                                                 procs):
+    # The same for a grant by hand-off: h2's waiter joins the line and
+    # leaves it while h1's watch lags; h1's holder hands fl to h1's waiter,
+    # whose place is behind where h2's was.  That older key's late event
+    # must not come back ahead of the grant.
+    hosts, proxy = two_hosts(etcd1, tcp_proxy, etcd_mounts)
+    h1, h2 = hosts
+    a, b, c = procs.agent(), procs.agent(), procs.agent()
+    afd = a.open(h1.path('.flock', 'fl'))
+    assert a.flock(afd, fcntl.LOCK_EX) == 0
+    assert not os.path.exists(h1.path('marker'))
+    proxy.hold_watch()
+    try:
+        cfd = c.open(h2.path('.flock', 'fl'))
+        c.flock_start(cfd, fcntl.LOCK_EX)
+        wait_until(lambda: len(hosts.lock_keys('fl')) == 2, timeout=10, what="h2's place")
+        bfd = b.open(h1.path('.flock', 'fl'))
+        rid = b.flock_start(bfd, fcntl.LOCK_EX)
+        wait_until(lambda: len(hosts.lock_keys('fl')) == 3, timeout=10, what="h1's place")
+        c.kill()                                  # h2's waiter leaves the line
+        wait_until(lambda: len(hosts.lock_keys('fl')) == 2, timeout=10, what="h2's leave")
+        assert a.flock(afd, fcntl.LOCK_UN) == 0   # handed to b
+        assert 'errno' not in b.wait(rid, timeout=10)
+    finally:
+        proxy.resume()
+    fence = fence_of(hosts, h1, 'fl')
+    assert b.mkdir(h2.path('marker')) == 0
+    wait_until(lambda: os.path.exists(h1.path('marker')), timeout=10,
+               what="h1's watch caught up (marker held)")
+    assert [l.event for l in hosts.log_lines(h1, 'fl')] == ['acquired', 'released', 'acquired'], \
+        hosts.log_lines(h1, 'fl')
+    assert b.owner(h1.mnt, 'fl')['holder']['pid'] == b.pid
+    a.close(afd)
+    b.close(bfd)
+    wait_until(lambda: hosts.lock_keys('fl') == [], timeout=10, what='fl free')
+    wait_until(lambda: len([l for l in hosts.log_lines(h1, 'fl')
+                            if int(l.details.get('fence', 0)) == fence]) == 2,
+               timeout=10, what="b's end line")
+    ends = [l.event for l in hosts.log_lines(h1, 'fl') if int(l.details.get('fence', 0)) == fence]
+    assert ends == ['acquired', 'released'], ends
+    assert b.rmdir(h2.path('marker')) == 0
+    assert hosts.check_history(held=set()) == []
