@@ -13,12 +13,10 @@
  * revision of that write).
  *
  * Every write is one etcd txn guarded by the identity the engine read
- * (create_revision, and mod_revision where a record rewrite matters), and
- * bounded by the client's 1 s timeout.  Reads (stat, read, list, session)
- * answer from the mirror (etcd_mirror.c), which one prefix watch keeps
- * (etcd_watch.c).  The session (etcd_session.c) keeps the lease alive and
- * says when it is uncertain or lost.  Opening and closing the store (its
- * options, host key, TLS) is etcd_open.c's.
+ * (create_revision, and mod_revision where a rewrite matters), bounded by
+ * the client's 1 s.  Reads answer from the mirror (etcd_mirror.c), kept by
+ * the watches (etcd_interest.c); the session is etcd_session.c's, opening
+ * and closing etcd_open.c's, orphans etcd_orphan.c's.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -144,16 +142,12 @@ static void fill_stat(struct etcd_store *e, const struct etcd_head *h, struct lo
 }
 
 /*
- * What an op's own write made of KEY (of NAME) at MOD_REV: into the mirror
- * before the op returns, so that its own stat/read sees it at once.
- * FIRST_RANK > 0: the txn also proved that no key of NAME created before
- * FIRST_RANK lives (lockfs_etcdbe_mirror_gone_before_locked).  OWN: the
- * write's echo may be CHANGE_OWN when it left NAME uncontended
- * (lockfs_etcdbe_mirror_note_own_locked) -- decided in the same critical
- * section, so that the watch cannot bring the echo in between.
- * FENCE_NULL: VALUE says "fence": null (a record encoded with fence 0 for
- * a new grant, lockfs_record_src), so the mirror need not parse it for
- * its fence at the next stat -- the lookup of the holder's own rmdir.
+ * An op's own write of KEY (of NAME) at MOD_REV, into the mirror before the
+ * op returns.  FIRST_RANK > 0: the txn proved no key of NAME created before
+ * it lives (mirror_gone_before_locked).  OWN: its echo may be CHANGE_OWN
+ * (mirror_note_own_locked, in the same critical section as the put).
+ * FENCE_NULL: VALUE says "fence": null (a new grant's record), known
+ * without parsing it at the next stat.
  */
 static void mirror_put(struct etcd_store *e, const char *name, const char *key,
 		       const char *value, size_t len, int64_t create_rev, int64_t mod_rev,
@@ -331,12 +325,15 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		txn.n_success = 1;
 		break;
 	}
+	/* Owned from before it is sent: never taken for an orphan. */
+	lockfs_etcdbe_owned_add(e, key);
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	resent = rc == 0 && lockfs_etcd_last_call_resent();
 	if (rc) {
 		/* It may have been made: undo it once etcd answers. */
 		if (lockfs_etcd_outcome_unknown(rc))
 			lockfs_etcdbe_session_pending(e, key, lease, 0, false);
+		lockfs_etcdbe_owned_drop(e, key);
 		free(json);
 		return store_error(e, rc);
 	}
@@ -350,6 +347,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		if (got < 0) {
 			/* Cannot tell: undo it once etcd answers. */
 			lockfs_etcdbe_session_pending(e, key, lease, 0, false);
+			lockfs_etcdbe_owned_drop(e, key);
 			lockfs_etcd_txn_resp_free(&r);
 			free(json);
 			return store_error(e, got);
@@ -359,6 +357,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	}
 	if (!r.succeeded) {
 		/* Refused: nothing was written, the key is free again. */
+		lockfs_etcdbe_owned_drop(e, key);
 		lockfs_etcdbe_key_free(&e->free_keys, name, lease, seq);
 		lockfs_etcd_txn_resp_free(&r);
 		free(json);
@@ -373,6 +372,7 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	free(json);
 	if (granted) {
 		lockfs_etcd_txn_resp_free(&r);
+		lockfs_etcdbe_owned_granted(e, key);
 		lockfs_etcdbe_watch_own(e, name, mod + 1);
 		granted_stat(e, key, create, mod, lease, (uint64_t)create, st);
 		return 0;
@@ -385,25 +385,28 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 }
 
 /*
- * Write SRC's record with fence RANK into KEY (of NAME), while KEY is the
- * one made at RANK and, with HEAD_CHECK, the first of NAME's line: every
- * key of R(NAME) created at RANK or later (the range holds KEY, so it is
- * never empty).  One txn on client C.  0 (ST filled); -EEXIST: KEY is
- * there but behind another; -ENOENT: gone; -EIO; -ENOMEM.
+ * Write SRC's record with fence RANK into KEY (of NAME) while KEY is the
+ * one made at RANK, unwritten since, and with HEAD_CHECK the first of the
+ * line (every key of R(NAME) created at RANK or later).  A place written
+ * since was written by this daemon only (a claim whose answer was lost, a
+ * queue put resent): it is written again, guarded by that write's mod, so
+ * a late copy of an earlier claim never overwrites a later grant.  One txn
+ * (two then) on C.  0 (ST filled); -EEXIST: behind another; -ENOENT: gone.
  */
 static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *name,
 		       const char *key, int64_t rank, int64_t lease, bool head_check,
 		       const struct lockfs_record_src *src, struct lockfs_entry_stat *st)
 {
 	char rkey[LOCKFS_STORE_KEY_MAX], rend[LOCKFS_STORE_KEY_MAX];
-	struct lockfs_etcd_compare cmps[2] = {
+	struct lockfs_etcd_compare cmps[3] = {
 		{ .key = key, .target = LOCKFS_ETCD_CREATE, .number = rank },
+		{ .key = key, .target = LOCKFS_ETCD_MOD, .number = rank },
 		{ .key = rkey, .range_end = rend, .target = LOCKFS_ETCD_CREATE,
 		  .result = LOCKFS_ETCD_GREATER, .number = rank - 1 },
 	};
 	struct lockfs_etcd_op put = { .type = LOCKFS_ETCD_PUT, .key = key, .lease = lease };
 	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = key, .keys_only = true };
-	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = head_check ? 2 : 1,
+	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = head_check ? 3 : 2,
 				       .success = &put, .n_success = 1,
 				       .failure = &get, .n_failure = 1 };
 	struct lockfs_etcd_txn_resp r;
@@ -418,21 +421,38 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 		return rc;
 	put.value = json;
 	put.value_len = len;
-	rc = lockfs_etcd_txn(c, &txn, &r);
-	if (rc) {
-		free(json);
-		return rc == -ENOENT ? -ENOENT : store_error(e, rc);
-	}
-	if (!r.succeeded) {
+	for (int round = 0;; round++) {
+		rc = lockfs_etcd_txn(c, &txn, &r);
+		if (rc) {
+			free(json);
+			/* Maybe applied: claimed again at the next tick, or left. */
+			if (lockfs_etcd_outcome_unknown(rc))
+				lockfs_etcdbe_recheck_later(e, name);
+			return rc == -ENOENT ? -ENOENT : store_error(e, rc);
+		}
+		if (r.succeeded)
+			break;
 		bool there = r.n_ops == 1 && r.ops[0].n_kvs == 1 &&
 			     r.ops[0].kvs[0].create_revision == rank;
+		int64_t mod = there ? r.ops[0].kvs[0].mod_revision : 0;
 
 		lockfs_etcd_txn_resp_free(&r);
+		if (there && mod != cmps[1].number && round == 0) {
+			cmps[1].number = mod;
+			continue;
+		}
 		free(json);
+		if (there && mod != cmps[1].number) {
+			lockfs_etcdbe_recheck_later(e, name);
+			return -EIO;  /* written again meanwhile: the next try tells */
+		}
 		return there && head_check ? -EEXIST : -ENOENT;
 	}
-	mirror_put(e, name, key, json, len, rank, r.revision, lease, head_check ? rank : 0, true,
-		   false);
+	/* Ours is the first: the claim's compare said so, or the hand-off's
+	 * delete read it (no key made since is older).  No read or event of
+	 * an older key may put it back ahead (gone_rank). */
+	mirror_put(e, name, key, json, len, rank, r.revision, lease, rank, true, false);
+	lockfs_etcdbe_owned_granted(e, key);
 	granted_stat(e, key, rank, r.revision, lease, (uint64_t)rank, st);
 	lockfs_etcd_txn_resp_free(&r);
 	free(json);
@@ -460,7 +480,10 @@ static int etcd_claim(struct lockfs_backend *be, const char *name,
 	contender_key(e, name, place->session, place->seq, key);
 	/* One txn: "ours, and the first" and the record.  Head-ness cannot be
 	 * lost once held: no key can be made ahead of an existing one. */
-	return grant_place(e, e->client, name, key, place->rank, lease, true, src, st);
+	rc = grant_place(e, e->client, name, key, place->rank, lease, true, src, st);
+	if (rc == -ENOENT)
+		lockfs_etcdbe_owned_drop(e, key);  /* gone: the engine takes a new place */
+	return rc;
 }
 
 static int etcd_leave(struct lockfs_backend *be, const char *name,
@@ -468,29 +491,43 @@ static int etcd_leave(struct lockfs_backend *be, const char *name,
 {
 	struct etcd_store *e = to_etcd(be);
 	char key[LOCKFS_STORE_KEY_MAX];
-	/* Only while it is still a place: made at RANK and never written
-	 * since (a granted place carries its record, written later). */
+	/* Its own life (made at RANK), never written since: a granted place
+	 * keeps its record.  Never granted by us, a write since was a claim
+	 * whose answer was lost; nobody here holds it: it goes too. */
 	struct lockfs_etcd_compare cmps[2] = {
 		{ .key = key, .target = LOCKFS_ETCD_CREATE, .number = place->rank },
 		{ .key = key, .target = LOCKFS_ETCD_MOD, .number = place->rank },
 	};
-	struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = key };
+	struct lockfs_etcd_op del = { .type = LOCKFS_ETCD_DELETE, .key = key, .prev_kv = true };
 	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = 2, .success = &del,
 				       .n_success = 1 };
 	struct lockfs_etcd_txn_resp r;
+	bool granted;
 	int rc;
 
 	contender_key(e, name, place->session, place->seq, key);
+	granted = lockfs_etcdbe_owned_is_granted(e, key);
+	if (!granted)
+		txn.n_compare = 1;
 	rc = lockfs_etcd_txn(e->client, &txn, &r);
 	if (rc) {
 		/* Completed once etcd answers. */
-		lockfs_etcdbe_session_pending(e, key, place->session, place->rank, true);
+		lockfs_etcdbe_session_pending(e, key, place->session, place->rank, granted);
+		if (!granted)
+			lockfs_etcdbe_owned_drop(e, key);
 		return store_error(e, rc);
 	}
 	if (r.succeeded) {
+		if (r.n_ops == 1 && r.ops[0].n_kvs == 1 &&
+		    r.ops[0].kvs[0].mod_revision != place->rank)
+			fprintf(stderr, "lockfs: etcd: %s (create_revision %" PRId64 "): a claim "
+				"etcd applied whose answer was lost, left by its waiter: deleted at "
+				"revision %" PRId64 "\n", key, place->rank, r.revision);
 		mirror_delete(e, name, key, r.revision, false);
 		lockfs_etcdbe_key_free(&e->free_keys, name, place->session, place->seq);
 	}
+	if (!granted)
+		lockfs_etcdbe_owned_drop(e, key);
 	lockfs_etcd_txn_resp_free(&r);
 	return 0;
 }
@@ -537,24 +574,22 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 		return -ENOENT;
 	}
 	mirror_delete(e, name, old.key, r.revision, false);
+	lockfs_etcdbe_owned_drop(e, old.key);
 	own_key_freed(e, name, old.key, old.lease);
 	deleted = r.revision;
 	contender_key(e, name, place->session, place->seq, key);
 	next_is_place = r.n_ops == 2 && r.ops[1].n_kvs == 1 &&
 			strcmp(r.ops[1].kvs[0].key, key) == 0;
 	lockfs_etcd_txn_resp_free(&r);
-	/* A clean release never starts lock-delay; someone else's key ahead
-	 * (another host's, a foreign one) keeps PLACE in line. */
+	/* Someone else's key ahead (another host's, foreign): PLACE waits. */
 	if (!next_is_place || place->session != lease)
 		return 1;
-	/* The grant is a second call: only within the op's bound (on the
-	 * client with the short bound).  Else PLACE stays in line, and the
-	 * watch's report of the release brings the engine back to claim. */
+	/* A second call, within the op's bound only; else PLACE stays in
+	 * line and the release's report brings the engine back to claim. */
 	if (lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
 		return 1;
 	rc = grant_place(e, e->client_short, name, key, place->rank, lease, false, src, st);
-	/* Only a hand-off that granted made the delete its own business: when
-	 * PLACE stays in line, the echo of the delete brings the engine back. */
+	/* Granted: the delete's echo is ours (else it brings the engine back). */
 	if (rc == 0)
 		note_own(e, name, key, deleted);
 	return rc == -ENOENT || rc == -EIO ? 1 : rc;
@@ -671,11 +706,9 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (lockfs_etcdbe_session_lost_lease(e, h.lease))
 		return -ESTALE;
 	cmp.number = h.create_rev;
-	/* Guarded by create_revision, the delete is harmless to send again,
-	 * so it is tried in short calls until the op's bound: a leader
-	 * election (a proposal lost with the old leader, "no leader" from the
-	 * others) is ridden out, and EIO means that etcd stayed unavailable
-	 * for the whole bound (docs/etcd.md, "Failures"). */
+	/* Guarded by create_revision, harmless to send again: tried in short
+	 * calls until the op's bound, riding out a leader election; EIO means
+	 * etcd stayed unavailable for the whole bound (docs/etcd.md). */
 	for (;;) {
 		int64_t tried_at = lockfs_boot_ms();
 
@@ -694,13 +727,12 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (rc)
 		return store_error(e, rc);
 	lockfs_etcdbe_say_reachable(e);
-	/* The delete sent twice (its first answer lost or late), the second
-	 * copy finding the key gone: the first copy removed it -- this
-	 * release happened.  Told apart from a key removed behind the
-	 * holder's back only by that resend (docs/etcd.md, "Failures"). */
+	/* Sent twice, the second copy finding the key gone: the first copy
+	 * removed it -- this release happened (docs/etcd.md, "Failures"). */
 	if (!r.succeeded && resent)
 		r.succeeded = true;
 	rc = r.succeeded ? 0 : -ENOENT;
+	lockfs_etcdbe_owned_drop(e, h.key);  /* deleted, or gone already */
 	if (r.succeeded) {
 		mirror_delete(e, name, h.key, r.revision, true);
 		own_key_freed(e, name, h.key, h.lease);
@@ -735,6 +767,8 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 	}
 	if (h.lease == lease) {
 		/* Ours already. */
+		lockfs_etcdbe_owned_add(e, h.key);
+		lockfs_etcdbe_owned_granted(e, h.key);
 		if (st)
 			fill_stat(e, &h, st);
 		free(h.value);
@@ -762,6 +796,8 @@ static int etcd_adopt(struct lockfs_backend *be, const char *name, uint64_t iden
 		free(h.value);
 		return -ENOENT;
 	}
+	lockfs_etcdbe_owned_add(e, h.key);
+	lockfs_etcdbe_owned_granted(e, h.key);
 	mirror_put(e, name, h.key, h.value ? h.value : "", h.value_len, h.create_rev, r.revision,
 		   lease, 0, true, false);
 	if (st) {

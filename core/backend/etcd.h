@@ -61,6 +61,12 @@ struct etcd_name {
 	/* Every event of NAME before it is applied (its read's revision + 1,
 	 * then its watch's resume point): dead keys before it are swept. */
 	int64_t next_rev;
+	/* A txn of this daemon proved at some revision that no key of NAME
+	 * created before GONE_RANK lived then (a granted try-lock, a claim):
+	 * such a key's life is over for good, so a read or a watch event that
+	 * still shows it (issued before that txn, delivered after) is stale
+	 * and never brings it back ahead of this daemon's grant.  0: none. */
+	int64_t gone_rank;
 	struct etcd_name *next;  /* hash chain */
 };
 
@@ -348,6 +354,54 @@ int lockfs_etcdbe_line(struct lockfs_backend *be, const char *name, lockfs_line_
 bool lockfs_etcdbe_own_key_seq(const char *prefix, const char *name, const char *key,
 			       int64_t lease, uint64_t *seq);
 
+/* ---- Keys the engine has, and orphans (etcd_orphan.c) ---- */
+
+#define ETCD_OWNED_BUCKETS 256
+#define ETCD_SUSPECTS_MAX 64     /* orphans looked at per tick, at most */
+
+struct etcd_owned_key {
+	struct etcd_owned_key *next;
+	bool granted;            /* an op of ours returned it to the engine as a grant */
+	char key[];
+};
+
+/* A head key of the current lease that nobody here owned at a tick. */
+struct etcd_suspect {
+	char *key;
+	int64_t create_rev, mod_rev;
+	size_t name_len;         /* its name: KEY after the prefix, this long */
+};
+
+/* Every contender key of this daemon that the engine holds or waits with,
+ * or that an op is writing; the suspects of the last tick; names to report
+ * again at the next tick (claims whose outcome was unknown).  mu is taken
+ * before mirror.mu (etcd_orphan.c), never the other way. */
+struct etcd_owned {
+	pthread_mutex_t mu;
+	struct etcd_owned_key *buckets[ETCD_OWNED_BUCKETS];
+	size_t unsure;           /* adds that found no memory: no orphan is sure */
+	struct etcd_suspect suspects[ETCD_SUSPECTS_MAX];
+	size_t n_suspects;
+	struct etcd_names recheck;
+	bool ready;
+};
+
+void lockfs_etcdbe_owned_init(struct etcd_owned *o);
+void lockfs_etcdbe_owned_destroy(struct etcd_owned *o);
+/* KEY is the engine's (a grant or a place), or an op is about to write it. */
+void lockfs_etcdbe_owned_add(struct etcd_store *e, const char *key);
+/* KEY's life here ended (its own guarded delete, or the op made nothing). */
+void lockfs_etcdbe_owned_drop(struct etcd_store *e, const char *key);
+/* KEY (owned) was returned to the engine as a grant; was it? */
+void lockfs_etcdbe_owned_granted(struct etcd_store *e, const char *key);
+bool lockfs_etcdbe_owned_is_granted(struct etcd_store *e, const char *key);
+/* A claim of NAME's place had an unknown outcome: report NAME changed at
+ * the next tick, so the engine claims again or leaves. */
+void lockfs_etcdbe_recheck_later(struct etcd_store *e, const char *name);
+/* The session thread's tick: drop what is no longer watched, report the
+ * names to recheck, delete the orphans (docs/etcd.md "Orphans"). */
+void lockfs_etcdbe_tick(struct etcd_store *e);
+
 /* ---- What this daemon watches (etcd_interest.c) ---- */
 
 /* How long a name stays watched after its last lookup, stat or read. */
@@ -426,6 +480,7 @@ struct etcd_store {
 	int64_t lock_delay_s;
 	uint64_t seq;                 /* key suffixes (__atomic) */
 	struct etcd_keys free_keys;   /* suffixes to use again */
+	struct etcd_owned owned;      /* keys the engine has (etcd_orphan.c) */
 
 	struct etcd_mirror mirror;
 	struct etcd_session session;

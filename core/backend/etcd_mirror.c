@@ -292,6 +292,10 @@ int lockfs_etcdbe_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_e
 	n = find_name(m, name, true);
 	if (!n)
 		return -ENOMEM;
+	/* A life that a txn of ours saw ended (gone_rank): a late read or
+	 * event of it, never a contender again. */
+	if (kv->create_revision < n->gone_rank)
+		return names_add(changed, name);
 	k = find_key(n, kv->key);
 	if (k) {
 		/* Older than what the mirror has (a late event of our own
@@ -389,8 +393,12 @@ int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, i
 void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *name,
 					     int64_t rank, int64_t rev)
 {
-	struct etcd_name *n = find_name(m, name, false);
+	struct etcd_name *n = find_name(m, name, true);
 
+	/* Remembered for the keys the mirror does not have yet: a read or a
+	 * watch event issued before REV may still bring one (put_locked). */
+	if (n && n->gone_rank < rank)
+		n->gone_rank = rank;
 	for (size_t j = 0; n && j < n->n; j++) {
 		struct etcd_key *k = &n->keys[j];
 
@@ -536,6 +544,14 @@ int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv
 
 				if (fn)
 					fn->delay_until_ms = on->delay_until_ms;
+			}
+			/* So do the lives our txns saw ended. */
+			if (on->gone_rank) {
+				struct etcd_name *fn = find_name(&fresh, on->name, true);
+
+				if (fn)
+					lockfs_etcdbe_mirror_gone_before_locked(&fresh, on->name,
+										on->gone_rank, rev + 1);
 			}
 		}
 	if (!rc) {

@@ -80,6 +80,7 @@ static void etcd_free(struct etcd_store *e)
 {
 	lockfs_etcdbe_free_expired(e);
 	lockfs_etcdbe_keys_destroy(&e->free_keys);
+	lockfs_etcdbe_owned_destroy(&e->owned);
 	free(e->endpoints);
 	free(e->prefix);
 	free(e->source);
@@ -378,7 +379,7 @@ nomem:
 static const struct etcd_session_hooks session_hooks = {
 	.watch_reopen = lockfs_etcdbe_watch_reopen,
 	.report = lockfs_etcdbe_report,
-	.tick = lockfs_etcdbe_interest_sweep,
+	.tick = lockfs_etcdbe_tick,
 };
 
 int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_store **out)
@@ -445,6 +446,7 @@ int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_stor
 	e->gid = getegid();
 	lockfs_etcdbe_mirror_init(&e->mirror, e->prefix);
 	lockfs_etcdbe_keys_init(&e->free_keys);
+	lockfs_etcdbe_owned_init(&e->owned);
 	pthread_mutex_init(&e->report_mu, NULL);
 	rc = lockfs_etcdbe_session_init(e, &session_hooks);
 	have_session = true;

@@ -321,6 +321,10 @@ static void resolve_pending(struct etcd_store *e)
 		rc = lockfs_etcd_txn(e->client, &txn, &r);
 		if (rc == 0 && r.succeeded) {
 			/* Deleted: it had been made after all. */
+			if (p->create_rev)
+				fprintf(stderr, "lockfs: etcd: %s (create_revision %" PRId64 "), "
+					"left while etcd did not answer: deleted at revision %"
+					PRId64 "\n", p->key, p->create_rev, r.revision);
 			lockfs_etcd_txn_resp_free(&r);
 			*pp = p->next;
 			free(p->key);
