@@ -948,6 +948,8 @@ static void etcd_close(struct lockfs_backend *be)
 	lockfs_etcdbe_close(to_etcd(be));
 }
 
+/* No foreign_stale (a foreign holder ends by its own lease), no check (the
+ * session thread watches the store). */
 static const struct lockfs_backend_ops etcd_ops = {
 	.acquire = etcd_acquire,
 	.claim = etcd_claim,
@@ -961,10 +963,8 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.list = etcd_list,
 	.line = lockfs_etcdbe_line,
 	.follow = lockfs_etcdbe_follow,
-	.foreign_stale = NULL,  /* a foreign etcd holder ends by its own lease */
 	.session = etcd_session_op,
 	.start = etcd_start,
-	.check = NULL,          /* the session thread watches the store */
 	.close = etcd_close,
 };
 
