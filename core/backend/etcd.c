@@ -948,8 +948,7 @@ static void etcd_close(struct lockfs_backend *be)
 	lockfs_etcdbe_close(to_etcd(be));
 }
 
-/* No foreign_stale (a foreign holder ends by its own lease), no check (the
- * session thread watches the store). */
+/* No foreign_stale (a holder ends by its lease), no check (the session watches). */
 static const struct lockfs_backend_ops etcd_ops = {
 	.acquire = etcd_acquire,
 	.claim = etcd_claim,
