@@ -363,10 +363,10 @@ static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint
 	for (size_t i = 0; i < c->rec.nshares; i++)
 		if (c->rec.shares[i].bound == LOCKFS_BOUND_PROCESS)
 			s->process_shares = true;
-	/* The tick polls process-bound shares, and on a store whose
-	 * foreign locks go stale it looks at every lock (recovery.c). */
-	if (s->process_shares || lockfs_store_stales_foreign(t->be) ||
-	    (!c->elsewhere && (t->be->caps & LOCKFS_BE_SESSIONS)))
+	/* A lock of this host (the tick checks the store and the session
+	 * for it), process-bound shares (polled), and on a store whose
+	 * foreign locks go stale any lock (recovery.c): tick again. */
+	if (!c->elsewhere || s->process_shares || lockfs_store_stales_foreign(t->be))
 		lockfs_table_wake(t);
 	lockfs_table_watch(t, c, pidfd); /* and notes when the tick must look at it */
 }

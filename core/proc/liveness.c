@@ -509,7 +509,7 @@ static void *liveness_thread(void *arg)
 	 * last tick found nothing to tick for; sleep until a wake. */
 	int64_t next_tick = lockfs_boot_ms() + lv->tick_ms;
 	bool more = false;
-	int rounds = 0;
+	int rounds = 0, idle_ticks = 0;
 
 	for (;;) {
 		struct epoll_event evs[EVENTS_MAX];
@@ -541,8 +541,10 @@ static void *liveness_thread(void *arg)
 				pthread_mutex_unlock(&lv->mu);
 				if (stop)
 					return NULL;
-				if (next_tick == INT64_MAX)
+				if (next_tick == INT64_MAX) {
 					next_tick = lockfs_boot_ms();
+					idle_ticks = 0;
+				}
 				continue;
 			}
 			/* Found by id under the mutex: an unwatch may have freed
@@ -587,6 +589,8 @@ static void *liveness_thread(void *arg)
 			poll_watches(lv);
 			again = lv->tick ? lv->tick(lv->arg) : false;
 			again = again || polling(lv);
+			idle_ticks = again ? 0 : idle_ticks + 1;
+			again = again || idle_ticks < LOCKFS_LIVENESS_IDLE_TICKS;
 			if (again)
 				__atomic_store_n(&lv->ticks_idle, 0, __ATOMIC_SEQ_CST);
 			next_tick = again ? lockfs_boot_ms() + lv->tick_ms : INT64_MAX;

@@ -14,6 +14,11 @@
 
 struct lockfs_liveness;
 
+/* Ticks that found nothing before the thread sleeps: a daemon at work (a
+ * lock taken now and then) keeps ticking as it always did, and pays no
+ * wake per request; an idle one sleeps after about a second. */
+#define LOCKFS_LIVENESS_IDLE_TICKS 20
+
 /* Called from the liveness thread, with no liveness mutex held. */
 typedef void (*lockfs_exited_fn)(void *arg, pid_t pid, unsigned long long start_time);
 /* Returns whether anything is left to tick for (a lease, a retry, a
@@ -26,8 +31,8 @@ typedef bool (*lockfs_work_fn)(void *arg);
 /*
  * Make a watcher.  EXITED is called once for each watched process that
  * exits; TICK about every TICK_MS milliseconds while it says something is
- * left to tick for, and after that not until lockfs_liveness_wake() or a
- * kick (an idle daemon wakes for nothing).  Nothing is called before
+ * left to tick for, and LOCKFS_LIVENESS_IDLE_TICKS more; then not until
+ * lockfs_liveness_wake() or a kick (an idle daemon wakes for nothing).  Nothing is called before
  * lockfs_liveness_run().  Returns 0 and *OUT, or -errno.
  */
 int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,

@@ -323,15 +323,15 @@ static void test_an_idle_tick_sleeps_until_woken(void **state)
 	(void)state;
 	assert_int_equal(lockfs_liveness_new(&lv, on_exit_cb, on_idle_tick, &seen, TICK_MS), 0);
 	assert_int_equal(lockfs_liveness_run(lv), 0);
-	/* The first tick comes, and says nothing is left: no second one in
-	 * ten ticks' time. */
-	assert_true(wait_exits(&seen, 1, 5000));
-	assert_false(wait_exits(&seen, 2, 10 * TICK_MS));
-	/* A wake brings one at once; a second wake, before the thread
-	 * looked, none more. */
+	/* The ticks come, each saying nothing is left: after
+	 * LOCKFS_LIVENESS_IDLE_TICKS of them, none in ten ticks' time. */
+	assert_true(wait_exits(&seen, LOCKFS_LIVENESS_IDLE_TICKS, 10000));
+	assert_false(wait_exits(&seen, LOCKFS_LIVENESS_IDLE_TICKS + 1, 10 * TICK_MS));
+	/* A wake brings them back at once, as many again, then sleep. */
 	lockfs_liveness_wake(lv);
-	assert_true(wait_exits(&seen, 2, 5000));
-	assert_false(wait_exits(&seen, 3, 10 * TICK_MS));
+	assert_true(wait_exits(&seen, LOCKFS_LIVENESS_IDLE_TICKS + 1, 5000));
+	assert_true(wait_exits(&seen, 2 * LOCKFS_LIVENESS_IDLE_TICKS, 10000));
+	assert_false(wait_exits(&seen, 2 * LOCKFS_LIVENESS_IDLE_TICKS + 1, 10 * TICK_MS));
 	lockfs_liveness_free(lv);
 }
 
