@@ -68,7 +68,10 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 		if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) == 0 && *slug)
 			e->slug = strdup(slug);
 	}
-	return lockfs_queue_enter(t, e, rq, w);
+	rc = lockfs_queue_enter(t, e, rq, w);
+	if (rc == -EINPROGRESS)
+		lockfs_table_wake(t); /* a waiter: the tick polls its queue */
+	return rc;
 }
 
 int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w)
@@ -110,7 +113,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 				.identity = st.identity, .index = (size_t)held,
 				.event = "released" });
 			if (rc < 0 && rc != -ENOENT)
-				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true, asked_ms);
+				lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, true, asked_ms);
 		}
 	}
 	lockfs_table_unlock(s);

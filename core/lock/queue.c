@@ -321,10 +321,8 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_loc
 			c->rec.shares = NULL;
 		}
 		urc = lockfs_table_persist(t, s, c, &now);
-		if (urc < 0 && name) {
-			lockfs_fdlock_retry_add(s, name, e->owner, fence, urc, false, 0);
-			lockfs_table_wake(t); /* the tick tries it again */
-		}
+		if (urc < 0 && name)
+			lockfs_fdlock_retry_add(t, s, name, e->owner, fence, urc, false, 0);
 		free(name);
 		return rc;
 	}
@@ -696,10 +694,8 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 				.identity = st.identity, .index = (size_t)held, .event = "released" });
 			/* As for an unlock the store refuses: the old grant
 			 * ends once it can; this request waits behind it. */
-			if (rc < 0 && rc != -ENOENT) {
-				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true, asked_ms);
-				lockfs_table_wake(t); /* the tick tries it again */
-			}
+			if (rc < 0 && rc != -ENOENT)
+				lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, true, asked_ms);
 		}
 	}
 	q = lockfs_queue_find(s, name);
@@ -777,7 +773,6 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 		}
 		e->w = w;
 		queue_insert(q, e);
-		lockfs_table_wake(t); /* a queue is polled by the tick */
 		q->nactive++;
 		w->entry = e;
 		/* A resent request back at the head, ahead of waiters that
