@@ -11,9 +11,10 @@ The etcd backend's periodic ones (the lease keepalive, the watch stream's
 ping) are in etcd/test_etcd_idle.py.
 """
 
+import errno
 import os
 
-from lockfs_helpers import idle_wakeups, log_for, read_owner, wait_free
+from lockfs_helpers import idle_wakeups, log_for, read_owner, wait_free, wait_until
 
 QUIET_S = 3.0
 
@@ -47,3 +48,25 @@ def test_a_holder_death_is_still_seen_at_once_and_then_it_sleeps_again(mnt, proc
     woke, settled = idle_wakeups(mnt.pid, QUIET_S)
     assert settled and not woke, \
         f'after a recovery the daemon woke over {QUIET_S} s, by thread: {woke}'
+
+
+def test_a_dir_path_replaced_while_idle_is_found_at_the_next_lock(lockfs_factory, procs,
+                                                                   tmp_path):
+    # inotify on DIR does not see its parent renamed; the tick's look at
+    # DIR's path does.  A sleeping tick is woken by the next lock taken, so
+    # the daemon still finds out at once, and fails closed (EIO).
+    parent = tmp_path / 'parent'
+    parent.mkdir()
+    (parent / 'back').mkdir(mode=0o700)
+    m = lockfs_factory(backing=str(parent / 'back'))
+    some_work(m, 'idle-4')
+    woke, settled = idle_wakeups(m.pid, 1.0)
+    assert settled and not woke, woke
+    os.rename(parent, tmp_path / 'parent-moved')
+    parent.mkdir()
+    (parent / 'back').mkdir(mode=0o700)
+    a = procs.agent()
+    n = iter(range(10 ** 6))
+    wait_until(lambda: a.mkdir(m.path(f'x{next(n)}')) == errno.EIO, timeout=2,
+               what='mkdir to fail with EIO once DIR names another directory')
+    assert 'removed or replaced' in m.stderr()
