@@ -374,7 +374,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		    lockfs_record_bound_at(&c->rec, i) != LOCKFS_BOUND_FD) {
 			const struct lockfs_holder *hd = lockfs_record_holder(&c->rec, i);
 			struct unlock_retry *r = lockfs_fdlock_retry_add(
-				s, name, "", lockfs_record_fence_at(&c->rec, i), rc, true, asked_ms);
+				t, s, name, "", lockfs_record_fence_at(&c->rec, i), rc, true, asked_ms);
 
 			if (r) {
 				lockfs_audit_who(r->who, sizeof(r->who), i == 0 ? c->rec.slug : NULL,

@@ -51,6 +51,12 @@
 /* How often the liveness thread looks at leases and holders. */
 #define TICK_MS 50
 
+/* lockfs_log_set_waker's callback (async-signal-safe). */
+static void wake_liveness(void *lv)
+{
+	lockfs_liveness_wake(lv);
+}
+
 int lockfs_core_log_open_ro(struct lockfs_core *core)
 {
 	return lockfs_log_open_ro(core->table.log);
@@ -230,6 +236,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 				 t, TICK_MS);
 	if (rc < 0)
 		goto fail;
+	/* Lines kept, bursts of denials and reopens wake a sleeping tick. */
+	lockfs_log_set_waker(t->log, wake_liveness, t->liveness);
 	rc = descendants_open(core, cfg->descendants_scan);
 	if (rc < 0)
 		goto fail;
@@ -316,6 +324,7 @@ void lockfs_core_close(struct lockfs_core *core)
 		lockfs_session_free_tombstones(&t->stripes[i]);
 		pthread_mutex_destroy(&t->stripes[i].mu);
 	}
+	lockfs_log_set_waker(t->log, NULL, NULL);
 	lockfs_liveness_free(t->liveness);
 	lockfs_deadlock_free(core->deadlock);
 	lockfs_descendants_free(t->descendants);

@@ -84,8 +84,10 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 		lockfs_metrics_busy(t->metrics);
 	/* Only a wait that is parked can close a cycle: an uncontended
 	 * request never gets here. */
-	if (rc == -EINPROGRESS)
+	if (rc == -EINPROGRESS) {
+		lockfs_table_wake(t); /* a waiter: the tick polls its queue */
 		rc = lockfs_deadlock_check(t, core->deadlock, rq->name, rq->owner, &waiter, w);
+	}
 	return rc;
 }
 
@@ -132,7 +134,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 				.identity = st.identity, .index = (size_t)held,
 				.event = "released" });
 			if (rc < 0 && rc != -ENOENT)
-				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true, asked_ms);
+				lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, true, asked_ms);
 		}
 	}
 	lockfs_table_unlock(s);

@@ -1,6 +1,7 @@
 /*
- * readdir on the etcd store: every held name of the prefix, by one range
- * read of its keys (keys only), kept for ETCD_LIST_CACHE_MS -- a daemon
+ * readdir on the etcd store: every held name of the prefix, by a range
+ * read of its keys (keys only, in pages of LIST_PAGE keys at one
+ * revision), kept for ETCD_LIST_CACHE_MS -- a daemon
  * does not watch the names nobody here needs (etcd_interest.c), so only a
  * read can list them.  A listing may thus be up to ETCD_LIST_CACHE_MS old
  * for names this daemon does not watch; a change this daemon made or
@@ -82,40 +83,96 @@ static bool lost(struct etcd_store *e, int64_t lease)
 	return lockfs_etcdbe_session_lost_lease(e, lease);
 }
 
-/* The names of a keys-only read of the prefix (sorted by key, so each
- * name's keys are together): those whose first key (lowest
- * create_revision) is not on a lost session of this daemon. */
-static int names_of(struct etcd_store *e, const struct lockfs_etcd_op_resp *r,
-		    struct name_vec *nv)
+/* Keys per read of a listing: each page is a request of its own, within
+ * the client's time bound (one answer of 100,000 keys took longer than
+ * that here, and the listing came back empty), all pages at the first
+ * one's revision: one consistent listing. */
+#define LIST_PAGE 5000
+/* Pages at most: a bound on the loop (LIST_PAGE * LIST_PAGES keys). */
+#define LIST_PAGES 10000
+
+/* The name whose keys are being read (a name's keys are together, sorted
+ * by key; they may span two pages). */
+struct name_group {
+	char cur[LOCKFS_STORE_KEY_MAX];
+	int64_t head_rev, head_lease;
+	bool have;
+};
+
+/* The group read so far is complete: its name, unless its first key
+ * (lowest create_revision) is on a lost session of this daemon. */
+static int group_end(struct etcd_store *e, struct name_group *g, struct name_vec *nv)
 {
-	char name[LOCKFS_STORE_KEY_MAX], cur[LOCKFS_STORE_KEY_MAX] = "";
-	int64_t head_rev = 0, head_lease = 0;
-	bool have = false;
+	int rc = g->have && !lost(e, g->head_lease) && vec_add(nv, g->cur) ? -ENOMEM : 0;
 
-	for (size_t i = 0; i <= r->n_kvs; i++) {
-		bool same = false;
+	g->have = false;
+	return rc;
+}
 
-		if (i < r->n_kvs) {
-			if (lockfs_etcdbe_mirror_classify(&e->mirror, r->kvs[i].key, name,
-							  sizeof(name)) != 1)
-				continue;
-			same = have && strcmp(name, cur) == 0;
-		}
-		if (have && !same && !lost(e, head_lease) && vec_add(nv, cur))
-			return -ENOMEM;
-		if (i == r->n_kvs)
-			break;
-		if (!same) {
-			memcpy(cur, name, strlen(name) + 1);
-			have = true;
-			head_rev = r->kvs[i].create_revision;
-			head_lease = r->kvs[i].lease;
-		} else if (r->kvs[i].create_revision < head_rev) {
-			head_rev = r->kvs[i].create_revision;
-			head_lease = r->kvs[i].lease;
+/* The names of one page of a keys-only read of the prefix, from its kv
+ * FROM on, into NV; the last group stays open in G. */
+static int names_of(struct etcd_store *e, const struct lockfs_etcd_op_resp *r, size_t from,
+		    struct name_group *g, struct name_vec *nv)
+{
+	char name[LOCKFS_STORE_KEY_MAX];
+
+	for (size_t i = from; i < r->n_kvs; i++) {
+		if (lockfs_etcdbe_mirror_classify(&e->mirror, r->kvs[i].key, name,
+						  sizeof(name)) != 1)
+			continue;
+		if (!g->have || strcmp(name, g->cur) != 0) {
+			if (group_end(e, g, nv) < 0)
+				return -ENOMEM;
+			memcpy(g->cur, name, strlen(name) + 1);
+			g->have = true;
+			g->head_rev = r->kvs[i].create_revision;
+			g->head_lease = r->kvs[i].lease;
+		} else if (r->kvs[i].create_revision < g->head_rev) {
+			g->head_rev = r->kvs[i].create_revision;
+			g->head_lease = r->kvs[i].lease;
 		}
 	}
 	return 0;
+}
+
+/* Every held name of the prefix into NV, LIST_PAGE keys per read; each
+ * next page starts at the last key read (read twice, skipped). */
+static int read_names(struct etcd_store *e, struct name_vec *nv)
+{
+	char start[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
+	struct lockfs_etcd_op op = {
+		.type = LOCKFS_ETCD_RANGE, .key = start, .range_end = end, .keys_only = true,
+		.limit = LIST_PAGE,
+	};
+	struct name_group g = { .have = false };
+	size_t len = strlen(e->prefix), from = 0;
+	int rc = 0;
+
+	if (len >= sizeof(start))
+		return -ENAMETOOLONG;
+	memcpy(start, e->prefix, len + 1);
+	end[lockfs_etcd_prefix_end(start, len, end)] = '\0';
+	for (int page = 0; page < LIST_PAGES; page++) {
+		struct lockfs_etcd_op_resp r;
+		bool more;
+
+		rc = lockfs_etcd_range(e->client, &op, &r);
+		if (rc < 0)
+			return rc;
+		rc = names_of(e, &r, from, &g, nv);
+		more = rc == 0 && r.more && r.n_kvs > from;
+		if (more && r.kvs[r.n_kvs - 1].key_len >= sizeof(start))
+			rc = -EIO; /* no key of ours is that long */
+		if (more && rc == 0)
+			memcpy(start, r.kvs[r.n_kvs - 1].key, r.kvs[r.n_kvs - 1].key_len + 1);
+		if (!op.revision)
+			op.revision = r.revision;
+		lockfs_etcd_op_resp_free(&r);
+		if (rc < 0 || !more)
+			break;
+		from = 1;
+	}
+	return rc < 0 ? rc : group_end(e, &g, nv);
 }
 
 /* Keep NV as the last listing (a copy), read at boot time AT_MS when the
@@ -185,10 +242,6 @@ static int add_held(void *arg, const char *name)
 
 int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg)
 {
-	struct lockfs_etcd_op op = {
-		.type = LOCKFS_ETCD_RANGE, .key = e->prefix, .prefix = true, .keys_only = true,
-	};
-	struct lockfs_etcd_op_resp r;
 	struct name_vec nv = { 0 };
 	struct held_filter f = { .e = e, .nv = &nv };
 	int rc = 0;
@@ -199,12 +252,9 @@ int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg)
 
 		vec_free(&nv);
 		rc = __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) ? -EIO :
-		     lockfs_etcd_range(e->client, &op, &r);
+		     read_names(e, &nv);
 		if (rc == 0) {
-			rc = names_of(e, &r, &nv);
-			lockfs_etcd_op_resp_free(&r);
-			if (rc == 0)
-				keep(e, &nv, at, gen);
+			keep(e, &nv, at, gen);
 		} else {
 			/* The last known state: the last listing, and below,
 			 * the names watched here. */

@@ -69,7 +69,17 @@ struct lockfs_log {
 	struct burst *bursts;
 	size_t nbursts, cap_bursts;
 	int reopen_asked;      /* set from a signal handler: __atomic only */
+	/* lockfs_log_set_waker's: set before any thread uses the log */
+	void (*wake)(void *arg);
+	void *wake_arg;
 };
+
+/* Something for lockfs_log_tick appeared: tell whoever runs it. */
+static void wake_ticker(struct lockfs_log *log)
+{
+	if (log->wake)
+		log->wake(log->wake_arg);
+}
 
 /*
  * Open DIR/NAME for appending: made fresh (O_EXCL) when CREATE and it is
@@ -323,6 +333,7 @@ static void keep_locked(struct lockfs_log *log, const char *text, size_t n, int 
 	if (log->lost || log->kept_bytes + n > LOCKFS_LOG_KEPT_MAX_BYTES ||
 	    !(k = malloc(sizeof(*k) + n))) {
 		log->lost++;
+		wake_ticker(log);
 		return;
 	}
 	k->next = NULL;
@@ -332,6 +343,7 @@ static void keep_locked(struct lockfs_log *log, const char *text, size_t n, int 
 	log->kept_tail = &k->next;
 	log->kept_bytes += n;
 	log->nkept++;
+	wake_ticker(log); /* the tick writes it once the file takes writes */
 }
 
 /* Write TEXT after the kept lines; if that cannot be done, keep it too.
@@ -494,16 +506,41 @@ void lockfs_log_denied_in(struct lockfs_log *log, uid_t uid, pid_t pid, const ch
 	} else {
 		/* The first refusal of a burst: at once. */
 		denied_locked(log, uid, pid, container, who, name, reason, 0);
-		if (b)
+		if (b) {
 			b->until_ms = now + (int64_t)log->lim.denied_interval_s * 1000;
+			wake_ticker(log); /* the tick ends the burst */
+		}
 	}
 	pthread_mutex_unlock(&log->mu);
 }
 
 void lockfs_log_request_reopen(struct lockfs_log *log)
 {
-	if (log)
-		__atomic_store_n(&log->reopen_asked, 1, __ATOMIC_RELEASE);
+	if (!log)
+		return;
+	__atomic_store_n(&log->reopen_asked, 1, __ATOMIC_RELEASE);
+	wake_ticker(log); /* async-signal-safe: see lockfs_log_set_waker */
+}
+
+void lockfs_log_set_waker(struct lockfs_log *log, void (*wake)(void *arg), void *arg)
+{
+	if (!log)
+		return;
+	log->wake = wake;
+	log->wake_arg = arg;
+}
+
+bool lockfs_log_idle(struct lockfs_log *log)
+{
+	bool idle;
+
+	if (!log)
+		return true;
+	pthread_mutex_lock(&log->mu);
+	idle = !log->kept && !log->lost && !log->nbursts &&
+	       !__atomic_load_n(&log->reopen_asked, __ATOMIC_ACQUIRE);
+	pthread_mutex_unlock(&log->mu);
+	return idle;
 }
 
 void lockfs_log_tick(struct lockfs_log *log)

@@ -28,6 +28,7 @@ void lockfs_caller_refuse(struct lockfs_table *t, uid_t uid, enum quota_reason r
 
 	if (!lockfs_quota_refused(t->quota, uid, reason, name))
 		return;
+	lockfs_table_wake(t); /* a burst begins: the tick logs its end */
 	if (!who) {
 		pid = lockfs_caller_who(t, pid, buf, sizeof(buf));
 		who = buf;

@@ -131,7 +131,8 @@ static void note_holder(struct unlock_retry *r, const struct held_lock *c)
 
 /* What is wrong with the store was said by the backend, once: nothing is
  * said per release.  Out of memory, the lock stays until a restart. */
-struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
+struct unlock_retry *lockfs_fdlock_retry_add(struct lockfs_table *t, struct stripe *s,
+					     const char *name, const char *owner,
 					     uint64_t fence, int err, bool logged, int64_t asked_ms)
 {
 	struct unlock_retry *r;
@@ -157,6 +158,7 @@ struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name,
 	note_holder(r, lockfs_table_find(s, name));
 	r->next = s->retries;
 	s->retries = r;
+	lockfs_table_wake(t); /* the tick tries it again */
 	return r;
 }
 

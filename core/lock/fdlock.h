@@ -85,7 +85,8 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
  * write took up to the store's time bound, and the critical section ended
  * when the holder asked, not when the store gave up.  Returns the retry
  * (the one already kept for that grant, if any), or NULL (no memory). */
-struct unlock_retry *lockfs_fdlock_retry_add(struct stripe *s, const char *name, const char *owner,
+struct unlock_retry *lockfs_fdlock_retry_add(struct lockfs_table *t, struct stripe *s,
+					     const char *name, const char *owner,
 					     uint64_t fence, int err, bool logged, int64_t asked_ms);
 /* Grant FENCE of NAME ended otherwise (lost with its session): no retry of
  * its release is left, and no `released` line will follow. */

@@ -101,7 +101,7 @@ void lockfs_grant_undo_locked(struct lockfs_table *t, struct stripe *s, const ch
 
 	if (rc < 0 && rc != -ENOENT) {
 		lockfs_table_put_new(t, s, name, identity, rec, -1);
-		lockfs_fdlock_retry_add(s, name, owner, fence, rc, false, 0);
+		lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, false, 0);
 	}
 	lockfs_record_clear(rec);
 }

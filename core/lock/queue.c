@@ -322,7 +322,7 @@ static int join_shared(struct lockfs_table *t, struct stripe *s, struct held_loc
 		}
 		urc = lockfs_table_persist(t, s, c, &now);
 		if (urc < 0 && name)
-			lockfs_fdlock_retry_add(s, name, e->owner, fence, urc, false, 0);
+			lockfs_fdlock_retry_add(t, s, name, e->owner, fence, urc, false, 0);
 		free(name);
 		return rc;
 	}
@@ -688,7 +688,7 @@ int lockfs_queue_enter(struct lockfs_table *t, struct qentry *e, const struct lo
 			/* As for an unlock the store refuses: the old grant
 			 * ends once it can; this request waits behind it. */
 			if (rc < 0 && rc != -ENOENT)
-				lockfs_fdlock_retry_add(s, name, owner, fence, rc, true, asked_ms);
+				lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, true, asked_ms);
 		}
 	}
 	q = lockfs_queue_find(s, name);

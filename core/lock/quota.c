@@ -348,6 +348,18 @@ void lockfs_quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason
 	pthread_mutex_unlock(&q->mu);
 }
 
+bool lockfs_quota_idle(struct quota *q)
+{
+	bool idle;
+
+	if (!q)
+		return true;
+	pthread_mutex_lock(&q->mu);
+	idle = q->bursts == NULL;
+	pthread_mutex_unlock(&q->mu);
+	return idle;
+}
+
 void lockfs_quota_flush(struct quota *q, bool all,
 		 void (*emit)(void *arg, const struct quota_burst *b), void *arg)
 {

@@ -101,6 +101,8 @@ void lockfs_quota_burst_who(struct quota *q, uid_t uid, enum quota_reason reason
  * without a refusal, or 10 s since it began (ALL: every burst, at exit).
  * EMIT is called with no mutex held.
  */
+/* No burst of refusals waits to be logged (the tick has nothing to flush). */
+bool lockfs_quota_idle(struct quota *q);
 void lockfs_quota_flush(struct quota *q, bool all,
 		 void (*emit)(void *arg, const struct quota_burst *b), void *arg);
 

@@ -259,7 +259,7 @@ static void recover(struct lockfs_table *t, const char *name, const char *token,
 			released = false;
 	}
 	if (!released && (c = lockfs_table_find(s, name)))
-		lockfs_table_note_due(s, c); /* what is left is the tick's again */
+		lockfs_table_note_due(t, s, c); /* what is left is the tick's again */
 	lockfs_table_unlock(s);
 	if (!released)
 		return;
@@ -418,7 +418,7 @@ static void log_expired(struct lockfs_table *t, const char *name, const char *to
 	}
 	c->expired_logged = true;
 	c->queued = false; /* its todo is being done */
-	lockfs_table_note_due(s, c);
+	lockfs_table_note_due(t, s, c);
 	lockfs_audit_who(who, sizeof(who), c->rec.slug, c->rec.holder.comm, c->rec.holder.pid);
 	snprintf(fence, sizeof(fence), "%" PRIu64, c->rec.fence);
 	snprintf(ttl, sizeof(ttl), "%u", c->rec.lease.ttl_s);
@@ -564,7 +564,7 @@ static void settle(struct lockfs_table *t, const struct todo *todo)
 	pthread_mutex_lock(&s->mu);
 	c = lockfs_table_find(s, todo->name);
 	if (c && strcmp(c->rec.token, todo->token) == 0)
-		lockfs_table_note_due(s, c);
+		lockfs_table_note_due(t, s, c);
 	lockfs_table_unlock(s);
 }
 
@@ -609,7 +609,7 @@ static bool mark_dead(struct lockfs_table *t, pid_t pid, unsigned long long star
 			c->holder_gone = true;
 			if (queue && !c->queued)
 				todo_add(t, c, TODO_GONE);
-			lockfs_table_note_due(s, c); /* not queued: the tick's */
+			lockfs_table_note_due(t, s, c); /* not queued: the tick's */
 		}
 		lockfs_table_unlock(s);
 		free(names[i]);
@@ -865,8 +865,6 @@ static bool share_gone(const struct lockfs_table *t, const struct lockfs_share *
 	return rc == -ESRCH || rc == -ENOENT || (rc == 0 && start != sh->holder.start_time);
 }
 
-
-
 /* Share K of C's record is ended if its process-bound holder died,
  * logged `recovered` as recover_gone() logs a holder (docs/log.md).  true
  * when it had died: then C may have changed or gone. */
@@ -929,10 +927,15 @@ static void dead_shares_locked(struct lockfs_table *t, struct stripe *s)
 #define QUEUE_RETRY_MS 1000
 
 /* Each stripe in turn: refused releases tried again, now and then the
- * queues (see QUEUE_RETRY_MS), dead shares ended. */
-static void stripes_tick(struct lockfs_table *t)
+ * queues (see QUEUE_RETRY_MS), dead shares ended.  Whether some stripe
+ * needs the tick: a due time (lease, dead or unwatched holder...), retry,
+ * queue, tombstone, process-bound share; any lock on a store whose foreign
+ * locks go stale; a lock of this host on a store with sessions (checked
+ * each tick).  A holder a pidfd watches needs none: a death is an event. */
+static bool stripes_tick(struct lockfs_table *t)
 {
-	bool retry_queues = lockfs_wall_ms() >= t->next_queue_retry_ms;
+	bool retry_queues = lockfs_wall_ms() >= t->next_queue_retry_ms, busy = false;
+	bool stales = lockfs_store_stales_foreign(t->be), sessions = t->be->caps & LOCKFS_BE_SESSIONS;
 
 	if (retry_queues)
 		t->next_queue_retry_ms = lockfs_wall_ms() + QUEUE_RETRY_MS;
@@ -945,11 +948,15 @@ static void stripes_tick(struct lockfs_table *t)
 		if (retry_queues)
 			lockfs_queue_poll_locked(t, s);
 		dead_shares_locked(t, s);
+		busy = busy || s->due_boot_ms != INT64_MAX || s->retries || s->queues ||
+		       s->tombstones || s->process_shares || (stales && s->head) ||
+		       (sessions && s->own);
 		lockfs_table_unlock(s);
 	}
+	return busy;
 }
 
-void lockfs_recovery_tick(void *arg)
+bool lockfs_recovery_tick(void *arg)
 {
 	struct lockfs_table *t = arg;
 	/* A store gone bad is noticed (and said) within a tick: two
@@ -957,8 +964,9 @@ void lockfs_recovery_tick(void *arg)
 	 * replaced fails every operation for good (EIO until a restart, see
 	 * backend.h): then the locks are not walked for recoveries and
 	 * checks that cannot happen -- each would be tried again every tick
-	 * -- and they stay as they are (fail closed). */
-	bool vanished = lockfs_store_check(t->be) < 0;
+	 * -- and they stay as they are (fail closed).  An idle tick sleeps:
+	 * the dir backend's watch reports DIR's removal, which wakes it. */
+	bool vanished = lockfs_store_check(t->be) < 0, busy;
 
 	lockfs_log_tick(t->log);
 	/* A session lost without a report reaching us (or tombstones whose
@@ -969,7 +977,7 @@ void lockfs_recovery_tick(void *arg)
 	lockfs_descendants_tick(t->descendants);
 	if (!vanished)
 		collect(t, true, false);
-	stripes_tick(t);
+	busy = stripes_tick(t);
 	lockfs_resume_tick(t);
 	lockfs_quota_flush(t->quota, false, lockfs_audit_refused, t);
 	if (!vanished && lockfs_store_stales_foreign(t->be) &&
@@ -977,6 +985,11 @@ void lockfs_recovery_tick(void *arg)
 		t->next_stale_scan_ms = lockfs_wall_ms() + 1000;
 		recover_stale_foreign(t);
 	}
+	/* Anything left to tick for?  What appears later wakes the thread
+	 * (lockfs_table_wake, the log's waker, changes and deaths). */
+	return busy || vanished || t->work->ntodo || lockfs_table_resume_holding(t) ||
+	       !lockfs_log_idle(t->log) || !lockfs_quota_idle(t->quota) ||
+	       !lockfs_descendants_idle(t->descendants);
 }
 
 void lockfs_recovery_startup(struct lockfs_table *t)

@@ -20,8 +20,9 @@ void lockfs_recovery_fini(struct lockfs_table *t);
 void lockfs_recovery_holder_exited(void *arg, pid_t pid, unsigned long long start);
 /* lockfs_tick_fn: queue what is due, retry refused releases, retry the
  * queues once a second, end dead shares, flush refusal bursts, recover stale foreign
- * locks. */
-void lockfs_recovery_tick(void *arg);
+ * locks.  true while anything is left to tick for (see tick_needed() in
+ * recovery.c); false lets the thread sleep until lockfs_table_wake(). */
+bool lockfs_recovery_tick(void *arg);
 /* lockfs_work_fn: the changes the store reported (changes.c), then a
  * slice of the queued todos, one uid after another.  true while some are
  * left. */

@@ -124,6 +124,7 @@ static void lose_locked(struct lockfs_table *t, struct stripe *s, struct held_lo
 		 * grant ended `lost`, never also `released`. */
 		lockfs_fdlock_retry_forget(s, c->name, lockfs_record_fence_at(&c->rec, i));
 		tombstone_add(s, c, i);
+		lockfs_table_wake(t); /* the tick drops it when its holder exits */
 		if (t->break_signal && h->pid > 0)
 			signals_add(sg, h->pid, h->start_time);
 	}
@@ -176,6 +177,7 @@ void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct
 
 		log_lost(t, c, i, lease, "session-expired");
 		tombstone_add(s, c, i);
+		lockfs_table_wake(t); /* the tick drops it when its holder exits */
 		/* The liveness mutex is a leaf: taken inside a stripe's. */
 		if (t->break_signal && h->pid > 0)
 			(void)lockfs_liveness_signal(t->liveness, h->pid, h->start_time,

@@ -164,8 +164,10 @@ static int64_t entry_due(const struct held_lock *c)
 	const struct lockfs_lease *l = &c->rec.lease;
 	int64_t due = INT64_MAX;
 
-	if (c->queued)
-		return INT64_MAX; /* recovery.c has it */
+	/* Another host's lock: its session is its liveness, collect() skips
+	 * it -- a due time would walk its stripe every tick for nothing. */
+	if (c->queued || c->elsewhere)
+		return INT64_MAX; /* recovery.c has it, or nobody here */
 	if (c->holder_gone ||
 	    (c->rec.bound == LOCKFS_BOUND_PROCESS && c->rec.has_holder && !c->watched) ||
 	    (c->rec.holder_exited && lockfs_table_desc_keep(&c->rec)))
@@ -180,12 +182,19 @@ static int64_t entry_due(const struct held_lock *c)
 	return due;
 }
 
-void lockfs_table_note_due(struct stripe *s, const struct held_lock *c)
+void lockfs_table_note_due(struct lockfs_table *t, struct stripe *s, const struct held_lock *c)
 {
 	int64_t due = entry_due(c);
 
-	if (due < s->due_boot_ms)
+	if (due < s->due_boot_ms) {
 		s->due_boot_ms = due;
+		lockfs_table_wake(t);
+	}
+}
+
+void lockfs_table_wake(struct lockfs_table *t)
+{
+	lockfs_liveness_wake(t->liveness);
 }
 
 void lockfs_table_set_due(struct stripe *s)
@@ -250,7 +259,7 @@ void lockfs_table_watch(struct lockfs_table *t, struct held_lock *c, int pidfd)
 		if (c->rec.bound == LOCKFS_BOUND_PROCESS && !c->watched &&
 		    strcmp(c->rec.holder.boot_id, t->boot_id) != 0)
 			c->holder_gone = true;
-		lockfs_table_note_due(lockfs_table_stripe(t, c->name), c);
+		lockfs_table_note_due(t, lockfs_table_stripe(t, c->name), c);
 		return;
 	}
 	rc = pidfd >= 0 ? lockfs_liveness_watch_fd(t->liveness, c->rec.holder.pid,
@@ -281,7 +290,7 @@ void lockfs_table_watch(struct lockfs_table *t, struct held_lock *c, int pidfd)
 	/* Any other failure (no memory: a holder without a pidfd is polled,
 	 * see liveness.h) leaves the lock held and unwatched, and the tick
 	 * tries again: fail closed, never release on a guess. */
-	lockfs_table_note_due(lockfs_table_stripe(t, c->name), c);
+	lockfs_table_note_due(t, lockfs_table_stripe(t, c->name), c);
 }
 
 void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *name)
@@ -291,6 +300,8 @@ void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *nam
 
 		if (strcmp(c->name, name) == 0) {
 			*pp = c->next;
+			if (!c->elsewhere)
+				s->own--;
 			lockfs_table_unwatch(t, c);
 			lockfs_table_account(t, c, -1);
 			lockfs_record_clear(&c->rec);
@@ -320,6 +331,7 @@ static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint
 		}
 		c->next = s->head;
 		s->head = c;
+		s->own++; /* not elsewhere, until its record says */
 		memcpy(c->issued, rec->token, sizeof(c->issued));
 		c->granted = ours || t->starting;
 	} else if (!same_holder(&c->rec, rec) || strcmp(c->rec.token, rec->token) != 0) {
@@ -342,10 +354,20 @@ static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint
 	c->identity = identity;
 	c->rec = *rec;
 	memset(rec, 0, sizeof(*rec));
+	if (!c->elsewhere)
+		s->own--;
+	c->elsewhere = c->rec.has_holder && lockfs_table_elsewhere(t, &c->rec.holder);
+	if (!c->elsewhere)
+		s->own++;
 	lockfs_table_account(t, c, 1);
 	for (size_t i = 0; i < c->rec.nshares; i++)
 		if (c->rec.shares[i].bound == LOCKFS_BOUND_PROCESS)
 			s->process_shares = true;
+	/* A lock of this host (the tick checks the store and the session
+	 * for it), process-bound shares (polled), and on a store whose
+	 * foreign locks go stale any lock (recovery.c): tick again. */
+	if (!c->elsewhere || s->process_shares || lockfs_store_stales_foreign(t->be))
+		lockfs_table_wake(t);
 	lockfs_table_watch(t, c, pidfd); /* and notes when the tick must look at it */
 }
 
@@ -582,7 +604,7 @@ static int persist(struct lockfs_table *t, struct stripe *s, struct held_lock *c
 		return rc;
 	}
 	c->identity = st->identity;
-	lockfs_table_note_due(s, c); /* a lease may have been set or renewed */
+	lockfs_table_note_due(t, s, c); /* a lease may have been set or renewed */
 	if (fenceless && !*grant_fence(&c->rec, which) && st->fence)
 		persist_issued_fence(t, c, st, which);
 	return 0;

@@ -53,6 +53,8 @@ struct held_lock {
 	 * a record re-read with another one was rewritten behind our back. */
 	char issued[LOCKFS_TOKEN_HEX + 1];
 	bool watched;        /* holds a liveness watch on rec.holder */
+	bool elsewhere;      /* rec's holder is another host's: never judged,
+				never due here (set with rec, in put()) */
 	bool holder_gone;    /* the holder is dead: recover */
 	bool expired_logged; /* the lease's expiry was logged */
 	bool rebound;        /* an fd lock bound at a restart to the process that
@@ -92,6 +94,9 @@ struct stripe {
 	/* Some entry may have a process-bound share (a shared lock rebound
 	 * at a restart), which the tick polls (recovery.c).  Protected by mu. */
 	bool process_shares;
+	/* Entries whose holder is this host's (not `elsewhere`): on a store
+	 * with sessions the tick looks at the session for them.  By mu. */
+	unsigned own;
 	struct lockq *queues;    /* protected by mu */
 	struct unlock_retry *retries; /* protected by mu */
 	struct fdlock_via *via_files; /* fdlock.c; protected by mu */
@@ -298,10 +303,15 @@ void lockfs_table_account(struct lockfs_table *t, const struct held_lock *c, int
 void lockfs_table_watch(struct lockfs_table *t, struct held_lock *c, int pidfd);
 void lockfs_table_unwatch(struct lockfs_table *t, struct held_lock *c);
 
-/* The tick must look at S by when C needs it (see due_boot_ms).
- * lockfs_table_set_due recomputes it from every entry. */
-void lockfs_table_note_due(struct stripe *s, const struct held_lock *c);
+/* The tick must look at S by when C needs it (see due_boot_ms), and is
+ * woken for it if it sleeps (lockfs_table_wake).  lockfs_table_set_due
+ * recomputes it from every entry (the tick's own). */
+void lockfs_table_note_due(struct lockfs_table *t, struct stripe *s, const struct held_lock *c);
 void lockfs_table_set_due(struct stripe *s);
+/* Something the tick must look at appeared (a due time, a queue, a retry,
+ * a tombstone, a refusal burst): wake the liveness thread if its last
+ * tick found nothing to do.  An atomic load when it is awake. */
+void lockfs_table_wake(struct lockfs_table *t);
 
 /* The holder index (takes holders.mu; no stripe mutex needed). */
 

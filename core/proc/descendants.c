@@ -623,6 +623,22 @@ bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
 	return yes;
 }
 
+bool lockfs_descendants_idle(struct lockfs_descendants *d)
+{
+	bool idle;
+
+	if (!d)
+		return true;
+	pthread_mutex_lock(&d->mu);
+	/* Tracked processes need their fork events taken in before the
+	 * connector's buffer overflows (a scan finds less than events do). */
+	idle = !d->nentries && !d->nsuspects && !d->ndead && !d->scan_pending;
+	for (size_t b = 0; b < ROOT_BUCKETS && idle; b++)
+		idle = d->roots[b] == NULL;
+	pthread_mutex_unlock(&d->mu);
+	return idle;
+}
+
 void lockfs_descendants_tick(struct lockfs_descendants *d)
 {
 	int64_t now;

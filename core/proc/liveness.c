@@ -66,6 +66,11 @@ struct lockfs_liveness {
 	struct lockfs_fds *fds; /* may be NULL: no limit */
 	void *arg;
 	int tick_ms;
+	/* Set by the thread before each tick looks, cleared by the first
+	 * lockfs_liveness_wake() after it (which then kicks): a change made
+	 * after the tick looked always wakes the thread, and only the first
+	 * wake pays for the eventfd write.  Atomic. */
+	int ticks_idle;
 };
 
 static int pidfd_open(pid_t pid)
@@ -484,20 +489,34 @@ static void poll_watches(struct lockfs_liveness *lv)
 	}
 }
 
+/* Poll watches exist: the tick must go on looking at them. */
+static bool polling(struct lockfs_liveness *lv)
+{
+	bool any;
+
+	pthread_mutex_lock(&lv->mu);
+	any = lv->polled != NULL;
+	pthread_mutex_unlock(&lv->mu);
+	return any;
+}
+
 static void *liveness_thread(void *arg)
 {
 	struct lockfs_liveness *lv = arg;
 	/* Ticks are the engine's time (core/base/clock.c, which a test may
 	 * replace): epoll_wait() sleeps for what is left of a tick by that
-	 * clock, and a tick runs once that clock says so. */
+	 * clock, and a tick runs once that clock says so.  INT64_MAX: the
+	 * last tick found nothing to tick for; sleep until a wake. */
 	int64_t next_tick = lockfs_boot_ms() + lv->tick_ms;
 	bool more = false;
-	int rounds = 0;
+	int rounds = 0, idle_ticks = 0;
 
 	for (;;) {
 		struct epoll_event evs[EVENTS_MAX];
 		int64_t wait = more || rounds ? 0 : next_tick - lockfs_boot_ms();
-		int n = epoll_wait(lv->epfd, evs, EVENTS_MAX, wait < 0 ? 0 : (int)wait);
+		int n = epoll_wait(lv->epfd, evs, EVENTS_MAX,
+				   next_tick == INT64_MAX && !more && !rounds ? -1
+				   : wait < 0 ? 0 : wait > INT32_MAX ? INT32_MAX : (int)wait);
 
 		if (n < 0 && errno != EINTR)
 			break;
@@ -511,8 +530,9 @@ static void *liveness_thread(void *arg)
 				uint64_t count;
 				bool stop;
 
-				/* A stop request, or a kick (lockfs_liveness_kick):
-				 * the work callback below runs either way. */
+				/* A stop request, a kick (lockfs_liveness_kick)
+				 * or a wake: the work callback below runs either
+				 * way, and a sleeping tick looks again. */
 				if (read(lv->wakefd, &count, sizeof(count)) < 0) {
 					/* EAGAIN: another round took it */
 				}
@@ -521,6 +541,10 @@ static void *liveness_thread(void *arg)
 				pthread_mutex_unlock(&lv->mu);
 				if (stop)
 					return NULL;
+				if (next_tick == INT64_MAX) {
+					next_tick = lockfs_boot_ms();
+					idle_ticks = 0;
+				}
 				continue;
 			}
 			/* Found by id under the mutex: an unwatch may have freed
@@ -557,10 +581,19 @@ static void *liveness_thread(void *arg)
 			continue;
 		rounds = 0;
 		if (lockfs_boot_ms() >= next_tick) {
+			bool again;
+
+			/* Armed before anything is looked at: whatever changes
+			 * after its look wakes the thread (lockfs_liveness_wake). */
+			__atomic_store_n(&lv->ticks_idle, 1, __ATOMIC_SEQ_CST);
 			poll_watches(lv);
-			if (lv->tick)
-				lv->tick(lv->arg);
-			next_tick = lockfs_boot_ms() + lv->tick_ms;
+			again = lv->tick ? lv->tick(lv->arg) : false;
+			again = again || polling(lv);
+			idle_ticks = again ? 0 : idle_ticks + 1;
+			again = again || idle_ticks < LOCKFS_LIVENESS_IDLE_TICKS;
+			if (again)
+				__atomic_store_n(&lv->ticks_idle, 0, __ATOMIC_SEQ_CST);
+			next_tick = again ? lockfs_boot_ms() + lv->tick_ms : INT64_MAX;
 		}
 		/* A bounded slice of queued work; while some is left, the
 		 * next round only looks for events and comes straight back. */
@@ -587,6 +620,13 @@ void lockfs_liveness_kick(struct lockfs_liveness *lv)
 	if (write(lv->wakefd, &one, sizeof(one)) < 0) {
 		/* EAGAIN: the counter is full, so a wake-up is pending anyway */
 	}
+}
+
+void lockfs_liveness_wake(struct lockfs_liveness *lv)
+{
+	if (lv && __atomic_load_n(&lv->ticks_idle, __ATOMIC_SEQ_CST) &&
+	    __atomic_exchange_n(&lv->ticks_idle, 0, __ATOMIC_SEQ_CST))
+		lockfs_liveness_kick(lv);
 }
 
 void lockfs_liveness_stop(struct lockfs_liveness *lv)

@@ -14,16 +14,25 @@
 
 struct lockfs_liveness;
 
+/* Ticks that found nothing before the thread sleeps: a daemon at work (a
+ * lock taken now and then) keeps ticking as it always did, and pays no
+ * wake per request; an idle one sleeps after about a second. */
+#define LOCKFS_LIVENESS_IDLE_TICKS 20
+
 /* Called from the liveness thread, with no liveness mutex held. */
 typedef void (*lockfs_exited_fn)(void *arg, pid_t pid, unsigned long long start_time);
-typedef void (*lockfs_tick_fn)(void *arg);
+/* Returns whether anything is left to tick for (a lease, a retry, a
+ * waiter...): false lets the thread sleep until lockfs_liveness_wake(). */
+typedef bool (*lockfs_tick_fn)(void *arg);
 /* Do a bounded slice of queued work; true when some is left (the thread
  * then comes back to it as soon as it has looked for events). */
 typedef bool (*lockfs_work_fn)(void *arg);
 
 /*
  * Make a watcher.  EXITED is called once for each watched process that
- * exits; TICK about every TICK_MS milliseconds.  Nothing is called before
+ * exits; TICK about every TICK_MS milliseconds while it says something is
+ * left to tick for, and LOCKFS_LIVENESS_IDLE_TICKS more; then not until
+ * lockfs_liveness_wake() or a kick (an idle daemon wakes for nothing).  Nothing is called before
  * lockfs_liveness_run().  Returns 0 and *OUT, or -errno.
  */
 int lockfs_liveness_new(struct lockfs_liveness **out, lockfs_exited_fn exited,
@@ -86,6 +95,12 @@ void lockfs_liveness_stop(struct lockfs_liveness *lv);
 /* Wake the thread now, so that its work callback (lockfs_liveness_set_work)
  * runs without waiting for the next tick.  Any thread; never blocks. */
 void lockfs_liveness_kick(struct lockfs_liveness *lv);
+/* Something may now need the tick (a lease, a retry, a waiter, a burst of
+ * refusals to log): if the thread sleeps because its last tick found
+ * nothing, tick at once (and then as long as the tick says so).  Costs an
+ * atomic load otherwise.  Any thread, also a signal handler (an atomic
+ * exchange and an eventfd write); never blocks.  LV may be NULL. */
+void lockfs_liveness_wake(struct lockfs_liveness *lv);
 
 /* Stop the thread and free everything (pidfds included). */
 void lockfs_liveness_free(struct lockfs_liveness *lv);

@@ -173,6 +173,9 @@ bool lockfs_descendants_acts_for(struct lockfs_descendants *d, pid_t pid,
  * source: scan for them again).
  */
 void lockfs_descendants_tick(struct lockfs_descendants *d);
+/* Nothing for lockfs_descendants_tick to do until a watch begins: no
+ * process tracked, none in doubt, no scan pending.  D may be NULL. */
+bool lockfs_descendants_idle(struct lockfs_descendants *d);
 
 /*
  * Another user of the same events (requesters.c): FN(CTX, EV) is called,

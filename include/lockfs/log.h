@@ -3,6 +3,7 @@
 #define LOCKFS_LOG_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -130,6 +131,13 @@ void lockfs_log_request_reopen(struct lockfs_log *log);
  * interval ended.
  */
 void lockfs_log_tick(struct lockfs_log *log);
+/* Nothing for lockfs_log_tick to do: no line kept, no burst of denials
+ * open, no reopen asked.  LOG may be NULL. */
+bool lockfs_log_idle(struct lockfs_log *log);
+/* WAKE(ARG) is called when something for lockfs_log_tick appears (a line
+ * kept, a burst begun, a reopen asked -- the last from a signal handler:
+ * WAKE must be async-signal-safe).  Before any thread uses LOG. */
+void lockfs_log_set_waker(struct lockfs_log *log, void (*wake)(void *arg), void *arg);
 
 /*
  * A read-only view of the file the daemon writes now, whatever its name

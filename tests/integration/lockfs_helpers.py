@@ -658,3 +658,45 @@ def rmtree_unguarded(top):
         for d in dirs:
             unguard(os.path.join(root, d))
     shutil.rmtree(top, ignore_errors=True)
+
+
+def thread_wakeups(pid):
+    """{(thread name, tid): voluntary context switches} of every thread of
+    PID, from /proc/PID/task/*/status: how often each one slept and was
+    woken.  Threads that end meanwhile are left out."""
+    out = {}
+    base = f'/proc/{pid}/task'
+    for tid in os.listdir(base):
+        try:
+            with open(f'{base}/{tid}/status') as f:
+                fields = dict(line.split(':\t', 1) for line in f if ':\t' in line)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[(fields['Name'].strip(), int(tid))] = int(fields['voluntary_ctxt_switches'])
+    return out
+
+
+def idle_wakeups(pid, seconds, allowed=(), settle=10.0):
+    """Wake-ups of PID's threads over SECONDS of quiet, by thread name,
+    leaving out the threads named in ALLOWED (the documented periodic
+    ones).  First waits (at most SETTLE s) for the end of the work that
+    came before: a window of SECONDS/3 in which the other threads do not
+    wake at all.  Returns ({name: wake-ups}, settled)."""
+    def others(before, after):
+        woke = {}
+        for key, n in after.items():
+            if key[0] not in allowed and n - before.get(key, n) > 0:
+                woke[key[0]] = woke.get(key[0], 0) + n - before.get(key, n)
+        return woke
+
+    settled = False
+    deadline = time.monotonic() + settle
+    while time.monotonic() < deadline:
+        before = thread_wakeups(pid)
+        time.sleep(seconds / 3)  # a window of quiet, measured
+        if not others(before, thread_wakeups(pid)):
+            settled = True
+            break
+    before = thread_wakeups(pid)
+    time.sleep(seconds)  # the quiet measured
+    return others(before, thread_wakeups(pid)), settled

@@ -302,9 +302,37 @@ static int64_t real_wall_ms(void *arg)
 }
 
 /* The tick callback counts as an exit report, so that wait_exits awaits it. */
-static void on_tick(void *arg)
+static bool on_tick(void *arg)
 {
 	on_exit_cb(arg, 0, 0);
+	return true;
+}
+
+/* A tick that finds nothing to tick for. */
+static bool on_idle_tick(void *arg)
+{
+	on_exit_cb(arg, 0, 0);
+	return false;
+}
+
+static void test_an_idle_tick_sleeps_until_woken(void **state)
+{
+	struct seen seen = { .exits = 0 };
+	struct lockfs_liveness *lv;
+
+	(void)state;
+	assert_int_equal(lockfs_liveness_new(&lv, on_exit_cb, on_idle_tick, &seen, TICK_MS), 0);
+	assert_int_equal(lockfs_liveness_run(lv), 0);
+	/* The ticks come, each saying nothing is left: after
+	 * LOCKFS_LIVENESS_IDLE_TICKS of them, none in ten ticks' time. */
+	assert_true(wait_exits(&seen, LOCKFS_LIVENESS_IDLE_TICKS, 10000));
+	assert_false(wait_exits(&seen, LOCKFS_LIVENESS_IDLE_TICKS + 1, 10 * TICK_MS));
+	/* A wake brings them back at once, as many again, then sleep. */
+	lockfs_liveness_wake(lv);
+	assert_true(wait_exits(&seen, LOCKFS_LIVENESS_IDLE_TICKS + 1, 5000));
+	assert_true(wait_exits(&seen, 2 * LOCKFS_LIVENESS_IDLE_TICKS, 10000));
+	assert_false(wait_exits(&seen, 2 * LOCKFS_LIVENESS_IDLE_TICKS + 1, 10 * TICK_MS));
+	lockfs_liveness_free(lv);
 }
 
 static void test_ticks_follow_the_engine_clock(void **state)
@@ -352,6 +380,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_emfile_from_pidfd_open_polls_until_it_can_tell,
 						setup, teardown),
 		cmocka_unit_test(test_ticks_follow_the_engine_clock),
+		cmocka_unit_test(test_an_idle_tick_sleeps_until_woken),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
