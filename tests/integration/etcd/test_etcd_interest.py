@@ -79,6 +79,10 @@ def test_an_idle_host_hears_nothing_of_locks_taken_elsewhere_and_still_sees_them
     wait_until(lambda: not os.path.exists(h2.path('held3')), timeout=2,
                what='h2 sees the release of a name it looks at')
     assert b.mkdir(h2.path('held3')) == 0
+    # h1 still watches held3 (its rmdir looked at it): h2's grant reaches
+    # it with the watch's next event, a few ms after etcd applied it.
+    wait_until(lambda: os.path.exists(h1.path('held3', 'owner')), timeout=2,
+               what="h1 sees h2's grant of a name it looks at")
     assert read_owner(h1.mnt, 'held3')['holder']['host'] == 'h2'
     assert b.rmdir(h2.path('held3')) == 0
     # A listing is at most a second old (docs/etcd.md).

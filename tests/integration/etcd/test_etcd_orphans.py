@@ -134,7 +134,10 @@ def test_orphan_key_of_this_session_at_the_head_is_deleted(etcd1, etcd_mounts, p
     wait_until(lambda: hosts.lock_keys('orph') == [], timeout=3 * TTL // 6 + 5,
                what='the orphan deleted')
     assert 'orphan, deleted' in h1.stderr()
-    assert a.mkdir(h2.path('orph')) == 0
+    # h2 looked at orph: the delete reaches it with its watch's next event
+    # (a few ms after etcd applied it), and then the name is free there too.
+    wait_until(lambda: a.mkdir(h2.path('orph')) == 0, timeout=2,
+               what='h2 takes orph once the orphan is gone')
     assert a.rmdir(h2.path('orph')) == 0
 
 
