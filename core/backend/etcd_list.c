@@ -67,6 +67,8 @@ static void vec_unique(struct name_vec *nv)
 {
 	size_t out = 0;
 
+	if (nv->n == 0)
+		return; /* V may be NULL: qsort() must not be handed it */
 	qsort(nv->v, nv->n, sizeof(*nv->v), cmp_str);
 	for (size_t i = 0; i < nv->n; i++) {
 		if (out && strcmp(nv->v[out - 1], nv->v[i]) == 0)
