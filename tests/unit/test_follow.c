@@ -37,7 +37,8 @@ static int fake_follow(struct lockfs_backend *be, bool all, const char *const *n
 
 	(void)be;
 	assert_true(n <= 16);
-	memcpy(v, names, n * sizeof(*v));
+	if (n)
+		memcpy(v, names, n * sizeof(*v));
 	qsort(v, n, sizeof(*v), cmp);
 	told.calls++;
 	told.all = all;
