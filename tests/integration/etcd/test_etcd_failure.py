@@ -408,7 +408,9 @@ def test_silent_etcd_holders_rmdir_with_a_local_waiter_waits_one_bound_only(
         took = time.monotonic() - t0
     finally:
         os.kill(member.pid, signal.SIGCONT)
-    assert took < 1.9, took
+    # Two waits of the 1 s bound take 2 s at least, whatever the load; one
+    # wait plus a loaded machine's slack stays under that.
+    assert took < 2.0, took
     assert 'errno' not in waiter.wait(rid, timeout=20)
     rel = hosts.wait_log(h1, 'x', 'released', timeout=20)[0]
     assert rel.details.get('retried') == '1', rel
