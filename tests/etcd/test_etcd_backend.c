@@ -321,7 +321,11 @@ static void test_compaction_during_a_broken_watch_resyncs_and_the_waiter_is_gran
 	NEED_ETCD();
 	proxy_start(w, 0);
 	holder = must_open(w, &(struct opts){ .host = "holder" });
-	waiter = must_open(w, &(struct opts){ .url = w->proxy_url, .host = "waiter" });
+	/* A long session: the pause below must not outlast it, even on a
+	 * loaded machine under ASan (a lost session takes the waiter's key
+	 * away, and then nothing is read again). */
+	waiter = must_open(w, &(struct opts){ .url = w->proxy_url, .host = "waiter",
+					      .ttl = "60" });
 	assert_int_equal(waiter->ops->start(waiter, on_change, &seen), 0);
 	assert_int_equal(try_lock(holder, "c", &st), 0);
 	assert_int_equal(waiter->ops->acquire(waiter, "c", LOCKFS_ACQ_OR_QUEUE, SRC("w"), &place,
