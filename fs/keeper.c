@@ -39,8 +39,9 @@
 #include "connstate.h"
 #include "keeper.h"
 
-/* In a forked child before exec: only async-signal-safe calls. */
-static void child_fds(int fuse_fd, int state_fd)
+/* In a forked child before exec: only async-signal-safe calls.  The
+ * descriptors the next program must have lose their close-on-exec. */
+static void child_fds(int fuse_fd, int state_fd, int server_pidfd)
 {
 	int null = open("/dev/null", O_RDWR);
 
@@ -53,37 +54,54 @@ static void child_fds(int fuse_fd, int state_fd)
 	}
 	fcntl(fuse_fd, F_SETFD, 0);
 	fcntl(state_fd, F_SETFD, 0);
+	if (server_pidfd >= 0)
+		fcntl(server_pidfd, F_SETFD, 0);
 }
 
 pid_t lockfs_keeper_start(const char *binary, int fuse_fd, int state_fd, char *const argv[])
 {
-	char server[16], ffd[16], sfd[16];
+	char server[16], spfd[16], ffd[16], sfd[16];
 	const char **kargv;
 	size_t n = 0;
 	pid_t child, keeper = -1;
-	int sv[2], status, rc = 0;
+	int sv[2], status, rc = 0, self_pidfd;
 
 	while (argv[n])
 		n++;
-	kargv = calloc(n + 7, sizeof(*kargv));
+	kargv = calloc(n + 8, sizeof(*kargv));
 	if (!kargv)
 		return -ENOMEM;
+	/* Our own pidfd, opened here and inherited by the keeper: it names
+	 * this process even if we die before the keeper has run a line.  A
+	 * pidfd_open(pid) in the keeper would come too late when we were
+	 * killed and reaped (by the `lockfs` that started us) first: ESRCH,
+	 * and the keeper gave up on a connection nobody served (or watched
+	 * a stranger that had the pid again). */
+	self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (self_pidfd < 0) {
+		free(kargv);
+		return -errno;
+	}
 	snprintf(server, sizeof(server), "%d", (int)getpid());
+	snprintf(spfd, sizeof(spfd), "%d", self_pidfd);
 	snprintf(ffd, sizeof(ffd), "%d", fuse_fd);
 	snprintf(sfd, sizeof(sfd), "%d", state_fd);
 	kargv[0] = argv[0];
 	kargv[1] = "--keeper";
 	kargv[2] = server;
-	kargv[3] = ffd;
-	kargv[4] = sfd;
-	kargv[5] = "--";
+	kargv[3] = spfd;
+	kargv[4] = ffd;
+	kargv[5] = sfd;
+	kargv[6] = "--";
 	for (size_t i = 0; i < n; i++)
-		kargv[6 + i] = argv[i];
+		kargv[7 + i] = argv[i];
 	/* The keeper is a grandchild, so that it is nobody's zombie here and
 	 * outlives us without a parent that waits for it. */
 	if (pipe2(sv, O_CLOEXEC) < 0) {
+		rc = -errno;
+		close(self_pidfd);
 		free(kargv);
-		return -errno;
+		return rc;
 	}
 	child = fork();
 	if (child < 0) {
@@ -98,7 +116,7 @@ pid_t lockfs_keeper_start(const char *binary, int fuse_fd, int state_fd, char *c
 			if (chdir("/") < 0) {
 				/* stays where it is: it opens nothing by path */
 			}
-			child_fds(fuse_fd, state_fd);
+			child_fds(fuse_fd, state_fd, self_pidfd);
 			execv(binary, (char *const *)kargv);
 			_exit(127);
 		}
@@ -117,6 +135,7 @@ pid_t lockfs_keeper_start(const char *binary, int fuse_fd, int state_fd, char *c
 	close(sv[0]);
 	if (sv[1] >= 0)
 		close(sv[1]);
+	close(self_pidfd);
 	free(kargv);
 	return rc < 0 ? rc : keeper;
 }
@@ -163,7 +182,7 @@ static pid_t start_next(const char *binary, char *const argv[], int fuse_fd, int
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
-		child_fds(fuse_fd, state_fd);
+		child_fds(fuse_fd, state_fd, -1);
 		/* Relative arguments (-o backing=DIR) mean what they meant. */
 		if (chdir(cwd) < 0 && chdir("/") < 0)
 			_exit(127);
@@ -181,14 +200,15 @@ int lockfs_keeper_main(int argc, char *argv[])
 	char **next_argv;
 	pid_t server;
 
-	if (argc < 7 || strcmp(argv[1], "--keeper") != 0 || strcmp(argv[5], "--") != 0) {
+	if (argc < 8 || strcmp(argv[1], "--keeper") != 0 || strcmp(argv[6], "--") != 0) {
 		fprintf(stderr, "lockfs: --keeper is started by the daemon itself\n");
 		return 2;
 	}
 	server = (pid_t)atoi(argv[2]);
-	fuse_fd = atoi(argv[3]);
-	state_fd = atoi(argv[4]);
-	next_argv = argv + 6;
+	pidfd = atoi(argv[3]);
+	fuse_fd = atoi(argv[4]);
+	state_fd = atoi(argv[5]);
+	next_argv = argv + 7;
 	/* A session of its own: no signal meant for the daemon's group or
 	 * its terminal reaches it. */
 	(void)setsid();
@@ -207,10 +227,12 @@ int lockfs_keeper_main(int argc, char *argv[])
 	/* Held by us only for the successors we start (child_fds clears it
 	 * in theirs). */
 	(void)fcntl(fuse_fd, F_SETFD, FD_CLOEXEC);
-	pidfd = (int)syscall(SYS_pidfd_open, server, 0);
-	if (pidfd < 0) {
-		syslog(LOG_ERR, "cannot watch the serving process %d: %s", (int)server,
-		       strerror(errno));
+	/* The first serving process's pidfd is the one it opened on itself
+	 * before starting us (lockfs_keeper_start): it may be dead, and
+	 * reaped, already; its pidfd then reads as ended at once. */
+	if (fcntl(pidfd, F_SETFD, FD_CLOEXEC) < 0) {
+		syslog(LOG_ERR, "cannot watch the serving process %d: descriptor %d: %s",
+		       (int)server, pidfd, strerror(errno));
 		return 1;
 	}
 	for (;;) {

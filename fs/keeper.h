@@ -29,14 +29,15 @@
 /*
  * In the serving process, once mounted: start the keeper (BINARY
  * --keeper ...), detached (a session of its own, stdio on /dev/null, not
- * our child), holding FUSE_FD and STATE_FD, watching this process.  ARGV
- * (NULL-terminated) is what every successor is started with.  Returns the
- * keeper's pid, or -errno.
+ * our child), holding FUSE_FD and STATE_FD, watching this process
+ * through a pidfd opened here (so that our death before the keeper runs
+ * is still seen as ours).  ARGV (NULL-terminated) is what every
+ * successor is started with.  Returns the keeper's pid, or -errno.
  */
 pid_t lockfs_keeper_start(const char *binary, int fuse_fd, int state_fd, char *const argv[]);
 
-/* `lockfs --keeper SERVER_PID FUSE_FD STATE_FD -- ARGV...`: the keeper's
- * own main.  Returns its exit status. */
+/* `lockfs --keeper SERVER_PID SERVER_PIDFD FUSE_FD STATE_FD -- ARGV...`:
+ * the keeper's own main.  Returns its exit status. */
 int lockfs_keeper_main(int argc, char *argv[]);
 
 #endif
