@@ -329,6 +329,8 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	{
 		size_t i = 0, n = c ? lockfs_record_holders(&c->rec) : 0;
 		struct lockfs_holder_ref h;
+		uint64_t fence;
+		bool ended;
 
 		rc = -EPERM;
 		do {
@@ -362,10 +364,24 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 		/* Also a grant whose descriptor let go while the store
 		 * refused (struct unlock_retry): nothing was logged for it
 		 * then, so this is its `released` -- unless it is a grant the
-		 * log refused, which never showed in the log at all. */
+		 * log refused, which never showed in the log at all, or one
+		 * logged `lost` already, whose key the store still shows (a
+		 * view of it from before the loss): that one ended then. */
+		fence = lockfs_record_fence_at(&c->rec, i);
+		ended = lockfs_session_tombstoned(s, name, fence);
 		rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 			.identity = st.identity, .index = i, .ticket = caller->ticket,
-			.event = lockfs_fdlock_release_event(s, name, &c->rec, i) });
+			.event = ended ? NULL : lockfs_fdlock_release_event(s, name, &c->rec, i) });
+		/* The store says the session that held it is gone (-ESTALE):
+		 * the grant is lost now, before its holder is told. */
+		if (rc == -ESTALE && (c = lockfs_table_find(s, name)))
+			lockfs_session_vanished_locked(t, s, c, NULL);
+		/* Lost before or while it was let go (the store found its key
+		 * gone): the holder hears ESTALE, once, never 0. */
+		if (ended || lockfs_session_tombstoned(s, name, fence)) {
+			rc = lockfs_session_tombstone_take(t, s, name, caller);
+			goto out;
+		}
 		/* The store refused it (etcd unreachable): the rmdir says EIO,
 		 * and the engine completes the release once the store answers
 		 * (the tick's retries), logged then with retried=1. */
@@ -400,7 +416,7 @@ bool lockfs_core_lost(struct lockfs_core *core, const char *name)
 	s = lockfs_table_stripe(t, name);
 	pthread_mutex_lock(&s->mu);
 	for (struct tombstone *ts = s->tombstones; ts && !lost; ts = ts->next)
-		lost = strcmp(ts->name, name) == 0;
+		lost = !ts->done && strcmp(ts->name, name) == 0;
 	lockfs_table_unlock(s);
 	return lost;
 }

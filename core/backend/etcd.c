@@ -727,11 +727,10 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (rc)
 		return store_error(e, rc);
 	lockfs_etcdbe_say_reachable(e);
-	/* Sent twice, the second copy finding the key gone: the first copy
-	 * removed it -- this release happened (docs/etcd.md, "Failures"). */
-	if (!r.succeeded && resent)
-		r.succeeded = true;
-	rc = r.succeeded ? 0 : -ENOENT;
+	/* The key gone: removed by a first copy of this delete, by the
+	 * session's end, or behind our back (docs/etcd.md, "Failures"). */
+	rc = r.succeeded ? 0 : lockfs_etcdbe_release_missed(e, h.lease, resent);
+	r.succeeded = rc == 0;
 	lockfs_etcdbe_owned_drop(e, h.key);  /* deleted, or gone already */
 	if (r.succeeded) {
 		mirror_delete(e, name, h.key, r.revision, true);

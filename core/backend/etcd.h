@@ -614,6 +614,11 @@ enum lockfs_session_state lockfs_etcdbe_session_state(struct etcd_store *e, int6
 void lockfs_etcdbe_session_get(struct etcd_store *e, struct lockfs_session *out);
 /* Is LEASE one of this daemon's lost leases? */
 bool lockfs_etcdbe_session_lost_lease(struct etcd_store *e, int64_t lease);
+/* A release's delete of a key on LEASE found the key gone (RESENT: the
+ * delete was sent more than once).  -ESTALE when LEASE is gone in etcd
+ * too (the session is LOST from now on), else 0 when RESENT, -ENOENT when
+ * not (etcd_session.c says why). */
+int lockfs_etcdbe_release_missed(struct etcd_store *e, int64_t lease, bool resent);
 /* Does a pending undo wait for a key of NAME? */
 bool lockfs_etcdbe_session_pending_name(struct etcd_store *e, const char *name);
 /* The names of the pending undos' keys, to CB (copied out first). */

@@ -408,6 +408,41 @@ static bool enter_locked(struct etcd_session *s, enum lockfs_session_state state
 	return true;
 }
 
+/*
+ * A release's guarded delete of a key on LEASE found the key gone.  Who
+ * removed it decides how the grant ended, and only etcd can say:
+ *  - LEASE is gone too (expired or revoked): etcd ended the session and
+ *    its keys with it, before this delete.  The grant is lost, even when
+ *    an earlier copy of the delete (RESENT) may have removed the key
+ *    first: nothing confirmed that it did, so the holder hears ESTALE
+ *    (fail closed; docs/errors.md).  The session is LOST from now on, as
+ *    the keepalive would find at its next turn.
+ *  - LEASE lives: an earlier copy of this very delete removed the key
+ *    (RESENT: the release happened, 0), or someone removed it behind this
+ *    daemon's back (-ENOENT: the engine logs it lost).
+ * When etcd cannot be asked, the answer is as before the question: 0 when
+ * RESENT, else -ENOENT.
+ */
+int lockfs_etcdbe_release_missed(struct etcd_store *e, int64_t lease, bool resent)
+{
+	struct etcd_session *s = &e->session;
+	struct lockfs_etcd_lease_info info;
+	int rc = lockfs_etcd_lease_timetolive(e->client_short, lease, false, &info);
+	bool changed = false;
+
+	lockfs_etcd_lease_info_free(&info);
+	if (rc != -ENOENT && !lockfs_etcdbe_session_lost_lease(e, lease))
+		return resent ? 0 : -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	if (s->lease == lease)
+		changed = enter_locked(s, LOCKFS_SESSION_LOST);
+	pthread_mutex_unlock(&s->mu);
+	if (changed)
+		fprintf(stderr, "lockfs: etcd: session %016" PRIx64 " is lost (a release found "
+			"its key gone with it)\n", (uint64_t)lease);
+	return -ESTALE;
+}
+
 static const char *state_name(enum lockfs_session_state st)
 {
 	return st == LOCKFS_SESSION_LIVE ? "live" : st == LOCKFS_SESSION_UNCERTAIN ?

@@ -869,9 +869,9 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_
 		return rc;
 	}
 	/* The line is written only for a release that happened (-ENOENT:
-	 * someone removed the lock behind our back; nothing of ours to
-	 * log), and before the stripe mutex is let go: NAME may be free in
-	 * the store already, but nobody can be granted it through this
+	 * the lock was removed behind our back, a loss on a store with
+	 * sessions), and before the stripe mutex is let go: NAME may be free
+	 * in the store already, but nobody can be granted it through this
 	 * daemon until then -- a hand-off or a grant to the queue runs under
 	 * this mutex, and an acquisition logs its `acquired` only after it
 	 * has taken this mutex (lockfs_core_acquire) -- so the log never
@@ -879,6 +879,8 @@ static int release_locked(struct lockfs_table *t, struct stripe *s, struct held_
 	 * at all.) */
 	if (rc == 0 && event)
 		lockfs_audit_end(t, l.who, name, l.kv, event, l.since_ms);
+	else if (rc == -ENOENT && t->vanished)
+		t->vanished(t, s, c, NULL); /* session.c: logged `lost`, tombstoned */
 	lockfs_table_drop(t, s, name);
 	grant_queue(t, s, name, how->ticket);
 	free(name);

@@ -352,18 +352,28 @@ int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, cons
 	for (struct tombstone **pp = &s->tombstones; *pp; pp = &(*pp)->next) {
 		struct tombstone *ts = *pp;
 
-		if (strcmp(ts->name, name) != 0 || lockfs_caller_check(t, &ts->holder, caller) < 0)
+		if (ts->done || strcmp(ts->name, name) != 0 ||
+		    lockfs_caller_check(t, &ts->holder, caller) < 0)
 			continue;
 		if (!ts->told_until_ms)
 			ts->told_until_ms = now + TOLD_MS;
 		if (now < ts->told_until_ms && ts->told++ < TOLD_ANSWERS)
 			return -ESTALE;
-		*pp = ts->next; /* told: from now on NAME is simply free */
-		free(ts->name);
-		free(ts);
+		/* Told: from now on NAME is simply free.  Kept (pruned when
+		 * its holder exits) so that a late release of the grant does
+		 * not end it a second time. */
+		ts->done = true;
 		return -ENOENT;
 	}
 	return -ENOENT;
+}
+
+bool lockfs_session_tombstoned(const struct stripe *s, const char *name, uint64_t fence)
+{
+	for (const struct tombstone *ts = s->tombstones; ts; ts = ts->next)
+		if (ts->fence == fence && strcmp(ts->name, name) == 0)
+			return true;
+	return false;
 }
 
 void lockfs_session_free_tombstones(struct stripe *s)

@@ -21,6 +21,9 @@ struct tombstone {
 	struct lockfs_holder_ref holder; /* the rmdir rule's view of it */
 	int64_t told_until_ms; /* boot clock: 0 until the holder is told */
 	int told;              /* ESTALE answers given (one syscall: two) */
+	bool done;             /* told: kept only to mark the grant ended
+				  (lockfs_session_tombstoned) until its
+				  holder exits or holds NAME again */
 };
 
 /*
@@ -39,7 +42,7 @@ void lockfs_session_check(struct lockfs_table *t);
  * this host lost with its session, and may CALLER act as its holder?
  * -ESTALE, else -ENOENT.  The holder is told once: its first look and
  * the kernel's immediate retry of it (within TOLD_MS) say ESTALE, then
- * the tombstone goes.
+ * the tombstone is done (ENOENT from then on).
  */
 int lockfs_session_tombstone_take(struct lockfs_table *t, struct stripe *s, const char *name,
 				  const struct lockfs_caller *caller);
@@ -80,6 +83,11 @@ void lockfs_session_tombstone_forget(struct stripe *s, const struct held_lock *c
  */
 void lockfs_session_lose_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 				int64_t lease);
+
+/* With S's mutex held: was NAME's grant FENCE of this host logged `lost`
+ * (a tombstone, told or not)?  Then it has ended: a release of it that
+ * comes later ends nothing more, and its holder hears ESTALE, once. */
+bool lockfs_session_tombstoned(const struct stripe *s, const char *name, uint64_t fence);
 
 /* Free S's tombstones (the engine's close). */
 void lockfs_session_free_tombstones(struct stripe *s);

@@ -128,6 +128,23 @@ def test_holding_proxy_lets_a_write_through_and_holds_its_answer(etcd1, tcp_prox
         assert b'"revision"' in s.recv(4096)
 
 
+def test_holding_proxy_counts_the_transactions_it_passed_on(etcd1, tcp_proxy):
+    # txns(): a transaction whose answer is held is known to have reached etcd
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    body = b'{"success":[{"requestPut":{"key":"L2ZpeHR1cmUvdA==","value":"dA=="}}]}'
+    assert proxy.txns() == 0
+    with socket.create_connection(('127.0.0.1', proxy.port), timeout=2) as s:
+        proxy.hold()
+        s.sendall(b'POST /v3/kv/txn HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s'
+                  % (len(body), body))
+        assert wait_until(lambda: proxy.txns() == 1)
+        assert not readable(s, 0.3)          # its answer is still held
+        proxy.resume()
+        assert readable(s, 2)
+        assert b'"succeeded":true' in s.recv(4096)
+    assert etcd1.etcdctl('get', '--print-value-only', '/fixture/t').stdout == 't\n'
+
+
 def test_proxy_drop_resets_every_connection(etcd1, tcp_proxy):
     proxy = tcp_proxy(etcd1.members[0].client_port)
     with socket.create_connection(('127.0.0.1', proxy.port), timeout=2) as s:

@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import random
-import re
 import subprocess
 import time
 
@@ -59,29 +58,9 @@ def test_partition_herd_for_a_minute_keeps_every_guarantee(tmp_path):
     assert report.result['grants'] >= 100, report.text()
     # Never two holders, fences in order, nobody hung; and every grant ends
     # once, its holder told once, no lock wedged behind a key nobody holds
-    # (the two bugs of docs/etcd.md "What the runs found", now fixed).
-    left = [v for v in report.violations if not _release_raced_the_session_loss(v, report)]
-    assert left == [], f'seed {seed}:\n' + report.text()
-    if report.violations:
-        pytest.xfail(f'seed {seed}: only the known race of a release with the session '
-                     f'loss (docs/etcd.md "What the runs found"):\n' + report.text())
-
-
-def _release_raced_the_session_loss(v, report):
-    """The one known bug left (docs/etcd.md, "What the runs found"): a
-    holder's rmdir or close, pending while its host was cut off, completes
-    just as the session is declared lost: the grant's log says `lost` and
-    then `released` (10 ms apart in the runs), and the holder's rmdir
-    answered 0 where ESTALE was due.  No overlap, no double grant: only
-    the end told twice.  Every other violation fails the test."""
-    fences = {m.group(1) for x in report.violations
-              for m in [re.search(r'fence (\d+) ended twice: .* lost\' on \S+ and .* released\'', x)]
-              if m}
-    m = re.match(r'\[ends\] \S+: fence (\d+) ended twice: .* lost\' on \S+ and .* released\'', v)
-    if m:
-        return True
-    m = re.match(r'\[lost-rmdir\] \S+ fence=(\d+): .* answered OK, not ESTALE', v)
-    return bool(m) and m.group(1) in fences
+    # (docs/etcd.md "What the runs found": each bug found so far is fixed,
+    # so every violation fails the test).
+    assert report.violations == [], f'seed {seed}:\n' + report.text()
 
 
 # ---------------------------------------------------------------- a lab's own behaviour
