@@ -194,6 +194,15 @@ void lockfs_etcdbe_mirror_forget_locked(struct etcd_mirror *m, const char *name)
 bool lockfs_etcdbe_mirror_wanted_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
 					bool (*ours)(void *arg, int64_t lease), void *arg);
 /* Put NAME in lock-delay until UNTIL_MS (it is kept till then). */
+/* The key just ahead of this daemon's first live key of NAME (OURS tells
+ * this daemon's leases), into BUF: the only key a waiter here needs to
+ * watch, as etcd's Mutex does.  Returns the revision from which NAME's
+ * events are not yet applied, or 0: no such key (NAME unknown, in
+ * lock-delay, no key of this daemon, or its first key heads NAME).
+ * MIRROR_MU held. */
+int64_t lockfs_etcdbe_mirror_ahead_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
+					   bool (*ours)(void *arg, int64_t lease), void *arg,
+					   char *buf, size_t size);
 void lockfs_etcdbe_mirror_set_delay(struct etcd_mirror *m, const char *name, int64_t until_ms);
 /* Each name the mirror holds, to CB (copied out first).  0, -ENOMEM. */
 int lockfs_etcdbe_mirror_each(struct etcd_mirror *m, lockfs_list_cb cb, void *arg);
@@ -416,6 +425,10 @@ void lockfs_etcdbe_tick(struct etcd_store *e);
 struct etcd_interest_entry {
 	char *name;
 	int64_t watch_id;        /* in the watch set */
+	/* WATCH_ID watches only the key just ahead of this daemon's first key
+	 * of NAME (a waiter's whole need: etcd's Mutex protocol), not R(NAME);
+	 * the mirror's other keys of NAME are then as last read. */
+	bool ahead;
 	int64_t look_until_ms;   /* boot clock: looked at until then */
 	struct etcd_interest_entry *next;
 };
@@ -442,6 +455,9 @@ struct etcd_interest {
 	 * (each kept as an entry); FOLLOW_ALL_WANTED: asked during the scan,
 	 * begun by start(). */
 	bool follow_all, follow_all_wanted;
+	/* Names an op read again (widened from the key ahead): told to the
+	 * engine as changed by the next tick, as an op may not report. */
+	struct etcd_names later;
 	int64_t follow_id, follow_next;
 	char **followed;
 	size_t n_followed;

@@ -13,7 +13,16 @@
  * the mirror, and a watch of R(NAME) from R + 1 in the watch set (one
  * WebSocket stream, core/etcd/wset.c); it is dropped, and its watch
  * cancelled, by the session thread's tick once nothing needs it.  Nothing
- * else flows to the daemon.  readdir is a range read of the whole prefix
+ * else flows to the daemon.
+ *
+ * A name only waited for here (no key of this daemon heads it, nobody
+ * looks at it or follows it, no lock-delay, no undo pending) is narrowed
+ * by that tick to the key just ahead of this daemon's first key, as
+ * etcd's Mutex does: the other waiters' comings and goings, and other
+ * hosts' hand-offs ahead, cost it nothing.  When that key goes, the name
+ * is read again and watched again: narrowed to the next key ahead, or
+ * whole when this daemon's key heads it.  A look or a follow widens it at
+ * once (a read, then the whole range).  readdir is a range read of the whole prefix
  * (keys only), kept ETCD_LIST_CACHE_MS.  See docs/etcd.md "What a daemon
  * watches".
  *
@@ -97,6 +106,34 @@ static bool is_ours(void *arg, int64_t lease)
 	return false;
 }
 
+/* May X be narrowed to the key ahead?  Then that key into AHEAD, and the
+ * revision to watch it from; else 0.  With IN->mu held. */
+static int64_t narrow_from_locked(struct etcd_store *e, const struct etcd_interest_entry *x,
+				  struct our_leases *ours, char ahead[LOCKFS_STORE_KEY_MAX])
+{
+	struct etcd_interest *in = &e->interest;
+	int64_t from;
+
+	if (in->scanning || in->follow_all || x->look_until_ms > lockfs_boot_ms() ||
+	    is_followed_locked(in, x->name) || lockfs_etcdbe_session_pending_name(e, x->name))
+		return 0;
+	pthread_mutex_lock(&e->mirror.mu);
+	from = lockfs_etcdbe_mirror_ahead_locked(&e->mirror, x->name, lockfs_wall_ms(), is_ours,
+						 ours, ahead, LOCKFS_STORE_KEY_MAX);
+	pthread_mutex_unlock(&e->mirror.mu);
+	return from;
+}
+
+/* Stop X's watch, whatever it was: the caller reads X again (its watch_id
+ * 0 says so to reload_name and to the tick).  With IN->mu held. */
+static void unwatch_locked(struct etcd_interest *in, struct etcd_interest_entry *x)
+{
+	if (x->watch_id)
+		lockfs_etcd_wset_cancel(in->wset, x->watch_id);
+	x->watch_id = 0;
+	x->ahead = false;
+}
+
 static int64_t add_watch(struct etcd_store *e, const char *name, int64_t from)
 {
 	char key[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
@@ -142,6 +179,70 @@ static void delay_before(struct etcd_store *e, const char *name, int64_t *until_
 	}
 }
 
+/* NAME to CHANGED (anything may have changed in it); on no memory, all. */
+static void changed_add(struct etcd_names *changed, const char *name)
+{
+	char **v = realloc(changed->v, (changed->n + 1) * sizeof(*v));
+
+	if (v) {
+		changed->v = v;
+		changed->cap = changed->n + 1;
+	}
+	if (v && (v[changed->n] = strdup(name)) != NULL)
+		changed->n++;
+	else
+		changed->all = true;
+}
+
+/* Read NAME afresh and watch it again: its watch was lost (compacted),
+ * never made, or stopped (watch_id 0).  Watched whole, or only the key
+ * ahead when that is all this daemon needs of it.  Without IN->mu (it
+ * asks etcd); the tick tries again when etcd does not answer. */
+static void reload_name(struct etcd_store *e, const char *name, struct etcd_names *changed)
+{
+	struct etcd_interest *in = &e->interest;
+	char key[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX], ahead[LOCKFS_STORE_KEY_MAX];
+	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = key, .range_end = end };
+	struct lockfs_etcd_op_resp r;
+	struct etcd_interest_entry *x;
+	struct our_leases ours;
+
+	if (range_of(e, name, key, end) || lockfs_etcd_range(e->client, &op, &r))
+		return;
+	our_leases(e, &ours);
+	pthread_mutex_lock(&in->mu);
+	x = find_locked(in, name);
+	if (x && !x->watch_id &&
+	    lockfs_etcdbe_mirror_load_name(&e->mirror, name, r.kvs, r.n_kvs, r.revision,
+					   lockfs_wall_ms()) == 0) {
+		x->ahead = narrow_from_locked(e, x, &ours, ahead) != 0;
+		x->watch_id = x->ahead ? lockfs_etcd_wset_add(in->wset, ahead, NULL, r.revision + 1)
+				       : add_watch(e, name, r.revision + 1);
+		if (x->watch_id <= 0) {
+			x->watch_id = 0;
+			x->ahead = false;
+		}
+		changed_add(changed, name);
+	}
+	pthread_mutex_unlock(&in->mu);
+	lockfs_etcd_op_resp_free(&r);
+}
+
+/* NAME, its watch just stopped by an op (a look, a follow), read and
+ * watched whole again.  An op may not report a change (the engine may
+ * hold what its callback takes): what the read brings is told at the
+ * next tick. */
+static void widen(struct etcd_store *e, const char *name)
+{
+	struct etcd_names changed = { 0 };
+
+	reload_name(e, name, &changed);
+	lockfs_etcdbe_names_free(&changed);
+	pthread_mutex_lock(&e->interest.mu);
+	changed_add(&e->interest.later, name);
+	pthread_mutex_unlock(&e->interest.mu);
+}
+
 int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look)
 {
 	struct etcd_interest *in = &e->interest;
@@ -154,6 +255,16 @@ int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look)
 
 	pthread_mutex_lock(&in->mu);
 	x = in->scanning ? NULL : find_locked(in, name);
+	/* Narrowed to the key ahead: a look, or a reader following NAME,
+	 * needs all of it, now. */
+	if (x && x->ahead && (look || is_followed_locked(in, name))) {
+		if (look)
+			x->look_until_ms = lockfs_boot_ms() + ETCD_LOOK_MS;
+		unwatch_locked(in, x);
+		pthread_mutex_unlock(&in->mu);
+		widen(e, name);
+		return 0;
+	}
 	/* The whole prefix in the mirror (the scan; every name followed,
 	 * once read): nothing to read, and no second watch of NAME. */
 	if (in->scanning || (in->follow_all && in->follow_id) || x) {
@@ -205,48 +316,6 @@ int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look)
 	pthread_mutex_unlock(&in->mu);
 	lockfs_etcd_op_resp_free(&r);
 	return 0;
-}
-
-/* NAME to CHANGED (anything may have changed in it); on no memory, all. */
-static void changed_add(struct etcd_names *changed, const char *name)
-{
-	char **v = realloc(changed->v, (changed->n + 1) * sizeof(*v));
-
-	if (v) {
-		changed->v = v;
-		changed->cap = changed->n + 1;
-	}
-	if (v && (v[changed->n] = strdup(name)) != NULL)
-		changed->n++;
-	else
-		changed->all = true;
-}
-
-/* Read NAME afresh and watch it again: its watch was lost (compacted) or
- * never made (watch_id 0).  Without IN->mu (it asks etcd); the tick tries
- * again when etcd does not answer. */
-static void reload_name(struct etcd_store *e, const char *name, struct etcd_names *changed)
-{
-	struct etcd_interest *in = &e->interest;
-	char key[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
-	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_RANGE, .key = key, .range_end = end };
-	struct lockfs_etcd_op_resp r;
-	struct etcd_interest_entry *x;
-
-	if (range_of(e, name, key, end) || lockfs_etcd_range(e->client, &op, &r))
-		return;
-	pthread_mutex_lock(&in->mu);
-	x = find_locked(in, name);
-	if (x && !x->watch_id &&
-	    lockfs_etcdbe_mirror_load_name(&e->mirror, name, r.kvs, r.n_kvs, r.revision,
-					   lockfs_wall_ms()) == 0) {
-		x->watch_id = add_watch(e, name, r.revision + 1);
-		if (x->watch_id < 0)
-			x->watch_id = 0;
-		changed_add(changed, name);
-	}
-	pthread_mutex_unlock(&in->mu);
-	lockfs_etcd_op_resp_free(&r);
 }
 
 /* The host keys afresh, and their watch again (without IN->mu). */
@@ -399,6 +468,7 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 	case LOCKFS_ETCD_WSET_EVENTS: {
 		enum etcd_watch_of of;
 		bool ended[ETCD_JUDGED];
+		char *ahead_gone = NULL;
 
 		/* Judged without IN->mu: it may ask etcd, and looks wait on it. */
 		pthread_mutex_lock(&in->mu);
@@ -426,12 +496,26 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 			struct etcd_interest_entry *x = find_locked(in, name);
 
 			/* A watch cancelled meanwhile: its name may be gone. */
-			if (x && x->watch_id == msg->id)
+			if (x && x->watch_id == msg->id) {
 				lockfs_etcdbe_apply_events(e, ETCD_WATCH_NAME, x->name, msg->events,
 							   msg->n_events, ended, msg->next_revision,
 							   &changed, &own);
+				/* The key ahead went: read NAME again, to
+				 * watch the next key ahead, or all of NAME
+				 * once this daemon's key heads it. */
+				for (size_t i = 0; x->ahead && i < msg->n_events; i++)
+					if (msg->events[i].type == LOCKFS_ETCD_EVENT_DELETE) {
+						unwatch_locked(in, x);
+						ahead_gone = strdup(x->name);
+						if (!ahead_gone)
+							changed.all = true;
+					}
+			}
 		}
 		pthread_mutex_unlock(&in->mu);
+		if (ahead_gone)
+			reload_name(e, ahead_gone, &changed);
+		free(ahead_gone);
 		lockfs_etcdbe_report_both(e, &changed, &own);
 		return;
 	}
@@ -610,6 +694,26 @@ static void follow_all_end_locked(struct etcd_store *e)
 	(void)lockfs_etcdbe_mirror_each(&e->mirror, keep_or_forget, &w);
 }
 
+/* Every name followed: the prefix's watch skips names with an entry, so a
+ * narrowed one is read and watched whole. */
+static void widen_all_narrowed(struct etcd_store *e)
+{
+	struct etcd_interest *in = &e->interest;
+	struct etcd_names narrowed = { 0 };
+
+	pthread_mutex_lock(&in->mu);
+	for (size_t b = 0; b < ETCD_INTEREST_BUCKETS; b++)
+		for (struct etcd_interest_entry *x = in->buckets[b]; x; x = x->next)
+			if (x->ahead) {
+				unwatch_locked(in, x);
+				changed_add(&narrowed, x->name);
+			}
+	pthread_mutex_unlock(&in->mu);
+	for (size_t i = 0; i < narrowed.n; i++)
+		widen(e, narrowed.v[i]);
+	lockfs_etcdbe_names_free(&narrowed);
+}
+
 int lockfs_etcdbe_follow(struct lockfs_backend *be, bool all, const char *const *names, size_t n)
 {
 	struct etcd_store *e = (struct etcd_store *)be;
@@ -644,10 +748,13 @@ int lockfs_etcdbe_follow(struct lockfs_backend *be, bool all, const char *const 
 	for (size_t i = 0; i < n_old; i++)
 		free(old[i]);
 	free(old);
-	if (begin)
+	if (begin) {
 		follow_prefix(e);
-	/* Each name watched (read first); the sweep drops the ones nobody
-	 * follows any more once nothing else needs them. */
+		widen_all_narrowed(e);
+	}
+	/* Each name watched (read first; a narrowed one read whole); the
+	 * sweep drops the ones nobody follows any more once nothing else
+	 * needs them. */
 	for (size_t i = 0; i < n; i++) {
 		int one = lockfs_etcdbe_look(e, names[i], false);
 
@@ -705,6 +812,35 @@ static void follow_names_again(struct etcd_store *e)
 	lockfs_etcdbe_names_free(&missing);
 }
 
+/* At the tick: a name only waited for here is narrowed to the key ahead
+ * of this daemon's first key, from where its whole watch stopped (nothing
+ * of that key is missed); a narrowed one that needs more now (this
+ * daemon's key heads it, a lock-delay, an undo) stops its watch, to be
+ * read and watched whole.  With IN->mu held. */
+static void narrow_or_widen_locked(struct etcd_store *e, struct etcd_interest_entry *x,
+				   struct our_leases *ours)
+{
+	struct etcd_interest *in = &e->interest;
+	char ahead[LOCKFS_STORE_KEY_MAX];
+	int64_t from;
+
+	if (!x->watch_id)
+		return;  /* read and watched again below */
+	from = narrow_from_locked(e, x, ours, ahead);
+	if (x->ahead) {
+		if (!from)
+			unwatch_locked(in, x);
+		return;
+	}
+	if (!from)
+		return;
+	lockfs_etcd_wset_cancel(in->wset, x->watch_id);
+	x->watch_id = lockfs_etcd_wset_add(in->wset, ahead, NULL, from);
+	x->ahead = x->watch_id > 0;
+	if (x->watch_id < 0)
+		x->watch_id = 0;
+}
+
 void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 {
 	struct etcd_interest *in = &e->interest;
@@ -743,6 +879,7 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 			if (!wanted)
 				wanted = lockfs_etcdbe_session_pending_name(e, x->name);
 			if (wanted) {
+				narrow_or_widen_locked(e, x, &ours);
 				if (!x->watch_id)
 					changed_add(&retry, x->name);
 				pp = &x->next;
@@ -761,6 +898,10 @@ void lockfs_etcdbe_interest_sweep(struct etcd_store *e)
 	}
 	hosts_lost = !in->hosts_id;
 	follow_again = in->follow_all && !in->follow_id;
+	for (size_t i = 0; i < in->later.n; i++)
+		changed_add(&changed, in->later.v[i]);
+	changed.all = changed.all || in->later.all;
+	lockfs_etcdbe_names_free(&in->later);
 	pthread_mutex_unlock(&in->mu);
 	if (follow_again)
 		follow_prefix(e);
@@ -797,6 +938,7 @@ void lockfs_etcdbe_interest_close(struct etcd_store *e)
 			free(x->name);
 			free(x);
 		}
+	lockfs_etcdbe_names_free(&in->later);
 	for (size_t i = 0; i < in->n_followed; i++)
 		free(in->followed[i]);
 	free(in->followed);

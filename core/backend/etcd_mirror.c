@@ -860,6 +860,33 @@ bool lockfs_etcdbe_mirror_wanted_locked(struct etcd_mirror *m, const char *name,
 	return false;
 }
 
+int64_t lockfs_etcdbe_mirror_ahead_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
+					   bool (*ours)(void *arg, int64_t lease), void *arg,
+					   char *buf, size_t size)
+{
+	struct etcd_name *n = find_name(m, name, false);
+	struct etcd_key *before = NULL;
+
+	if (!n || n->delay_until_ms > now_ms)
+		return 0;
+	for (size_t i = 0; i < n->n; i++) {
+		struct etcd_key *k = &n->keys[i];
+
+		if (k->dead)
+			continue;
+		if (ours(arg, k->lease)) {
+			/* This daemon's first key: the one ahead of it, if
+			 * any (none: it heads NAME, or is about to). */
+			if (!before || strlen(before->key) >= size)
+				return 0;
+			strcpy(buf, before->key);
+			return n->next_rev;
+		}
+		before = k;
+	}
+	return 0;
+}
+
 void lockfs_etcdbe_mirror_set_delay(struct etcd_mirror *m, const char *name, int64_t until_ms)
 {
 	struct etcd_name *n;

@@ -166,3 +166,51 @@ def test_lock_delay_holds_on_a_host_that_first_looks_after_the_session_ended(
                what='x granted once lock-delay is over')
     assert time.monotonic() - ended >= delay - 0.5
     assert other.rmdir(h2.path('x')) == 0
+
+
+def test_a_waiting_host_hears_only_of_the_key_ahead_of_its_waiter(
+        etcd1, etcd_mounts, tcp_proxy, procs):
+    """A waiter watches the key just ahead of it, as etcd's Mutex does: the
+    other waiters that come and go behind it cost its host nothing, and it
+    is still granted in its turn, with an exact `owner` after."""
+    proxy = tcp_proxy(etcd1.members[0].client_port)
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2', 'h3'), ttl=TTL, lock_delay=1,
+                        endpoints={'h2': proxy.url})
+    h1, h2, h3 = hosts
+    holder = procs.agent()
+    assert holder.mkdir(h1.path('q')) == 0
+    waiter = procs.agent()
+    wfd = waiter.open(h2.path('.flock', 'q'))
+    wrid = waiter.flock_start(wfd, fcntl.LOCK_EX)
+    wait_until(lambda: len(hosts.lock_keys('q')) == 2, timeout=10, what="h2's waiter in line")
+
+    def churn(rounds):
+        """Waiters on h3 that queue behind h2's, then give up (they die).
+        Returns the bytes etcd sent h2 meanwhile, per waiter."""
+        before = proxy.bytes_down()
+        for _ in range(rounds):
+            w = procs.agent()
+            w.flock_start(w.open(h3.path('.flock', 'q')), fcntl.LOCK_EX)
+            wait_until(lambda: len(hosts.lock_keys('q')) == 3, timeout=10,
+                       what="h3's waiter in line")
+            w.kill()
+            wait_until(lambda: len(hosts.lock_keys('q')) == 2, timeout=10,
+                       what="h3's waiter gone")
+        return (proxy.bytes_down() - before) / rounds
+
+    # Each waiter behind is two events (~300 bytes each) to a watcher of the
+    # whole name; h2 narrows its watch at its next tick (ttl/6) and then
+    # gets only its keepalive answers (~250 bytes per ttl/6).
+    wait_until(lambda: churn(3) < 100, timeout=TTL * 2,
+               what='h2 to stop hearing of the waiters behind its own')
+    per_waiter = churn(12)
+    assert per_waiter < 100, f'h2 got {per_waiter:.0f} bytes per waiter behind its own'
+    assert waiter.poll(wrid) is None, "h2's waiter granted while h1 holds q"
+    # Its turn comes all the same, and what h2 shows of q is exact.
+    assert holder.rmdir(h1.path('q')) == 0
+    ans = waiter.wait(wrid, timeout=15)
+    assert ans.get('errno', 0) == 0, ans
+    rec = read_owner(h2.mnt, 'q')
+    assert rec['holder']['host'] == 'h2' and rec['holder']['pid'] == waiter.pid, rec
+    assert waiter.flock(wfd, fcntl.LOCK_UN) == 0
+    wait_until(lambda: hosts.lock_keys('q') == [], timeout=10, what='q free in etcd')
