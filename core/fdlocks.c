@@ -34,7 +34,7 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 	struct qentry *e;
 	int rc;
 
-	rc = lockfs_name_check(rq->name);
+	rc = lockfs_name_check_stored(rq->name);
 	if (rc < 0)
 		return rc;
 	if (strlen(rq->owner) >= LOCKFS_FD_OWNER_MAX)
@@ -111,7 +111,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	long held;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return 0;
 	pthread_mutex_lock(&s->mu);
 	/* The owner lets go: a place kept for it is no longer wanted. */
@@ -169,7 +169,7 @@ int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request
 	bool foreign;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -EINVAL;
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
