@@ -743,3 +743,41 @@ int lockfs_core_slot_index(struct lockfs_core *core, const char *request, const 
 	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
+
+int lockfs_core_slot_waiters(struct lockfs_core *core, const char *name_given, char **text,
+			     size_t *len)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1], line[96];
+	unsigned cap;
+	size_t size = 1, used = 0;
+	char *out;
+
+	if (base_of(name_given, base, &cap) < 0 || !s)
+		return -ENOENT;
+	out = malloc(size);
+	if (!out)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->mu);
+	for (struct slot_waiter *x = s->waiters; x; x = x->next) {
+		int n;
+		char *more;
+
+		if (strcmp(x->base, base) != 0)
+			continue;
+		n = snprintf(line, sizeof(line), "{\"pid\":%d,\"uid\":%u,\"slots\":%u}\n",
+			     (int)x->caller.tid, (unsigned)x->caller.uid, x->cap);
+		more = realloc(out, size + (size_t)n);
+		if (!more)
+			break;
+		out = more;
+		memcpy(out + used, line, (size_t)n);
+		used += (size_t)n;
+		size += (size_t)n;
+	}
+	pthread_mutex_unlock(&s->mu);
+	out[used] = '\0';
+	*text = out;
+	*len = used;
+	return 0;
+}

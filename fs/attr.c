@@ -156,6 +156,8 @@ int lockfs_attr_render(struct lockfs_fs *fs, fuse_req_t req, const char *lock, e
 	case LF_LEASE:
 		return lockfs_core_lease(fs->core, lock, data, len);
 	case LF_WAITERS:
+		if (lock[0] == '/') /* a slotted name's line (slots.c) */
+			return lockfs_core_slot_waiters(fs->core, lock + 1, data, len);
 		return lockfs_core_waiters(fs->core, lock, data, len);
 	case LF_BIND:
 		return lockfs_core_binding(fs->core, lock, data, len);

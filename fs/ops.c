@@ -133,7 +133,7 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	for (int f = LF_DIR + 1; f < LF_COUNT; f++)
-		if (strcmp(name, lockfs_lock_file_names[f]) == 0 && (lock[0] != '/' || f == LF_OWNER))
+		if (strcmp(name, lockfs_lock_file_names[f]) == 0 && (lock[0] != '/' || f == LF_OWNER || f == LF_WAITERS))
 			return lockfs_attr_reply_entry(req, fs, lock, (enum lock_file)f, &ls);
 	fuse_reply_err(req, ENOENT);
 }

@@ -320,6 +320,10 @@ int lockfs_core_slot_fd_cancel(struct lockfs_core *core, const char *request,
 int lockfs_core_slot_fd_unlock(struct lockfs_core *core, const char *request, const char *owner);
 void lockfs_core_slot_fd_file_closed(struct lockfs_core *core, const char *request,
 				     uint64_t file);
+/* NAME's parked flock waiters, in line order, one JSON object a line:
+ * {"pid":requester,"uid":…,"slots":N}.  0, -ENOENT. */
+int lockfs_core_slot_waiters(struct lockfs_core *core, const char *name_given, char **text,
+			     size_t *len);
 /* The slot OWNER holds of REQUEST's name (0-based), or -ENOENT. */
 int lockfs_core_slot_index(struct lockfs_core *core, const char *request, const char *owner);
 
