@@ -691,7 +691,25 @@ int lockfs_core_slot_fd_unlock(struct lockfs_core *core, const char *request, co
 			continue;
 		*pp = g->next;
 		rc = end_grant(core, g);
-		break;
+		pthread_mutex_unlock(&s->mu);
+		return rc;
+	}
+	/* No grant known: one made by a predecessor whose connection this
+	 * daemon took over (its fd locks were kept, our records were not).
+	 * Whatever slot OWNER holds is let go; it holds none, nothing is. */
+	{
+		char name[LOCKFS_NAME_MAX + 1];
+		struct held_slots h;
+
+		if (held_slots(core, base, &h) == 0)
+			for (unsigned k = 0; k < h.cap; k++) {
+				if (!h.held[k])
+					continue;
+				lockfs_slot_name(name, sizeof(name), base, k, h.cap);
+				if (lockfs_core_fd_unlock(core, name, owner) == 0 &&
+				    lockfs_core_stat(core, name, &(struct lockfs_lock_stat){ 0 }) == -ENOENT)
+					grant_waiters(core, base, (int)k);
+			}
 	}
 	pthread_mutex_unlock(&s->mu);
 	return rc;
