@@ -209,3 +209,23 @@ def test_lockctl_run_slots_gives_each_run_its_own_stable_slot(mnt, tmp_path):
     assert [(tmp_path / (o.name + '.end')).read_text().strip() for _, o in runs] == \
         [g[0] for g in got]
     assert not os.path.exists(take(mnt, 'gpu'))
+
+
+def test_lockctl_status_shows_every_slot_holder(mnt, procs):
+    lockctl = os.path.join(LOCKFS_BUILD, 'tools', 'lockctl')
+    a, b = procs.agent(), procs.agent()
+    assert a.mkdir(take(mnt, 'gpu=3')) == 0
+    assert b.mkdir(take(mnt, 'gpu=3')) == 0
+    assert a.mkdir(mnt.path('plain')) == 0
+    r = subprocess.run([lockctl, '--mount', mnt.mnt, 'status'], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines()[1:] if ln.strip()]
+    slot_rows = sorted((row[0], row[1] + ' ' + row[2], row[4]) for row in rows
+                       if row[0] == 'gpu')
+    assert slot_rows == [('gpu', 'slot 0/3', str(a.pid)), ('gpu', 'slot 1/3', str(b.pid))]
+    assert any(row[0] == 'plain' for row in rows)
+    r = subprocess.run([lockctl, '--mount', mnt.mnt, 'status', '--json'], capture_output=True,
+                       text=True, timeout=10)
+    views = [o for o in json.loads(r.stdout) if o.get('slots')]
+    assert [(v['resource'], v['slots'], v['held']) for v in views] == [('gpu', 3, 2)]
