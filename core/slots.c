@@ -1,6 +1,6 @@
 /*
  * Slots: counting semaphores (docs/slots.md).  Slot K of a slotted NAME
- * with N slots is the lock ".slotKofN:NAME" (base/slot_name.c), an
+ * with N slots is the lock ".slotKofN:NAME" (base/name_slot.c), an
  * ordinary lock to every other file of the engine: its own record,
  * holder, fence, lease, recovery and log lines.  This file is the view
  * over a name's slots: taking a free one (mkdir M/.slots/NAME=N), letting

@@ -1,4 +1,4 @@
-/* Unit tests for the names of slots (core/base/slot_name.c). */
+/* Unit tests for the names of slots (core/base/name_slot.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
