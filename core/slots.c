@@ -42,6 +42,8 @@ struct slot_waiter {
 	struct slot_waiter *next;
 	struct lockfs_wait *w;
 	struct lockfs_caller caller;
+	/* Its holder-to-be, read when it parked: a grant reads no /proc. */
+	struct lockfs_fd_asker *asker;
 	char owner[LOCKFS_FD_OWNER_MAX];
 	uint64_t via_file;
 	unsigned cap;
@@ -106,6 +108,7 @@ void lockfs_core_slots_free(struct lockfs_core *core)
 		struct slot_waiter *x = s->waiters;
 
 		s->waiters = x->next;
+		lockfs_core_fd_asker_free(x->asker);
 		free(x);
 	}
 	while (s->grants) {
@@ -451,6 +454,7 @@ static struct slot_grant *grant_of(struct lockfs_slots *s, const char *base, con
 /* Take a free slot of BASE for OWNER as an fd lock, PREFER first.  The
  * slot's index, -EWOULDBLOCK (all held), or -errno.  With mu. */
 static int take_fd(struct lockfs_core *core, const struct lockfs_caller *caller,
+		   const struct lockfs_fd_asker *asker,
 		   const char *base, unsigned cap, const char *owner, uint64_t via_file, int prefer)
 {
 	struct lockfs_slots *s = core->slots;
@@ -469,9 +473,13 @@ static int take_fd(struct lockfs_core *core, const struct lockfs_caller *caller,
 		/* A held slot costs a look at the cache, not a /proc read. */
 		if (lockfs_core_stat(core, name, &ls) == 0)
 			continue;
-		rc = lockfs_core_fd_lock(core, caller, &(struct lockfs_fd_request){
-			.name = name, .owner = owner, .via_file = via_file,
-			.mode = LOCKFS_EXCLUSIVE, .wait = false }, &none);
+		{
+			struct lockfs_fd_request rq = { .name = name, .owner = owner,
+				.via_file = via_file, .mode = LOCKFS_EXCLUSIVE, .wait = false };
+
+			rc = asker ? lockfs_core_fd_lock_as(core, asker, &rq, &none)
+				   : lockfs_core_fd_lock(core, caller, &rq, &none);
+		}
 		if (rc == -EWOULDBLOCK)
 			continue;
 		if (rc < 0)
@@ -506,13 +514,14 @@ static void grant_waiters(struct lockfs_core *core, const char *base, int prefer
 			pp = &x->next;
 			continue;
 		}
-		rc = take_fd(core, &x->caller, base, x->cap, x->owner, x->via_file, prefer);
+		rc = take_fd(core, &x->caller, x->asker, base, x->cap, x->owner, x->via_file, prefer);
 		if (rc == -EWOULDBLOCK)
 			return; /* FIFO: nobody behind the head goes first */
 		prefer = -1;
 		*pp = x->next;
 		x->w->parked = false;
 		x->w->done(x->w, rc < 0 ? rc : 0);
+		lockfs_core_fd_asker_free(x->asker);
 		free(x);
 	}
 }
@@ -601,7 +610,7 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 		goto out;
 	/* A newcomer goes first only when nobody waits ahead of it. */
 	rc = has_waiters(s, base, NULL) ? -EWOULDBLOCK
-		: take_fd(core, caller, base, cap, rq->owner, rq->via_file, -1);
+		: take_fd(core, caller, NULL, base, cap, rq->owner, rq->via_file, -1);
 	if (rc >= 0) {
 		rc = 0;
 		goto out;
@@ -611,6 +620,11 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 	x = calloc(1, sizeof(*x));
 	if (!x) {
 		rc = -ENOMEM;
+		goto out;
+	}
+	rc = lockfs_core_fd_asker_new(core, caller, rq, &x->asker);
+	if (rc < 0) {
+		free(x);
 		goto out;
 	}
 	x->w = w;
@@ -653,6 +667,7 @@ int lockfs_core_slot_fd_cancel(struct lockfs_core *core, const char *name, struc
 			continue;
 		*pp = x->next;
 		w->parked = false;
+		lockfs_core_fd_asker_free(x->asker);
 		free(x);
 		rc = 0;
 		break;

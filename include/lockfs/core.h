@@ -324,6 +324,16 @@ void lockfs_core_slot_fd_file_closed(struct lockfs_core *core, const char *reque
  * {"pid":requester,"uid":…,"slots":N}.  0, -ENOENT. */
 int lockfs_core_slot_waiters(struct lockfs_core *core, const char *name_given, char **text,
 			     size_t *len);
+/* For slots: a request's holder-to-be, command line and slug read once
+ * (when a slot waiter parks), so that lockfs_core_fd_lock_as() of a slot,
+ * tried when any frees, reads nothing of /proc: as lockfs_core_fd_lock
+ * for RQ's name, owner, file and mode. */
+struct lockfs_fd_asker;
+int lockfs_core_fd_asker_new(struct lockfs_core *core, const struct lockfs_caller *caller,
+			     const struct lockfs_fd_request *rq, struct lockfs_fd_asker **out);
+void lockfs_core_fd_asker_free(struct lockfs_fd_asker *a);
+int lockfs_core_fd_lock_as(struct lockfs_core *core, const struct lockfs_fd_asker *a,
+			   const struct lockfs_fd_request *rq, struct lockfs_wait *w);
 /* The slot OWNER holds of REQUEST's name (0-based), or -ENOENT. */
 int lockfs_core_slot_index(struct lockfs_core *core, const char *request, const char *owner);
 
