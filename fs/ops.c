@@ -272,8 +272,10 @@ static void lfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return lockfs_slots_mkdir(req, fs, name);
 	if (parent != FUSE_ROOT_ID)
 		return (void)fuse_reply_err(req, EPERM);
-	if (name[0] == '.') /* the daemon's: see lfs_lookup */
-		return (void)fuse_reply_err(req, EINVAL);
+	if (name[0] == '.') { /* the daemon's (see lfs_lookup): the name rule's errno */
+		rc = lockfs_name_check(name);
+		return (void)fuse_reply_err(req, rc == -ENAMETOOLONG ? ENAMETOOLONG : EINVAL);
+	}
 	lockfs_fs_caller(req, &caller);
 	rc = lockfs_core_acquire(fs->core, name, &caller, &ls);
 	if (rc < 0)
