@@ -12,7 +12,8 @@
  * lockfs_core_* entry points (which accept stored slot names), and none
  * of them calls it: the arrows stay one-way.  Every slot is taken under
  * SLOTS->mu, so the capacity check and the take are one step for this
- * daemon (the stores that serve slots, dir, have one daemon per DIR).
+ * daemon: exact with dir (one daemon per DIR); with etcd other hosts'
+ * takers are not under it (docs/etcd.md, "Slots across hosts").
  * Lock order: SLOTS->mu, then an engine stripe mutex, then the mount's
  * parked_mu (a waiter's DONE).
  */
