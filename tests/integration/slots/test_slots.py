@@ -229,3 +229,23 @@ def test_lockctl_status_shows_every_slot_holder(mnt, procs):
                        text=True, timeout=10)
     views = [o for o in json.loads(r.stdout) if o.get('slots')]
     assert [(v['resource'], v['slots'], v['held']) for v in views] == [('gpu', 3, 2)]
+
+
+def test_slots_outlive_a_daemon_restart_and_end_with_their_holder(lockfs_factory, procs):
+    m = lockfs_factory()
+    a, b = procs.agent(), procs.agent()
+    assert a.mkdir(take(m, 'gpu=2')) == 0
+    assert b.mkdir(take(m, 'gpu=2')) == 0
+    m.unmount()
+    m2 = lockfs_factory.restart(m)
+    o = owner(m2, 'gpu')
+    assert sorted((h['slot'], h['pid']) for h in o['holders']) == [(0, a.pid), (1, b.pid)]
+    c = procs.agent()
+    assert c.mkdir(take(m2, 'gpu=2')) == errno.EEXIST
+    assert c.mkdir(take(m2, 'gpu=5')) == errno.ERANGE
+    # The new daemon watches the holders it found: a's death frees slot 0.
+    a.kill()
+    wait_until(lambda: [h['slot'] for h in owner(m2, 'gpu')['holders']] == [1],
+               what="a's slot recovered")
+    assert c.mkdir(take(m2, 'gpu=2')) == 0
+    assert sorted(h['slot'] for h in owner(m2, 'gpu')['holders']) == [0, 1]
