@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "lockfs/limits.h"
 #include "lockctl.h"
 
 static int by_name(const void *a, const void *b)
@@ -155,10 +156,10 @@ int lockfs_ctl_run(const struct opts *o, char **mnt, double restart_wait)
 
 	/* A slot: waited for on M/.flock/.slots/NAME=N, watched (fence, loss)
 	 * through M/.slots/NAME, whose owner lists every slot's holders. */
-	char *slot_take = NULL, *slot_view = NULL;
+	char slot_take[LOCKFS_NAME_MAX + 16], slot_view[LOCKFS_NAME_MAX + 16];
 	if (o->slots) {
-		slot_take = xasprintf(".slots/%s=%u", o->name, o->slots);
-		slot_view = xasprintf(".slots/%s", o->name);
+		snprintf(slot_take, sizeof(slot_take), ".slots/%s=%u", o->name, o->slots);
+		snprintf(slot_view, sizeof(slot_view), ".slots/%s", o->name);
 		locks[0].name = slot_take;
 	}
 	rc = take_all(o, mnt, restart_wait, locks, n);
