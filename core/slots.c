@@ -240,9 +240,12 @@ int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
 	if (!serves_slots(core))
 		return -EOPNOTSUPP;
 	pthread_mutex_lock(&s->mu);
-	/* No barging: a name with flock waiters is theirs first. */
-	rc = has_waiters(s, base, NULL) ? -EEXIST : check_capacity(core, caller, base, cap, &h);
-	if (rc == 0) {
+	/* A count that disagrees is refused whatever else holds; then no
+	 * barging: a name with flock waiters is theirs first. */
+	rc = check_capacity(core, caller, base, cap, &h);
+	if (rc == 0 && has_waiters(s, base, NULL))
+		rc = -EEXIST;
+	else if (rc == 0) {
 		rc = -EEXIST; /* unless a free slot is taken below */
 		for (unsigned k = 0; k < cap && rc == -EEXIST; k++) {
 			if (h.held[k])

@@ -100,6 +100,7 @@ def test_flock_waiters_get_free_slots_in_arrival_order(mnt, procs):
     # A newcomer does not barge ahead of the line.
     n = procs.agent()
     assert n.mkdir(take(mnt, 'gpu=2')) == errno.EEXIST
+    assert n.mkdir(take(mnt, 'gpu=3')) == errno.ERANGE  # the count first
     nfd = n.open(flock_file(mnt, 'gpu=2'))
     assert n.flock(nfd, EX | NB) == errno.EWOULDBLOCK
     assert b.rmdir(take(mnt, 'gpu')) == 0
