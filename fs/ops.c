@@ -721,6 +721,7 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		d->count = 0; /* its files exist while open, and are not listed */
 	} else if (ino_is_lock(ino) && ino_file(ino) == LF_DIR) {
 		rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
+		d->slotted = rc == 0 && lock[0] == '/';
 	} else {
 		rc = -ENOTDIR;
 	}
@@ -772,6 +773,15 @@ static const char *dir_entry(struct dir_snapshot *d, size_t i, fuse_ino_t *ino, 
 	}
 	if (d->self == INO_SLOTS_DIR || d->self == INO_FLOCK_SLOTS_DIR)
 		return i < d->count ? d->names[i] : NULL;
+	if (d->slotted) { /* a slotted name's view: its owner and waiters */
+		static const enum lock_file shown[] = { LF_OWNER, LF_WAITERS };
+
+		if (i >= sizeof(shown) / sizeof(shown[0]))
+			return NULL;
+		*ino = d->self + shown[i];
+		*mode = S_IFREG;
+		return lockfs_lock_file_names[shown[i]];
+	}
 	if (i + 1 < LF_COUNT) {
 		*ino = d->self + 1 + i;
 		*mode = S_IFREG;

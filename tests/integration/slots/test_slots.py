@@ -52,6 +52,11 @@ def test_capacity_by_first_taker_and_the_next_taker_refused(mnt, procs):
     assert o['resource'] == 'gpu' and o['slots'] == 2 and o['held'] == 2
     assert sorted((h['pid'], h['slot']) for h in o['holders']) == [(a.pid, 0), (b.pid, 1)]
     assert os.listdir(mnt.path('.slots')) == ['gpu']
+    # ls -l M/.slots/gpu: what is there, and nothing that is not.
+    assert sorted(os.listdir(mnt.path('.slots', 'gpu'))) == ['owner', 'waiters']
+    for f in ('owner', 'waiters'):
+        assert os.stat(mnt.path('.slots', 'gpu', f)).st_mode & 0o170000 == 0o100000
+    assert os.path.isdir(mnt.path('.slots', 'gpu'))
     # The slotted name is not the lock `gpu`: old names mean what they meant.
     assert not os.path.exists(mnt.path('gpu'))
     assert c.mkdir(mnt.path('gpu')) == 0
