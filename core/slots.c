@@ -387,15 +387,16 @@ int lockfs_core_slot_owner(struct lockfs_core *core, const char *name_given,
 	json_decref(o);
 	if (!text)
 		return -ENOMEM;
+	/* One newline after it, as every `owner` ends. */
 	*len = strlen(text) + 1;
-	*json = realloc(text, *len + 1);
-	if (!*json) {
-		free(text);
-		return -ENOMEM;
+	*json = malloc(*len + 1);
+	if (*json) {
+		memcpy(*json, text, *len - 1);
+		(*json)[*len - 1] = '\n';
+		(*json)[*len] = '\0';
 	}
-	(*json)[*len - 1] = '\n';
-	(*json)[*len] = '\0';
-	return 0;
+	free(text);
+	return *json ? 0 : -ENOMEM;
 }
 
 static int cmp_names(const void *a, const void *b)
