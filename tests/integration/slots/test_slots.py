@@ -255,3 +255,21 @@ def test_slots_outlive_a_daemon_restart_and_end_with_their_holder(lockfs_factory
                what="a's slot recovered")
     assert c.mkdir(take(m2, 'gpu=2')) == 0
     assert sorted(h['slot'] for h in owner(m2, 'gpu')['holders']) == [0, 1]
+
+
+def test_a_slot_taken_in_a_pid_namespace_shows_it_and_ends_with_it(mnt):
+    """As in a container: the holder shows its own pid there and its pid
+    namespace, and its slot is recovered when the namespace's process exits."""
+    if subprocess.run(['unshare', '--pid', '--fork', 'true']).returncode != 0:
+        import pytest
+        pytest.skip('unshare --pid does not work here')
+    script = (f'mkdir {take(mnt, "gpu=2")} && cat {mnt.path(".slots", "gpu", "owner")}')
+    out = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', '--kill-child',
+                          'sh', '-c', script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    [h] = json.loads(out.stdout)['holders']
+    assert h['slot'] == 0 and h['ns_pid'] == 1 and h['container'].startswith('pidns:'), h
+    wait_until(lambda: not os.path.exists(take(mnt, 'gpu')), what='the slot recovered')
+    lines = [ln for ln in read_log(mnt.dir) if ln.name == b'.slot0of2:gpu']
+    assert [ln.event for ln in lines] == ['acquired', 'recovered']
+    assert f'pid={h["pid"]}' in lines[1].raw
