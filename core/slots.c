@@ -145,9 +145,10 @@ static int base_of(const char *name, char base[LOCKFS_NAME_MAX + 1], unsigned *c
 	return 0;
 }
 
-/* The slots of BASE held now: bit K of HELD set for each, *CAP the
- * capacity they were taken with (0: none held; -ERANGE when they
- * disagree, which only a store edited by hand can show).  0, -errno. */
+/* The slots of BASE held now: HELD[K] set for each, CAP the count they
+ * were taken with (0: none held), N how many.  0, -errno, or -ERANGE when
+ * they disagree (two first takers on two etcd hosts at one moment, or a
+ * store edited by hand: CAP is then the largest). */
 struct held_slots {
 	unsigned cap, n;
 	unsigned char held[LOCKFS_SLOTS_MAX];
