@@ -186,7 +186,7 @@ def test_a_slug_slot_ends_with_its_lease(lockfs_factory, procs):
     assert ends and 'lease' in ends[0].raw
 
 
-def test_lockctl_run_slots_gives_each_run_its_own_stable_slot(mnt, tmp_path):
+def test_lockctl_run_slots_gives_each_run_its_own_stable_slot(mnt, procs, tmp_path):
     lockctl = os.path.join(LOCKFS_BUILD, 'tools', 'lockctl')
     fifo = tmp_path / 'go'
     os.mkfifo(fifo)
@@ -195,26 +195,41 @@ def test_lockctl_run_slots_gives_each_run_its_own_stable_slot(mnt, tmp_path):
         out = tmp_path / f'slot{i}'
         script = (f'echo "$LOCKFS_SLOT $LOCKFS_FENCE" > {out}.tmp && mv {out}.tmp {out}; '
                   f'read x < {fifo}; echo "$LOCKFS_SLOT" > {out}.end')
-        runs.append((subprocess.Popen([lockctl, '--mount', mnt.mnt, 'run', 'gpu', '--slots',
-                                       '2', '--', 'sh', '-c', script]), out))
-    wait_until(lambda: all(o.exists() for _, o in runs), timeout=10, what='both runs started')
-    got = [o.read_text().split() for _, o in runs]
-    assert sorted(int(s) for s, _ in got) == [0, 1]
-    o = owner(mnt, 'gpu')
-    assert sorted((h['slot'], h['fence']) for h in o['holders']) == sorted(
-        (int(s), int(f)) for s, f in got)
-    # A third run with another count is refused at once.
-    r = subprocess.run([lockctl, '--mount', mnt.mnt, 'run', 'gpu', '--slots', '3', '--timeout',
-                        '0', '--', 'true'], capture_output=True, text=True, timeout=10)
-    assert r.returncode != 0
-    with open(fifo, 'w') as f:
-        f.write('x\nx\n')
-    for p, _ in runs:
-        assert p.wait(10) == 0
-    # The slot stayed the same for the whole run.
-    assert [(tmp_path / (o.name + '.end')).read_text().strip() for _, o in runs] == \
-        [g[0] for g in got]
-    assert not os.path.exists(take(mnt, 'gpu'))
+        # procs' processes are stopped at teardown, also when the test fails.
+        runs.append((procs.popen([lockctl, '--mount', mnt.mnt, 'run', 'gpu', '--slots',
+                                  '2', '--', 'sh', '-c', script]), out))
+    released = False
+    try:
+        wait_until(lambda: all(o.exists() for _, o in runs), timeout=10,
+                   what='both runs started')
+        got = [o.read_text().split() for _, o in runs]
+        assert sorted(int(s) for s, _ in got) == [0, 1]
+        o = owner(mnt, 'gpu')
+        assert sorted((h['slot'], h['fence']) for h in o['holders']) == sorted(
+            (int(s), int(f)) for s, f in got)
+        # A third run with another count is refused at once.
+        r = subprocess.run([lockctl, '--mount', mnt.mnt, 'run', 'gpu', '--slots', '3',
+                            '--timeout', '0', '--', 'true'], capture_output=True, text=True,
+                           timeout=10)
+        assert r.returncode != 0
+        with open(fifo, 'w') as f:
+            f.write('x\nx\n')
+        released = True
+        for p, _ in runs:
+            assert p.wait(10) == 0
+        # The slot stayed the same for the whole run.
+        assert [(tmp_path / (o.name + '.end')).read_text().strip() for _, o in runs] == \
+            [g[0] for g in got]
+        assert not os.path.exists(take(mnt, 'gpu'))
+    finally:
+        if not released:
+            # Let the CMDs (blocked reading the FIFO) end with their runs.
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b'x\nx\n')
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def test_lockctl_status_shows_every_slot_holder(mnt, procs):
