@@ -149,7 +149,7 @@ static int acquire(struct lockfs_core *core, const char *name,
 	struct stripe *s;
 	int rc;
 
-	rc = lockfs_name_check(name);
+	rc = lockfs_name_check_stored(name);
 	if (rc < 0)
 		return rc;
 	if (caller->resent)
@@ -287,7 +287,7 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 	bool foreign;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -ENOENT;
 	if (caller->resent)
 		lockfs_resume_note_resent(t);
@@ -411,7 +411,7 @@ bool lockfs_core_lost(struct lockfs_core *core, const char *name)
 	struct stripe *s;
 	bool lost = false;
 
-	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || lockfs_name_check(name) < 0)
+	if (!(t->be->caps & LOCKFS_BE_SESSIONS) || lockfs_name_check_stored(name) < 0)
 		return false;
 	s = lockfs_table_stripe(t, name);
 	pthread_mutex_lock(&s->mu);
@@ -508,7 +508,7 @@ int lockfs_core_break(struct lockfs_core *core, const char *name,
 		return -EFBIG;
 	if (len == 0 || memchr(reason, '\0', len) || !lockfs_utf8_valid(reason, len))
 		return -EINVAL;
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -ENOENT;
 	why = strndup(reason, len);
 	if (!why)

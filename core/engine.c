@@ -24,6 +24,7 @@
 #include "lock/follow.h"
 #include "lock/metrics.h"
 #include "lock/deadlock.h"
+#include "slots.h"
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/resume.h"
@@ -187,6 +188,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 		t->stripes[i].due_boot_ms = INT64_MAX;
 	lockfs_fds_init(&core->fds);
 	rc = lockfs_deadlock_new(&core->deadlock);
+	if (rc == 0)
+		rc = lockfs_core_slots_new(core);
 	if (rc < 0)
 		goto fail;
 	t->procs = cfg->procs ? cfg->procs : &lockfs_procfs_source;
@@ -293,6 +296,7 @@ void lockfs_core_stop(struct lockfs_core *core)
 	if (!core)
 		return;
 	t = &core->table;
+	lockfs_core_slots_stop(core);
 	lockfs_liveness_stop(t->liveness);
 	/* Releases the store refused get one last try before the daemon
 	 * goes; what is left stays in DIR (see lockfs_queue_free_all). */
@@ -310,6 +314,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	/* The thread first: it calls into everything below.  Then the store,
 	 * whose reports kick that thread (changes.c): none may come once the
 	 * thread is freed, and nothing below needs the store. */
+	lockfs_core_slots_free(core);
 	lockfs_liveness_stop(t->liveness);
 	if (t->be)
 		lockfs_store_close(t->be);

@@ -25,6 +25,8 @@ struct lockfs_core {
 	/* The wait-for graph of parked fd-lock waits (lock/deadlock.h); its
 	 * own mutexes. */
 	struct lockfs_deadlock *deadlock;
+	/* Slots' flock waiters and fd grants (slots.c); its own mutex. */
+	struct lockfs_slots *slots;
 };
 
 #endif

@@ -25,21 +25,15 @@
 /* How much of a waiter's command line is kept for its record. */
 #define WAITER_CMDLINE_MAX 4096
 
-int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *caller,
-			const struct lockfs_fd_request *rq, struct lockfs_wait *w)
+/* A new queue entry for RQ from CALLER: its holder-to-be resolved, its
+ * command line and slug read (all /proc reads a request needs).  0 or
+ * -errno (-EACCES: holder unknown). */
+static int make_entry(struct lockfs_table *t, const struct lockfs_caller *caller,
+		      const struct lockfs_fd_request *rq, struct qentry **out)
 {
-	struct lockfs_table *t = &core->table;
-	struct lockfs_deadlock_waiter waiter;
-	char who[WHO_MAX];
-	struct qentry *e;
+	struct qentry *e = calloc(1, sizeof(*e));
 	int rc;
 
-	rc = lockfs_name_check(rq->name);
-	if (rc < 0)
-		return rc;
-	if (strlen(rq->owner) >= LOCKFS_FD_OWNER_MAX)
-		return -EINVAL;
-	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
 	rc = lockfs_holder_resolve(t->procs, caller->tid, caller->uid, &t->helpers,
@@ -55,8 +49,6 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 	snprintf(e->owner, sizeof(e->owner), "%s", rq->owner);
 	e->via_file = rq->via_file;
 	e->ticket = caller->ticket;
-	if (caller->resent)
-		lockfs_resume_note_resent(t);
 	e->mode = rq->mode;
 	e->uid = caller->uid;
 	e->gid = caller->gid;
@@ -72,6 +64,22 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 		if (lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) == 0 && *slug)
 			e->slug = strdup(slug);
 	}
+	*out = e;
+	return 0;
+}
+
+/* Enter E (RQ's, made by make_entry) in RQ->name's queue: E is the
+ * queue's from here on. */
+static int enter(struct lockfs_core *core, const struct lockfs_caller *caller, struct qentry *e,
+		 const struct lockfs_fd_request *rq, struct lockfs_wait *w)
+{
+	struct lockfs_table *t = &core->table;
+	struct lockfs_deadlock_waiter waiter;
+	char who[WHO_MAX];
+	int rc;
+
+	if (caller->resent)
+		lockfs_resume_note_resent(t);
 	/* E is the queue's once entered: what the deadlock check needs of
 	 * it is copied first. */
 	lockfs_audit_who(who, sizeof(who), e->slug, e->who.comm, e->who.pid);
@@ -89,6 +97,95 @@ int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *ca
 		rc = lockfs_deadlock_check(t, core->deadlock, rq->name, rq->owner, &waiter, w);
 	}
 	return rc;
+}
+
+int lockfs_core_fd_lock(struct lockfs_core *core, const struct lockfs_caller *caller,
+			const struct lockfs_fd_request *rq, struct lockfs_wait *w)
+{
+	struct qentry *e;
+	int rc;
+
+	rc = lockfs_name_check_stored(rq->name);
+	if (rc < 0)
+		return rc;
+	if (strlen(rq->owner) >= LOCKFS_FD_OWNER_MAX)
+		return -EINVAL;
+	rc = make_entry(&core->table, caller, rq, &e);
+	if (rc < 0)
+		return rc;
+	return enter(core, caller, e, rq, w);
+}
+
+/* A request's entry made once (slots.c: when a slot waiter parks) and
+ * copied for each try, so that its grant reads nothing of /proc. */
+struct lockfs_fd_asker {
+	struct qentry e;
+	struct lockfs_caller caller;
+};
+
+int lockfs_core_fd_asker_new(struct lockfs_core *core, const struct lockfs_caller *caller,
+			     const struct lockfs_fd_request *rq, struct lockfs_fd_asker **out)
+{
+	struct lockfs_fd_asker *a;
+	struct qentry *e;
+	int rc;
+
+	if (strlen(rq->owner) >= LOCKFS_FD_OWNER_MAX)
+		return -EINVAL;
+	rc = make_entry(&core->table, caller, rq, &e);
+	if (rc < 0)
+		return rc;
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		lockfs_argv_free(e->cmdline);
+		free(e->slug);
+		lockfs_proc_put(&e->who);
+		free(e);
+		return -ENOMEM;
+	}
+	a->e = *e;
+	a->caller = *caller;
+	free(e);
+	*out = a;
+	return 0;
+}
+
+void lockfs_core_fd_asker_free(struct lockfs_fd_asker *a)
+{
+	if (!a)
+		return;
+	lockfs_argv_free(a->e.cmdline);
+	free(a->e.slug);
+	lockfs_proc_put(&a->e.who);
+	free(a);
+}
+
+int lockfs_core_fd_lock_as(struct lockfs_core *core, const struct lockfs_fd_asker *a,
+			   const struct lockfs_fd_request *rq, struct lockfs_wait *w)
+{
+	struct qentry *e;
+	size_t n = 0;
+	int rc = lockfs_name_check_stored(rq->name);
+
+	if (rc < 0)
+		return rc;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	*e = a->e;
+	e->next = e->prev = NULL;
+	e->who.has_pidfd = false; /* the template keeps its own */
+	e->slug = a->e.slug ? strdup(a->e.slug) : NULL;
+	e->cmdline = NULL;
+	while (a->e.cmdline && a->e.cmdline[n])
+		n++;
+	if (a->e.cmdline && (e->cmdline = calloc(n + 1, sizeof(char *))))
+		for (size_t i = 0; i < n; i++)
+			e->cmdline[i] = strdup(a->e.cmdline[i]);
+	snprintf(e->owner, sizeof(e->owner), "%s", rq->owner);
+	e->via_file = rq->via_file;
+	e->mode = rq->mode;
+	return enter(core, &a->caller, e, rq, w);
 }
 
 int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w)
@@ -111,7 +208,7 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 	long held;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return 0;
 	pthread_mutex_lock(&s->mu);
 	/* The owner lets go: a place kept for it is no longer wanted. */
@@ -169,7 +266,7 @@ int lockfs_core_fd_test(struct lockfs_core *core, const struct lockfs_fd_request
 	bool foreign;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -EINVAL;
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);

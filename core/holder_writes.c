@@ -31,7 +31,7 @@ int lockfs_core_check_holder(struct lockfs_core *core, const char *name,
 	bool foreign;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
@@ -57,7 +57,7 @@ static int edit_as_holder(struct lockfs_core *core, const char *name,
 	bool foreign;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
@@ -167,7 +167,7 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name, const struct lo
 	if (len > 0 && text[len - 1] == '\n')
 		len--;
 	to_slug = len == 4 && memcmp(text, "slug", 4) == 0;
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -ENOENT;
 	slug[0] = '\0';
 	if (to_slug && lockfs_caller_slug(t->procs, caller->tid, slug, sizeof(slug)) < 0)

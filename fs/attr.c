@@ -125,7 +125,8 @@ int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_M
 		return -ENOENT;
 	rc = lockfs_inodes_name(fs->inodes, ino_id(ino), name, &generation);
 	if (rc == 0)
-		rc = lockfs_core_stat(fs->core, name, &cur);
+		rc = name[0] == '/' ? lockfs_core_slot_stat(fs->core, name + 1, &cur) /* slots.c */
+				    : lockfs_core_stat(fs->core, name, &cur);
 	if (rc == 0 && cur.generation != generation)
 		rc = -ENOENT;
 	if (rc == 0 && ls)
@@ -155,6 +156,8 @@ int lockfs_attr_render(struct lockfs_fs *fs, fuse_req_t req, const char *lock, e
 	case LF_LEASE:
 		return lockfs_core_lease(fs->core, lock, data, len);
 	case LF_WAITERS:
+		if (lock[0] == '/') /* a slotted name's line (slots.c) */
+			return lockfs_core_slot_waiters(fs->core, lock + 1, data, len);
 		return lockfs_core_waiters(fs->core, lock, data, len);
 	case LF_BIND:
 		return lockfs_core_binding(fs->core, lock, data, len);
@@ -164,6 +167,8 @@ int lockfs_attr_render(struct lockfs_fs *fs, fuse_req_t req, const char *lock, e
 		struct lockfs_caller reader;
 
 		lockfs_fs_caller(req, &reader);
+		if (lock[0] == '/') /* a slotted name's: every slot's holders */
+			return lockfs_core_slot_owner(fs->core, lock + 1, &reader, data, len);
 		return lockfs_core_owner(fs->core, lock, &reader, data, len);
 	}
 	case LF_OPERATION:

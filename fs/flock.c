@@ -28,6 +28,7 @@
 #include "attr.h"
 #include "fs.h"
 #include "handle.h"
+#include "lockfs/limits.h"
 #include "lockfs/name.h"
 #include "lockfs/record.h"
 
@@ -41,6 +42,23 @@ struct parked {
 	int refs;                    /* protected by parked_mu */
 	char name[NAME_MAX + 1];
 };
+
+/* A slot file's node ("/NAME=N", slots.c)? */
+static bool is_slot(const char *name)
+{
+	return name[0] == '/';
+}
+
+/* The name rule of .flock files: a lock name, or "/NAME=N". */
+static int check_name(const char *name)
+{
+	char base[LOCKFS_NAME_MAX + 1];
+	unsigned cap;
+
+	if (!is_slot(name))
+		return lockfs_name_check(name);
+	return lockfs_slot_request_parse(name + 1, base, sizeof(base), &cap);
+}
 
 int lockfs_flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1])
 {
@@ -78,13 +96,14 @@ void lockfs_flock_lookup(fuse_req_t req, struct lockfs_fs *fs, const char *name)
 	struct lockfs_lock_stat ls;
 	struct fuse_entry_param e;
 	uint64_t id;
-	int rc = lockfs_name_check(name);
+	int rc = check_name(name);
 
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	id = lockfs_inodes_ref_open(fs->inodes, name, FLOCK_GEN, uid);
 	if (!id) {
-		rc = lockfs_core_stat(fs->core, name, &ls);
+		rc = is_slot(name) ? lockfs_core_slot_stat(fs->core, name + 1, &ls)
+				   : lockfs_core_stat(fs->core, name, &ls);
 		if (rc < 0)
 			return (void)fuse_reply_err(req, -rc);
 		id = lockfs_inodes_ref(fs->inodes, name, FLOCK_GEN, uid);
@@ -102,7 +121,7 @@ void lockfs_flock_create(fuse_req_t req, struct lockfs_fs *fs, const char *name,
 	struct fuse_entry_param e;
 	struct open_file *of;
 	uint64_t id;
-	int rc = lockfs_name_check(name);
+	int rc = check_name(name);
 
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
@@ -133,6 +152,14 @@ void lockfs_flock_create(fuse_req_t req, struct lockfs_fs *fs, const char *name,
 	}
 }
 
+/* OWNER lets go of NAME's lock (a slot file's: of its slot). */
+static int unlock(struct lockfs_fs *fs, const char *name, const char *owner)
+{
+	if (is_slot(name))
+		return lockfs_core_slot_fd_unlock(fs->core, name + 1, owner);
+	return lockfs_core_fd_unlock(fs->core, name, owner);
+}
+
 static void owner_key(char out[LOCKFS_FD_OWNER_MAX], const char *kind, uint64_t owner)
 {
 	snprintf(out, LOCKFS_FD_OWNER_MAX, "%s:%016" PRIx64, kind, owner);
@@ -145,7 +172,7 @@ void lockfs_flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind,
 	if (lockfs_flock_name_of(fs, ino, name) < 0)
 		return;
 	owner_key(key, kind, owner);
-	lockfs_core_fd_unlock(fs->core, name, key);
+	unlock(fs, name, key);
 }
 
 /* Drop one reference; the last frees P.  Called with parked_mu held. */
@@ -190,7 +217,8 @@ static void parked_done(struct lockfs_wait *w, int result)
  * grant others, whose answers take parked_mu. */
 static void parked_cancel(struct lockfs_fs *fs, struct parked *p)
 {
-	if (lockfs_core_fd_cancel(fs->core, p->name, &p->w) < 0)
+	if ((is_slot(p->name) ? lockfs_core_slot_fd_cancel(fs->core, p->name + 1, &p->w)
+			      : lockfs_core_fd_cancel(fs->core, p->name, &p->w)) < 0)
 		return; /* not parked yet, or being granted: that answers */
 	pthread_mutex_lock(&fs->parked_mu);
 	parked_unlist(fs, p);
@@ -254,7 +282,14 @@ static void fd_lock(fuse_req_t req, struct lockfs_fs *fs, const struct lockfs_fd
 		 * freed) by another thread at any moment. */
 		fuse_req_interrupt_func(req, parked_interrupt, fs);
 	}
-	rc = lockfs_core_fd_lock(fs->core, &caller, rq, &p->w);
+	if (is_slot(rq->name)) {
+		struct lockfs_fd_request slot = *rq;
+
+		slot.name = rq->name + 1;
+		rc = lockfs_core_slot_fd_lock(fs->core, &caller, &slot, &p->w);
+	} else {
+		rc = lockfs_core_fd_lock(fs->core, &caller, rq, &p->w);
+	}
 	pthread_mutex_lock(&fs->parked_mu);
 	if (rc != -EINPROGRESS) {
 		parked_unlist(fs, p);
@@ -283,7 +318,7 @@ void lockfs_flock_op(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
 	 * own handle (see lfs_release for why not by fi->lock_owner). */
 	owner_key(key, "flock", fi->fh);
 	if (op & LOCK_UN)
-		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
+		return (void)fuse_reply_err(req, -unlock(fs, name, key));
 	fd_lock(req, fs, &(struct lockfs_fd_request){
 		.name = name,
 		.owner = key,
@@ -310,7 +345,8 @@ void lockfs_flock_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct lockfs_fd_conflict conflict = { 0 };
 	int rc;
 
-	if (lockfs_flock_name_of(fs, ino, name) < 0 || !whole_file(lock))
+	/* A slot file has no one holder to name: F_GETLK is not served. */
+	if (lockfs_flock_name_of(fs, ino, name) < 0 || !whole_file(lock) || is_slot(name))
 		return (void)fuse_reply_err(req, ENOLCK);
 	owner_key(key, "posix", fi->lock_owner);
 	rc = lockfs_core_fd_test(fs->core, &rq, &conflict);
@@ -340,7 +376,7 @@ void lockfs_flock_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return (void)fuse_reply_err(req, ENOLCK);
 	owner_key(key, "posix", fi->lock_owner);
 	if (lock->l_type == F_UNLCK)
-		return (void)fuse_reply_err(req, -lockfs_core_fd_unlock(fs->core, name, key));
+		return (void)fuse_reply_err(req, -unlock(fs, name, key));
 	if (lock->l_type != F_RDLCK && lock->l_type != F_WRLCK)
 		return (void)fuse_reply_err(req, EINVAL);
 	fd_lock(req, fs, &(struct lockfs_fd_request){
@@ -350,6 +386,29 @@ void lockfs_flock_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		.mode = lock->l_type == F_RDLCK ? LOCKFS_SHARED : LOCKFS_EXCLUSIVE,
 		.wait = sleep != 0,
 	});
+}
+
+void lockfs_flock_read(fuse_req_t req, struct lockfs_fs *fs, fuse_ino_t ino,
+		       struct fuse_file_info *fi, size_t size, off_t off)
+{
+	char name[NAME_MAX + 1], key[LOCKFS_FD_OWNER_MAX], text[16];
+	int k = -ENOENT, n;
+
+	if (lockfs_flock_name_of(fs, ino, name) == 0 && is_slot(name)) {
+		/* flock(2)'s owner is this open file; fcntl's the process. */
+		owner_key(key, "flock", fi->fh);
+		k = lockfs_core_slot_index(fs->core, name + 1, key);
+		if (k < 0) {
+			owner_key(key, "posix", fi->lock_owner);
+			k = lockfs_core_slot_index(fs->core, name + 1, key);
+		}
+	}
+	n = k < 0 ? 0 : snprintf(text, sizeof(text), "%d\n", k);
+	if (off < 0 || off >= n)
+		return (void)fuse_reply_buf(req, NULL, 0);
+	if ((size_t)(n - off) < size)
+		size = (size_t)(n - off);
+	fuse_reply_buf(req, text + off, size);
 }
 
 void lockfs_flock_shutdown(struct lockfs_fs *fs)

@@ -22,6 +22,8 @@
  */
 #define INO_LOG 2
 #define INO_FLOCK_DIR 3 /* M/.flock */
+#define INO_SLOTS_DIR 6 /* M/.slots (slots.c) */
+#define INO_FLOCK_SLOTS_DIR 7 /* M/.flock/.slots */
 enum lock_file {
 	LF_DIR = 0,
 	LF_OWNER = 1,
@@ -178,6 +180,17 @@ static inline void lockfs_fs_caller(fuse_req_t req, struct lockfs_caller *c)
 	c->resent = (unique & LOCKFS_UNIQUE_RESEND) != 0;
 }
 
+/* slots.c: M/.slots and M/.flock/.slots (docs/slots.md).  A node whose
+ * name begins with '/' is a slotted name's: "/NAME" (its view) or
+ * "/NAME=N" (a mkdir's answer, a .flock/.slots file). */
+/* Answer REQ's lookup of NAME in PARENT if it is a slots' entry (true). */
+bool lockfs_slots_lookup(fuse_req_t req, struct lockfs_fs *fs, fuse_ino_t parent,
+			 const char *name);
+void lockfs_slots_mkdir(fuse_req_t req, struct lockfs_fs *fs, const char *name);
+void lockfs_slots_rmdir(fuse_req_t req, struct lockfs_fs *fs, const char *name);
+/* Attributes of M/.slots or M/.flock/.slots (INO). */
+void lockfs_slots_dir_attr(struct lockfs_fs *fs, fuse_ino_t ino, struct stat *st);
+
 /* flock.c: M/.flock/NAME and the locks taken through it. */
 /* The lock name of .flock node INO into NAME.  0, or -ENOENT. */
 int lockfs_flock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1]);
@@ -193,6 +206,10 @@ void lockfs_flock_closed(struct lockfs_fs *fs, fuse_ino_t ino, const char *kind,
 /* The loop and the engine's thread have stopped: answer every parked
  * request with ENOTCONN and free it. */
 void lockfs_flock_shutdown(struct lockfs_fs *fs);
+/* A read of .flock file INO through FI: a slot file answers the slot its
+ * lock holds ("K\n"), any other file nothing. */
+void lockfs_flock_read(fuse_req_t req, struct lockfs_fs *fs, fuse_ino_t ino,
+		       struct fuse_file_info *fi, size_t size, off_t off);
 /* The flock, getlk and setlk handlers of lockfs_ops. */
 void lockfs_flock_op(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op);
 void lockfs_flock_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,

@@ -41,6 +41,7 @@ struct dir_snapshot {
 	char **names; /* NULL-terminated; entries 0.. are after "." and ".." */
 	size_t count;
 	fuse_ino_t self;
+	bool slotted;  /* a slotted name's view (slots.c): owner and waiters only */
 };
 
 /* A new open file (no data, no fd), or NULL when out of memory. */

@@ -50,6 +50,7 @@
 #include "events_file.h"
 #include "fs.h"
 #include "handle.h"
+#include "lockfs/limits.h"
 #include "lockfs/name.h"
 #include "lockfs/record.h"
 #include "lockfs/utf8.h"
@@ -84,6 +85,8 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	char lock[NAME_MAX + 1];
 	int rc;
 
+	if (lockfs_slots_lookup(req, fs, parent, name))
+		return;
 	if (parent == FUSE_ROOT_ID) {
 		if (strcmp(name, ".log") == 0) {
 			struct fuse_entry_param e = { .ino = INO_LOG };
@@ -103,6 +106,10 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			lockfs_events_file_attr(fs, e.ino, &e.attr);
 			return (void)fuse_reply_entry(req, &e);
 		}
+		/* Dot names are the daemon's (the engine stores slots under
+		 * them): none is a lock of M. */
+		if (name[0] == '.')
+			return (void)fuse_reply_err(req, ENOENT);
 		rc = lockfs_core_stat(fs->core, name, &ls);
 		if (rc == -ENOENT && lockfs_core_lost(fs->core, name)) {
 			/* A lock lost with the session: its holder's rmdir
@@ -126,7 +133,7 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	for (int f = LF_DIR + 1; f < LF_COUNT; f++)
-		if (strcmp(name, lockfs_lock_file_names[f]) == 0)
+		if (strcmp(name, lockfs_lock_file_names[f]) == 0 && (lock[0] != '/' || f == LF_OWNER || f == LF_WAITERS))
 			return lockfs_attr_reply_entry(req, fs, lock, (enum lock_file)f, &ls);
 	fuse_reply_err(req, ENOENT);
 }
@@ -166,6 +173,10 @@ static int attr_of(fuse_req_t req, fuse_ino_t ino, struct stat *st)
 	}
 	if (ino == INO_FLOCK_DIR) {
 		lockfs_attr_flock_dir(fs, st);
+		return 0;
+	}
+	if (ino == INO_SLOTS_DIR || ino == INO_FLOCK_SLOTS_DIR) {
+		lockfs_slots_dir_attr(fs, ino, st);
 		return 0;
 	}
 	if (ino_is_flock(ino)) {
@@ -257,8 +268,14 @@ static void lfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct lockfs_lock_stat ls;
 	int rc;
 
+	if (parent == INO_SLOTS_DIR)
+		return lockfs_slots_mkdir(req, fs, name);
 	if (parent != FUSE_ROOT_ID)
 		return (void)fuse_reply_err(req, EPERM);
+	if (name[0] == '.') { /* the daemon's (see lfs_lookup): the name rule's errno */
+		rc = lockfs_name_check(name);
+		return (void)fuse_reply_err(req, rc == -ENAMETOOLONG ? ENAMETOOLONG : EINVAL);
+	}
 	lockfs_fs_caller(req, &caller);
 	rc = lockfs_core_acquire(fs->core, name, &caller, &ls);
 	if (rc < 0)
@@ -271,11 +288,16 @@ static void lfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct lockfs_fs *fs = fs_of(req);
 	struct lockfs_caller caller;
 
+	if (parent == INO_SLOTS_DIR)
+		return lockfs_slots_rmdir(req, fs, name);
 	if (parent != FUSE_ROOT_ID)
 		return (void)fuse_reply_err(req, EPERM);
 	if (strcmp(name, ".log") == 0 || strcmp(name, ".flock") == 0 ||
-	    strcmp(name, ".events") == 0 || strcmp(name, ".metrics") == 0)
+	    strcmp(name, ".events") == 0 || strcmp(name, ".metrics") == 0 ||
+	    strcmp(name, ".slots") == 0)
 		return (void)fuse_reply_err(req, EPERM);
+	if (name[0] == '.')
+		return (void)fuse_reply_err(req, ENOENT);
 	lockfs_fs_caller(req, &caller);
 	fuse_reply_err(req, -lockfs_core_release(fs->core, name, &caller));
 }
@@ -314,6 +336,14 @@ static void lfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 {
 	if (parent == INO_FLOCK_DIR)
 		return lockfs_flock_create(req, fs_of(req), name, fi);
+	if (parent == INO_FLOCK_SLOTS_DIR) {
+		char node[NAME_MAX + 1];
+
+		if (strlen(name) > LOCKFS_NAME_MAX)
+			return (void)fuse_reply_err(req, ENAMETOOLONG);
+		snprintf(node, sizeof(node), "/%s", name);
+		return lockfs_flock_create(req, fs_of(req), node, fi);
+	}
 	fuse_reply_err(req, EPERM);
 }
 
@@ -327,7 +357,8 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int writing = (fi->flags & O_ACCMODE) != O_RDONLY;
 	int rc = 0;
 
-	if (ino == FUSE_ROOT_ID || ino == INO_FLOCK_DIR)
+	if (ino == FUSE_ROOT_ID || ino == INO_FLOCK_DIR || ino == INO_SLOTS_DIR ||
+	    ino == INO_FLOCK_SLOTS_DIR)
 		return (void)fuse_reply_err(req, EISDIR);
 	of = lockfs_open_file_new();
 	if (!of)
@@ -461,6 +492,8 @@ static void lfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return (void)fuse_reply_err(req, EBADF);
 	if (ino == INO_EVENTS)
 		return lockfs_events_file_read(req, fs_of(req), of, size);
+	if (ino_is_flock(ino))
+		return lockfs_flock_read(req, fs_of(req), ino, fi, size, off);
 	if (of->restored && of->fd < 0 && (rc = render_restored(fs_of(req), req, ino, of)) < 0)
 		return (void)fuse_reply_err(req, -rc);
 	if (of->fd >= 0) {
@@ -644,7 +677,11 @@ static void lfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (ino_is_flock(ino) && fi->fh) {
 		char name[NAME_MAX + 1];
 
-		if (lockfs_flock_name_of(fs_of(req), ino, name) == 0)
+		if (lockfs_flock_name_of(fs_of(req), ino, name) < 0)
+			;
+		else if (name[0] == '/') /* a slot file (slots.c) */
+			lockfs_core_slot_fd_file_closed(fs_of(req)->core, name + 1, fi->fh);
+		else
 			lockfs_core_fd_file_closed(fs_of(req)->core, name, fi->fh);
 	}
 	{
@@ -678,8 +715,13 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		rc = lockfs_core_list(fs->core, &d->names, &d->count);
 	} else if (ino == INO_FLOCK_DIR) {
 		rc = lockfs_core_list_flock(fs->core, &d->names, &d->count);
+	} else if (ino == INO_SLOTS_DIR) {
+		rc = lockfs_core_slot_list(fs->core, &d->names, &d->count);
+	} else if (ino == INO_FLOCK_SLOTS_DIR) {
+		d->count = 0; /* its files exist while open, and are not listed */
 	} else if (ino_is_lock(ino) && ino_file(ino) == LF_DIR) {
 		rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
+		d->slotted = rc == 0 && lock[0] == '/';
 	} else {
 		rc = -ENOTDIR;
 	}
@@ -728,6 +770,17 @@ static const char *dir_entry(struct dir_snapshot *d, size_t i, fuse_ino_t *ino, 
 	if (d->self == INO_FLOCK_DIR) {
 		*mode = S_IFREG;
 		return i < d->count ? d->names[i] : NULL;
+	}
+	if (d->self == INO_SLOTS_DIR || d->self == INO_FLOCK_SLOTS_DIR)
+		return i < d->count ? d->names[i] : NULL;
+	if (d->slotted) { /* a slotted name's view: its owner and waiters */
+		static const enum lock_file shown[] = { LF_OWNER, LF_WAITERS };
+
+		if (i >= sizeof(shown) / sizeof(shown[0]))
+			return NULL;
+		*ino = d->self + shown[i];
+		*mode = S_IFREG;
+		return lockfs_lock_file_names[shown[i]];
 	}
 	if (i + 1 < LF_COUNT) {
 		*ino = d->self + 1 + i;

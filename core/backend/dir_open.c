@@ -179,7 +179,7 @@ static int dir_open(const struct lockfs_backend_config *cfg, struct lockfs_backe
 	}
 	d->base.ops = &lockfs_dir_ops;
 	d->base.kind = &lockfs_backend_dir_kind;
-	d->base.caps = 0;
+	d->base.caps = LOCKFS_BE_SLOTS;
 	d->base.stale_s = d->stale_s;
 	gethost(d->base.host);
 	d->base.state_dirfd = d->dirfd;

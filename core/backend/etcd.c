@@ -56,7 +56,7 @@ static int name_range(struct etcd_store *e, const char *name, char key[LOCKFS_ST
 	size_t len;
 
 	if (n < 0 || n >= LOCKFS_STORE_KEY_MAX - 40 || !*name || strchr(name, '/') ||
-	    name[0] == '.')
+	    lockfs_etcdbe_reserved(name))
 		return -ENAMETOOLONG;
 	len = lockfs_etcd_prefix_end(key, (size_t)n, end);
 	end[len] = '\0';
@@ -977,7 +977,7 @@ static int etcd_open(const struct lockfs_backend_config *cfg, struct lockfs_back
 		return rc;
 	e->base.ops = &etcd_ops;
 	e->base.kind = &lockfs_backend_etcd_kind;
-	e->base.caps = LOCKFS_BE_SESSIONS | LOCKFS_BE_RETRY_RELEASES;
+	e->base.caps = LOCKFS_BE_SESSIONS | LOCKFS_BE_RETRY_RELEASES | LOCKFS_BE_SLOTS;
 	*out = &e->base;
 	return 0;
 }

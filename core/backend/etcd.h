@@ -121,6 +121,9 @@ void lockfs_etcdbe_mirror_free(struct etcd_mirror *m);
 /* NAME of KEY (under the mirror's prefix) into BUF: 1 for a contender key,
  * 2 for a host key (BUF: the host), 0 for anything else. */
 int lockfs_etcdbe_mirror_classify(const struct etcd_mirror *m, const char *key, char *buf, size_t size);
+/* Is NAME one of the daemons' own keys' names, never a lock (a dot name
+ * other than a slot's, docs/slots.md)? */
+bool lockfs_etcdbe_reserved(const char *name);
 
 /* Names that changed, for the reporter (a growable array of strings). */
 struct etcd_names {

@@ -275,7 +275,7 @@ int lockfs_etcdbe_look(struct etcd_store *e, const char *name, bool look)
 	}
 	pthread_mutex_unlock(&in->mu);
 	rc = range_of(e, name, key, end);
-	if (rc || name[0] == '.')
+	if (rc || lockfs_etcdbe_reserved(name))
 		return -ENOENT;  /* no lock has such a name */
 	/* etcd is known to be out of reach: say so at once rather than make
 	 * every lookup wait for the bound. */

@@ -21,6 +21,7 @@
 #include "lockfs/record.h"
 #include "base/clock.h"
 #include "etcd.h"
+#include "lockfs/name.h"
 
 #define HOSTS_DIR ".hosts/"
 
@@ -139,14 +140,24 @@ int lockfs_etcdbe_mirror_classify(const struct etcd_mirror *m, const char *key, 
 	 * empty SUFFIX too: the key is in R(NAME), so a try-lock's compare
 	 * sees it, and the views must show what refuses the lock. */
 	slash = strchr(rest, '/');
-	if (!slash || slash == rest || rest[0] == '.')
+	if (!slash || slash == rest)
 		return 0;
 	len = (size_t)(slash - rest);
 	if (len >= size)
 		return 0;
 	memcpy(buf, rest, len);
 	buf[len] = '\0';
-	return 1;
+	return lockfs_etcdbe_reserved(buf) ? 0 : 1;
+}
+
+bool lockfs_etcdbe_reserved(const char *name)
+{
+	const char *base;
+	unsigned k, cap;
+
+	/* Dot names are the daemons' own (".hosts/"), but for the slots'
+	 * locks (".slotKofN:NAME", docs/slots.md), which are locks. */
+	return name[0] == '.' && !lockfs_slot_name_parse(name, &base, &k, &cap);
 }
 
 static size_t hash_name(const char *name)

@@ -638,7 +638,7 @@ int lockfs_table_view(struct lockfs_table *t, const char *name,
 	bool foreign;
 	int rc;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
 	rc = lockfs_table_load(t, s, name, &st, &foreign, &c);
@@ -657,7 +657,7 @@ static int add_name(void *arg, const char *name)
 {
 	struct name_vec *nv = arg;
 
-	if (lockfs_name_check(name) < 0)
+	if (lockfs_name_check_stored(name) < 0)
 		return 0;
 	if (nv->n == nv->cap) {
 		size_t cap = nv->cap ? nv->cap * 2 : 16;

@@ -190,6 +190,8 @@ struct lockfs_session {
 /* Capabilities (struct lockfs_backend.caps). */
 #define LOCKFS_BE_SESSIONS       0x1 /* session() can be other than LIVE:
 					`owner` shows "session" */
+#define LOCKFS_BE_SLOTS          0x4 /* slot locks (".slotKofN:NAME") are
+					served as locks: docs/slots.md */
 #define LOCKFS_BE_RETRY_RELEASES 0x2 /* a release the store refused (-EIO) is
 					completed by the engine once the store
 					answers; without it the lock stays held

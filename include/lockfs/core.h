@@ -285,6 +285,58 @@ int lockfs_core_binding(struct lockfs_core *core, const char *name, char **text,
 int lockfs_core_bind(struct lockfs_core *core, const char *name,
 		     const struct lockfs_caller *caller, const char *text, size_t len);
 
+/*
+ * Slots (docs/slots.md): one of N slots of a slotted NAME.  REQUEST is
+ * "NAME=N"; a NAME_GIVEN is "NAME" or "NAME=N".  Slot K is the lock
+ * ".slotKofN:NAME" to the rest of the engine.  -EOPNOTSUPP: the store
+ * serves no slots (etcd).
+ */
+/* mkdir M/.slots/NAME=N: take a free slot for the caller's holder.  0 (ST
+ * filled: the slot's lock), -EEXIST (all held, or flock waiters queued),
+ * -ERANGE (NAME's slots were taken with another N: logged `denied`),
+ * -EINVAL/-ENAMETOOLONG, -EACCES, -errno. */
+int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
+			     const struct lockfs_caller *caller, struct lockfs_lock_stat *st);
+/* rmdir M/.slots/NAME: release a slot of NAME that the caller may
+ * release (the rmdir rule).  0, -ENOENT (none held), -EPERM. */
+int lockfs_core_slot_release(struct lockfs_core *core, const char *name_given,
+			     const struct lockfs_caller *caller);
+/* Is any slot of NAME held?  0 (ST: one stat that stays the same while
+ * any is held), -ENOENT. */
+int lockfs_core_slot_stat(struct lockfs_core *core, const char *name_given,
+			  struct lockfs_lock_stat *st);
+/* NAME's `owner`: every holder of every slot, each with "slot": K. */
+int lockfs_core_slot_owner(struct lockfs_core *core, const char *name_given,
+			   const struct lockfs_caller *reader, char **json, size_t *len);
+/* Slotted names with a slot held, sorted (lockfs_names_free). */
+int lockfs_core_slot_list(struct lockfs_core *core, char ***names, size_t *count);
+/* flock/fcntl on M/.flock/.slots/NAME=N: as lockfs_core_fd_lock (RQ->name
+ * is REQUEST; the mode is always one slot), plus -ERANGE as above.  A
+ * parked waiter is granted in arrival order whenever any slot frees. */
+int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_caller *caller,
+			     const struct lockfs_fd_request *rq, struct lockfs_wait *w);
+int lockfs_core_slot_fd_cancel(struct lockfs_core *core, const char *request,
+			       struct lockfs_wait *w);
+int lockfs_core_slot_fd_unlock(struct lockfs_core *core, const char *request, const char *owner);
+void lockfs_core_slot_fd_file_closed(struct lockfs_core *core, const char *request,
+				     uint64_t file);
+/* NAME's parked flock waiters, in line order, one JSON object a line:
+ * {"pid":requester,"uid":…,"slots":N}.  0, -ENOENT. */
+int lockfs_core_slot_waiters(struct lockfs_core *core, const char *name_given, char **text,
+			     size_t *len);
+/* For slots: a request's holder-to-be, command line and slug read once
+ * (when a slot waiter parks), so that lockfs_core_fd_lock_as() of a slot,
+ * tried when any frees, reads nothing of /proc: as lockfs_core_fd_lock
+ * for RQ's name, owner, file and mode. */
+struct lockfs_fd_asker;
+int lockfs_core_fd_asker_new(struct lockfs_core *core, const struct lockfs_caller *caller,
+			     const struct lockfs_fd_request *rq, struct lockfs_fd_asker **out);
+void lockfs_core_fd_asker_free(struct lockfs_fd_asker *a);
+int lockfs_core_fd_lock_as(struct lockfs_core *core, const struct lockfs_fd_asker *a,
+			   const struct lockfs_fd_request *rq, struct lockfs_wait *w);
+/* The slot OWNER holds of REQUEST's name (0-based), or -ENOENT. */
+int lockfs_core_slot_index(struct lockfs_core *core, const char *request, const char *owner);
+
 /* Names that are held or have waiters, sorted (as lockfs_core_list). */
 int lockfs_core_list_flock(struct lockfs_core *core, char ***names, size_t *count);
 

@@ -28,4 +28,10 @@
  * of LOCKFS_NAME_MAX bytes, a store's prefix and a 33-byte suffix. */
 #define LOCKFS_STORE_KEY_MAX 512
 
+/* Slots (docs/slots.md): most slots a slotted name may have, and the
+ * longest slotted name (its slot K is stored as ".slotKofN:NAME", which
+ * must fit in LOCKFS_NAME_MAX). */
+#define LOCKFS_SLOTS_MAX 256
+#define LOCKFS_SLOT_NAME_MAX 236
+
 #endif

@@ -19,4 +19,27 @@
  */
 int lockfs_name_check(const char *name) __attribute__((warn_unused_result));
 
+/*
+ * Slots (docs/slots.md).  A slotted NAME with N slots is asked for as
+ * "NAME=N" (N: 1..LOCKFS_SLOTS_MAX, decimal, no leading zero); its slot K
+ * is stored as the lock ".slotKofN:NAME", a name no caller can use as a
+ * lock name (it begins with '.').  A slotted NAME is a valid lock name
+ * of at most LOCKFS_SLOT_NAME_MAX bytes that does not itself end in
+ * "=DIGITS" (so "NAME=N" is never ambiguous).
+ */
+/* Is BASE a valid slotted name?  0, -EINVAL, -ENAMETOOLONG, -ENOMEM. */
+int lockfs_slot_base_check(const char *base) __attribute__((warn_unused_result));
+/* Split REQ ("NAME=N") into BASE (SIZE bytes) and *CAP.  0; -EINVAL
+ * (no "=N", a bad N, a bad NAME), -ENAMETOOLONG. */
+int lockfs_slot_request_parse(const char *req, char *base, size_t size, unsigned *cap)
+	__attribute__((warn_unused_result));
+/* The stored name of slot K of BASE with CAP slots into OUT (SIZE bytes). */
+void lockfs_slot_name(char *out, size_t size, const char *base, unsigned k, unsigned cap);
+/* Is NAME a stored slot name?  1 (*BASE points into NAME, *K, *CAP set)
+ * or 0. */
+int lockfs_slot_name_parse(const char *name, const char **base, unsigned *k, unsigned *cap);
+/* The engine's rule for what a store may hold: a valid lock name
+ * (lockfs_name_check) or a stored slot name.  Never for a caller's path. */
+int lockfs_name_check_stored(const char *name) __attribute__((warn_unused_result));
+
 #endif

@@ -92,6 +92,8 @@ def do(req):
             res.update(type=t, whence=w, start=s, len=l, pid=p)
         elif op == 'writefd':
             res['n'] = os.write(req['fd'], P(req['data']))
+        elif op == 'preadfd':
+            res['data'] = os.pread(req['fd'], 64, 0).hex()
         elif op == 'fork':
             # a child that inherits every descriptor and just lives on;
             # forked children reap themselves

@@ -25,6 +25,7 @@ const char lockfs_ctl_usage[] =
 	"Usage:\n"
 	"  lockctl run NAME [NAME...] [--slug S] [--timeout SECS] [--restart-wait SECS]\n"
 	"              [--shared] [--lost-signal SIG] [--lost-grace SECS] -- CMD [ARG...]\n"
+	"  lockctl run NAME --slots N [...] -- CMD [ARG...]\n"
 	"  lockctl acquire NAME [--slug S] [--timeout SECS] [--restart-wait SECS]\n"
 	"  lockctl release NAME [--slug S]\n"
 	"  lockctl status [NAME] [--json]\n"
@@ -76,6 +77,8 @@ const char lockfs_ctl_usage[] =
 	"                  for up to SECS (default $LOCKFS_RESTART_WAIT, else 30), then\n"
 	"                  exit 69; 0 gives up at once\n"
 	"  --shared        run: take the lock shared (many readers, no writer)\n"
+	"  --slots N       run: take one of N slots of NAME (M/.slots, docs/slots.md);\n"
+	"                  CMD gets its number (0 to N-1) in LOCKFS_SLOT\n"
 	"  --lost-signal SIG\n"
 	"                  run: the signal (TERM, SIGINT, 15...) sent to CMD and its\n"
 	"                  descendants when a lock is lost (default $LOCKFS_LOST_SIGNAL,\n"
@@ -183,7 +186,7 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 		if (strncmp(a, "--", 2) == 0) {
 			static const char *const WITH_VALUE[] = {
 				"slug", "timeout", "restart-wait", "poll", "stale", "mount",
-				"reason", "lost-signal", "lost-grace",
+				"reason", "lost-signal", "lost-grace", "slots",
 			};
 			const char *key = NULL;
 			for (size_t k = 0; k < sizeof(WITH_VALUE) / sizeof(WITH_VALUE[0]); k++) {
@@ -209,6 +212,14 @@ int lockfs_ctl_parse_args(int argc, char **argv, struct opts *o)
 					o->mount = val;
 				} else if (strcmp(key, "reason") == 0) {
 					o->reason = val;
+				} else if (strcmp(key, "slots") == 0) {
+					char *end;
+					unsigned long n = strtoul(val, &end, 10);
+					if (!*val || *end || val[0] < '1' || val[0] > '9' ||
+					    n > LOCKFS_SLOTS_MAX)
+						return fail(EX_USAGE, "--slots %s: want a number of"
+							    " slots, 1 to %d", val, LOCKFS_SLOTS_MAX);
+					o->slots = (unsigned)n;
 				} else if (strcmp(key, "lost-signal") == 0) {
 					if (!lockfs_ctl_parse_signal(val, &o->lost_signal))
 						return fail(EX_USAGE, "--lost-signal %s: want a signal"
@@ -328,6 +339,12 @@ int lockfs_ctl_check_args(const struct opts *o)
 	if ((o->has_lost_signal || o->has_lost_grace) && v != V_RUN)
 		return fail(EX_USAGE, "%s does not take --lost-signal or --lost-grace (only run"
 			    " does)", w);
+	if (o->slots && (v != V_RUN || o->nnames != 1 || o->shared))
+		return fail(EX_USAGE, "--slots: only run takes it, with one NAME and without"
+			    " --shared");
+	if (o->slots && lockfs_slot_base_check(o->name) < 0)
+		return fail(EX_USAGE, "--slots: '%s' cannot have slots (at most %d bytes, and not"
+			    " ending in =DIGITS; see docs/slots.md)", o->name, LOCKFS_SLOT_NAME_MAX);
 	if (o->shared && v != V_RUN)
 		return fail(EX_USAGE, "%s does not take --shared (only run does)", w);
 	if (o->json && v != V_STATUS)

@@ -174,6 +174,7 @@ struct opts {
 	bool has_lost_signal;
 	double lost_grace;     /* --lost-grace, when has_lost_grace */
 	bool has_lost_grace;
+	unsigned slots;        /* run --slots N (1..LOCKFS_SLOTS_MAX); 0: a lock */
 };
 
 /* The --help text. */

@@ -17,6 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
+#include "lockfs/limits.h"
 #include "lockctl.h"
 
 static int by_name(const void *a, const void *b)
@@ -104,6 +107,39 @@ static int export_fences(const struct run_lock *locks, size_t n)
 	return rc < 0 ? -errno : 0;
 }
 
+/* LOCKFS_SLOT: the slot the daemon says FD's lock holds (a read of the
+ * .flock/.slots file).  0 or EXIT_FAIL after saying why. */
+static int export_slot(int fd)
+{
+	char buf[16];
+	ssize_t got = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (got <= 1 || buf[got - 1] != '\n')
+		return fail(EXIT_FAIL, "the daemon did not say which slot was granted (%s)",
+			    got < 0 ? strerror(errno) : "no answer");
+	buf[got - 1] = '\0';
+	if (setenv("LOCKFS_SLOT", buf, 1) < 0)
+		return fail(EXIT_FAIL, "setenv LOCKFS_SLOT: %s", strerror(errno));
+	return 0;
+}
+
+/* The fence of the grant of slot $LOCKFS_SLOT in VIEW's owner (every
+ * slot's holders, each with its "slot"): holders of two runs of one
+ * shell look alike, their slots do not.  0 when it does not show. */
+static long long slot_fence(const char *mnt, const char *view)
+{
+	int err;
+	long long slot = atoll(getenv("LOCKFS_SLOT")), k, fence = 0;
+	json_t *owner = lockfs_ctl_read_owner(mnt, view, &err);
+	json_t *hs = owner ? json_object_get(owner, "holders") : NULL;
+	for (size_t i = 0; json_is_array(hs) && i < json_array_size(hs); i++) {
+		json_t *h = json_array_get(hs, i);
+		if (lockfs_ctl_jint(h, "slot", &k) && k == slot)
+			lockfs_ctl_jint(h, "fence", &fence);
+	}
+	json_decref(owner);
+	return fence;
+}
+
 int lockfs_ctl_run(const struct opts *o, char **mnt, double restart_wait)
 {
 	int sig;
@@ -118,11 +154,26 @@ int lockfs_ctl_run(const struct opts *o, char **mnt, double restart_wait)
 		locks[i] = (struct run_lock){ .name = o->names[i], .fd = -1, .fence = 0 };
 	qsort(locks, n, sizeof(locks[0]), by_name);
 
+	/* A slot: waited for on M/.flock/.slots/NAME=N, watched (fence, loss)
+	 * through M/.slots/NAME, whose owner lists every slot's holders. */
+	char slot_take[LOCKFS_NAME_MAX + 16], slot_view[LOCKFS_NAME_MAX + 16];
+	if (o->slots) {
+		snprintf(slot_take, sizeof(slot_take), ".slots/%s=%u", o->name, o->slots);
+		snprintf(slot_view, sizeof(slot_view), ".slots/%s", o->name);
+		locks[0].name = slot_take;
+	}
 	rc = take_all(o, mnt, restart_wait, locks, n);
+	if (rc == 0 && o->slots) {
+		rc = export_slot(locks[0].fd);
+		locks[0].name = slot_view;
+		if (rc)
+			release_all(locks, n);
+	}
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < n; i++)
-		locks[i].fence = lockfs_ctl_grant_fence(*mnt, locks[i].name);
+		locks[i].fence = o->slots ? slot_fence(*mnt, locks[i].name)
+					  : lockfs_ctl_grant_fence(*mnt, locks[i].name);
 	int e = export_fences(locks, n);
 	if (e) {
 		release_all(locks, n);

@@ -95,10 +95,22 @@ static void table_add(struct table *t, const char *mnt, const char *name,
 
 	r->cell[COL_NAME] = cell(lockfs_ctl_jstr(owner, "resource"));
 	const char *mode = lockfs_ctl_jstr(owner, "mode");
-	/* Before issue 4 every lock was exclusive. */
-	r->cell[COL_MODE] = cell(foreign ? NULL : mode && strcmp(mode, "shared") == 0 ? "SH" : "EX");
-	const char *bound = lockfs_ctl_jstr(owner, "bound");
-	const char *slug = lockfs_ctl_jstr(owner, "slug");
+	/* A slotted name's row is one holder of one slot: "slot K/N", and
+	 * that slot's own binding, slug, lease and operation. */
+	long long slot, nslots;
+	bool slotted = lockfs_ctl_jint(owner, "slots", &nslots) && holder &&
+		       lockfs_ctl_jint(holder, "slot", &slot);
+	const json_t *per = slotted ? holder : owner;
+	if (slotted) {
+		snprintf(buf, sizeof(buf), "slot %lld/%lld", slot, nslots);
+		r->cell[COL_MODE] = cell(buf);
+	} else {
+		/* Before issue 4 every lock was exclusive. */
+		r->cell[COL_MODE] = cell(foreign ? NULL : mode && strcmp(mode, "shared") == 0
+					 ? "SH" : "EX");
+	}
+	const char *bound = lockfs_ctl_jstr(per, "bound");
+	const char *slug = lockfs_ctl_jstr(per, "slug");
 	if (foreign) {
 		r->cell[COL_HOLDER] = cell(NULL);
 	} else if (bound && strcmp(bound, "slug") == 0 && slug) {
@@ -141,7 +153,7 @@ static void table_add(struct table *t, const char *mnt, const char *name,
 	} else {
 		r->cell[COL_AGE] = cell(NULL);
 	}
-	json_t *lease = json_object_get(owner, "lease");
+	json_t *lease = json_object_get(per, "lease");
 	if (json_is_object(lease) && lockfs_ctl_jint(lease, "expires_at_ms", &v)) {
 		if (v <= now)
 			snprintf(buf, sizeof(buf), "expired");
@@ -153,7 +165,7 @@ static void table_add(struct table *t, const char *mnt, const char *name,
 	}
 	snprintf(buf, sizeof(buf), "%zu", nwaiters);
 	r->cell[COL_WAITERS] = cell(buf);
-	r->cell[COL_OPERATION] = cell(lockfs_ctl_jstr(owner, "operation"));
+	r->cell[COL_OPERATION] = cell(lockfs_ctl_jstr(per, "operation"));
 }
 
 static void table_print(const struct table *t)
@@ -255,6 +267,27 @@ int lockfs_ctl_list_names(const char *mnt, char ***names, size_t *count)
 	return 0;
 }
 
+/* Append ".slots/NAME" for every slotted NAME with a slot held (M/.slots,
+ * docs/slots.md; a daemon without slots has none) to *NAMES: their owner
+ * and waiters are read under that path like a lock's. */
+static void add_slotted(const char *mnt, char ***names, size_t *count)
+{
+	char *dir = xasprintf("%s/.slots", mnt);
+	char **slotted;
+	size_t n;
+	if (lockfs_ctl_list_names(dir, &slotted, &n) == 0) {
+		*names = realloc(*names, (*count + n + 1) * sizeof(**names));
+		if (!*names)
+			oom();
+		for (size_t i = 0; i < n; i++) {
+			(*names)[(*count)++] = xasprintf(".slots/%s", slotted[i]);
+			free(slotted[i]);
+		}
+		free(slotted);
+	}
+	free(dir);
+}
+
 int lockfs_ctl_status(const struct opts *o, const char *mnt)
 {
 	char **names = NULL;
@@ -268,6 +301,7 @@ int lockfs_ctl_status(const struct opts *o, const char *mnt)
 		int rc = lockfs_ctl_list_names(mnt, &names, &count);
 		if (rc < 0)
 			return fail(errno_status(-rc), "cannot list %s: %s", mnt, strerror(-rc));
+		add_slotted(mnt, &names, &count);
 	}
 	json_t *all = json_array();
 	struct table t = { 0 };
@@ -300,7 +334,9 @@ int lockfs_ctl_status(const struct opts *o, const char *mnt)
 			json_array_append(all, owner);
 		} else {
 			json_t *hs = json_object_get(owner, "holders");
-			if (json_is_array(hs) && json_array_size(hs) > 1) {
+			/* A slotted name: one row per slot holder, however many. */
+			if (json_is_array(hs) && (json_array_size(hs) > 1 ||
+						  json_object_get(owner, "slots"))) {
 				for (size_t h = 0; h < json_array_size(hs); h++)
 					table_add(&t, mnt, names[i], owner, json_array_get(hs, h), nwaiters,
 					  now);

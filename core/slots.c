@@ -1,0 +1,822 @@
+/*
+ * Slots: counting semaphores (docs/slots.md).  Slot K of a slotted NAME
+ * with N slots is the lock ".slotKofN:NAME" (base/name_slot.c), an
+ * ordinary lock to every other file of the engine: its own record,
+ * holder, fence, lease, recovery and log lines.  This file is the view
+ * over a name's slots: taking a free one (mkdir M/.slots/NAME=N), letting
+ * the caller's go (rmdir M/.slots/NAME), the `owner` that lists them all,
+ * and the one FIFO line per slotted name of the flock waiters
+ * (M/.flock/.slots/NAME=N), granted whenever any slot frees.
+ *
+ * It calls the other files of this floor only through their public
+ * lockfs_core_* entry points (which accept stored slot names), and none
+ * of them calls it: the arrows stay one-way.  Every slot is taken under
+ * SLOTS->mu, so the capacity check and the take are one step for this
+ * daemon: exact with dir (one daemon per DIR); with etcd other hosts'
+ * takers are not under it (docs/etcd.md, "Slots across hosts").
+ * Lock order: SLOTS->mu, then an engine stripe mutex, then the mount's
+ * parked_mu (a waiter's DONE).
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lockfs/backend.h"
+#include "lockfs/name.h"
+#include "engine.h"
+#include "lock/audit.h"
+#include "lock/caller.h"
+#include "lock/table.h"
+#include "slots.h"
+
+/* How often the waker looks for slots freed without a request through
+ * this file (a holder's death, a lease, a break): the bound on how long
+ * a waiter can stay parked behind a free slot. */
+#define SLOTS_POLL_MS 20
+
+/* A flock waiter for one of CAP slots of BASE, parked in arrival order. */
+struct slot_waiter {
+	struct slot_waiter *next;
+	struct lockfs_wait *w;
+	struct lockfs_caller caller;
+	/* Its holder-to-be, read when it parked: a grant reads no /proc. */
+	struct lockfs_fd_asker *asker;
+	char owner[LOCKFS_FD_OWNER_MAX];
+	uint64_t via_file;
+	unsigned cap;
+	char base[LOCKFS_NAME_MAX + 1];
+};
+
+/* An fd grant: OWNER holds slot K of BASE (CAP slots). */
+struct slot_grant {
+	struct slot_grant *next;
+	char owner[LOCKFS_FD_OWNER_MAX];
+	uint64_t via_file;
+	unsigned k, cap;
+	char base[LOCKFS_NAME_MAX + 1];
+};
+
+struct lockfs_slots {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             /* the waker: a waiter came, or stop */
+	struct slot_waiter *waiters;   /* arrival order; protected by mu */
+	struct slot_grant *grants;     /* protected by mu */
+	pthread_t waker;
+	bool waker_on, stop;           /* protected by mu */
+};
+
+int lockfs_core_slots_new(struct lockfs_core *core)
+{
+	struct lockfs_slots *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	core->slots = s;
+	return 0;
+}
+
+void lockfs_core_slots_stop(struct lockfs_core *core)
+{
+	struct lockfs_slots *s = core->slots;
+	bool join;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stop = true;
+	join = s->waker_on;
+	s->waker_on = false;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (join)
+		pthread_join(s->waker, NULL);
+}
+
+void lockfs_core_slots_free(struct lockfs_core *core)
+{
+	struct lockfs_slots *s = core->slots;
+
+	if (!s)
+		return;
+	lockfs_core_slots_stop(core);
+	while (s->waiters) {
+		struct slot_waiter *x = s->waiters;
+
+		s->waiters = x->next;
+		lockfs_core_fd_asker_free(x->asker);
+		free(x);
+	}
+	while (s->grants) {
+		struct slot_grant *g = s->grants;
+
+		s->grants = g->next;
+		free(g);
+	}
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	core->slots = NULL;
+}
+
+static bool serves_slots(struct lockfs_core *core)
+{
+	return core->slots && (core->table.be->caps & LOCKFS_BE_SLOTS);
+}
+
+/* NAME as a caller gives it ("NAME" or "NAME=N") into BASE; *CAP 0 when
+ * no N was given.  0, -EINVAL, -ENAMETOOLONG. */
+static int base_of(const char *name, char base[LOCKFS_NAME_MAX + 1], unsigned *cap)
+{
+	int rc = lockfs_slot_request_parse(name, base, LOCKFS_NAME_MAX + 1, cap);
+
+	if (rc == 0)
+		return 0;
+	*cap = 0;
+	rc = lockfs_slot_base_check(name);
+	if (rc < 0)
+		return rc;
+	snprintf(base, LOCKFS_NAME_MAX + 1, "%s", name);
+	return 0;
+}
+
+/* The slots of BASE held now: HELD[K] set for each, CAP the count they
+ * were taken with (0: none held), N how many.  0, -errno, or -ERANGE when
+ * they disagree (two first takers on two etcd hosts at one moment, or a
+ * store edited by hand: CAP is then the largest). */
+struct held_slots {
+	unsigned cap, n;
+	unsigned char held[LOCKFS_SLOTS_MAX];
+};
+
+static int held_slots(struct lockfs_core *core, const char *base, struct held_slots *h)
+{
+	char **names;
+	size_t count;
+	int rc = lockfs_table_names(&core->table, &names, &count);
+
+	memset(h, 0, sizeof(*h));
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < count; i++) {
+		const char *b;
+		unsigned k, cap;
+
+		if (!lockfs_slot_name_parse(names[i], &b, &k, &cap) || strcmp(b, base) != 0)
+			continue;
+		if (h->cap && h->cap != cap)
+			rc = -ERANGE;
+		h->cap = cap > h->cap ? cap : h->cap;
+		h->held[k] = 1;
+		h->n++;
+	}
+	lockfs_table_names_free(names, count);
+	return rc;
+}
+
+/* Is a flock waiter of BASE parked?  Its capacity into *CAP.  With mu. */
+static bool has_waiters(struct lockfs_slots *s, const char *base, unsigned *cap)
+{
+	for (struct slot_waiter *x = s->waiters; x; x = x->next)
+		if (strcmp(x->base, base) == 0) {
+			if (cap)
+				*cap = x->cap;
+			return true;
+		}
+	return false;
+}
+
+/* The `denied` line of a taker whose capacity disagrees: NAME, what it
+ * asked and what the slots have. */
+static void log_conflict(struct lockfs_core *core, const struct lockfs_caller *caller,
+			 const char *base, unsigned asked, unsigned has)
+{
+	struct lockfs_table *t = &core->table;
+	char who[WHO_MAX], uid[16], pid[16], a[16], h[16];
+	pid_t p = lockfs_caller_who(t, caller->tid, who, sizeof(who));
+
+	lockfs_audit_ids(uid, pid, caller->uid, p);
+	snprintf(a, sizeof(a), "%u", asked);
+	snprintf(h, sizeof(h), "%u", has);
+	lockfs_audit_event(t, who, base, (const char *const[]){ "uid", uid, "pid", pid,
+		"slots", a, "has_slots", h, "reason", "slots-conflict", NULL }, "denied");
+}
+
+/* May CAP slots of BASE be taken, by what is held and what waits?  0, or
+ * -ERANGE (logged).  With mu. */
+static int check_capacity(struct lockfs_core *core, const struct lockfs_caller *caller,
+			  const char *base, unsigned cap, struct held_slots *h)
+{
+	unsigned queued = 0;
+	int rc = held_slots(core, base, h);
+
+	if (rc < 0 && rc != -ERANGE)
+		return rc;
+	if (!h->cap && has_waiters(core->slots, base, &queued))
+		h->cap = queued;
+	if (rc == -ERANGE || (h->cap && h->cap != cap)) {
+		log_conflict(core, caller, base, cap, h->cap);
+		return -ERANGE;
+	}
+	return 0;
+}
+
+int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
+			     const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1], name[LOCKFS_NAME_MAX + 1];
+	struct held_slots h;
+	unsigned cap;
+	int rc;
+
+	rc = lockfs_slot_request_parse(request, base, sizeof(base), &cap);
+	if (rc < 0)
+		return rc;
+	if (!serves_slots(core))
+		return -EOPNOTSUPP;
+	pthread_mutex_lock(&s->mu);
+	/* A count that disagrees is refused whatever else holds; then no
+	 * barging: a name with flock waiters is theirs first. */
+	rc = check_capacity(core, caller, base, cap, &h);
+	if (rc == 0 && has_waiters(s, base, NULL))
+		rc = -EEXIST;
+	else if (rc == 0) {
+		rc = -EEXIST; /* unless a free slot is taken below */
+		for (unsigned k = 0; k < cap && rc == -EEXIST; k++) {
+			if (h.held[k])
+				continue;
+			lockfs_slot_name(name, sizeof(name), base, k, cap);
+			rc = lockfs_core_acquire(core, name, caller, out);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+/* Grant the waiters of BASE at the head of its line as long as slots are
+ * free, PREFER (a slot just freed, or -1) tried first.  With mu. */
+static void grant_waiters(struct lockfs_core *core, const char *base, int prefer);
+
+int lockfs_core_slot_release(struct lockfs_core *core, const char *name_given,
+			     const struct lockfs_caller *caller)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1], name[LOCKFS_NAME_MAX + 1];
+	struct held_slots h;
+	unsigned cap;
+	int rc;
+
+	if (base_of(name_given, base, &cap) < 0 || !serves_slots(core))
+		return -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	rc = held_slots(core, base, &h);
+	if (rc == 0 || rc == -ERANGE)
+		rc = h.n ? -EPERM : -ENOENT;
+	for (unsigned k = 0; rc == -EPERM && k < h.cap; k++) {
+		int r;
+
+		if (!h.held[k])
+			continue;
+		lockfs_slot_name(name, sizeof(name), base, k, h.cap);
+		r = lockfs_core_release(core, name, caller);
+		if (r == 0) {
+			grant_waiters(core, base, (int)k);
+			rc = 0;
+		} else if (r != -EPERM && r != -ENOENT) {
+			rc = r;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int lockfs_core_slot_stat(struct lockfs_core *core, const char *name_given,
+			  struct lockfs_lock_stat *out)
+{
+	char base[LOCKFS_NAME_MAX + 1], name[LOCKFS_NAME_MAX + 1];
+	struct held_slots h;
+	unsigned cap;
+	int rc;
+
+	if (base_of(name_given, base, &cap) < 0 || !serves_slots(core))
+		return -ENOENT;
+	rc = held_slots(core, base, &h);
+	if (rc < 0 && rc != -ERANGE)
+		return rc;
+	for (unsigned k = 0; k < h.cap; k++) {
+		if (!h.held[k])
+			continue;
+		lockfs_slot_name(name, sizeof(name), base, k, h.cap);
+		if (lockfs_core_stat(core, name, out) == 0) {
+			/* The view stands for the slotted name, whichever
+			 * grants hold it: one node while any slot is held. */
+			out->generation = 1;
+			out->identity = 1;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* Slot K's `owner`, its holders each with "slot": K, appended to ARR;
+ * its capacity into *CAP. */
+static void add_holders(struct lockfs_core *core, const char *name, unsigned k,
+			const struct lockfs_caller *reader, json_t *arr)
+{
+	char *text = NULL;
+	size_t len = 0;
+	json_t *o, *hs, *v;
+	size_t i;
+
+	if (lockfs_core_owner(core, name, reader, &text, &len) < 0)
+		return;
+	o = json_loadb(text, len, 0, NULL);
+	free(text);
+	if (!o)
+		return;
+	hs = json_object_get(o, "holders");
+	json_array_foreach(hs, i, v) {
+		json_t *one = json_deep_copy(v);
+
+		if (!one)
+			continue;
+		json_object_set_new(one, "slot", json_integer(k));
+		json_object_set(one, "lease", json_object_get(o, "lease"));
+		json_object_set(one, "operation", json_object_get(o, "operation"));
+		if (json_object_get(o, "token"))
+			json_object_set(one, "token", json_object_get(o, "token"));
+		json_array_append_new(arr, one);
+	}
+	json_decref(o);
+}
+
+int lockfs_core_slot_owner(struct lockfs_core *core, const char *name_given,
+			   const struct lockfs_caller *reader, char **json, size_t *len)
+{
+	char base[LOCKFS_NAME_MAX + 1], name[LOCKFS_NAME_MAX + 1];
+	struct held_slots h;
+	json_t *o, *arr;
+	unsigned cap;
+	char *text;
+	int rc;
+
+	if (base_of(name_given, base, &cap) < 0 || !serves_slots(core))
+		return -ENOENT;
+	rc = held_slots(core, base, &h);
+	if (rc < 0 && rc != -ERANGE)
+		return rc;
+	if (!h.n)
+		return -ENOENT;
+	arr = json_array();
+	for (unsigned k = 0; arr && k < h.cap; k++) {
+		if (!h.held[k])
+			continue;
+		lockfs_slot_name(name, sizeof(name), base, k, h.cap);
+		add_holders(core, name, k, reader, arr);
+	}
+	o = arr ? json_pack("{s:s, s:i, s:i, s:o}", "resource", base, "slots", (int)h.cap,
+			    "held", (int)json_array_size(arr), "holders", arr) : NULL;
+	if (!o)
+		return -ENOMEM;
+	text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	if (!text)
+		return -ENOMEM;
+	/* One newline after it, as every `owner` ends. */
+	*len = strlen(text) + 1;
+	*json = malloc(*len + 1);
+	if (*json) {
+		memcpy(*json, text, *len - 1);
+		(*json)[*len - 1] = '\n';
+		(*json)[*len] = '\0';
+	}
+	free(text);
+	return *json ? 0 : -ENOMEM;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int lockfs_core_slot_list(struct lockfs_core *core, char ***out, size_t *count)
+{
+	char **names, **bases;
+	size_t n, m = 0;
+	int rc;
+
+	*out = NULL;
+	*count = 0;
+	if (!serves_slots(core)) {
+		*out = calloc(1, sizeof(char *));
+		return *out ? 0 : -ENOMEM;
+	}
+	rc = lockfs_table_names(&core->table, &names, &n);
+	if (rc < 0)
+		return rc;
+	bases = calloc(n + 1, sizeof(*bases));
+	for (size_t i = 0; bases && i < n; i++) {
+		const char *b;
+		unsigned k, cap;
+
+		if (lockfs_slot_name_parse(names[i], &b, &k, &cap))
+			bases[m++] = strdup(b);
+	}
+	lockfs_table_names_free(names, n);
+	if (!bases)
+		return -ENOMEM;
+	qsort(bases, m, sizeof(*bases), cmp_names);
+	/* One entry per slotted name, however many of its slots are held. */
+	n = 0;
+	for (size_t i = 0; i < m; i++) {
+		if (!bases[i] || (n && strcmp(bases[n - 1], bases[i]) == 0)) {
+			free(bases[i]);
+			continue;
+		}
+		bases[n++] = bases[i];
+	}
+	bases[n] = NULL;
+	*out = bases;
+	*count = n;
+	return 0;
+}
+
+/* ---- flock waiters ---- */
+
+static struct slot_grant *grant_of(struct lockfs_slots *s, const char *base, const char *owner)
+{
+	for (struct slot_grant *g = s->grants; g; g = g->next)
+		if (strcmp(g->base, base) == 0 && strcmp(g->owner, owner) == 0)
+			return g;
+	return NULL;
+}
+
+/* Take a free slot of BASE for OWNER as an fd lock, PREFER first.  The
+ * slot's index, -EWOULDBLOCK (all held), or -errno.  With mu. */
+static int take_fd(struct lockfs_core *core, const struct lockfs_caller *caller,
+		   const struct lockfs_fd_asker *asker,
+		   const char *base, unsigned cap, const char *owner, uint64_t via_file, int prefer)
+{
+	struct lockfs_slots *s = core->slots;
+	char name[LOCKFS_NAME_MAX + 1];
+	struct lockfs_wait none = { 0 };
+	struct lockfs_lock_stat ls;
+
+	for (int i = -1; i < (int)cap; i++) {
+		int k = i < 0 ? prefer : i;
+		struct slot_grant *g;
+		int rc;
+
+		if (k < 0 || (i >= 0 && k == prefer) || k >= (int)cap)
+			continue;
+		lockfs_slot_name(name, sizeof(name), base, (unsigned)k, cap);
+		/* A held slot costs a look at the cache, not a /proc read. */
+		if (lockfs_core_stat(core, name, &ls) == 0)
+			continue;
+		{
+			struct lockfs_fd_request rq = { .name = name, .owner = owner,
+				.via_file = via_file, .mode = LOCKFS_EXCLUSIVE, .wait = false };
+
+			rc = asker ? lockfs_core_fd_lock_as(core, asker, &rq, &none)
+				   : lockfs_core_fd_lock(core, caller, &rq, &none);
+		}
+		if (rc == -EWOULDBLOCK)
+			continue;
+		if (rc < 0)
+			return rc;
+		g = calloc(1, sizeof(*g));
+		if (!g) {
+			lockfs_core_fd_unlock(core, name, owner);
+			return -ENOMEM;
+		}
+		snprintf(g->owner, sizeof(g->owner), "%s", owner);
+		snprintf(g->base, sizeof(g->base), "%s", base);
+		g->via_file = via_file;
+		g->k = (unsigned)k;
+		g->cap = cap;
+		g->next = s->grants;
+		s->grants = g;
+		return k;
+	}
+	return -EWOULDBLOCK;
+}
+
+static void grant_waiters(struct lockfs_core *core, const char *base, int prefer)
+{
+	struct lockfs_slots *s = core->slots;
+	struct slot_waiter **pp = &s->waiters;
+
+	while (*pp) {
+		struct slot_waiter *x = *pp;
+		int rc;
+
+		if (strcmp(x->base, base) != 0) {
+			pp = &x->next;
+			continue;
+		}
+		rc = take_fd(core, &x->caller, x->asker, base, x->cap, x->owner, x->via_file, prefer);
+		if (rc == -EWOULDBLOCK)
+			return; /* FIFO: nobody behind the head goes first */
+		prefer = -1;
+		*pp = x->next;
+		x->w->parked = false;
+		x->w->done(x->w, rc < 0 ? rc : 0);
+		lockfs_core_fd_asker_free(x->asker);
+		free(x);
+	}
+}
+
+/* Grant every slotted name that has waiters, each as far as its slots
+ * allow.  With mu. */
+static void grant_all(struct lockfs_core *core)
+{
+	struct lockfs_slots *s = core->slots;
+	char done[8][LOCKFS_NAME_MAX + 1];
+	size_t n = 0;
+
+	for (struct slot_waiter *x = s->waiters; x; ) {
+		char base[LOCKFS_NAME_MAX + 1];
+		bool seen = false;
+
+		for (size_t i = 0; i < n && !seen; i++)
+			seen = strcmp(done[i], x->base) == 0;
+		if (seen) {
+			x = x->next;
+			continue;
+		}
+		snprintf(base, sizeof(base), "%s", x->base);
+		if (n < 8)
+			snprintf(done[n++], sizeof(done[0]), "%s", base);
+		grant_waiters(core, base, -1);
+		/* The list changed: start again, skipping the names done. */
+		x = n < 8 ? s->waiters : NULL;
+	}
+}
+
+/* The waker: slots freed by the engine on its own (a holder's death, a
+ * lease, a break, a holder's rmdir of its slot lock) go to the waiters
+ * within SLOTS_POLL_MS.  Sleeps while nobody waits. */
+static void *waker(void *arg)
+{
+	struct lockfs_core *core = arg;
+	struct lockfs_slots *s = core->slots;
+
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop) {
+		struct timespec until;
+
+		if (!s->waiters) {
+			pthread_cond_wait(&s->cv, &s->mu);
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += SLOTS_POLL_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->cv, &s->mu, &until);
+		if (!s->stop)
+			grant_all(core);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_caller *caller,
+			     const struct lockfs_fd_request *rq, struct lockfs_wait *w)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1];
+	struct held_slots h;
+	struct slot_waiter *x;
+	unsigned cap;
+	int rc;
+
+	rc = lockfs_slot_request_parse(rq->name, base, sizeof(base), &cap);
+	if (rc < 0)
+		return rc;
+	if (!serves_slots(core))
+		return -EOPNOTSUPP;
+	if (strlen(rq->owner) >= LOCKFS_FD_OWNER_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&s->mu);
+	if (grant_of(s, base, rq->owner)) {
+		rc = 0; /* the same owner again: it has its slot */
+		goto out;
+	}
+	rc = check_capacity(core, caller, base, cap, &h);
+	if (rc < 0)
+		goto out;
+	/* A newcomer goes first only when nobody waits ahead of it. */
+	rc = has_waiters(s, base, NULL) ? -EWOULDBLOCK
+		: take_fd(core, caller, NULL, base, cap, rq->owner, rq->via_file, -1);
+	if (rc >= 0) {
+		rc = 0;
+		goto out;
+	}
+	if (rc != -EWOULDBLOCK || !rq->wait)
+		goto out;
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = lockfs_core_fd_asker_new(core, caller, rq, &x->asker);
+	if (rc < 0) {
+		free(x);
+		goto out;
+	}
+	x->w = w;
+	x->caller = *caller;
+	snprintf(x->owner, sizeof(x->owner), "%s", rq->owner);
+	snprintf(x->base, sizeof(x->base), "%s", base);
+	x->via_file = rq->via_file;
+	x->cap = cap;
+	{
+		struct slot_waiter **pp = &s->waiters;
+
+		while (*pp)
+			pp = &(*pp)->next;
+		*pp = x;
+	}
+	w->parked = true;
+	if (!s->waker_on && !s->stop &&
+	    pthread_create(&s->waker, NULL, waker, core) == 0)
+		s->waker_on = true;
+	pthread_cond_broadcast(&s->cv);
+	rc = -EINPROGRESS;
+out:
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int lockfs_core_slot_fd_cancel(struct lockfs_core *core, const char *name, struct lockfs_wait *w)
+{
+	struct lockfs_slots *s = core->slots;
+	int rc = -EALREADY;
+
+	(void)name;
+	if (!s)
+		return rc;
+	pthread_mutex_lock(&s->mu);
+	for (struct slot_waiter **pp = &s->waiters; *pp; pp = &(*pp)->next) {
+		struct slot_waiter *x = *pp;
+
+		if (x->w != w)
+			continue;
+		*pp = x->next;
+		w->parked = false;
+		lockfs_core_fd_asker_free(x->asker);
+		free(x);
+		rc = 0;
+		break;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+/* End grant G (unlinked by the caller) and hand its slot on.  With mu. */
+static int end_grant(struct lockfs_core *core, struct slot_grant *g)
+{
+	char name[LOCKFS_NAME_MAX + 1];
+	int rc;
+
+	lockfs_slot_name(name, sizeof(name), g->base, g->k, g->cap);
+	rc = lockfs_core_fd_unlock(core, name, g->owner);
+	grant_waiters(core, g->base, (int)g->k);
+	free(g);
+	return rc;
+}
+
+int lockfs_core_slot_fd_unlock(struct lockfs_core *core, const char *request, const char *owner)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1];
+	unsigned cap;
+	int rc = 0;
+
+	if (!s || lockfs_slot_request_parse(request, base, sizeof(base), &cap) < 0)
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	for (struct slot_grant **pp = &s->grants; *pp; pp = &(*pp)->next) {
+		struct slot_grant *g = *pp;
+
+		if (strcmp(g->base, base) != 0 || strcmp(g->owner, owner) != 0)
+			continue;
+		*pp = g->next;
+		rc = end_grant(core, g);
+		pthread_mutex_unlock(&s->mu);
+		return rc;
+	}
+	/* No grant known: one made by a predecessor whose connection this
+	 * daemon took over (its fd locks were kept, our records were not).
+	 * Whatever slot OWNER holds is let go; it holds none, nothing is. */
+	{
+		char name[LOCKFS_NAME_MAX + 1];
+		struct held_slots h;
+
+		if (held_slots(core, base, &h) == 0)
+			for (unsigned k = 0; k < h.cap; k++) {
+				if (!h.held[k])
+					continue;
+				lockfs_slot_name(name, sizeof(name), base, k, h.cap);
+				if (lockfs_core_fd_unlock(core, name, owner) == 0 &&
+				    lockfs_core_stat(core, name, &(struct lockfs_lock_stat){ 0 }) == -ENOENT)
+					grant_waiters(core, base, (int)k);
+			}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void lockfs_core_slot_fd_file_closed(struct lockfs_core *core, const char *request, uint64_t file)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1];
+	unsigned cap;
+
+	if (!s || !file || lockfs_slot_request_parse(request, base, sizeof(base), &cap) < 0)
+		return;
+	pthread_mutex_lock(&s->mu);
+	for (struct slot_grant **pp = &s->grants; *pp; ) {
+		struct slot_grant *g = *pp;
+
+		if (strcmp(g->base, base) != 0 || g->via_file != file) {
+			pp = &g->next;
+			continue;
+		}
+		*pp = g->next;
+		end_grant(core, g);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+int lockfs_core_slot_index(struct lockfs_core *core, const char *request, const char *owner)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1];
+	struct slot_grant *g;
+	unsigned cap;
+	int rc = -ENOENT;
+
+	if (!s || lockfs_slot_request_parse(request, base, sizeof(base), &cap) < 0)
+		return -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	g = grant_of(s, base, owner);
+	if (g) {
+		char name[LOCKFS_NAME_MAX + 1];
+		struct lockfs_lock_stat ls;
+
+		/* Still its own: not recovered, broken or released by rmdir. */
+		lockfs_slot_name(name, sizeof(name), base, g->k, g->cap);
+		if (lockfs_core_stat(core, name, &ls) == 0)
+			rc = (int)g->k;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int lockfs_core_slot_waiters(struct lockfs_core *core, const char *name_given, char **text,
+			     size_t *len)
+{
+	struct lockfs_slots *s = core->slots;
+	char base[LOCKFS_NAME_MAX + 1], line[96];
+	unsigned cap;
+	size_t size = 1, used = 0;
+	char *out;
+
+	if (base_of(name_given, base, &cap) < 0 || !s)
+		return -ENOENT;
+	out = malloc(size);
+	if (!out)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->mu);
+	for (struct slot_waiter *x = s->waiters; x; x = x->next) {
+		int n;
+		char *more;
+
+		if (strcmp(x->base, base) != 0)
+			continue;
+		n = snprintf(line, sizeof(line), "{\"pid\":%d,\"uid\":%u,\"slots\":%u}\n",
+			     (int)x->caller.tid, (unsigned)x->caller.uid, x->cap);
+		more = realloc(out, size + (size_t)n);
+		if (!more)
+			break;
+		out = more;
+		memcpy(out + used, line, (size_t)n);
+		used += (size_t)n;
+		size += (size_t)n;
+	}
+	pthread_mutex_unlock(&s->mu);
+	out[used] = '\0';
+	*text = out;
+	*len = used;
+	return 0;
+}
