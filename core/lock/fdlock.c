@@ -99,16 +99,37 @@ static struct unlock_retry *retry_of(struct stripe *s, const char *name,
 	return retry_find(s, name, lockfs_record_fd_owner_at(rec, i), lockfs_record_fence_at(rec, i));
 }
 
+/* Did a retry end grant FENCE a moment ago?  (Fences are never reused.) */
+static bool retry_ended(const struct stripe *s, uint64_t fence)
+{
+	size_t n = s->n_retry_ended < 8 ? s->n_retry_ended : 8;
+
+	for (size_t i = 0; fence && i < n; i++)
+		if (s->retry_ended[i] == fence)
+			return true;
+	return false;
+}
+
 long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lockfs_record *rec,
 			     const char *owner, const char *host)
 {
 	for (size_t i = 0; i < lockfs_record_holders(rec); i++) {
 		if (!lockfs_fdlock_holder_is(rec, i, owner, 0, host))
 			continue;
-		if (!retry_of(s, name, rec, i))
+		if (!retry_of(s, name, rec, i) && !retry_ended(s, lockfs_record_fence_at(rec, i)))
 			return (long)i;
 	}
 	return -1;
+}
+
+void lockfs_fdlock_retry_done(struct stripe *s, struct unlock_retry **pp)
+{
+	struct unlock_retry *r = *pp;
+
+	s->retry_ended[s->n_retry_ended++ % 8] = r->fence;
+	*pp = r->next;
+	free(r->name);
+	free(r);
 }
 
 /* R's holder, for its `released` line when the store applied the refused
@@ -138,10 +159,12 @@ struct unlock_retry *lockfs_fdlock_retry_add(struct lockfs_table *t, struct stri
 	struct unlock_retry *r;
 
 	/* Asked again (a second refused rmdir of one grant): one retry,
-	 * one `released` line. */
+	 * one `released` line; none for a grant a retry ended already. */
 	for (r = s->retries; r; r = r->next)
 		if (r->fence == fence && strcmp(r->owner, owner) == 0 && strcmp(r->name, name) == 0)
 			return r;
+	if (retry_ended(s, fence))
+		return NULL;
 	r = calloc(1, sizeof(*r));
 	if (!r || !(r->name = strdup(name))) {
 		free(r);

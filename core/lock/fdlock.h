@@ -84,10 +84,15 @@ long lockfs_fdlock_holder_of(struct stripe *s, const char *name, const struct lo
  * OWNER let go (wall ms; 0: now), the `released` line's asked=: the failed
  * write took up to the store's time bound, and the critical section ended
  * when the holder asked, not when the store gave up.  Returns the retry
- * (the one already kept for that grant, if any), or NULL (no memory). */
+ * (the one already kept for that grant, if any), or NULL: no memory, or
+ * a retry ended that grant already (nothing is left to do). */
 struct unlock_retry *lockfs_fdlock_retry_add(struct lockfs_table *t, struct stripe *s,
 					     const char *name, const char *owner,
 					     uint64_t fence, int err, bool logged, int64_t asked_ms);
+/* The retry at *PP is done (its grant ended, logged or not): unlinked,
+ * freed, and its grant remembered as ended, so that a late view of it is
+ * nobody's (lockfs_fdlock_holder_of) and gets no second retry. */
+void lockfs_fdlock_retry_done(struct stripe *s, struct unlock_retry **pp);
 /* Grant FENCE of NAME ended otherwise (lost with its session): no retry of
  * its release is left, and no `released` line will follow. */
 void lockfs_fdlock_retry_forget(struct stripe *s, const char *name, uint64_t fence);

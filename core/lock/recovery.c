@@ -832,9 +832,7 @@ static void retry_tick_locked(struct lockfs_table *t, struct stripe *s)
 			pp = &r->next;
 			continue;
 		}
-		*pp = r->next;
-		free(r->name);
-		free(r);
+		lockfs_fdlock_retry_done(s, pp);
 	}
 }
 

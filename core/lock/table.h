@@ -99,6 +99,12 @@ struct stripe {
 	unsigned own;
 	struct lockq *queues;    /* protected by mu */
 	struct unlock_retry *retries; /* protected by mu */
+	/* Fences of the last grants a retry ended (fdlock.c): the store's
+	 * view may still show such a grant a moment after (etcd: the watch
+	 * not caught up), and it must not be released, or logged, again.
+	 * Protected by mu. */
+	uint64_t retry_ended[8];
+	unsigned n_retry_ended;
 	struct fdlock_via *via_files; /* fdlock.c; protected by mu */
 	struct tombstone *tombstones; /* session.c: locks lost with the
 					 session, for their holders' rmdir;

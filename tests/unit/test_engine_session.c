@@ -471,6 +471,33 @@ static void test_refused_release_applied_late_is_released_not_lost(void **state)
 	assert_int_equal(release(p, "r"), -ENOENT);
 }
 
+static void test_close_after_a_retried_unlock_ended_the_grant_ends_nothing_more(void **state)
+{
+	struct waiter a;
+
+	(void)state;
+	assert_int_equal(fd_lock(&a, engine_proc(&H, NULL), "q", 1), 0);
+	/* LOCK_UN refused (etcd unreachable): kept, completed by the tick ... */
+	fake_backend_fail(H.be, FAKE_OP_RELEASE, EIO, 1);
+	assert_int_equal(lockfs_core_fd_unlock(H.core, "q", a.owner), -EIO);
+	fake_backend_lag(H.be, true);
+	engine_advance(&H, 1000);
+	engine_tick(&H);
+	assert_int_equal(logged("q", "released", "retried=1"), 1);
+	/* ... while the store's view still shows the grant, its descriptor is
+	 * closed, and that release is refused too: it is no second end. */
+	fake_backend_fail(H.be, FAKE_OP_RELEASE, EIO, 1);
+	assert_int_equal(lockfs_core_fd_unlock(H.core, "q", a.owner), 0);
+	for (int i = 0; i < 3; i++) {
+		engine_advance(&H, 1000);
+		engine_tick(&H);
+	}
+	fake_backend_lag(H.be, false);
+	engine_tick(&H);
+	assert_int_equal(logged("q", "released", NULL), 1);
+	assert_int_equal(lockfs_core_stat(H.core, "q", NULL), -ENOENT);
+}
+
 /* ---- a store without sessions (dir) ---- */
 
 static void test_dirlike_store_keeps_todays_answers(void **state)
@@ -529,6 +556,7 @@ int main(void)
 		SESSION_TEST(test_refused_release_is_eio_then_completed_once),
 		SESSION_TEST(test_refused_release_of_a_holder_that_died_is_completed_once),
 		SESSION_TEST(test_refused_release_applied_late_is_released_not_lost),
+		SESSION_TEST(test_close_after_a_retried_unlock_ended_the_grant_ends_nothing_more),
 		DIRLIKE_TEST(test_dirlike_store_keeps_todays_answers),
 		DIRLIKE_TEST(test_dirlike_store_lock_removed_behind_its_holder_is_enoent),
 	};
