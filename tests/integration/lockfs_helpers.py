@@ -229,6 +229,21 @@ def read_owner(mnt, name):
         return json.loads(f.read())
 
 
+def slot_owner(m, name):
+    """The `owner` of slotted NAME on mount M (docs/slots.md)."""
+    with open(m.path('.slots', name, 'owner')) as f:
+        return json.load(f)
+
+
+def slot_waiters(m, name):
+    """The pids in slotted NAME's line on mount M, in line order."""
+    try:
+        with open(m.path('.slots', name, 'waiters')) as f:
+            return [json.loads(line)['pid'] for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
 def parse_rfc3339_ms(s):
     assert RFC3339_MS.match(s), f'not RFC 3339 UTC with milliseconds: {s!r}'
     dt = datetime.datetime.strptime(s, '%Y-%m-%dT%H:%M:%S.%fZ')

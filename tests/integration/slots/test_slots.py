@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 
-from lockfs_helpers import read_log, wait_until
+from lockfs_helpers import read_log, wait_until, slot_owner, slot_waiters
 
 LOCKFS_BUILD = os.environ.get('LOCKFS_BUILD', 'build')
 
@@ -30,25 +30,12 @@ def flock_file(m, name):
     return m.path('.flock', '.slots', name)
 
 
-def owner(m, name):
-    with open(m.path('.slots', name, 'owner')) as f:
-        return json.load(f)
-
-
-def waiters(m, name):
-    try:
-        with open(m.path('.slots', name, 'waiters')) as f:
-            return [json.loads(line)['pid'] for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
-
-
 def test_capacity_by_first_taker_and_the_next_taker_refused(mnt, procs):
     a, b, c = procs.agent(), procs.agent(), procs.agent()
     assert a.mkdir(take(mnt, 'gpu=2')) == 0
     assert b.mkdir(take(mnt, 'gpu=2')) == 0
     assert c.mkdir(take(mnt, 'gpu=2')) == errno.EEXIST
-    o = owner(mnt, 'gpu')
+    o = slot_owner(mnt, 'gpu')
     assert o['resource'] == 'gpu' and o['slots'] == 2 and o['held'] == 2
     assert sorted((h['pid'], h['slot']) for h in o['holders']) == [(a.pid, 0), (b.pid, 1)]
     assert os.listdir(mnt.path('.slots')) == ['gpu']
@@ -84,7 +71,7 @@ def test_rmdir_by_a_non_holder_is_eperm(mnt, procs):
     a, c = procs.agent(), procs.agent()
     assert a.mkdir(take(mnt, 'gpu=2')) == 0
     assert c.rmdir(take(mnt, 'gpu')) == errno.EPERM
-    assert owner(mnt, 'gpu')['held'] == 1
+    assert slot_owner(mnt, 'gpu')['held'] == 1
     assert a.rmdir(take(mnt, 'gpu')) == 0
     assert not os.path.exists(take(mnt, 'gpu'))
     assert c.rmdir(take(mnt, 'gpu')) == errno.ENOENT
@@ -100,7 +87,7 @@ def test_flock_waiters_get_free_slots_in_arrival_order(mnt, procs):
         fd = w.open(flock_file(mnt, 'gpu=2'))
         rid = w.flock_start(fd, EX)
         ws.append((w, fd, rid))
-        wait_until(lambda: waiters(mnt, 'gpu') == [x.pid for x, _, _ in ws],
+        wait_until(lambda: slot_waiters(mnt, 'gpu') == [x.pid for x, _, _ in ws],
                    what='the waiter listed')
     # A newcomer does not barge ahead of the line.
     n = procs.agent()
@@ -119,7 +106,7 @@ def test_flock_waiters_get_free_slots_in_arrival_order(mnt, procs):
     s0 = _read_fd(w0, fd0)
     s1 = _read_fd(ws[1][0], ws[1][1])
     assert {s0, s1} == {0, 1}
-    o = owner(mnt, 'gpu')
+    o = slot_owner(mnt, 'gpu')
     assert sorted((h['pid'], h['slot'], h['bound']) for h in o['holders']) == sorted(
         [(w0.pid, s0, 'fd'), (ws[1][0].pid, s1, 'fd')])
     # Closing the descriptor frees the slot for the next in line.
@@ -143,14 +130,14 @@ def test_holder_death_frees_its_slot_for_a_waiter(mnt, procs):
     w = procs.agent()
     fd = w.open(flock_file(mnt, 'cam=1'))
     rid = w.flock_start(fd, EX)
-    wait_until(lambda: waiters(mnt, 'cam') == [w.pid], what='the waiter listed')
+    wait_until(lambda: slot_waiters(mnt, 'cam') == [w.pid], what='the waiter listed')
     dead = a.pid
     a.kill()
     assert 'errno' not in w.wait(rid, 5)
     lines = [ln for ln in read_log(mnt.dir) if ln.name == b'.slot0of1:cam']
     assert [ln.event for ln in lines] == ['acquired', 'recovered', 'acquired'], lines
     assert f'pid={dead}' in lines[1].raw
-    assert owner(mnt, 'cam')['holders'][0]['pid'] == w.pid
+    assert slot_owner(mnt, 'cam')['holders'][0]['pid'] == w.pid
 
 
 def test_each_grant_has_its_own_increasing_fence(mnt, procs):
@@ -158,10 +145,10 @@ def test_each_grant_has_its_own_increasing_fence(mnt, procs):
     for _ in range(3):
         a = procs.agent()
         assert a.mkdir(take(mnt, 'f=2')) == 0
-        fences.append(owner(mnt, 'f')['holders'][-1]['fence'])
+        fences.append(slot_owner(mnt, 'f')['holders'][-1]['fence'])
         b = procs.agent()
         assert b.mkdir(take(mnt, 'f=2')) == 0
-        hs = owner(mnt, 'f')['holders']
+        hs = slot_owner(mnt, 'f')['holders']
         assert len({h['fence'] for h in hs}) == 2
         fences.append(max(h['fence'] for h in hs))
         assert a.rmdir(take(mnt, 'f')) == 0 and b.rmdir(take(mnt, 'f')) == 0
@@ -175,7 +162,7 @@ def test_a_slug_slot_ends_with_its_lease(lockfs_factory, procs):
     m = lockfs_factory(options=('lease=1',))
     a = procs.agent(env={'LOCKFS_SLUG': 'agent-1'})
     assert a.mkdir(take(m, 'lic=1')) == 0
-    assert owner(m, 'lic')['holders'][0]['slot'] == 0
+    assert slot_owner(m, 'lic')['holders'][0]['slot'] == 0
     w = procs.agent()
     fd = w.open(flock_file(m, 'lic=1'))
     rid = w.flock_start(fd, EX)
@@ -204,7 +191,7 @@ def test_lockctl_run_slots_gives_each_run_its_own_stable_slot(mnt, procs, tmp_pa
                    what='both runs started')
         got = [o.read_text().split() for _, o in runs]
         assert sorted(int(s) for s, _ in got) == [0, 1]
-        o = owner(mnt, 'gpu')
+        o = slot_owner(mnt, 'gpu')
         assert sorted((h['slot'], h['fence']) for h in o['holders']) == sorted(
             (int(s), int(f)) for s, f in got)
         # A third run with another count is refused at once.
@@ -259,17 +246,17 @@ def test_slots_outlive_a_daemon_restart_and_end_with_their_holder(lockfs_factory
     assert b.mkdir(take(m, 'gpu=2')) == 0
     m.unmount()
     m2 = lockfs_factory.restart(m)
-    o = owner(m2, 'gpu')
+    o = slot_owner(m2, 'gpu')
     assert sorted((h['slot'], h['pid']) for h in o['holders']) == [(0, a.pid), (1, b.pid)]
     c = procs.agent()
     assert c.mkdir(take(m2, 'gpu=2')) == errno.EEXIST
     assert c.mkdir(take(m2, 'gpu=5')) == errno.ERANGE
     # The new daemon watches the holders it found: a's death frees slot 0.
     a.kill()
-    wait_until(lambda: [h['slot'] for h in owner(m2, 'gpu')['holders']] == [1],
+    wait_until(lambda: [h['slot'] for h in slot_owner(m2, 'gpu')['holders']] == [1],
                what="a's slot recovered")
     assert c.mkdir(take(m2, 'gpu=2')) == 0
-    assert sorted(h['slot'] for h in owner(m2, 'gpu')['holders']) == [0, 1]
+    assert sorted(h['slot'] for h in slot_owner(m2, 'gpu')['holders']) == [0, 1]
 
 
 def test_a_slot_taken_in_a_pid_namespace_shows_it_and_ends_with_it(mnt):

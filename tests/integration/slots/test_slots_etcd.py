@@ -6,26 +6,14 @@ reason, only when the etcd binaries are absent."""
 
 import errno
 import fcntl
-import json
 
 from etcd_fixtures import etcd1  # noqa: F401
 from etcd_mounts import etcd_mounts  # noqa: F401
-from lockfs_helpers import read_log, wait_until
+from lockfs_helpers import read_log, wait_until, slot_owner, slot_waiters
 
 EX = fcntl.LOCK_EX
 
 
-def owner(m, name):
-    with open(m.path('.slots', name, 'owner')) as f:
-        return json.load(f)
-
-
-def waiters(m, name):
-    try:
-        with open(m.path('.slots', name, 'waiters')) as f:
-            return [json.loads(line)['pid'] for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 def test_two_hosts_share_the_slots_of_one_name(etcd1, etcd_mounts, procs):
@@ -40,7 +28,7 @@ def test_two_hosts_share_the_slots_of_one_name(etcd1, etcd_mounts, procs):
     assert any(ln.event == 'denied' and ln.name == b'gpu' and 'slots-conflict' in ln.raw
                for ln in read_log(h2.dir))
     for m in (h1, h2):
-        o = owner(m, 'gpu')
+        o = slot_owner(m, 'gpu')
         assert (o['slots'], o['held']) == (2, 2)
         assert sorted((h['slot'], h['host'], h['pid']) for h in o['holders']) == [
             (0, 'h1', a.pid), (1, 'h2', b.pid)]
@@ -52,13 +40,13 @@ def test_two_hosts_share_the_slots_of_one_name(etcd1, etcd_mounts, procs):
     w = procs.agent()
     fd = w.open(h2.path('.flock', '.slots', 'gpu=2'))
     rid = w.flock_start(fd, EX)
-    wait_until(lambda: waiters(h2, 'gpu') == [w.pid], what='the waiter listed on h2')
+    wait_until(lambda: slot_waiters(h2, 'gpu') == [w.pid], what='the waiter listed on h2')
     assert b.rmdir(h1.path('.slots', 'gpu')) == errno.EPERM  # not b's slot there
     assert a.rmdir(h1.path('.slots', 'gpu')) == 0
     assert 'errno' not in w.wait(rid, 10)
-    wait_until(lambda: sorted((h['slot'], h['host']) for h in owner(h1, 'gpu')['holders'])
+    wait_until(lambda: sorted((h['slot'], h['host']) for h in slot_owner(h1, 'gpu')['holders'])
                == [(0, 'h2'), (1, 'h2')], what='h1 sees both slots held on h2')
-    fences = sorted(h['fence'] for h in owner(h2, 'gpu')['holders'])
+    fences = sorted(h['fence'] for h in slot_owner(h2, 'gpu')['holders'])
     assert len(set(fences)) == 2
     lines = [ln for ln in read_log(h2.dir) if ln.name == b'.slot0of2:gpu']
     assert [ln.event for ln in lines] == ['acquired'] and f'pid={w.pid}' in lines[0].raw
