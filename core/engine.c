@@ -28,6 +28,7 @@
 #include "lock/queue.h"
 #include "lock/recovery.h"
 #include "lock/resume.h"
+#include "lock/remote.h"
 #include "lock/session.h"
 #include "lock/startup.h"
 #include "lock/store.h"
@@ -234,6 +235,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	/* table.c calls up into session.c through this, as the store's
 	 * answer replaces a cached lock (a loss, on a store with sessions). */
 	t->vanished = lockfs_session_vanished_locked;
+	/* And into remote.c, as a lock held on another host comes or goes. */
+	t->elsewhere = lockfs_remote_note;
 	/* The thread calls up into recovery.c through these, with the table. */
 	rc = lockfs_liveness_new(&t->liveness, lockfs_recovery_holder_exited, lockfs_recovery_tick,
 				 t, TICK_MS);
@@ -319,6 +322,7 @@ void lockfs_core_close(struct lockfs_core *core)
 	if (t->be)
 		lockfs_store_close(t->be);
 	t->be = NULL;
+	t->elsewhere = NULL; /* emptying the cache releases nothing */
 	for (int i = 0; i < STRIPES; i++) {
 		while (t->stripes[i].head) {
 			struct held_lock *c = t->stripes[i].head;

@@ -21,7 +21,7 @@
 #include "changes.h"
 #include "session.h"
 #include "queue.h"
-#include "remote.h"
+#include "events.h"
 
 /* Names held in the set before it gives up on them and says "anything
  * may have changed" instead, which is as good and costs no memory. */
@@ -152,13 +152,11 @@ void lockfs_changes_report(void *arg, enum lockfs_change what, const char *name)
 static void take_in(struct lockfs_table *t, const char *name)
 {
 	struct stripe *s = lockfs_table_stripe(t, name);
-	struct remote_seen seen;
 
 	pthread_mutex_lock(&s->mu);
-	lockfs_remote_before(t, s, name, &seen);
 	if (lockfs_queue_find(s, name)) {
 		lockfs_queue_grant_locked(t, s, name); /* loads NAME first */
-	} else if (lockfs_table_find(s, name) || seen.watched) {
+	} else if (lockfs_table_find(s, name) || lockfs_events_watched(t->events)) {
 		/* (Watched: a name not cached is looked at too, so that
 		 * another host's new lock is an event.) */
 		struct lockfs_entry_stat st;
@@ -167,7 +165,6 @@ static void take_in(struct lockfs_table *t, const char *name)
 
 		(void)lockfs_table_load(t, s, name, &st, &foreign, &c);
 	}
-	lockfs_remote_after(t, s, name, &seen);
 	lockfs_table_unlock(s);
 }
 

@@ -257,6 +257,7 @@ static int grant_made(struct lockfs_table *t, struct stripe *s, const char *name
 
 	e->place = (struct lockfs_place){ 0 };
 	lockfs_table_grant_fence(g, st);
+	lockfs_table_drop_elsewhere(t, s, name); /* its `released` before this grant */
 	rc = lockfs_grant_log(t, name, &rec->holder, rec->slug, rec->fence, rec->mode, e);
 	if (rc < 0) {
 		lockfs_grant_undo_locked(t, s, name, st->identity, rec, e->owner, rec->fence);

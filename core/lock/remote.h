@@ -1,32 +1,18 @@
 /*
  * Other hosts' locks as events (remote.c): while someone reads M/.events,
- * a name the store reported changed by someone else (etcd: another host's
- * daemon) is compared before and after the engine took the change in, and
- * a lock now held by a holder on another host is an `acquired` event, one
- * no longer held a `released` event, both with `host` and `remote: 1`.
- * Nothing is done while nobody reads.
+ * a lock the cache now shows held on another host (etcd: by another
+ * host's daemon) is an `acquired` event, one it no longer shows a
+ * `released` event, both with `host` and `remote: 1`.  Nothing is done
+ * while nobody reads.
  */
 #ifndef LOCKFS_LOCK_REMOTE_H
 #define LOCKFS_LOCK_REMOTE_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
 #include "table.h"
 
-/* NAME's holder on another host before a change, as the cache had it. */
-struct remote_seen {
-	bool watched;      /* someone reads M/.events: look at all */
-	bool had;          /* a holder on another host was cached */
-	uint64_t fence;
-	char who[WHO_MAX], host[256], uid[16], pid[16];
-};
-
-/* Note what the cache shows of NAME now.  With S's mutex held. */
-void lockfs_remote_before(struct lockfs_table *t, struct stripe *s, const char *name,
-			  struct remote_seen *seen);
-/* The change is taken in: its events, if any.  With S's mutex held. */
-void lockfs_remote_after(struct lockfs_table *t, struct stripe *s, const char *name,
-			 const struct remote_seen *seen);
+/* The cache's hook (lockfs_table.elsewhere): C, held on another host,
+ * came in ("acquired") or is going ("released"); an event with `host` and
+ * `remote: 1` if anybody reads M/.events.  With C's stripe mutex held. */
+void lockfs_remote_note(struct lockfs_table *t, const struct held_lock *c, const char *event);
 
 #endif

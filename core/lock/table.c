@@ -300,6 +300,8 @@ void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *nam
 
 		if (strcmp(c->name, name) == 0) {
 			*pp = c->next;
+			if (c->elsewhere && t->elsewhere)
+				t->elsewhere(t, c, "released");
 			if (!c->elsewhere)
 				s->own--;
 			lockfs_table_unwatch(t, c);
@@ -312,11 +314,22 @@ void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *nam
 	}
 }
 
+void lockfs_table_drop_elsewhere(struct lockfs_table *t, struct stripe *s, const char *name)
+{
+	struct held_lock *c = lockfs_table_find(s, name);
+
+	if (c && c->elsewhere)
+		lockfs_table_drop(t, s, name);
+}
+
 /* lockfs_table_put_new (OURS) and lockfs_table_put_read. */
 static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint64_t identity,
 		struct lockfs_record *rec, int pidfd, bool ours)
 {
 	struct held_lock *c = lockfs_table_find(s, name);
+	const bool now_elsewhere = rec->has_holder && lockfs_table_elsewhere(t, &rec->holder);
+	bool was_elsewhere = false;
+	uint64_t was_fence = 0;
 
 	if (!c || ours) {
 		if (c)
@@ -349,6 +362,11 @@ static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint
 		c->desc_version = 0;
 		c->next_persist_boot_ms = 0;
 	}
+	/* (A new entry, or ours after the drop: elsewhere is false.) */
+	was_elsewhere = c->elsewhere;
+	was_fence = c->rec.fence;
+	if (was_elsewhere && (!now_elsewhere || rec->fence != was_fence) && t->elsewhere)
+		t->elsewhere(t, c, "released");
 	lockfs_table_account(t, c, -1);
 	lockfs_record_clear(&c->rec);
 	c->identity = identity;
@@ -356,9 +374,11 @@ static void put(struct lockfs_table *t, struct stripe *s, const char *name, uint
 	memset(rec, 0, sizeof(*rec));
 	if (!c->elsewhere)
 		s->own--;
-	c->elsewhere = c->rec.has_holder && lockfs_table_elsewhere(t, &c->rec.holder);
+	c->elsewhere = now_elsewhere;
 	if (!c->elsewhere)
 		s->own++;
+	if (c->elsewhere && (!was_elsewhere || c->rec.fence != was_fence) && t->elsewhere)
+		t->elsewhere(t, c, "acquired");
 	lockfs_table_account(t, c, 1);
 	for (size_t i = 0; i < c->rec.nshares; i++)
 		if (c->rec.shares[i].bound == LOCKFS_BOUND_PROCESS)

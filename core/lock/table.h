@@ -189,6 +189,16 @@ struct lockfs_table {
 	 */
 	void (*vanished)(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
 			 const char *token);
+	/*
+	 * Called with S's mutex held as a cached lock held on another host
+	 * comes into the cache or gets a new fence (EVENT "acquired") and as
+	 * one leaves it or is replaced ("released"), whichever request or
+	 * report made the cache look: so another host's lock is an event
+	 * once, however this daemon learns of it.  Set by the floor above
+	 * (engine.c wires remote.c's lockfs_remote_note), NULL while closing;
+	 * NULL: nothing to do.  Read-only.
+	 */
+	void (*elsewhere)(struct lockfs_table *t, const struct held_lock *c, const char *event);
 	struct holder_index holders;    /* its own mutex, inside a stripe's */
 	struct stripe stripes[STRIPES]; /* each its own mutex */
 
@@ -216,6 +226,10 @@ void lockfs_table_unlock(struct stripe *s);
 struct held_lock *lockfs_table_find(struct stripe *s, const char *name);
 /* Forget NAME's entry (unwatched, uncounted, freed); nothing if none. */
 void lockfs_table_drop(struct lockfs_table *t, struct stripe *s, const char *name);
+/* lockfs_table_drop, if NAME's cached holder is on another host: the store
+ * just gave NAME to this host, so that holder is gone (its `released`
+ * event comes before the grant's). */
+void lockfs_table_drop_elsewhere(struct lockfs_table *t, struct stripe *s, const char *name);
 
 /*
  * Find NAME's parsed record: from the cache when the store's identity still

@@ -158,6 +158,58 @@ static void test_tombstone_goes_when_its_holder_takes_the_name_again(void **stat
 	assert_int_equal(release(holder, "x"), -ENOENT);
 }
 
+/* ---- another host's locks, as events ---- */
+
+/* How many events from *CURSOR on are EVENT of NAME by a holder on
+ * another host (`"remote":1`); *CURSOR moves past them all. */
+static int remote_events(uint64_t *cursor, const char *name, const char *event)
+{
+	char buf[16384], ev[64], nm[300];
+	ssize_t n;
+	int count = 0;
+
+	snprintf(ev, sizeof(ev), "\"event\":\"%s\"", event);
+	snprintf(nm, sizeof(nm), "\"name\":\"%s\"", name);
+	while ((n = lockfs_core_events_take(H.core, cursor, buf, sizeof(buf) - 1, NULL, NULL)) > 0) {
+		buf[n] = '\0';
+		for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+			if (strstr(line, ev) && strstr(line, nm) && strstr(line, "\"remote\":1"))
+				count++;
+	}
+	assert_true(n == 0);
+	return count;
+}
+
+/* Another host's acquisition and release are each one event, however this
+ * daemon meets them: here a lookup and a mkdir look before the store's
+ * report of the change is taken in. */
+static void test_another_hosts_lock_is_one_event_each_way_however_it_is_met(void **state)
+{
+	uint64_t cursor = lockfs_core_events_attach(H.core);
+	pid_t here = engine_proc(&H, NULL);
+
+	(void)state;
+	engine_plant(&H, "x", engine_proc(&H, NULL), "h2", NULL);
+	assert_int_equal(lockfs_core_stat(H.core, "x", NULL), 0); /* met by a lookup */
+	engine_changed(&H, "x");
+	assert_int_equal(remote_events(&cursor, "x", "acquired"), 1);
+	assert_int_equal(fake_backend_remove(H.be, "x"), 0); /* released on h2 */
+	assert_int_equal(lockfs_core_stat(H.core, "x", NULL), -ENOENT);
+	engine_changed(&H, "x");
+	assert_int_equal(remote_events(&cursor, "x", "released"), 1);
+
+	engine_plant(&H, "y", engine_proc(&H, NULL), "h2", NULL);
+	engine_changed(&H, "y");
+	assert_int_equal(remote_events(&cursor, "y", "acquired"), 1);
+	assert_int_equal(fake_backend_remove(H.be, "y"), 0);
+	assert_int_equal(acquire(here, "y"), 0); /* a mkdir here meets it first */
+	engine_changed(&H, "y");
+	assert_int_equal(remote_events(&cursor, "y", "released"), 1);
+	assert_int_equal(release(here, "y"), 0);
+	assert_int_equal(remote_events(&cursor, "y", "released"), 0); /* here's is not remote */
+	lockfs_core_events_detach(H.core);
+}
+
 /* ---- removed in the store behind a live holder ---- */
 
 static void test_lock_removed_in_store_is_lost_with_that_evidence(void **state)
@@ -542,6 +594,7 @@ int main(void)
 		SESSION_TEST(test_tombstone_goes_when_its_holder_exits),
 		SESSION_TEST(test_lost_holders_rmdir_is_estale_while_another_host_holds_the_name),
 		SESSION_TEST(test_tombstone_goes_when_its_holder_takes_the_name_again),
+		SESSION_TEST(test_another_hosts_lock_is_one_event_each_way_however_it_is_met),
 		SESSION_TEST(test_lock_removed_in_store_is_lost_with_that_evidence),
 		SESSION_TEST(test_removal_met_by_a_lookup_first_is_lost_all_the_same),
 		SESSION_TEST(test_removal_during_a_resync_is_lost_at_once),
