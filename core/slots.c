@@ -8,6 +8,13 @@
  * and the one FIFO line per slotted name of the flock waiters
  * (M/.flock/.slots/NAME=N), granted whenever any slot frees.
  *
+ * On a store of several daemons (etcd) the line is one across hosts:
+ * each waiter also asks for the lock ".slotline:NAME" (an fd lock of its
+ * owner, so it stands in that lock's FIFO line in the store's order), and
+ * only the waiter that holds it takes a slot, then lets it go to the next
+ * in line, on whatever host.  A newcomer goes first only when that line
+ * is empty, as with locks.
+ *
  * It calls the other files of this floor only through their public
  * lockfs_core_* entry points (which accept stored slot names), and none
  * of them calls it: the arrows stay one-way.  Every slot is taken under
@@ -19,6 +26,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +57,14 @@ struct slot_waiter {
 	uint64_t via_file;
 	unsigned cap;
 	char base[LOCKFS_NAME_MAX + 1];
+	/* On a store with a line: its request for ".slotline:BASE", parked
+	 * in that lock's queue until LINE.done sets AT_HEAD (1: the line
+	 * lock is its own, so it is next for a slot; -errno: the line
+	 * failed it).  Atomic: DONE runs under an engine mutex, never mu. */
+	struct lockfs_wait line;
+	bool in_line;
+	int at_head;
+	pthread_cond_t *wake;    /* the waker's: DONE signals it */
 };
 
 /* An fd grant: OWNER holds slot K of BASE (CAP slots). */
@@ -129,6 +145,13 @@ static bool serves_slots(struct lockfs_core *core)
 	return core->slots && (core->table.be->caps & LOCKFS_BE_SLOTS);
 }
 
+/* Do the waiters stand in one line across daemons (".slotline:NAME")?  A
+ * store of several daemons (etcd); with dir this daemon's list is all. */
+static bool across_hosts(struct lockfs_core *core)
+{
+	return (core->table.be->caps & LOCKFS_BE_SESSIONS) != 0;
+}
+
 /* NAME as a caller gives it ("NAME" or "NAME=N") into BASE; *CAP 0 when
  * no N was given.  0, -EINVAL, -ENAMETOOLONG. */
 static int base_of(const char *name, char base[LOCKFS_NAME_MAX + 1], unsigned *cap)
@@ -191,6 +214,22 @@ static bool has_waiters(struct lockfs_slots *s, const char *base, unsigned *cap)
 	return false;
 }
 
+/* Does anybody wait for a slot of BASE, here or (across hosts) on any
+ * host: is its line lock held or asked for?  A newcomer then queues.
+ * With mu. */
+static bool line_busy(struct lockfs_core *core, const char *base)
+{
+	char line[LOCKFS_NAME_MAX + 1];
+	struct lockfs_lock_stat ls;
+
+	if (has_waiters(core->slots, base, NULL))
+		return true;
+	if (!across_hosts(core))
+		return false;
+	lockfs_slot_line_name(line, sizeof(line), base);
+	return lockfs_core_stat(core, line, &ls) != -ENOENT;
+}
+
 /* The `denied` line of a taker whose capacity disagrees: NAME, what it
  * asked and what the slots have. */
 static void log_conflict(struct lockfs_core *core, const struct lockfs_caller *caller,
@@ -244,7 +283,7 @@ int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
 	/* A count that disagrees is refused whatever else holds; then no
 	 * barging: a name with flock waiters is theirs first. */
 	rc = check_capacity(core, caller, base, cap, &h);
-	if (rc == 0 && has_waiters(s, base, NULL))
+	if (rc == 0 && line_busy(core, base))
 		rc = -EEXIST;
 	else if (rc == 0) {
 		rc = -EEXIST; /* unless a free slot is taken below */
@@ -507,6 +546,59 @@ static int take_fd(struct lockfs_core *core, const struct lockfs_caller *caller,
 	return -EWOULDBLOCK;
 }
 
+/* ---- the line across hosts ---- */
+
+/* The engine's answer to X's request for the line lock (under an engine
+ * mutex: only a flag, and the waker woken). */
+static void line_done(struct lockfs_wait *w, int result)
+{
+	struct slot_waiter *x = (struct slot_waiter *)((char *)w - offsetof(struct slot_waiter, line));
+
+	__atomic_store_n(&x->at_head, result < 0 ? result : 1, __ATOMIC_RELEASE);
+	pthread_cond_signal(x->wake);
+}
+
+/* X (not yet listed) asks for the line lock of its name: granted at once
+ * (x->at_head 1: nobody waits, on any host) or parked in its queue.  0 or
+ * -errno (the line refused: EDEADLK, the store's error).  With mu. */
+static int join_line(struct lockfs_core *core, struct slot_waiter *x)
+{
+	char line[LOCKFS_NAME_MAX + 1];
+	struct lockfs_fd_request rq = { .name = line, .owner = x->owner, .via_file = x->via_file,
+					.mode = LOCKFS_EXCLUSIVE, .wait = true };
+	int rc;
+
+	lockfs_slot_line_name(line, sizeof(line), x->base);
+	x->line.done = line_done;
+	x->wake = &core->slots->cv;
+	rc = lockfs_core_fd_lock_as(core, x->asker, &rq, &x->line);
+	if (rc == 0)
+		x->at_head = 1;
+	else if (rc != -EINPROGRESS)
+		return rc;
+	x->in_line = true;
+	return 0;
+}
+
+/* X is done waiting (a slot, an error, cancelled): it lets go of the line
+ * lock, held or still asked for, so that the next in line is the head.
+ * With mu. */
+static void leave_line(struct lockfs_core *core, struct slot_waiter *x)
+{
+	char line[LOCKFS_NAME_MAX + 1];
+
+	if (!x->in_line)
+		return;
+	x->in_line = false;
+	lockfs_slot_line_name(line, sizeof(line), x->base);
+	/* Still parked: out of the queue, never granted.  Else (granted, or
+	 * being granted: cancel waits for it) it holds the lock. */
+	if (__atomic_load_n(&x->at_head, __ATOMIC_ACQUIRE) == 0 &&
+	    lockfs_core_fd_cancel(core, line, &x->line) == 0)
+		return;
+	(void)lockfs_core_fd_unlock(core, line, x->owner);
+}
+
 static void grant_waiters(struct lockfs_core *core, const char *base, int prefer)
 {
 	struct lockfs_slots *s = core->slots;
@@ -514,17 +606,26 @@ static void grant_waiters(struct lockfs_core *core, const char *base, int prefer
 
 	while (*pp) {
 		struct slot_waiter *x = *pp;
-		int rc;
+		int rc, head = 1;
 
 		if (strcmp(x->base, base) != 0) {
 			pp = &x->next;
 			continue;
 		}
-		rc = take_fd(core, &x->caller, x->asker, base, x->cap, x->owner, x->via_file, prefer);
+		/* Across hosts only the line's head takes a slot: until its
+		 * line lock is granted, the head of the line is elsewhere. */
+		if (x->in_line)
+			head = __atomic_load_n(&x->at_head, __ATOMIC_ACQUIRE);
+		if (head == 0)
+			return;
+		rc = head < 0 ? head
+			      : take_fd(core, &x->caller, x->asker, base, x->cap, x->owner,
+					x->via_file, prefer);
 		if (rc == -EWOULDBLOCK)
 			return; /* FIFO: nobody behind the head goes first */
 		prefer = -1;
 		*pp = x->next;
+		leave_line(core, x);
 		x->w->parked = false;
 		x->w->done(x->w, rc < 0 ? rc : 0);
 		lockfs_core_fd_asker_free(x->asker);
@@ -615,7 +716,7 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 	if (rc < 0)
 		goto out;
 	/* A newcomer goes first only when nobody waits ahead of it. */
-	rc = has_waiters(s, base, NULL) ? -EWOULDBLOCK
+	rc = line_busy(core, base) ? -EWOULDBLOCK
 		: take_fd(core, caller, NULL, base, cap, rq->owner, rq->via_file, -1);
 	if (rc >= 0) {
 		rc = 0;
@@ -639,6 +740,22 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 	snprintf(x->base, sizeof(x->base), "%s", base);
 	x->via_file = rq->via_file;
 	x->cap = cap;
+	if (across_hosts(core)) {
+		int k = -EWOULDBLOCK;
+
+		rc = join_line(core, x);
+		/* At the line's head at once (its lock was free: the slots
+		 * are all held, or one went meanwhile): one more try first. */
+		if (rc == 0 && __atomic_load_n(&x->at_head, __ATOMIC_ACQUIRE) == 1)
+			k = take_fd(core, caller, x->asker, base, cap, rq->owner, rq->via_file, -1);
+		if (rc < 0 || k != -EWOULDBLOCK) {
+			leave_line(core, x);
+			lockfs_core_fd_asker_free(x->asker);
+			free(x);
+			rc = rc < 0 ? rc : k < 0 ? k : 0;
+			goto out;
+		}
+	}
 	{
 		struct slot_waiter **pp = &s->waiters;
 
@@ -672,6 +789,7 @@ int lockfs_core_slot_fd_cancel(struct lockfs_core *core, const char *name, struc
 		if (x->w != w)
 			continue;
 		*pp = x->next;
+		leave_line(core, x);
 		w->parked = false;
 		lockfs_core_fd_asker_free(x->asker);
 		free(x);

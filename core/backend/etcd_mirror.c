@@ -156,8 +156,10 @@ bool lockfs_etcdbe_reserved(const char *name)
 	unsigned k, cap;
 
 	/* Dot names are the daemons' own (".hosts/"), but for the slots'
-	 * locks (".slotKofN:NAME", docs/slots.md), which are locks. */
-	return name[0] == '.' && !lockfs_slot_name_parse(name, &base, &k, &cap);
+	 * locks (".slotKofN:NAME" and ".slotline:NAME", docs/slots.md),
+	 * which are locks. */
+	return name[0] == '.' && !lockfs_slot_name_parse(name, &base, &k, &cap) &&
+	       !lockfs_slot_line_parse(name, &base);
 }
 
 static size_t hash_name(const char *name)

@@ -5,7 +5,8 @@
  * caller can name it through the mount (the mount refuses dot names), yet
  * the engine treats it as any lock: its own record, holder, fence, lease
  * and recovery.  Both forms are canonical (no leading zeros, K < N), so
- * one slot has exactly one stored name.
+ * one slot has exactly one stored name.  ".slotline:NAME" is the lock
+ * whose FIFO line a name's slot waiters stand in across hosts (slots.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "lockfs/name.h"
 
 #define SLOT_PREFIX ".slot"
+#define LINE_PREFIX ".slotline:"
 
 /* Parse the canonical decimal at *P (1..max, no leading zero, or "0" when
  * ZERO_OK) and move *P past it.  0 or -EINVAL. */
@@ -111,6 +113,20 @@ int lockfs_slot_name_parse(const char *name, const char **base, unsigned *k, uns
 	return 1;
 }
 
+void lockfs_slot_line_name(char *out, size_t size, const char *base)
+{
+	snprintf(out, size, LINE_PREFIX "%s", base);
+}
+
+int lockfs_slot_line_parse(const char *name, const char **base)
+{
+	if (strncmp(name, LINE_PREFIX, strlen(LINE_PREFIX)) != 0 ||
+	    lockfs_slot_base_check(name + strlen(LINE_PREFIX)) < 0)
+		return 0;
+	*base = name + strlen(LINE_PREFIX);
+	return 1;
+}
+
 int lockfs_name_check_stored(const char *name)
 {
 	const char *base;
@@ -119,5 +135,6 @@ int lockfs_name_check_stored(const char *name)
 
 	if (rc == 0 || name[0] != '.')
 		return rc;
-	return lockfs_slot_name_parse(name, &base, &k, &cap) ? 0 : rc;
+	return lockfs_slot_name_parse(name, &base, &k, &cap) ||
+	       lockfs_slot_line_parse(name, &base) ? 0 : rc;
 }

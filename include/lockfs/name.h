@@ -38,8 +38,14 @@ void lockfs_slot_name(char *out, size_t size, const char *base, unsigned k, unsi
 /* Is NAME a stored slot name?  1 (*BASE points into NAME, *K, *CAP set)
  * or 0. */
 int lockfs_slot_name_parse(const char *name, const char **base, unsigned *k, unsigned *cap);
+/* The lock whose FIFO line slot waiters of BASE stand in on a store of
+ * several daemons (etcd; docs/slots.md), ".slotline:BASE", into OUT. */
+void lockfs_slot_line_name(char *out, size_t size, const char *base);
+/* Is NAME a stored line name?  1 (*BASE points into NAME) or 0. */
+int lockfs_slot_line_parse(const char *name, const char **base);
 /* The engine's rule for what a store may hold: a valid lock name
- * (lockfs_name_check) or a stored slot name.  Never for a caller's path. */
+ * (lockfs_name_check), a stored slot name or a line name.  Never for a
+ * caller's path. */
 int lockfs_name_check_stored(const char *name) __attribute__((warn_unused_result));
 
 #endif

@@ -70,6 +70,28 @@ static void test_stored_names_round_trip(void **state)
 	assert_int_equal(lockfs_name_check_stored(name), 0);
 }
 
+static void test_line_names_round_trip(void **state)
+{
+	char name[LOCKFS_NAME_MAX + 1], longest[LOCKFS_SLOT_NAME_MAX + 1];
+	const char *base;
+
+	(void)state;
+	lockfs_slot_line_name(name, sizeof(name), "gpu");
+	assert_string_equal(name, ".slotline:gpu");
+	assert_int_equal(lockfs_slot_line_parse(name, &base), 1);
+	assert_string_equal(base, "gpu");
+	assert_int_equal(lockfs_name_check_stored(name), 0);
+	memset(longest, 'y', LOCKFS_SLOT_NAME_MAX);
+	longest[LOCKFS_SLOT_NAME_MAX] = '\0';
+	lockfs_slot_line_name(name, sizeof(name), longest);
+	assert_int_equal(lockfs_name_check_stored(name), 0);
+	for (const char *const *bad = (const char *const[]){ ".slotline:", ".slotline:a=1",
+			".slotline:.x", ".slotlinegpu", NULL }; *bad; bad++) {
+		assert_int_equal(lockfs_slot_line_parse(*bad, &base), 0);
+		assert_int_equal(lockfs_name_check_stored(*bad), -EINVAL);
+	}
+}
+
 static void test_other_dot_names_stay_invalid(void **state)
 {
 	const char *base;
@@ -94,6 +116,7 @@ int main(void)
 		cmocka_unit_test(test_bad_requests_are_einval),
 		cmocka_unit_test(test_long_slotted_names),
 		cmocka_unit_test(test_stored_names_round_trip),
+		cmocka_unit_test(test_line_names_round_trip),
 		cmocka_unit_test(test_other_dot_names_stay_invalid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,3 +50,62 @@ def test_two_hosts_share_the_slots_of_one_name(etcd1, etcd_mounts, procs):
     assert len(set(fences)) == 2
     lines = [ln for ln in read_log(h2.dir) if ln.name == b'.slot0of2:gpu']
     assert [ln.event for ln in lines] == ['acquired'] and f'pid={w.pid}' in lines[0].raw
+
+
+def test_a_slot_goes_to_the_waiter_that_came_first_whichever_host_it_is_on(
+        etcd1, etcd_mounts, procs):
+    """One FIFO line per slotted name across hosts: waiters stand in the
+    line of the lock `.slotline:NAME`, in etcd's order, and only its head
+    takes a free slot; a newcomer on any host does not go ahead of it."""
+    h1, h2 = etcd_mounts(etcd1, hosts=('h1', 'h2'))
+    holder, first, second, late = (procs.agent() for _ in range(4))
+    assert holder.mkdir(h1.path('.slots', 'seat=1')) == 0
+    fd1 = first.open(h2.path('.flock', '.slots', 'seat=1'))
+    r1 = first.flock_start(fd1, EX)
+    wait_until(lambda: slot_waiters(h2, 'seat') == [first.pid], what='first waits on h2')
+    fd2 = second.open(h1.path('.flock', '.slots', 'seat=1'))
+    r2 = second.flock_start(fd2, EX)
+    wait_until(lambda: slot_waiters(h1, 'seat') == [second.pid], what='second waits on h1')
+    # The slot frees on h1, where `second` waits: it is `first`'s all the same,
+    # and a newcomer on h1 or h2 at that moment is told it is taken.
+    assert holder.rmdir(h1.path('.slots', 'seat')) == 0
+    assert late.mkdir(h1.path('.slots', 'seat=1')) == errno.EEXIST
+    assert late.mkdir(h2.path('.slots', 'seat=1')) == errno.EEXIST
+    assert 'errno' not in first.wait(r1, 10)
+    assert second.poll(r2) is None
+    wait_until(lambda: [(h['host'], h['pid']) for h in slot_owner(h1, 'seat')['holders']]
+               == [('h2', first.pid)], what="h1 sees first's slot")
+    # `first` lets go: `second`, next in the line, has it.
+    first.close(fd1)
+    assert 'errno' not in second.wait(r2, 10)
+    wait_until(lambda: [(h['host'], h['pid']) for h in slot_owner(h2, 'seat')['holders']]
+               == [('h1', second.pid)], what="h2 sees second's slot")
+    second.close(fd2)
+
+
+def test_a_waiter_killed_at_the_head_of_the_line_lets_the_next_host_in(
+        etcd1, etcd_mounts, procs):
+    """The head of the line (it holds `.slotline:NAME`) is killed while it
+    waits: it leaves the line, and the waiter behind it on the other host
+    gets the next slot; nothing of the dead waiter is left in etcd."""
+    h1, h2 = etcd_mounts(etcd1, hosts=('h1', 'h2'))
+    holder, first, second = (procs.agent() for _ in range(3))
+    assert holder.mkdir(h1.path('.slots', 'seat=1')) == 0
+    fd1 = first.open(h2.path('.flock', '.slots', 'seat=1'))
+    first.flock_start(fd1, EX)
+    wait_until(lambda: slot_waiters(h2, 'seat') == [first.pid], what='first waits on h2')
+    fd2 = second.open(h1.path('.flock', '.slots', 'seat=1'))
+    r2 = second.flock_start(fd2, EX)
+    wait_until(lambda: slot_waiters(h1, 'seat') == [second.pid], what='second waits on h1')
+    first.kill()
+    wait_until(lambda: slot_waiters(h2, 'seat') == [], what="first's wait ended")
+    assert holder.rmdir(h1.path('.slots', 'seat')) == 0
+    assert 'errno' not in second.wait(r2, 10)
+    wait_until(lambda: [(h['host'], h['pid']) for h in slot_owner(h2, 'seat')['holders']]
+               == [('h1', second.pid)], what="h2 sees second's slot")
+    second.close(fd2)
+    # The line is empty again: its keys are gone, a newcomer takes the slot.
+    wait_until(lambda: not etcd1.etcdctl('get', '--prefix', f'{h1.prefix}.slotline:seat',
+                                         '--keys-only').stdout.strip(),
+               what='no key left in the line')
+    assert holder.mkdir(h2.path('.slots', 'seat=1')) == 0
