@@ -181,7 +181,9 @@ static int held_slots(struct lockfs_core *core, const char *base, struct held_sl
 {
 	char **names;
 	size_t count;
-	int rc = lockfs_table_names(&core->table, &names, &count);
+	/* Read now: a listing kept a while (etcd's, for `ls`) could show a
+	 * slot another host took as free, or one it let go as held. */
+	int rc = lockfs_table_names_fresh(&core->table, ".slot", &names, &count);
 
 	memset(h, 0, sizeof(*h));
 	if (rc < 0)

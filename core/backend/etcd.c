@@ -870,13 +870,6 @@ static int etcd_stat(struct lockfs_backend *be, const char *name,
 	return rc;
 }
 
-static int etcd_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
-{
-	int rc = lockfs_etcdbe_list(to_etcd(be), cb, arg);
-
-	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
-}
-
 static int etcd_session_op(struct lockfs_backend *be, const char *host,
 			   struct lockfs_session *out)
 {
@@ -958,7 +951,8 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.adopt = etcd_adopt,
 	.read = etcd_read,
 	.stat = etcd_stat,
-	.list = etcd_list,
+	.list = lockfs_etcdbe_list_op,
+	.list_prefix = lockfs_etcdbe_list_prefix,
 	.line = lockfs_etcdbe_line,
 	.follow = lockfs_etcdbe_follow,
 	.session = etcd_session_op,

@@ -604,6 +604,10 @@ int lockfs_etcdbe_watch_reopen(struct etcd_store *e, int64_t from, bool *resync)
 /* Every held name (readdir), from a range read of the prefix kept up to
  * ETCD_LIST_CACHE_MS.  0, -EIO, -ENOMEM. */
 int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg);
+/* The backend's list and list_prefix ops (lockfs/backend.h). */
+int lockfs_etcdbe_list_op(struct lockfs_backend *be, lockfs_list_cb cb, void *arg);
+int lockfs_etcdbe_list_prefix(struct lockfs_backend *be, const char *prefix, lockfs_list_cb cb,
+			      void *arg);
 /* This daemon's own write changed the listing. */
 void lockfs_etcdbe_list_changed(struct etcd_store *e);
 

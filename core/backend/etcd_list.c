@@ -137,9 +137,10 @@ static int names_of(struct etcd_store *e, const struct lockfs_etcd_op_resp *r, s
 	return 0;
 }
 
-/* Every held name of the prefix into NV, LIST_PAGE keys per read; each
- * next page starts at the last key read (read twice, skipped). */
-static int read_names(struct etcd_store *e, struct name_vec *nv)
+/* Every held name of the prefix that begins with SUB ("": all) into NV,
+ * LIST_PAGE keys per read; each next page starts at the last key read
+ * (read twice, skipped). */
+static int read_names(struct etcd_store *e, const char *sub, struct name_vec *nv)
 {
 	char start[LOCKFS_STORE_KEY_MAX], end[LOCKFS_STORE_KEY_MAX];
 	struct lockfs_etcd_op op = {
@@ -147,12 +148,13 @@ static int read_names(struct etcd_store *e, struct name_vec *nv)
 		.limit = LIST_PAGE,
 	};
 	struct name_group g = { .have = false };
-	size_t len = strlen(e->prefix), from = 0;
+	size_t plen = strlen(e->prefix), slen = strlen(sub), len = plen + slen, from = 0;
 	int rc = 0;
 
 	if (len >= sizeof(start))
 		return -ENAMETOOLONG;
-	memcpy(start, e->prefix, len + 1);
+	memcpy(start, e->prefix, plen);
+	memcpy(start + plen, sub, slen + 1);
 	end[lockfs_etcd_prefix_end(start, len, end)] = '\0';
 	for (int page = 0; page < LIST_PAGES; page++) {
 		struct lockfs_etcd_op_resp r;
@@ -254,7 +256,7 @@ int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg)
 
 		vec_free(&nv);
 		rc = __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) ? -EIO :
-		     read_names(e, &nv);
+		     read_names(e, "", &nv);
 		if (rc == 0) {
 			keep(e, &nv, at, gen);
 		} else {
@@ -281,4 +283,45 @@ int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg)
 	}
 	vec_free(&nv);
 	return rc;
+}
+
+int lockfs_etcdbe_list_op(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
+{
+	int rc = lockfs_etcdbe_list((struct etcd_store *)be, cb, arg);
+
+	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
+}
+
+/* The names of PREFIX read now (slots.c: a slotted name's slots, which a
+ * listing up to ETCD_LIST_CACHE_MS old could miss or show still held),
+ * with what the mirror shows of the watched ones, as lockfs_etcdbe_list
+ * does; when etcd cannot be read, that listing's last known state. */
+int lockfs_etcdbe_list_prefix(struct lockfs_backend *be, const char *prefix, lockfs_list_cb cb,
+			      void *arg)
+{
+	struct etcd_store *e = (struct etcd_store *)be;
+	struct name_vec nv = { 0 };
+	struct held_filter f = { .e = e, .nv = &nv };
+	int rc = __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) ? -EIO
+		 : read_names(e, prefix, &nv);
+
+	if (rc < 0 && rc != -ENOMEM) {
+		/* The last known state, as for a whole listing. */
+		lockfs_etcdbe_say_unreachable(e, rc);
+		vec_free(&nv);
+		(void)cached(e, &nv, true);
+		rc = 0;
+	}
+	if (rc == 0)
+		rc = lockfs_etcdbe_mirror_list(&e->mirror, lockfs_wall_ms(), add_held, &f);
+	if (rc == 0 && nv.failed)
+		rc = -ENOMEM;
+	if (rc == 0) {
+		vec_unique(&nv);
+		for (size_t i = 0; i < nv.n; i++)
+			if (strncmp(nv.v[i], prefix, strlen(prefix)) == 0 && cb(arg, nv.v[i]))
+				break;
+	}
+	vec_free(&nv);
+	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
 }

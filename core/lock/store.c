@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "store.h"
 
@@ -138,6 +139,33 @@ int lockfs_store_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
 
 	assert(HAS_OP(be, list) && cb);
 	return counted(rc ? rc : be->ops->list(be, cb, arg));
+}
+
+struct prefixed {
+	const char *prefix;
+	lockfs_list_cb cb;
+	void *arg;
+};
+
+static int if_prefixed(void *arg, const char *name)
+{
+	const struct prefixed *p = arg;
+
+	return strncmp(name, p->prefix, strlen(p->prefix)) == 0 ? p->cb(p->arg, name) : 0;
+}
+
+int lockfs_store_list_prefix(struct lockfs_backend *be, const char *prefix, lockfs_list_cb cb,
+			     void *arg)
+{
+	int rc = injected(LOCKFS_STORE_LIST, NULL);
+	struct prefixed p = { prefix, cb, arg };
+
+	assert(HAS_OP(be, list) && cb && prefix);
+	if (rc)
+		return counted(rc);
+	if (HAS_OP(be, list_prefix))
+		return counted(be->ops->list_prefix(be, prefix, cb, arg));
+	return counted(be->ops->list(be, if_prefixed, &p));
 }
 
 int lockfs_store_line(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg)

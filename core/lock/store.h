@@ -36,6 +36,10 @@ int lockfs_store_read(struct lockfs_backend *be, const char *name, char **record
 int lockfs_store_stat(struct lockfs_backend *be, const char *name, struct lockfs_entry_stat *st,
 		      bool likely_held);
 int lockfs_store_list(struct lockfs_backend *be, lockfs_list_cb cb, void *arg);
+/* The held names that begin with PREFIX, as the store has them now
+ * (be->ops->list_prefix, or list() filtered). */
+int lockfs_store_list_prefix(struct lockfs_backend *be, const char *prefix, lockfs_list_cb cb,
+			     void *arg);
 /* be->ops->line; -EOPNOTSUPP for a store without one (its line is this
  * daemon's queue). */
 int lockfs_store_line(struct lockfs_backend *be, const char *name, lockfs_line_cb cb, void *arg);

@@ -696,8 +696,15 @@ static int add_name(void *arg, const char *name)
 
 int lockfs_table_names(struct lockfs_table *t, char ***names, size_t *count)
 {
+	return lockfs_table_names_fresh(t, NULL, names, count);
+}
+
+int lockfs_table_names_fresh(struct lockfs_table *t, const char *prefix, char ***names,
+			     size_t *count)
+{
 	struct name_vec nv = { 0 };
-	int rc = lockfs_store_list(t->be, add_name, &nv);
+	int rc = prefix ? lockfs_store_list_prefix(t->be, prefix, add_name, &nv)
+			: lockfs_store_list(t->be, add_name, &nv);
 
 	if (rc < 0) {
 		lockfs_table_names_free(nv.v, nv.n);

@@ -305,6 +305,10 @@ int lockfs_table_view(struct lockfs_table *t, const char *name,
 /* Every lock name the store lists that is a valid name, malloc'd (free
  * each and the array).  0 or -errno (nothing to free then). */
 int lockfs_table_names(struct lockfs_table *t, char ***names, size_t *count);
+/* Those of them that begin with PREFIX (NULL: all), as the store has them
+ * now, not from a listing it keeps (lockfs_store_list_prefix). */
+int lockfs_table_names_fresh(struct lockfs_table *t, const char *prefix, char ***names,
+			     size_t *count);
 void lockfs_table_names_free(char **names, size_t count);
 
 /* Does a holder's exit leave REC to the holder's descendants?  Exclusive

@@ -281,6 +281,13 @@ struct lockfs_backend_ops {
 	/* CB for every held name, in no particular order.  0; -EIO. */
 	int (*list)(struct lockfs_backend *be, lockfs_list_cb cb, void *arg);
 
+	/* As list, for the names that begin with PREFIX only, as the store
+	 * has them now even where list() answers from a cache (etcd: one
+	 * range read; the last known state when the store cannot be read).
+	 * May be NULL: list() is exact already (dir). */
+	int (*list_prefix)(struct lockfs_backend *be, const char *prefix, lockfs_list_cb cb,
+			   void *arg);
+
 	/* CB for every contender waiting for NAME in the store's line --
 	 * every host's, not the holder -- in the store's order.  May be NULL
 	 * (dir: the line is this daemon's queue).  0; -EIO; CB's error. */

@@ -223,6 +223,7 @@ void test_stale_identity_never_removes_or_rewrites_a_newer_lock(void **state);
 void test_fences_increase_per_name_and_across_reopen(void **state);
 void test_handoff_gives_the_place_the_lock_with_no_gap(void **state);
 void test_list_read_and_stat_agree(void **state);
+void test_list_prefix_lists_only_those_names(void **state);
 void test_changes_are_reported_within_a_second(void **state);
 void test_read_only_store_fails_with_eio_and_makes_nothing(void **state);
 void test_full_store_fails_with_eio_and_makes_nothing(void **state);

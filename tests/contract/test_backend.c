@@ -471,6 +471,8 @@ int main(int argc, char *argv[])
 		cmocka_unit_test_setup_teardown(test_handoff_gives_the_place_the_lock_with_no_gap,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_list_read_and_stat_agree, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_prefix_lists_only_those_names, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_changes_are_reported_within_a_second,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(

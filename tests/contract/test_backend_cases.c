@@ -279,6 +279,34 @@ void test_list_read_and_stat_agree(void **state)
 	assert_string_equal(sn.names[0], "beta");
 }
 
+/* list_prefix, where a store has it (else the engine filters list()):
+ * the held names that begin with the prefix, none other, as they are now. */
+void test_list_prefix_lists_only_those_names(void **state)
+{
+	struct store *s = store_of(state);
+	struct lockfs_entry_stat a, b, c;
+	struct seen sn = { 0 };
+
+	NEED_STORE(s);
+	if (!s->be->ops->list_prefix)
+		skip();
+	assert_int_equal(acquire(s, ".slot0of2:gpu", "A", &a), 0);
+	assert_int_equal(acquire(s, "gpu", "B", &b), 0);
+	assert_int_equal(acquire(s, ".slot1of2:gpu", "C", &c), 0);
+	assert_int_equal(s->be->ops->list_prefix(s->be, ".slot", add_seen, &sn), 0);
+	assert_int_equal(sn.n, 2);
+	assert_true(has(&sn, ".slot0of2:gpu") && has(&sn, ".slot1of2:gpu"));
+	assert_int_equal(s->be->ops->release(s->be, ".slot0of2:gpu", a.identity), 0);
+	memset(&sn, 0, sizeof(sn));
+	assert_int_equal(s->be->ops->list_prefix(s->be, ".slot", add_seen, &sn), 0);
+	assert_int_equal(sn.n, 1);
+	assert_string_equal(sn.names[0], ".slot1of2:gpu");
+	memset(&sn, 0, sizeof(sn));
+	assert_int_equal(s->be->ops->list_prefix(s->be, "gp", add_seen, &sn), 0);
+	assert_int_equal(sn.n, 1);
+	assert_string_equal(sn.names[0], "gpu");
+}
+
 /* ---- 6. Changes (the recorder: backend_contract.h) ---- */
 
 void test_changes_are_reported_within_a_second(void **state)

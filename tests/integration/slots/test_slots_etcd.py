@@ -6,6 +6,7 @@ reason, only when the etcd binaries are absent."""
 
 import errno
 import fcntl
+import os
 
 from etcd_fixtures import etcd1  # noqa: F401
 from etcd_mounts import etcd_mounts  # noqa: F401
@@ -73,13 +74,15 @@ def test_a_slot_goes_to_the_waiter_that_came_first_whichever_host_it_is_on(
     assert late.mkdir(h2.path('.slots', 'seat=1')) == errno.EEXIST
     assert 'errno' not in first.wait(r1, 10)
     assert second.poll(r2) is None
-    wait_until(lambda: [(h['host'], h['pid']) for h in slot_owner(h1, 'seat')['holders']]
-               == [('h2', first.pid)], what="h1 sees first's slot")
+    # Every host's `owner` of a slotted name is exact, as a lock's is: it
+    # reads the slots from etcd, not from a listing kept for `ls`.
+    assert [(h['host'], h['pid']) for h in slot_owner(h1, 'seat')['holders']] == [
+        ('h2', first.pid)]
     # `first` lets go: `second`, next in the line, has it.
     first.close(fd1)
     assert 'errno' not in second.wait(r2, 10)
-    wait_until(lambda: [(h['host'], h['pid']) for h in slot_owner(h2, 'seat')['holders']]
-               == [('h1', second.pid)], what="h2 sees second's slot")
+    assert [(h['host'], h['pid']) for h in slot_owner(h2, 'seat')['holders']] == [
+        ('h1', second.pid)]
     second.close(fd2)
 
 
@@ -109,3 +112,20 @@ def test_a_waiter_killed_at_the_head_of_the_line_lets_the_next_host_in(
                                          '--keys-only').stdout.strip(),
                what='no key left in the line')
     assert holder.mkdir(h2.path('.slots', 'seat=1')) == 0
+
+
+def test_owner_of_a_slotted_name_is_exact_on_every_host(etcd1, etcd_mounts, procs):
+    """`owner` and a lookup of M/.slots/NAME read NAME's slots from etcd at
+    that moment, not from the listing a daemon keeps for `ls` (up to 1 s
+    old): a slot taken or let go on another host shows at once."""
+    h1, h2 = etcd_mounts(etcd1, hosts=('h1', 'h2'))
+    a = procs.agent()
+    for _ in range(3):
+        # h1 has just listed: nothing held.
+        assert 'lab' not in os.listdir(h1.path('.slots'))
+        assert not os.path.exists(h1.path('.slots', 'lab'))
+        assert a.mkdir(h2.path('.slots', 'lab=2')) == 0
+        assert [(h['host'], h['pid']) for h in slot_owner(h1, 'lab')['holders']] == [
+            ('h2', a.pid)]
+        assert a.rmdir(h2.path('.slots', 'lab')) == 0
+        assert not os.path.exists(h1.path('.slots', 'lab'))
