@@ -2,11 +2,12 @@
  * Slots: counting semaphores (docs/slots.md).  Slot K of a slotted NAME
  * with N slots is the lock ".slotKofN:NAME" (base/name_slot.c), an
  * ordinary lock to every other file of the engine: its own record,
- * holder, fence, lease, recovery and log lines.  This file is the view
- * over a name's slots: taking a free one (mkdir M/.slots/NAME=N), letting
- * the caller's go (rmdir M/.slots/NAME), the `owner` that lists them all,
- * and the one FIFO line per slotted name of the flock waiters
- * (M/.flock/.slots/NAME=N), granted whenever any slot frees.
+ * holder, fence, lease, recovery and log lines.  This file takes and
+ * lets go of a name's slots: taking a free one (mkdir M/.slots/NAME=N),
+ * letting the caller's go (rmdir M/.slots/NAME), and the one FIFO line per
+ * slotted name of the flock waiters (M/.flock/.slots/NAME=N), granted
+ * whenever any slot frees.  What the mount shows of them (`owner`,
+ * `waiters`, `ls`) is slots_view.c's.
  *
  * On a store of several daemons (etcd) the line is one across hosts:
  * each waiter also asks for the lock ".slotline:NAME" (an fd lock of its
@@ -25,7 +26,6 @@
  * parked_mu (a waiter's DONE).
  */
 #include <errno.h>
-#include <jansson.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -40,50 +40,13 @@
 #include "lock/caller.h"
 #include "lock/table.h"
 #include "slots.h"
+#include "slots_state.h"
 
 /* How often the waker looks for slots freed without a request through
  * this file (a holder's death, a lease, a break): the bound on how long
  * a waiter can stay parked behind a free slot. */
 #define SLOTS_POLL_MS 20
 
-/* A flock waiter for one of CAP slots of BASE, parked in arrival order. */
-struct slot_waiter {
-	struct slot_waiter *next;
-	struct lockfs_wait *w;
-	struct lockfs_caller caller;
-	/* Its holder-to-be, read when it parked: a grant reads no /proc. */
-	struct lockfs_fd_asker *asker;
-	char owner[LOCKFS_FD_OWNER_MAX];
-	uint64_t via_file;
-	unsigned cap;
-	char base[LOCKFS_NAME_MAX + 1];
-	/* On a store with a line: its request for ".slotline:BASE", parked
-	 * in that lock's queue until LINE.done sets AT_HEAD (1: the line
-	 * lock is its own, so it is next for a slot; -errno: the line
-	 * failed it).  Atomic: DONE runs under an engine mutex, never mu. */
-	struct lockfs_wait line;
-	bool in_line;
-	int at_head;
-	pthread_cond_t *wake;    /* the waker's: DONE signals it */
-};
-
-/* An fd grant: OWNER holds slot K of BASE (CAP slots). */
-struct slot_grant {
-	struct slot_grant *next;
-	char owner[LOCKFS_FD_OWNER_MAX];
-	uint64_t via_file;
-	unsigned k, cap;
-	char base[LOCKFS_NAME_MAX + 1];
-};
-
-struct lockfs_slots {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;             /* the waker: a waiter came, or stop */
-	struct slot_waiter *waiters;   /* arrival order; protected by mu */
-	struct slot_grant *grants;     /* protected by mu */
-	pthread_t waker;
-	bool waker_on, stop;           /* protected by mu */
-};
 
 int lockfs_core_slots_new(struct lockfs_core *core)
 {
@@ -140,21 +103,21 @@ void lockfs_core_slots_free(struct lockfs_core *core)
 	core->slots = NULL;
 }
 
-static bool serves_slots(struct lockfs_core *core)
+bool lockfs_slots_served(struct lockfs_core *core)
 {
 	return core->slots && (core->table.be->caps & LOCKFS_BE_SLOTS);
 }
 
 /* Do the waiters stand in one line across daemons (".slotline:NAME")?  A
  * store of several daemons (etcd); with dir this daemon's list is all. */
-static bool across_hosts(struct lockfs_core *core)
+bool lockfs_slots_across_hosts(struct lockfs_core *core)
 {
 	return (core->table.be->caps & LOCKFS_BE_SESSIONS) != 0;
 }
 
 /* NAME as a caller gives it ("NAME" or "NAME=N") into BASE; *CAP 0 when
  * no N was given.  0, -EINVAL, -ENAMETOOLONG. */
-static int base_of(const char *name, char base[LOCKFS_NAME_MAX + 1], unsigned *cap)
+int lockfs_slots_base_of(const char *name, char base[LOCKFS_NAME_MAX + 1], unsigned *cap)
 {
 	int rc = lockfs_slot_request_parse(name, base, LOCKFS_NAME_MAX + 1, cap);
 
@@ -168,16 +131,8 @@ static int base_of(const char *name, char base[LOCKFS_NAME_MAX + 1], unsigned *c
 	return 0;
 }
 
-/* The slots of BASE held now: HELD[K] set for each, CAP the count they
- * were taken with (0: none held), N how many.  0, -errno, or -ERANGE when
- * they disagree (two first takers on two etcd hosts at one moment, or a
- * store edited by hand: CAP is then the largest). */
-struct held_slots {
-	unsigned cap, n;
-	unsigned char held[LOCKFS_SLOTS_MAX];
-};
 
-static int held_slots(struct lockfs_core *core, const char *base, struct held_slots *h)
+int lockfs_slots_held(struct lockfs_core *core, const char *base, struct held_slots *h)
 {
 	char **names;
 	size_t count;
@@ -226,7 +181,7 @@ static bool line_busy(struct lockfs_core *core, const char *base)
 
 	if (has_waiters(core->slots, base, NULL))
 		return true;
-	if (!across_hosts(core))
+	if (!lockfs_slots_across_hosts(core))
 		return false;
 	lockfs_slot_line_name(line, sizeof(line), base);
 	return lockfs_core_stat(core, line, &ls) != -ENOENT;
@@ -254,7 +209,7 @@ static int check_capacity(struct lockfs_core *core, const struct lockfs_caller *
 			  const char *base, unsigned cap, struct held_slots *h)
 {
 	unsigned queued = 0;
-	int rc = held_slots(core, base, h);
+	int rc = lockfs_slots_held(core, base, h);
 
 	if (rc < 0 && rc != -ERANGE)
 		return rc;
@@ -279,7 +234,7 @@ int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
 	rc = lockfs_slot_request_parse(request, base, sizeof(base), &cap);
 	if (rc < 0)
 		return rc;
-	if (!serves_slots(core))
+	if (!lockfs_slots_served(core))
 		return -EOPNOTSUPP;
 	pthread_mutex_lock(&s->mu);
 	/* A count that disagrees is refused whatever else holds; then no
@@ -313,10 +268,10 @@ int lockfs_core_slot_release(struct lockfs_core *core, const char *name_given,
 	unsigned cap;
 	int rc;
 
-	if (base_of(name_given, base, &cap) < 0 || !serves_slots(core))
+	if (lockfs_slots_base_of(name_given, base, &cap) < 0 || !lockfs_slots_served(core))
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
-	rc = held_slots(core, base, &h);
+	rc = lockfs_slots_held(core, base, &h);
 	if (rc == 0 || rc == -ERANGE)
 		rc = h.n ? -EPERM : -ENOENT;
 	for (unsigned k = 0; rc == -EPERM && k < h.cap; k++) {
@@ -337,156 +292,6 @@ int lockfs_core_slot_release(struct lockfs_core *core, const char *name_given,
 	return rc;
 }
 
-int lockfs_core_slot_stat(struct lockfs_core *core, const char *name_given,
-			  struct lockfs_lock_stat *out)
-{
-	char base[LOCKFS_NAME_MAX + 1], name[LOCKFS_NAME_MAX + 1];
-	struct held_slots h;
-	unsigned cap;
-	int rc;
-
-	if (base_of(name_given, base, &cap) < 0 || !serves_slots(core))
-		return -ENOENT;
-	rc = held_slots(core, base, &h);
-	if (rc < 0 && rc != -ERANGE)
-		return rc;
-	for (unsigned k = 0; k < h.cap; k++) {
-		if (!h.held[k])
-			continue;
-		lockfs_slot_name(name, sizeof(name), base, k, h.cap);
-		if (lockfs_core_stat(core, name, out) == 0) {
-			/* The view stands for the slotted name, whichever
-			 * grants hold it: one node while any slot is held. */
-			out->generation = 1;
-			out->identity = 1;
-			return 0;
-		}
-	}
-	return -ENOENT;
-}
-
-/* Slot K's `owner`, its holders each with "slot": K, appended to ARR;
- * its capacity into *CAP. */
-static void add_holders(struct lockfs_core *core, const char *name, unsigned k,
-			const struct lockfs_caller *reader, json_t *arr)
-{
-	char *text = NULL;
-	size_t len = 0;
-	json_t *o, *hs, *v;
-	size_t i;
-
-	if (lockfs_core_owner(core, name, reader, &text, &len) < 0)
-		return;
-	o = json_loadb(text, len, 0, NULL);
-	free(text);
-	if (!o)
-		return;
-	hs = json_object_get(o, "holders");
-	json_array_foreach(hs, i, v) {
-		json_t *one = json_deep_copy(v);
-
-		if (!one)
-			continue;
-		json_object_set_new(one, "slot", json_integer(k));
-		json_object_set(one, "lease", json_object_get(o, "lease"));
-		json_object_set(one, "operation", json_object_get(o, "operation"));
-		if (json_object_get(o, "token"))
-			json_object_set(one, "token", json_object_get(o, "token"));
-		json_array_append_new(arr, one);
-	}
-	json_decref(o);
-}
-
-int lockfs_core_slot_owner(struct lockfs_core *core, const char *name_given,
-			   const struct lockfs_caller *reader, char **json, size_t *len)
-{
-	char base[LOCKFS_NAME_MAX + 1], name[LOCKFS_NAME_MAX + 1];
-	struct held_slots h;
-	json_t *o, *arr;
-	unsigned cap;
-	char *text;
-	int rc;
-
-	if (base_of(name_given, base, &cap) < 0 || !serves_slots(core))
-		return -ENOENT;
-	rc = held_slots(core, base, &h);
-	if (rc < 0 && rc != -ERANGE)
-		return rc;
-	if (!h.n)
-		return -ENOENT;
-	arr = json_array();
-	for (unsigned k = 0; arr && k < h.cap; k++) {
-		if (!h.held[k])
-			continue;
-		lockfs_slot_name(name, sizeof(name), base, k, h.cap);
-		add_holders(core, name, k, reader, arr);
-	}
-	o = arr ? json_pack("{s:s, s:i, s:i, s:o}", "resource", base, "slots", (int)h.cap,
-			    "held", (int)json_array_size(arr), "holders", arr) : NULL;
-	if (!o)
-		return -ENOMEM;
-	text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	json_decref(o);
-	if (!text)
-		return -ENOMEM;
-	/* One newline after it, as every `owner` ends. */
-	*len = strlen(text) + 1;
-	*json = malloc(*len + 1);
-	if (*json) {
-		memcpy(*json, text, *len - 1);
-		(*json)[*len - 1] = '\n';
-		(*json)[*len] = '\0';
-	}
-	free(text);
-	return *json ? 0 : -ENOMEM;
-}
-
-static int cmp_names(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-int lockfs_core_slot_list(struct lockfs_core *core, char ***out, size_t *count)
-{
-	char **names, **bases;
-	size_t n, m = 0;
-	int rc;
-
-	*out = NULL;
-	*count = 0;
-	if (!serves_slots(core)) {
-		*out = calloc(1, sizeof(char *));
-		return *out ? 0 : -ENOMEM;
-	}
-	rc = lockfs_table_names(&core->table, &names, &n);
-	if (rc < 0)
-		return rc;
-	bases = calloc(n + 1, sizeof(*bases));
-	for (size_t i = 0; bases && i < n; i++) {
-		const char *b;
-		unsigned k, cap;
-
-		if (lockfs_slot_name_parse(names[i], &b, &k, &cap))
-			bases[m++] = strdup(b);
-	}
-	lockfs_table_names_free(names, n);
-	if (!bases)
-		return -ENOMEM;
-	qsort(bases, m, sizeof(*bases), cmp_names);
-	/* One entry per slotted name, however many of its slots are held. */
-	n = 0;
-	for (size_t i = 0; i < m; i++) {
-		if (!bases[i] || (n && strcmp(bases[n - 1], bases[i]) == 0)) {
-			free(bases[i]);
-			continue;
-		}
-		bases[n++] = bases[i];
-	}
-	bases[n] = NULL;
-	*out = bases;
-	*count = n;
-	return 0;
-}
 
 /* ---- flock waiters ---- */
 
@@ -705,7 +510,7 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 	rc = lockfs_slot_request_parse(rq->name, base, sizeof(base), &cap);
 	if (rc < 0)
 		return rc;
-	if (!serves_slots(core))
+	if (!lockfs_slots_served(core))
 		return -EOPNOTSUPP;
 	if (strlen(rq->owner) >= LOCKFS_FD_OWNER_MAX)
 		return -EINVAL;
@@ -742,7 +547,7 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 	snprintf(x->base, sizeof(x->base), "%s", base);
 	x->via_file = rq->via_file;
 	x->cap = cap;
-	if (across_hosts(core)) {
+	if (lockfs_slots_across_hosts(core)) {
 		int k = -EWOULDBLOCK;
 
 		rc = join_line(core, x);
@@ -842,7 +647,7 @@ int lockfs_core_slot_fd_unlock(struct lockfs_core *core, const char *request, co
 		char name[LOCKFS_NAME_MAX + 1];
 		struct held_slots h;
 
-		if (held_slots(core, base, &h) == 0)
+		if (lockfs_slots_held(core, base, &h) == 0)
 			for (unsigned k = 0; k < h.cap; k++) {
 				if (!h.held[k])
 					continue;
@@ -903,40 +708,3 @@ int lockfs_core_slot_index(struct lockfs_core *core, const char *request, const 
 	return rc;
 }
 
-int lockfs_core_slot_waiters(struct lockfs_core *core, const char *name_given, char **text,
-			     size_t *len)
-{
-	struct lockfs_slots *s = core->slots;
-	char base[LOCKFS_NAME_MAX + 1], line[96];
-	unsigned cap;
-	size_t size = 1, used = 0;
-	char *out;
-
-	if (base_of(name_given, base, &cap) < 0 || !s)
-		return -ENOENT;
-	out = malloc(size);
-	if (!out)
-		return -ENOMEM;
-	pthread_mutex_lock(&s->mu);
-	for (struct slot_waiter *x = s->waiters; x; x = x->next) {
-		int n;
-		char *more;
-
-		if (strcmp(x->base, base) != 0)
-			continue;
-		n = snprintf(line, sizeof(line), "{\"pid\":%d,\"uid\":%u,\"slots\":%u}\n",
-			     (int)x->caller.tid, (unsigned)x->caller.uid, x->cap);
-		more = realloc(out, size + (size_t)n);
-		if (!more)
-			break;
-		out = more;
-		memcpy(out + used, line, (size_t)n);
-		used += (size_t)n;
-		size += (size_t)n;
-	}
-	pthread_mutex_unlock(&s->mu);
-	out[used] = '\0';
-	*text = out;
-	*len = used;
-	return 0;
-}
