@@ -168,39 +168,114 @@ int lockfs_core_slot_list(struct lockfs_core *core, char ***out, size_t *count)
 	return 0;
 }
 
+/* Append LINE (N bytes) to *OUT (*USED of them in use).  false: no memory. */
+static bool append(char **out, size_t *used, const char *line, size_t n)
+{
+	char *more = realloc(*out, *used + n + 1);
+
+	if (!more)
+		return false;
+	memcpy(more + *used, line, n);
+	*used += n;
+	more[*used] = '\0';
+	*out = more;
+	return true;
+}
+
+/* One waiter's line from V (a holder of `owner`, or a line of `waiters`):
+ * its pid, uid and host as V has them (null for a key lockfs did not
+ * write), SLOTS (0: null). */
+static bool append_waiter(char **out, size_t *used, json_t *v, unsigned slots)
+{
+	json_t *o = json_object();
+	char *text;
+	bool ok;
+
+	if (!o)
+		return false;
+	json_object_set(o, "pid", json_object_get(v, "pid") ? json_object_get(v, "pid")
+							     : json_null());
+	json_object_set(o, "uid", json_object_get(v, "uid") ? json_object_get(v, "uid")
+							     : json_null());
+	json_object_set_new(o, "slots", slots ? json_integer(slots) : json_null());
+	json_object_set(o, "host", json_object_get(v, "host") ? json_object_get(v, "host")
+							       : json_null());
+	text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	ok = text && append(out, used, text, strlen(text)) && append(out, used, "\n", 1);
+	free(text);
+	return ok;
+}
+
+/* Across hosts: every host's waiters of BASE in the line's order -- the
+ * holder of ".slotline:BASE" (the head, waiting for a free slot), then
+ * that lock's waiters, as its `waiters` has them (etcd's line) -- with
+ * the count NAME's slots have.  Into *OUT. */
+static int line_waiters(struct lockfs_core *core, const char *base, char **out, size_t *used)
+{
+	char line[LOCKFS_NAME_MAX + 1], *text = NULL;
+	struct held_slots h;
+	size_t len = 0, i;
+	json_t *o, *v;
+	bool ok = true;
+
+	lockfs_slot_line_name(line, sizeof(line), base);
+	(void)lockfs_slots_held(core, base, &h); /* h.cap 0 (null) if unknown */
+	if (lockfs_core_owner(core, line, NULL, &text, &len) == 0) {
+		o = json_loadb(text, len, 0, NULL);
+		json_array_foreach(json_object_get(o, "holders"), i, v)
+			ok = ok && append_waiter(out, used, v, h.cap);
+		json_decref(o);
+	}
+	free(text);
+	text = NULL;
+	if (ok && lockfs_core_waiters(core, line, &text, &len) == 0)
+		for (char *p = text, *nl; ok && p && *p; p = nl ? nl + 1 : NULL) {
+			nl = strchr(p, '\n');
+			o = json_loadb(p, nl ? (size_t)(nl - p) : strlen(p), 0, NULL);
+			if (o)
+				ok = append_waiter(out, used, o, h.cap);
+			json_decref(o);
+		}
+	free(text);
+	return ok ? 0 : -ENOMEM;
+}
+
 int lockfs_core_slot_waiters(struct lockfs_core *core, const char *name_given, char **text,
 			     size_t *len)
 {
 	struct lockfs_slots *s = core->slots;
 	char base[LOCKFS_NAME_MAX + 1], line[96];
 	unsigned cap;
-	size_t size = 1, used = 0;
+	size_t used = 0;
 	char *out;
+	int rc = 0;
 
 	if (lockfs_slots_base_of(name_given, base, &cap) < 0 || !s)
 		return -ENOENT;
-	out = malloc(size);
+	out = calloc(1, 1);
 	if (!out)
 		return -ENOMEM;
-	pthread_mutex_lock(&s->mu);
-	for (struct slot_waiter *x = s->waiters; x; x = x->next) {
-		int n;
-		char *more;
+	if (lockfs_slots_across_hosts(core)) {
+		rc = line_waiters(core, base, &out, &used);
+	} else {
+		pthread_mutex_lock(&s->mu);
+		for (struct slot_waiter *x = s->waiters; x && rc == 0; x = x->next) {
+			int n;
 
-		if (strcmp(x->base, base) != 0)
-			continue;
-		n = snprintf(line, sizeof(line), "{\"pid\":%d,\"uid\":%u,\"slots\":%u}\n",
-			     (int)x->caller.tid, (unsigned)x->caller.uid, x->cap);
-		more = realloc(out, size + (size_t)n);
-		if (!more)
-			break;
-		out = more;
-		memcpy(out + used, line, (size_t)n);
-		used += (size_t)n;
-		size += (size_t)n;
+			if (strcmp(x->base, base) != 0)
+				continue;
+			n = snprintf(line, sizeof(line), "{\"pid\":%d,\"uid\":%u,\"slots\":%u}\n",
+				     (int)x->caller.tid, (unsigned)x->caller.uid, x->cap);
+			if (!append(&out, &used, line, (size_t)n))
+				rc = -ENOMEM;
+		}
+		pthread_mutex_unlock(&s->mu);
 	}
-	pthread_mutex_unlock(&s->mu);
-	out[used] = '\0';
+	if (rc < 0) {
+		free(out);
+		return rc;
+	}
 	*text = out;
 	*len = used;
 	return 0;

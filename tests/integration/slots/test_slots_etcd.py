@@ -6,6 +6,7 @@ reason, only when the etcd binaries are absent."""
 
 import errno
 import fcntl
+import json
 import os
 
 from etcd_fixtures import etcd1  # noqa: F401
@@ -13,6 +14,15 @@ from etcd_mounts import etcd_mounts  # noqa: F401
 from lockfs_helpers import read_log, wait_until, slot_owner, slot_waiters
 
 EX = fcntl.LOCK_EX
+
+
+def slot_line(m, name):
+    """(pid, host) of every waiter in slotted NAME's line, as mount M lists it."""
+    try:
+        with open(m.path('.slots', name, 'waiters')) as f:
+            return [(w['pid'], w['host']) for w in map(json.loads, f) if w]
+    except FileNotFoundError:
+        return []
 
 
 
@@ -66,7 +76,10 @@ def test_a_slot_goes_to_the_waiter_that_came_first_whichever_host_it_is_on(
     wait_until(lambda: slot_waiters(h2, 'seat') == [first.pid], what='first waits on h2')
     fd2 = second.open(h1.path('.flock', '.slots', 'seat=1'))
     r2 = second.flock_start(fd2, EX)
-    wait_until(lambda: slot_waiters(h1, 'seat') == [second.pid], what='second waits on h1')
+    # Both hosts list the one line, every host's waiter, in etcd's order.
+    for m in (h1, h2):
+        wait_until(lambda: slot_line(m, 'seat') == [(first.pid, 'h2'), (second.pid, 'h1')],
+                   what=f'the line on {m.host}')
     # The slot frees on h1, where `second` waits: it is `first`'s all the same,
     # and a newcomer on h1 or h2 at that moment is told it is taken.
     assert holder.rmdir(h1.path('.slots', 'seat')) == 0
@@ -99,9 +112,10 @@ def test_a_waiter_killed_at_the_head_of_the_line_lets_the_next_host_in(
     wait_until(lambda: slot_waiters(h2, 'seat') == [first.pid], what='first waits on h2')
     fd2 = second.open(h1.path('.flock', '.slots', 'seat=1'))
     r2 = second.flock_start(fd2, EX)
-    wait_until(lambda: slot_waiters(h1, 'seat') == [second.pid], what='second waits on h1')
+    wait_until(lambda: slot_waiters(h1, 'seat') == [first.pid, second.pid],
+               what='second waits behind first')
     first.kill()
-    wait_until(lambda: slot_waiters(h2, 'seat') == [], what="first's wait ended")
+    wait_until(lambda: slot_waiters(h2, 'seat') == [second.pid], what="first's wait ended")
     assert holder.rmdir(h1.path('.slots', 'seat')) == 0
     assert 'errno' not in second.wait(r2, 10)
     wait_until(lambda: [(h['host'], h['pid']) for h in slot_owner(h2, 'seat')['holders']]
