@@ -222,11 +222,64 @@ static int check_capacity(struct lockfs_core *core, const struct lockfs_caller *
 	return 0;
 }
 
+/*
+ * Across hosts, a first taker (no slot of BASE held anywhere) holds BASE's
+ * line lock while it reads the slots again and takes one: two first takers
+ * on two hosts with other counts cannot both go by an empty read, since
+ * the second either finds the line taken or reads the first's slot (and
+ * is refused ERANGE if its count is another).  Held as the caller's own
+ * lock for that moment (recovered like one if it dies meanwhile).  0 (held:
+ * first_take_end after), -EEXIST (another's now: a first taker or a
+ * waiter, on any host), -errno.  With mu.
+ */
+static int first_take_begin(struct lockfs_core *core, const struct lockfs_caller *caller,
+			    const char *base)
+{
+	char line[LOCKFS_NAME_MAX + 1];
+	struct lockfs_lock_stat ls;
+
+	lockfs_slot_line_name(line, sizeof(line), base);
+	return lockfs_core_acquire(core, line, caller, &ls);
+}
+
+static void first_take_end(struct lockfs_core *core, const struct lockfs_caller *caller,
+			   const char *base)
+{
+	char line[LOCKFS_NAME_MAX + 1];
+
+	lockfs_slot_line_name(line, sizeof(line), base);
+	(void)lockfs_core_release(core, line, caller);
+}
+
+/* Is this take of BASE a first one across hosts (none held, H fresh)? */
+static bool first_take(struct lockfs_core *core, const struct held_slots *h)
+{
+	return lockfs_slots_across_hosts(core) && h->n == 0;
+}
+
+/* Take a free slot of BASE (H: those held) for CALLER, by mkdir: 0 (OUT
+ * filled), -EEXIST (none free).  With mu. */
+static int take_dir(struct lockfs_core *core, const struct lockfs_caller *caller,
+		    const char *base, unsigned cap, const struct held_slots *h,
+		    struct lockfs_lock_stat *out)
+{
+	char name[LOCKFS_NAME_MAX + 1];
+	int rc = -EEXIST;
+
+	for (unsigned k = 0; k < cap && rc == -EEXIST; k++) {
+		if (h->held[k])
+			continue;
+		lockfs_slot_name(name, sizeof(name), base, k, cap);
+		rc = lockfs_core_acquire(core, name, caller, out);
+	}
+	return rc;
+}
+
 int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
 			     const struct lockfs_caller *caller, struct lockfs_lock_stat *out)
 {
 	struct lockfs_slots *s = core->slots;
-	char base[LOCKFS_NAME_MAX + 1], name[LOCKFS_NAME_MAX + 1];
+	char base[LOCKFS_NAME_MAX + 1];
 	struct held_slots h;
 	unsigned cap;
 	int rc;
@@ -240,16 +293,18 @@ int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
 	/* A count that disagrees is refused whatever else holds; then no
 	 * barging: a name with flock waiters is theirs first. */
 	rc = check_capacity(core, caller, base, cap, &h);
-	if (rc == 0 && line_busy(core, base))
+	if (rc == 0 && line_busy(core, base)) {
 		rc = -EEXIST;
-	else if (rc == 0) {
-		rc = -EEXIST; /* unless a free slot is taken below */
-		for (unsigned k = 0; k < cap && rc == -EEXIST; k++) {
-			if (h.held[k])
-				continue;
-			lockfs_slot_name(name, sizeof(name), base, k, cap);
-			rc = lockfs_core_acquire(core, name, caller, out);
+	} else if (rc == 0 && first_take(core, &h)) {
+		rc = first_take_begin(core, caller, base);
+		if (rc == 0) {
+			rc = check_capacity(core, caller, base, cap, &h); /* again, under it */
+			if (rc == 0)
+				rc = take_dir(core, caller, base, cap, &h, out);
+			first_take_end(core, caller, base);
 		}
+	} else if (rc == 0) {
+		rc = take_dir(core, caller, base, cap, &h, out);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return rc;
@@ -522,9 +577,24 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 	rc = check_capacity(core, caller, base, cap, &h);
 	if (rc < 0)
 		goto out;
-	/* A newcomer goes first only when nobody waits ahead of it. */
-	rc = line_busy(core, base) ? -EWOULDBLOCK
-		: take_fd(core, caller, NULL, base, cap, rq->owner, rq->via_file, -1);
+	/* A newcomer goes first only when nobody waits ahead of it (a first
+	 * taker across hosts: nor another first taker, see first_take_begin). */
+	if (line_busy(core, base)) {
+		rc = -EWOULDBLOCK;
+	} else if (first_take(core, &h)) {
+		rc = first_take_begin(core, caller, base);
+		if (rc == 0) {
+			rc = check_capacity(core, caller, base, cap, &h);
+			if (rc == 0)
+				rc = take_fd(core, caller, NULL, base, cap, rq->owner, rq->via_file,
+					     -1);
+			first_take_end(core, caller, base);
+		} else if (rc == -EEXIST) {
+			rc = -EWOULDBLOCK; /* in line behind it, if it waits */
+		}
+	} else {
+		rc = take_fd(core, caller, NULL, base, cap, rq->owner, rq->via_file, -1);
+	}
 	if (rc >= 0) {
 		rc = 0;
 		goto out;

@@ -143,3 +143,26 @@ def test_owner_of_a_slotted_name_is_exact_on_every_host(etcd1, etcd_mounts, proc
             ('h2', a.pid)]
         assert a.rmdir(h2.path('.slots', 'lab')) == 0
         assert not os.path.exists(h1.path('.slots', 'lab'))
+
+
+def test_first_takers_on_two_hosts_with_other_counts_never_both_win(etcd1, etcd_mounts, procs):
+    """Two first takers of a free name, on two hosts at the same moment,
+    asking for different counts: never do both get a slot (a first taker
+    holds the name's line lock while it reads the slots and takes one), so
+    the slots never stand under two counts."""
+    h1, h2 = etcd_mounts(etcd1, hosts=('h1', 'h2'))
+    a, b = procs.agent(), procs.agent()
+    both = 0
+    for i in range(20):
+        name = f'race{i}'
+        ra = a.start('mkdir', path=a._p(h1.path('.slots', f'{name}=2')))
+        rb = b.start('mkdir', path=b._p(h2.path('.slots', f'{name}=3')))
+        got = (a.wait(ra).get('errno', 0), b.wait(rb).get('errno', 0))
+        assert sorted(got) in ([0, errno.EEXIST], [0, errno.ERANGE]), got
+        o = slot_owner(h1, name)
+        assert o['held'] == 1 and o['slots'] == (2 if got[0] == 0 else 3), o
+        both += got == (0, 0)
+        for who, m, e in ((a, h1, got[0]), (b, h2, got[1])):
+            if e == 0:
+                assert who.rmdir(m.path('.slots', name)) == 0
+    assert both == 0
