@@ -237,6 +237,8 @@ int lockfs_core_open(struct lockfs_core **out, const struct lockfs_core_config *
 	t->vanished = lockfs_session_vanished_locked;
 	/* And into remote.c, as a lock held on another host comes or goes. */
 	t->elsewhere = lockfs_remote_note;
+	/* And into slots.c, as the store reports a change. */
+	t->changed = lockfs_core_slots_changed;
 	/* The thread calls up into recovery.c through these, with the table. */
 	rc = lockfs_liveness_new(&t->liveness, lockfs_recovery_holder_exited, lockfs_recovery_tick,
 				 t, TICK_MS);
@@ -323,6 +325,7 @@ void lockfs_core_close(struct lockfs_core *core)
 		lockfs_store_close(t->be);
 	t->be = NULL;
 	t->elsewhere = NULL; /* emptying the cache releases nothing */
+	t->changed = NULL;
 	for (int i = 0; i < STRIPES; i++) {
 		while (t->stripes[i].head) {
 			struct held_lock *c = t->stripes[i].head;

@@ -60,6 +60,19 @@ int lockfs_core_slots_new(struct lockfs_core *core)
 	return 0;
 }
 
+void lockfs_core_slots_changed(struct lockfs_table *t, const char *name)
+{
+	/* The table is the core's first member (engine.h). */
+	struct lockfs_slots *s = ((struct lockfs_core *)t)->slots;
+	const char *base;
+	unsigned k, cap;
+
+	if (!s || !lockfs_slot_name_parse(name, &base, &k, &cap))
+		return;
+	__atomic_store_n(&s->kicked, true, __ATOMIC_RELEASE);
+	pthread_cond_signal(&s->cv);
+}
+
 void lockfs_core_slots_stop(struct lockfs_core *core)
 {
 	struct lockfs_slots *s = core->slots;
@@ -487,9 +500,12 @@ static void grant_waiters(struct lockfs_core *core, const char *base, int prefer
 			return; /* FIFO: nobody behind the head goes first */
 		prefer = -1;
 		*pp = x->next;
-		leave_line(core, x);
 		x->w->parked = false;
 		x->w->done(x->w, rc < 0 ? rc : 0);
+		/* Then the line goes on (one more write to the store, which
+		 * the waiter answered first need not wait for; a request of
+		 * its owner's that would join the line again waits for mu). */
+		leave_line(core, x);
 		lockfs_core_fd_asker_free(x->asker);
 		free(x);
 	}
@@ -524,7 +540,9 @@ static void grant_all(struct lockfs_core *core)
 
 /* The waker: slots freed by the engine on its own (a holder's death, a
  * lease, a break, a holder's rmdir of its slot lock) go to the waiters
- * within SLOTS_POLL_MS.  Sleeps while nobody waits. */
+ * within SLOTS_POLL_MS; a slot the store reports changed (another host's
+ * release, lockfs_core_slots_changed) at once.  Sleeps while nobody
+ * waits. */
 static void *waker(void *arg)
 {
 	struct lockfs_core *core = arg;
@@ -536,6 +554,11 @@ static void *waker(void *arg)
 
 		if (!s->waiters) {
 			pthread_cond_wait(&s->cv, &s->mu);
+			continue;
+		}
+		/* A slot's change came while it was busy: no wait. */
+		if (__atomic_exchange_n(&s->kicked, false, __ATOMIC_ACQ_REL)) {
+			grant_all(core);
 			continue;
 		}
 		clock_gettime(CLOCK_REALTIME, &until);

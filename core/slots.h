@@ -7,6 +7,11 @@ struct lockfs_core;
 
 /* 0, -ENOMEM. */
 int lockfs_core_slots_new(struct lockfs_core *core);
+/* The store reports NAME changed (lockfs_table.changed): a slot's lock
+ * wakes the waker, which tries the waiters at once.  Any thread, no mutex
+ * held. */
+struct lockfs_table;
+void lockfs_core_slots_changed(struct lockfs_table *t, const char *name);
 /* Stop the waker thread (idempotent). */
 void lockfs_core_slots_stop(struct lockfs_core *core);
 /* Stop, then free every waiter and grant record (none is answered: the

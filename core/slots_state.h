@@ -50,6 +50,8 @@ struct lockfs_slots {
 	struct slot_grant *grants;     /* protected by mu */
 	pthread_t waker;
 	bool waker_on, stop;           /* protected by mu */
+	bool kicked;                   /* atomic: a slot's lock changed since
+					  the waker last looked */
 };
 
 /* The slots of BASE held now: HELD[K] set for each, CAP the count they

@@ -166,6 +166,8 @@ static void take_in(struct lockfs_table *t, const char *name)
 		(void)lockfs_table_load(t, s, name, &st, &foreign, &c);
 	}
 	lockfs_table_unlock(s);
+	if (t->changed)
+		t->changed(t, name);
 }
 
 /* The engine changed NAME itself and cached the result: only a queue it
@@ -178,6 +180,8 @@ static void take_in_own(struct lockfs_table *t, const char *name)
 	if (lockfs_queue_find(s, name))
 		lockfs_queue_grant_locked(t, s, name);
 	lockfs_table_unlock(s);
+	if (t->changed)
+		t->changed(t, name);
 }
 
 /* Move up to SLICE_NAMES of *V (*N of them) into OUT; how many. */

@@ -199,6 +199,13 @@ struct lockfs_table {
 	 * NULL: nothing to do.  Read-only.
 	 */
 	void (*elsewhere)(struct lockfs_table *t, const struct held_lock *c, const char *event);
+	/*
+	 * Called by changes.c, with no mutex held, once the store's report
+	 * that NAME changed is taken in: engine.c wires slots.c's
+	 * lockfs_core_slots_changed, so that a slot freed on another host
+	 * wakes the slots' waiters at once.  NULL while closing.  Read-only.
+	 */
+	void (*changed)(struct lockfs_table *t, const char *name);
 	struct holder_index holders;    /* its own mutex, inside a stripe's */
 	struct stripe stripes[STRIPES]; /* each its own mutex */
 
