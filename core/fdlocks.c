@@ -91,10 +91,16 @@ static int enter(struct lockfs_core *core, const struct lockfs_caller *caller, s
 	if (rc == -EWOULDBLOCK)
 		lockfs_metrics_busy(t->metrics);
 	/* Only a wait that is parked can close a cycle: an uncontended
-	 * request never gets here. */
+	 * request never gets here.  A slot waiter's place in its name's line
+	 * (".slotline:NAME", slots.c) is no wait for a holder: its head waits
+	 * for any slot, which the graph does not see (docs/slots.md). */
 	if (rc == -EINPROGRESS) {
+		const char *base;
+
 		lockfs_table_wake(t); /* a waiter: the tick polls its queue */
-		rc = lockfs_deadlock_check(t, core->deadlock, rq->name, rq->owner, &waiter, w);
+		if (!lockfs_slot_line_parse(rq->name, &base))
+			rc = lockfs_deadlock_check(t, core->deadlock, rq->name, rq->owner, &waiter,
+						   w);
 	}
 	return rc;
 }

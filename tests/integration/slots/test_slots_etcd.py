@@ -11,6 +11,7 @@ import os
 
 from etcd_fixtures import etcd1  # noqa: F401
 from etcd_mounts import etcd_mounts  # noqa: F401
+from flock_helpers import waiter_pids
 from lockfs_helpers import read_log, wait_until, slot_owner, slot_waiters
 
 EX = fcntl.LOCK_EX
@@ -166,3 +167,33 @@ def test_first_takers_on_two_hosts_with_other_counts_never_both_win(etcd1, etcd_
             if e == 0:
                 assert who.rmdir(m.path('.slots', name)) == 0
     assert both == 0
+
+
+def test_a_place_in_the_slots_line_is_no_wait_for_the_deadlock_check(etcd1, etcd_mounts, procs):
+    """Deadlock detection does not see waits for slots (docs/slots.md), and
+    on etcd a slot waiter's place in the line of `.slotline:NAME` is no
+    exception: P, holding A, waits behind Q for a slot while Q waits for A.
+    That is no deadlock (Q's slot comes when R lets go, then P's), so Q's
+    wait for A is not refused with EDEADLK."""
+    h1, = etcd_mounts(etcd1, hosts=('h1',))
+    r, q, p = procs.agent(), procs.agent(), procs.agent()
+    assert r.mkdir(h1.path('.slots', 'S=1')) == 0
+    qs = q.open(h1.path('.flock', '.slots', 'S=1'))
+    rq_slot = q.flock_start(qs, EX, bg=True)
+    wait_until(lambda: slot_waiters(h1, 'S') == [q.pid], what='q waits for the slot')
+    pa = p.open(h1.path('.flock', 'A'))
+    assert p.flock(pa, EX) == 0
+    ps = p.open(h1.path('.flock', '.slots', 'S=1'))
+    rp_slot = p.flock_start(ps, EX, bg=True)
+    wait_until(lambda: slot_waiters(h1, 'S') == [q.pid, p.pid], what='p waits behind q')
+    qa = q.open(h1.path('.flock', 'A'))
+    rq_a = q.flock_start(qa, EX)
+    wait_until(lambda: waiter_pids(h1, 'A') == [q.pid], what='q waits for A')
+    assert q.poll(rq_a) is None, q.poll(rq_a)
+    # R lets go: Q's slot; P lets A go: Q's A; Q goes: P's slot.
+    assert r.rmdir(h1.path('.slots', 'S')) == 0
+    assert 'errno' not in q.wait(rq_slot, 10)
+    assert p.flock(pa, fcntl.LOCK_UN) == 0
+    assert 'errno' not in q.wait(rq_a, 10)
+    q.close(qs)
+    assert 'errno' not in p.wait(rp_slot, 10)
