@@ -240,28 +240,38 @@ static int check_capacity(struct lockfs_core *core, const struct lockfs_caller *
  * line lock while it reads the slots again and takes one: two first takers
  * on two hosts with other counts cannot both go by an empty read, since
  * the second either finds the line taken or reads the first's slot (and
- * is refused ERANGE if its count is another).  Held as the caller's own
- * lock for that moment (recovered like one if it dies meanwhile).  0 (held:
- * first_take_end after), -EEXIST (another's now: a first taker or a
- * waiter, on any host), -errno.  With mu.
+ * is refused ERANGE if its count is another).  Held for that moment as the
+ * taker's own: a mkdir's as the caller's lock (OWNER NULL), a flock's as
+ * an fd lock of its OWNER, as its slot will be.  0 (held: first_take_end
+ * after), -EEXIST (another's now: a first taker or a waiter, on any host),
+ * -errno.  With mu.
  */
 static int first_take_begin(struct lockfs_core *core, const struct lockfs_caller *caller,
-			    const char *base)
+			    const char *base, const char *owner)
 {
 	char line[LOCKFS_NAME_MAX + 1];
+	struct lockfs_fd_request rq = { .name = line, .owner = owner, .mode = LOCKFS_EXCLUSIVE };
 	struct lockfs_lock_stat ls;
+	struct lockfs_wait none = { 0 };
+	int rc;
 
 	lockfs_slot_line_name(line, sizeof(line), base);
-	return lockfs_core_acquire(core, line, caller, &ls);
+	if (!owner)
+		return lockfs_core_acquire(core, line, caller, &ls);
+	rc = lockfs_core_fd_lock(core, caller, &rq, &none);
+	return rc == -EWOULDBLOCK ? -EEXIST : rc;
 }
 
 static void first_take_end(struct lockfs_core *core, const struct lockfs_caller *caller,
-			   const char *base)
+			   const char *base, const char *owner)
 {
 	char line[LOCKFS_NAME_MAX + 1];
 
 	lockfs_slot_line_name(line, sizeof(line), base);
-	(void)lockfs_core_release(core, line, caller);
+	if (owner)
+		(void)lockfs_core_fd_unlock(core, line, owner);
+	else
+		(void)lockfs_core_release(core, line, caller);
 }
 
 /* Is this take of BASE a first one across hosts (none held, H fresh)? */
@@ -309,12 +319,12 @@ int lockfs_core_slot_acquire(struct lockfs_core *core, const char *request,
 	if (rc == 0 && line_busy(core, base)) {
 		rc = -EEXIST;
 	} else if (rc == 0 && first_take(core, &h)) {
-		rc = first_take_begin(core, caller, base);
+		rc = first_take_begin(core, caller, base, NULL);
 		if (rc == 0) {
 			rc = check_capacity(core, caller, base, cap, &h); /* again, under it */
 			if (rc == 0)
 				rc = take_dir(core, caller, base, cap, &h, out);
-			first_take_end(core, caller, base);
+			first_take_end(core, caller, base, NULL);
 		}
 	} else if (rc == 0) {
 		rc = take_dir(core, caller, base, cap, &h, out);
@@ -605,13 +615,13 @@ int lockfs_core_slot_fd_lock(struct lockfs_core *core, const struct lockfs_calle
 	if (line_busy(core, base)) {
 		rc = -EWOULDBLOCK;
 	} else if (first_take(core, &h)) {
-		rc = first_take_begin(core, caller, base);
+		rc = first_take_begin(core, caller, base, rq->owner);
 		if (rc == 0) {
 			rc = check_capacity(core, caller, base, cap, &h);
 			if (rc == 0)
 				rc = take_fd(core, caller, NULL, base, cap, rq->owner, rq->via_file,
 					     -1);
-			first_take_end(core, caller, base);
+			first_take_end(core, caller, base, rq->owner);
 		} else if (rc == -EEXIST) {
 			rc = -EWOULDBLOCK; /* in line behind it, if it waits */
 		}

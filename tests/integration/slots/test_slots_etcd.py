@@ -167,6 +167,19 @@ def test_first_takers_on_two_hosts_with_other_counts_never_both_win(etcd1, etcd_
             if e == 0:
                 assert who.rmdir(m.path('.slots', name)) == 0
     assert both == 0
+    # The same with flock(LOCK_NB), whose first taker holds the line lock
+    # as an fd lock of its open file.
+    for i in range(10):
+        name = f'nbrace{i}'
+        fa = a.open(h1.path('.flock', '.slots', f'{name}=2'))
+        fb = b.open(h2.path('.flock', '.slots', f'{name}=3'))
+        ra = a.start('flock', fd=fa, how=EX | fcntl.LOCK_NB, timeout=None)
+        rb = b.start('flock', fd=fb, how=EX | fcntl.LOCK_NB, timeout=None)
+        got = (a.wait(ra).get('errno', 0), b.wait(rb).get('errno', 0))
+        assert sorted(got) in ([0, errno.EWOULDBLOCK], [0, errno.ERANGE]), got
+        assert slot_owner(h1, name)['held'] == 1
+        a.close(fa)
+        b.close(fb)
 
 
 def test_a_place_in_the_slots_line_is_no_wait_for_the_deadlock_check(etcd1, etcd_mounts, procs):
