@@ -44,10 +44,12 @@ import random
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
+import tmpfs_mount  # noqa: E402
 
 
 def pct(xs, p):
@@ -490,35 +492,9 @@ def random_agents(mnt, backing, agents=32, nlocks=8, seconds=300.0, stuck_s=10.0
 # -- the mount --------------------------------------------------------------------
 
 def mounted(build):
-    top = tempfile.mkdtemp(prefix='lockfs-deadlock-')
-    back, mnt = os.path.join(top, 'dir'), os.path.join(top, 'mnt')
-    os.mkdir(back)
-    os.mkdir(mnt)
-    subprocess.check_call(['mount', '-t', 'tmpfs', '-o', 'size=1g,mode=0700', 'tmpfs', back])
     # the whole log is read afterwards: never rotated away
-    daemon = subprocess.Popen([os.path.join(build, 'lockfs'), '-f', '-o', 'backing=' + back,
-                               '-o', 'max_waiters_per_uid=100000', '-o', 'log_max=0', mnt],
-                              stdout=subprocess.DEVNULL)
-    t_end = time.monotonic() + 10
-    while not os.path.ismount(mnt):
-        if daemon.poll() is not None or time.monotonic() > t_end:
-            raise SystemExit('lockfs did not mount')
-        time.sleep(0.01)
-
-    def done():
-        if subprocess.call(['fusermount3', '-u', mnt]) != 0:
-            subprocess.call(['fusermount3', '-u', '-z', mnt])
-        try:
-            daemon.wait(10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        subprocess.call(['umount', back])
-        os.rmdir(back)
-        subprocess.call(['chattr', '-i', mnt])
-        os.rmdir(mnt)
-        os.rmdir(top)
-    return mnt, back, done
+    return tmpfs_mount.mounted(build, ('max_waiters_per_uid=100000', 'log_max=0'),
+                               prefix='lockfs-deadlock-', size='1g')
 
 
 def main():

@@ -31,50 +31,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'tests', 'fixtures'))
+sys.path.insert(0, os.path.join(HERE, 'lib'))
 import etcd_fixtures  # noqa: E402
+from tmpfs_mount import mounted  # noqa: E402
 
 
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
-
-
-def mounted(build, opts=()):
-    """A daemon on a private tmpfs backing dir, with -o OPTS more."""
-    top = tempfile.mkdtemp(prefix='lockfs-slots-')
-    back, mnt = os.path.join(top, 'dir'), os.path.join(top, 'mnt')
-    os.mkdir(back)
-    os.mkdir(mnt)
-    subprocess.check_call(['mount', '-t', 'tmpfs', '-o', 'size=256m,mode=0700', 'tmpfs', back])
-    argv = [os.path.join(build, 'lockfs'), '-f', '-o', 'backing=' + back]
-    for o in opts:
-        argv += ['-o', o]
-    daemon = subprocess.Popen(argv + [mnt], stdout=subprocess.DEVNULL)
-    t_end = time.monotonic() + 10
-    while not os.path.ismount(mnt):
-        if daemon.poll() is not None or time.monotonic() > t_end:
-            subprocess.call(['umount', back])
-            raise SystemExit('bench_slots: lockfs did not mount')
-        time.sleep(0.01)
-
-    def done():
-        if subprocess.call(['fusermount3', '-u', mnt]) != 0:
-            subprocess.call(['fusermount3', '-u', '-z', mnt])
-        try:
-            daemon.wait(10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        subprocess.call(['umount', back])
-        os.rmdir(back)
-        subprocess.call(['chattr', '-i', mnt])
-        os.rmdir(mnt)
-        os.rmdir(top)
-    return mnt, done
 
 
 def measure(a, holder_mnt, waiter_mnt):
@@ -115,7 +82,7 @@ def measure(a, holder_mnt, waiter_mnt):
 
 
 def run_dir(a):
-    mnt, done = mounted(a.build)
+    mnt, _, done = mounted(a.build, prefix='lockfs-slots-')
     try:
         return measure(a, mnt, mnt)
     finally:
@@ -130,7 +97,8 @@ def run_etcd(a):
     try:
         mnts = []
         for host in ('h1', 'h2'):
-            mnt, done = mounted(a.build, ('backend=etcd', 'etcd=' + cluster.url, 'host=' + host))
+            mnt, _, done = mounted(a.build, ('backend=etcd', 'etcd=' + cluster.url,
+                                             'host=' + host), prefix='lockfs-slots-')
             mnts.append(mnt)
             dones.append(done)
         return measure(a, mnts[0], mnts[1])
