@@ -244,10 +244,43 @@ static int add_held(void *arg, const char *name)
 	return vec_add(f->nv, name);
 }
 
+/* A read of the prefix failed (RC): NV becomes the last known state, the
+ * last listing (the names watched here are added by answer()).  0. */
+static int last_known(struct etcd_store *e, struct name_vec *nv, int rc)
+{
+	if (rc != -ENOMEM)
+		lockfs_etcdbe_say_unreachable(e, rc);
+	vec_free(nv);
+	(void)cached(e, nv, true);
+	return 0;
+}
+
+/* CB for the names of NV that begin with PREFIX ("": all), with the names
+ * in lock-delay (held by nobody, known only here) and what the watched
+ * names show now; NV is freed.  RC: the read's outcome so far. */
+static int answer(struct etcd_store *e, struct name_vec *nv, int rc, const char *prefix,
+		  lockfs_list_cb cb, void *arg)
+{
+	struct held_filter f = { .e = e, .nv = nv };
+	size_t plen = strlen(prefix);
+
+	if (rc == 0)
+		rc = lockfs_etcdbe_mirror_list(&e->mirror, lockfs_wall_ms(), add_held, &f);
+	if (rc == 0 && nv->failed)
+		rc = -ENOMEM;
+	if (rc == 0) {
+		vec_unique(nv);
+		for (size_t i = 0; i < nv->n; i++)
+			if (strncmp(nv->v[i], prefix, plen) == 0 && cb(arg, nv->v[i]))
+				break;
+	}
+	vec_free(nv);
+	return rc;
+}
+
 int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg)
 {
 	struct name_vec nv = { 0 };
-	struct held_filter f = { .e = e, .nv = &nv };
 	int rc = 0;
 
 	if (!cached(e, &nv, false)) {
@@ -257,32 +290,12 @@ int lockfs_etcdbe_list(struct etcd_store *e, lockfs_list_cb cb, void *arg)
 		vec_free(&nv);
 		rc = __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) ? -EIO :
 		     read_names(e, "", &nv);
-		if (rc == 0) {
+		if (rc == 0)
 			keep(e, &nv, at, gen);
-		} else {
-			/* The last known state: the last listing, and below,
-			 * the names watched here. */
-			if (rc != -ENOMEM)
-				lockfs_etcdbe_say_unreachable(e, rc);
-			vec_free(&nv);
-			(void)cached(e, &nv, true);
-			rc = 0;
-		}
+		else
+			rc = last_known(e, &nv, rc);
 	}
-	/* Names in lock-delay (held by nobody, known only here), and what
-	 * the watched names show now. */
-	if (rc == 0)
-		rc = lockfs_etcdbe_mirror_list(&e->mirror, lockfs_wall_ms(), add_held, &f);
-	if (rc == 0 && nv.failed)
-		rc = -ENOMEM;
-	if (rc == 0) {
-		vec_unique(&nv);
-		for (size_t i = 0; i < nv.n; i++)
-			if (cb(arg, nv.v[i]))
-				break;
-	}
-	vec_free(&nv);
-	return rc;
+	return answer(e, &nv, rc, "", cb, arg);
 }
 
 int lockfs_etcdbe_list_op(struct lockfs_backend *be, lockfs_list_cb cb, void *arg)
@@ -301,27 +314,11 @@ int lockfs_etcdbe_list_prefix(struct lockfs_backend *be, const char *prefix, loc
 {
 	struct etcd_store *e = (struct etcd_store *)be;
 	struct name_vec nv = { 0 };
-	struct held_filter f = { .e = e, .nv = &nv };
 	int rc = __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE) ? -EIO
 		 : read_names(e, prefix, &nv);
 
-	if (rc < 0 && rc != -ENOMEM) {
-		/* The last known state, as for a whole listing. */
-		lockfs_etcdbe_say_unreachable(e, rc);
-		vec_free(&nv);
-		(void)cached(e, &nv, true);
-		rc = 0;
-	}
-	if (rc == 0)
-		rc = lockfs_etcdbe_mirror_list(&e->mirror, lockfs_wall_ms(), add_held, &f);
-	if (rc == 0 && nv.failed)
-		rc = -ENOMEM;
-	if (rc == 0) {
-		vec_unique(&nv);
-		for (size_t i = 0; i < nv.n; i++)
-			if (strncmp(nv.v[i], prefix, strlen(prefix)) == 0 && cb(arg, nv.v[i]))
-				break;
-	}
-	vec_free(&nv);
+	if (rc < 0)
+		rc = last_known(e, &nv, rc);
+	rc = answer(e, &nv, rc, prefix, cb, arg);
 	return rc == -ENOMEM ? -ENOMEM : rc ? -EIO : 0;
 }
