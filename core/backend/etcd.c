@@ -297,6 +297,9 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 	rc = lockfs_etcdbe_look(e, name, false);
 	if (rc && how != LOCKFS_ACQ_TRY)
 		return rc;
+	/* A release or a session's end just before: judged now (a grant
+	 * here carries no proof). */
+	lockfs_etcdbe_settle(e, name, NULL);
 	rc = need_live(e, &lease);
 	if (rc)
 		return rc;
@@ -390,15 +393,18 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
  * line (every key of R(NAME) created at RANK or later).  A place written
  * since was written by this daemon only (a claim whose answer was lost, a
  * queue put resent): it is written again, guarded by that write's mod, so
- * a late copy of an earlier claim never overwrites a later grant.  One txn
- * (two then) on C.  0 (ST filled); -EEXIST: behind another; -ENOENT: gone.
+ * a late copy of an earlier claim never overwrites a later grant.  PROOF
+ * (with HEAD_CHECK; may be NULL): one more compare, that the key ahead
+ * went in a release (etcd_judge.c).  One txn (two then) on C.  0 (ST
+ * filled); -EEXIST: behind another, or PROOF failed; -ENOENT: gone.
  */
 static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *name,
 		       const char *key, int64_t rank, int64_t lease, bool head_check,
+		       const struct lockfs_etcd_compare *proof,
 		       const struct lockfs_record_src *src, struct lockfs_entry_stat *st)
 {
 	char rkey[LOCKFS_STORE_KEY_MAX], rend[LOCKFS_STORE_KEY_MAX];
-	struct lockfs_etcd_compare cmps[3] = {
+	struct lockfs_etcd_compare cmps[4] = {
 		{ .key = key, .target = LOCKFS_ETCD_CREATE, .number = rank },
 		{ .key = key, .target = LOCKFS_ETCD_MOD, .number = rank },
 		{ .key = rkey, .range_end = rend, .target = LOCKFS_ETCD_CREATE,
@@ -406,7 +412,8 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 	};
 	struct lockfs_etcd_op put = { .type = LOCKFS_ETCD_PUT, .key = key, .lease = lease };
 	struct lockfs_etcd_op get = { .type = LOCKFS_ETCD_RANGE, .key = key, .keys_only = true };
-	struct lockfs_etcd_txn txn = { .compare = cmps, .n_compare = head_check ? 3 : 2,
+	struct lockfs_etcd_txn txn = { .compare = cmps,
+				       .n_compare = !head_check ? 2 : proof ? 4 : 3,
 				       .success = &put, .n_success = 1,
 				       .failure = &get, .n_failure = 1 };
 	struct lockfs_etcd_txn_resp r;
@@ -416,6 +423,8 @@ static int grant_place(struct etcd_store *e, struct lockfs_etcd *c, const char *
 
 	if (rc)
 		return -ENOENT;
+	if (proof)
+		cmps[3] = *proof;
 	rc = src->encode(src->arg, (uint64_t)rank, &json, &len);
 	if (rc)
 		return rc;
@@ -464,9 +473,10 @@ static int etcd_claim(struct lockfs_backend *be, const char *name,
 		      struct lockfs_entry_stat *st)
 {
 	struct etcd_store *e = to_etcd(be);
-	char key[LOCKFS_STORE_KEY_MAX];
+	char key[LOCKFS_STORE_KEY_MAX], host_key[LOCKFS_STORE_KEY_MAX];
+	struct lockfs_etcd_compare proof;
 	int64_t lease;
-	int rc;
+	int rc, proved;
 
 	if (lockfs_etcdbe_session_lost_lease(e, place->session))
 		return -ESTALE;
@@ -479,8 +489,22 @@ static int etcd_claim(struct lockfs_backend *be, const char *name,
 		return -EEXIST;
 	contender_key(e, name, place->session, place->seq, key);
 	/* One txn: "ours, and the first" and the record.  Head-ness cannot be
-	 * lost once held: no key can be made ahead of an existing one. */
-	rc = grant_place(e, e->client, name, key, place->rank, lease, true, src, st);
+	 * lost once held: no key can be made ahead of an existing one.  The
+	 * key ahead just went on another host, not judged yet: the txn also
+	 * proves that a release; failing, ask, then wait or claim again. */
+	proved = lockfs_etcdbe_release_proof(e, name, host_key, &proof);
+	if (proved < 0)
+		return proved;
+	rc = grant_place(e, e->client, name, key, place->rank, lease, true,
+			 proved ? &proof : NULL, src, st);
+	if (rc == 0 && proved)
+		lockfs_etcdbe_proved(e, name, proof.number);
+	if (rc == -EEXIST && proved) {
+		lockfs_etcdbe_settle(e, name, NULL);
+		if (lockfs_etcdbe_release_proof(e, name, host_key, &proof) != 0)
+			return -EEXIST;  /* in lock-delay (or judged again) */
+		rc = grant_place(e, e->client, name, key, place->rank, lease, true, NULL, src, st);
+	}
 	if (rc == -ENOENT)
 		lockfs_etcdbe_owned_drop(e, key);  /* gone: the engine takes a new place */
 	return rc;
@@ -588,7 +612,7 @@ static int etcd_handoff(struct lockfs_backend *be, const char *name, uint64_t id
 	 * line and the release's report brings the engine back to claim. */
 	if (lockfs_boot_ms() - began > LOCKFS_ETCD_TIMEOUT_MS - SHORT_TIMEOUT_MS)
 		return 1;
-	rc = grant_place(e, e->client_short, name, key, place->rank, lease, false, src, st);
+	rc = grant_place(e, e->client_short, name, key, place->rank, lease, false, NULL, src, st);
 	/* Granted: the delete's echo is ours (else it brings the engine back). */
 	if (rc == 0)
 		note_own(e, name, key, deleted);
@@ -870,71 +894,6 @@ static int etcd_stat(struct lockfs_backend *be, const char *name,
 	return rc;
 }
 
-static int etcd_session_op(struct lockfs_backend *be, const char *host,
-			   struct lockfs_session *out)
-{
-	struct etcd_store *e = to_etcd(be);
-	int64_t lease;
-
-	if (!host || strcmp(host, e->base.host) == 0) {
-		lockfs_etcdbe_session_get(e, out);
-		return 0;
-	}
-	if (lockfs_etcdbe_mirror_host(&e->mirror, host, &lease) < 0)
-		return -ENOENT;
-	out->state = LOCKFS_SESSION_LIVE;
-	out->since_ms = 0;
-	out->id = lease;
-	return 0;
-}
-
-static int etcd_start(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
-{
-	struct etcd_store *e = to_etcd(be);
-	int64_t old;
-
-	if (!fn)
-		return -EINVAL;
-	pthread_mutex_lock(&e->report_mu);
-	if (e->change) {
-		pthread_mutex_unlock(&e->report_mu);
-		return -EINVAL;
-	}
-	e->change = fn;
-	e->change_arg = arg;
-	pthread_mutex_unlock(&e->report_mu);
-	/* The scan is over: an expired session's keys were shown to it
-	 * only (etcd_expired.c). */
-	if (e->n_expired) {
-		struct etcd_names changed = { 0 };
-
-		lockfs_etcdbe_drop_expired(e, &changed);
-		lockfs_etcdbe_report(e, &changed, false);
-	}
-	/* From now on only what this daemon needs is watched. */
-	lockfs_etcdbe_interest_start(e);
-	/* What the earlier daemon of this host left and the startup scan did
-	 * not adopt goes with its lease (its host key moved already, so this
-	 * starts no lock-delay elsewhere). */
-	pthread_mutex_lock(&e->session.mu);
-	old = e->session.predecessor;
-	e->session.predecessor = 0;
-	pthread_mutex_unlock(&e->session.mu);
-	if (old && e->adopt_failed) {
-		fprintf(stderr, "lockfs: etcd: some locks of the earlier daemon's session %016"
-			PRIx64 " could not be adopted (etcd did not answer): they end with that "
-			"session, in at most %" PRId64 " s\n", (uint64_t)old, e->ttl_s);
-	} else if (old) {
-		int rc = lockfs_etcd_lease_revoke(e->client, old);
-
-		if (rc && rc != -ENOENT)
-			fprintf(stderr, "lockfs: etcd: cannot revoke the earlier daemon's session "
-				"%016" PRIx64 " (%s): its locks end with it in at most %" PRId64
-				" s\n", (uint64_t)old, strerror(-rc), e->ttl_s);
-	}
-	return 0;
-}
-
 static void etcd_close(struct lockfs_backend *be)
 {
 	lockfs_etcdbe_close(to_etcd(be));
@@ -955,8 +914,8 @@ static const struct lockfs_backend_ops etcd_ops = {
 	.list_prefix = lockfs_etcdbe_list_prefix,
 	.line = lockfs_etcdbe_line,
 	.follow = lockfs_etcdbe_follow,
-	.session = etcd_session_op,
-	.start = etcd_start,
+	.session = lockfs_etcdbe_session_op,
+	.start = lockfs_etcdbe_start_op,
 	.close = etcd_close,
 };
 

@@ -134,6 +134,8 @@ struct etcd_names {
 				    (reported as CHANGE_OWN, unless ALL) */
 };
 void lockfs_etcdbe_names_free(struct etcd_names *ns);
+/* NAME to NS, once (NS NULL: nothing).  0; -ENOMEM (NS->all set). */
+int lockfs_etcdbe_names_add(struct etcd_names *ns, const char *name);
 
 /* Apply one PUT (KV) or DELETE (KEY at REV) with MIRROR_MU held.  A
  * DELETE of NAME's head key with DELAY_UNTIL_MS > 0 puts NAME in
@@ -196,7 +198,6 @@ void lockfs_etcdbe_mirror_forget_locked(struct etcd_mirror *m, const char *name)
  * is this daemon's?  MIRROR_MU held. */
 bool lockfs_etcdbe_mirror_wanted_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
 					bool (*ours)(void *arg, int64_t lease), void *arg);
-/* Put NAME in lock-delay until UNTIL_MS (it is kept till then). */
 /* The key just ahead of this daemon's first live key of NAME (OURS tells
  * this daemon's leases), into BUF: the only key a waiter here needs to
  * watch, as etcd's Mutex does.  Returns the revision from which NAME's
@@ -206,7 +207,18 @@ bool lockfs_etcdbe_mirror_wanted_locked(struct etcd_mirror *m, const char *name,
 int64_t lockfs_etcdbe_mirror_ahead_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
 					   bool (*ours)(void *arg, int64_t lease), void *arg,
 					   char *buf, size_t size);
+/* Does this daemon's first live key (OURS tells its leases) head NAME,
+ * out of lock-delay?  Keys ahead never come back and none can be made
+ * ahead, so once the mirror shows no key ahead, none is in etcd either.
+ * MIRROR_MU held. */
+bool lockfs_etcdbe_mirror_heads_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
+				       bool (*ours)(void *arg, int64_t lease), void *arg);
+/* Put NAME in lock-delay until UNTIL_MS (it is kept till then). */
 void lockfs_etcdbe_mirror_set_delay(struct etcd_mirror *m, const char *name, int64_t until_ms);
+void lockfs_etcdbe_mirror_set_delay_locked(struct etcd_mirror *m, const char *name,
+					   int64_t until_ms);
+/* Is NAME in lock-delay at NOW_MS?  MIRROR_MU held. */
+bool lockfs_etcdbe_mirror_delayed_locked(struct etcd_mirror *m, const char *name, int64_t now_ms);
 /* Each name the mirror holds, to CB (copied out first).  0, -ENOMEM. */
 int lockfs_etcdbe_mirror_each(struct etcd_mirror *m, lockfs_list_cb cb, void *arg);
 /* The host whose key is on LEASE, into BUF: 0; -ENOENT. */
@@ -480,6 +492,16 @@ struct etcd_expiry {
 };
 #define ETCD_EXPIRIES 32
 
+/* A head key of another lockfs host's live session deleted, not yet
+ * judged a release or that session's end (etcd_judge.c).  In use while
+ * LEASE is not 0. */
+struct etcd_unjudged {
+	char name[LOCKFS_STORE_KEY_MAX];
+	char host_key[LOCKFS_STORE_KEY_MAX];  /* that session's host key */
+	int64_t lease, rev, at_ms;
+};
+#define ETCD_UNJUDGED 8
+
 struct etcd_store {
 	struct lockfs_backend base;
 	struct lockfs_statedir sd;    /* backing=: log and pid lock (owned) */
@@ -509,6 +531,9 @@ struct etcd_store {
 	 * protected by mirror.mu. */
 	struct etcd_expiry expiries[ETCD_EXPIRIES];
 	size_t n_expiries;
+	/* Deletes whose judgment is put off (etcd_judge.c), protected by
+	 * mirror.mu. */
+	struct etcd_unjudged unjudged[ETCD_UNJUDGED];
 	uint64_t list_gen;            /* events applied (__atomic): a listing
 					 read before the last one may be stale */
 
@@ -545,6 +570,12 @@ int lockfs_etcdbe_open(const struct lockfs_backend_config *cfg, struct etcd_stor
 /* Stop reporting, let go of etcd (the lease stays, for the next daemon to
  * adopt its locks) and free E. */
 void lockfs_etcdbe_close(struct etcd_store *e);
+/* The backend's session and start ops (lockfs/backend.h), etcd_open.c:
+ * start ends the startup scan, drops an expired session's keys and
+ * revokes the earlier daemon's lease. */
+int lockfs_etcdbe_session_op(struct lockfs_backend *be, const char *host,
+			     struct lockfs_session *out);
+int lockfs_etcdbe_start_op(struct lockfs_backend *be, lockfs_change_fn fn, void *arg);
 
 /* ---- The watch and reporting (etcd_watch.c) ---- */
 
@@ -563,12 +594,6 @@ enum etcd_watch_of {
 	ETCD_WATCH_PREFIX,       /* the whole prefix's (open .. start) */
 };
 #define ETCD_JUDGED 64
-/* First, with no lock held (it may ask etcd): which of a message's
- * deletes of a head key went with their session (ENDED[i]: lock-delay),
- * and the host keys deleted (sessions that ended). */
-void lockfs_etcdbe_judge_events(struct etcd_store *e, enum etcd_watch_of of,
-				const struct lockfs_etcd_event *events, size_t n_events,
-				bool ended[ETCD_JUDGED]);
 void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, const char *name,
 				const struct lockfs_etcd_event *events, size_t n_events,
 				const bool ended[ETCD_JUDGED], int64_t next_rev,
@@ -576,6 +601,35 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, con
 /* Report CHANGED, then OWN (CHANGE_OWN), and free both.  No lock held. */
 void lockfs_etcdbe_report_both(struct etcd_store *e, struct etcd_names *changed,
 			       struct etcd_names *own);
+
+/* ---- Was a head key's delete its session's end? (etcd_judge.c) ---- */
+
+/* First, with no lock held: which of a message's deletes of a head key
+ * went with their session (ENDED[i]: lock-delay), and the host keys
+ * deleted (sessions that ended).  A name watch's delete on another
+ * lockfs host's live session is put off (ENDED[i] false): settled by
+ * lockfs_etcdbe_settle, or proved a release by a claim. */
+void lockfs_etcdbe_judge_events(struct etcd_store *e, enum etcd_watch_of of,
+				const struct lockfs_etcd_event *events, size_t n_events,
+				bool ended[ETCD_JUDGED]);
+/* Judge the deletes put off, of NAME (NULL: all): ask etcd, and put the
+ * names whose session had ended in lock-delay, and into DELAYED (may be
+ * NULL).  No lock held; it asks etcd. */
+void lockfs_etcdbe_settle(struct etcd_store *e, const char *name, struct etcd_names *delayed);
+/* The same, for the names whose delete no claim here will judge: those
+ * CLAIMS (no lock held) says no key of this daemon heads. */
+void lockfs_etcdbe_settle_unclaimed(struct etcd_store *e,
+				    bool (*claims)(struct etcd_store *e, const char *name),
+				    struct etcd_names *delayed);
+/* A claim of NAME proved the delete on LEASE a release: judged. */
+void lockfs_etcdbe_proved(struct etcd_store *e, const char *name, int64_t lease);
+/* What a claim of NAME must also compare: 0, nothing; 1, the host key of
+ * the session whose delete is not judged yet is still on its lease (so
+ * that delete was a release), into *PROOF (its key in HOST_KEY); -EEXIST,
+ * NAME is in lock-delay.  One look under mirror.mu. */
+int lockfs_etcdbe_release_proof(struct etcd_store *e, const char *name,
+				char host_key[LOCKFS_STORE_KEY_MAX],
+				struct lockfs_etcd_compare *proof);
 /* Did LEASE's session end (its host key deleted) at REV (0: any)?
  * *AT_MS: when this daemon saw it.  MIRROR_MU held. */
 bool lockfs_etcdbe_expiry_locked(struct etcd_store *e, int64_t lease, int64_t rev,

@@ -93,7 +93,7 @@ void lockfs_etcdbe_names_free(struct etcd_names *ns)
 }
 
 /* Add NAME to NS once.  -ENOMEM (then NS says "all"). */
-static int names_add(struct etcd_names *ns, const char *name)
+int lockfs_etcdbe_names_add(struct etcd_names *ns, const char *name)
 {
 	if (!ns)
 		return 0;
@@ -308,14 +308,14 @@ int lockfs_etcdbe_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_e
 	/* A life that a txn of ours saw ended (gone_rank): a late read or
 	 * event of it, never a contender again. */
 	if (kv->create_revision < n->gone_rank)
-		return names_add(changed, name);
+		return lockfs_etcdbe_names_add(changed, name);
 	k = find_key(n, kv->key);
 	if (k) {
 		/* Older than what the mirror has (a late event of our own
 		 * write, or of a deleted key's life): nothing to change, but
 		 * reported all the same. */
 		if (k->mod_rev >= kv->mod_revision)
-			return names_add(changed, name);
+			return lockfs_etcdbe_names_add(changed, name);
 		if (k->create_rev != kv->create_revision) {
 			/* The key was made anew: a new contender. */
 			k->create_rev = kv->create_revision;
@@ -362,7 +362,7 @@ int lockfs_etcdbe_mirror_put_locked(struct etcd_mirror *m, const struct lockfs_e
 			n->keys[j] = n->keys[j - 1];
 			n->keys[j - 1] = t;
 		}
-	return names_add(changed, name);
+	return lockfs_etcdbe_names_add(changed, name);
 }
 
 /* K of NAME was deleted at REV: it stays, dead, until the sweep (its rank
@@ -395,12 +395,12 @@ int lockfs_etcdbe_mirror_delete_locked(struct etcd_mirror *m, const char *key, i
 	/* Reported even when this daemon's own delete got here first: every
 	 * change of a name is reported, its own ones too. */
 	if (!(n = find_name(m, name, false)) || !(k = find_key(n, key)) || k->mod_rev >= rev)
-		return names_add(changed, name);
+		return lockfs_etcdbe_names_add(changed, name);
 	/* An expired session's head key: nobody gets NAME for a while. */
 	if (delay_until_ms && first_live(n) == k && n->delay_until_ms < delay_until_ms)
 		n->delay_until_ms = delay_until_ms;
 	key_gone(m, name, k, rev);
-	return names_add(changed, name);
+	return lockfs_etcdbe_names_add(changed, name);
 }
 
 void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *name,
@@ -733,7 +733,7 @@ int lockfs_etcdbe_mirror_list(struct etcd_mirror *m, int64_t now_ms, lockfs_list
 	for (size_t b = 0; b < MIRROR_BUCKETS && !rc; b++)
 		for (struct etcd_name *n = m->buckets[b]; n && !rc; n = n->next)
 			if (first_live(n) || n->delay_until_ms > now_ms)
-				rc = names_add(&held, n->name);
+				rc = lockfs_etcdbe_names_add(&held, n->name);
 	pthread_mutex_unlock(&m->mu);
 	for (size_t i = 0; !rc && i < held.n; i++)
 		if (cb(arg, held.v[i]))
@@ -767,7 +767,7 @@ void lockfs_etcdbe_mirror_delays_over(struct etcd_mirror *m, int64_t now_ms, str
 			next = n->next;
 			if (n->delay_until_ms && n->delay_until_ms <= now_ms) {
 				n->delay_until_ms = 0;
-				names_add(over, n->name);
+				lockfs_etcdbe_names_add(over, n->name);
 				maybe_drop_name(m, n, now_ms);
 			}
 		}
@@ -900,15 +900,36 @@ int64_t lockfs_etcdbe_mirror_ahead_locked(struct etcd_mirror *m, const char *nam
 	return 0;
 }
 
-void lockfs_etcdbe_mirror_set_delay(struct etcd_mirror *m, const char *name, int64_t until_ms)
+bool lockfs_etcdbe_mirror_heads_locked(struct etcd_mirror *m, const char *name, int64_t now_ms,
+				       bool (*ours)(void *arg, int64_t lease), void *arg)
 {
-	struct etcd_name *n;
+	struct etcd_name *n = find_name(m, name, false);
+	struct etcd_key *k = n ? first_live(n) : NULL;
 
-	pthread_mutex_lock(&m->mu);
-	n = find_name(m, name, true);
+	return k && n->delay_until_ms <= now_ms && ours(arg, k->lease);
+}
+
+void lockfs_etcdbe_mirror_set_delay_locked(struct etcd_mirror *m, const char *name,
+					   int64_t until_ms)
+{
+	struct etcd_name *n = find_name(m, name, true);
+
 	if (n && n->delay_until_ms < until_ms)
 		n->delay_until_ms = until_ms;
+}
+
+void lockfs_etcdbe_mirror_set_delay(struct etcd_mirror *m, const char *name, int64_t until_ms)
+{
+	pthread_mutex_lock(&m->mu);
+	lockfs_etcdbe_mirror_set_delay_locked(m, name, until_ms);
 	pthread_mutex_unlock(&m->mu);
+}
+
+bool lockfs_etcdbe_mirror_delayed_locked(struct etcd_mirror *m, const char *name, int64_t now_ms)
+{
+	struct etcd_name *n = find_name(m, name, false);
+
+	return n && n->delay_until_ms > now_ms;
 }
 
 int lockfs_etcdbe_mirror_each(struct etcd_mirror *m, lockfs_list_cb cb, void *arg)
@@ -919,7 +940,7 @@ int lockfs_etcdbe_mirror_each(struct etcd_mirror *m, lockfs_list_cb cb, void *ar
 	pthread_mutex_lock(&m->mu);
 	for (size_t b = 0; b < MIRROR_BUCKETS && !rc; b++)
 		for (struct etcd_name *n = m->buckets[b]; n && !rc; n = n->next)
-			rc = names_add(&all, n->name);
+			rc = lockfs_etcdbe_names_add(&all, n->name);
 	pthread_mutex_unlock(&m->mu);
 	for (size_t i = 0; !rc && i < all.n; i++)
 		if (cb(arg, all.v[i]))

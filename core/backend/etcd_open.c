@@ -2,10 +2,13 @@
  * Opening and closing the etcd store: its -o options, the TLS files, the
  * check that the prefix is no other lockfs namespace's, this host's host
  * key (docs/etcd.md "Hosts"), and the first lease, watch and session
- * thread.  etcd.c, the store's ops, calls it; it calls nothing of etcd.c.
+ * thread; and the ops of a store once open: start (the scan is over) and
+ * session.  etcd.c, the store's other ops, calls it; it calls nothing of
+ * etcd.c.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -509,4 +512,71 @@ fail:
 		lockfs_statedir_close(&e->sd);
 	etcd_free(e);
 	return rc < 0 ? rc : -EIO;
+}
+
+/* ---- The ops of a store open and serving ---- */
+
+int lockfs_etcdbe_session_op(struct lockfs_backend *be, const char *host,
+			      struct lockfs_session *out)
+{
+	struct etcd_store *e = (struct etcd_store *)be;
+	int64_t lease;
+
+	if (!host || strcmp(host, e->base.host) == 0) {
+		lockfs_etcdbe_session_get(e, out);
+		return 0;
+	}
+	if (lockfs_etcdbe_mirror_host(&e->mirror, host, &lease) < 0)
+		return -ENOENT;
+	out->state = LOCKFS_SESSION_LIVE;
+	out->since_ms = 0;
+	out->id = lease;
+	return 0;
+}
+
+int lockfs_etcdbe_start_op(struct lockfs_backend *be, lockfs_change_fn fn, void *arg)
+{
+	struct etcd_store *e = (struct etcd_store *)be;
+	int64_t old;
+
+	if (!fn)
+		return -EINVAL;
+	pthread_mutex_lock(&e->report_mu);
+	if (e->change) {
+		pthread_mutex_unlock(&e->report_mu);
+		return -EINVAL;
+	}
+	e->change = fn;
+	e->change_arg = arg;
+	pthread_mutex_unlock(&e->report_mu);
+	/* The scan is over: an expired session's keys were shown to it
+	 * only (etcd_expired.c). */
+	if (e->n_expired) {
+		struct etcd_names changed = { 0 };
+
+		lockfs_etcdbe_drop_expired(e, &changed);
+		lockfs_etcdbe_report(e, &changed, false);
+	}
+	/* From now on only what this daemon needs is watched. */
+	lockfs_etcdbe_interest_start(e);
+	/* What the earlier daemon of this host left and the startup scan did
+	 * not adopt goes with its lease (its host key moved already, so this
+	 * starts no lock-delay elsewhere). */
+	pthread_mutex_lock(&e->session.mu);
+	old = e->session.predecessor;
+	e->session.predecessor = 0;
+	pthread_mutex_unlock(&e->session.mu);
+	if (old && e->adopt_failed) {
+		fprintf(stderr, "lockfs: etcd: some locks of the earlier daemon's session %016"
+			PRIx64 " could not be adopted (etcd did not answer): they end with that "
+			"session, in at most %" PRId64 " s\n", (uint64_t)old, e->ttl_s);
+	} else if (old) {
+		int rc = lockfs_etcd_lease_revoke(e->client, old);
+
+		if (rc && rc != -ENOENT)
+			fprintf(stderr, "lockfs: etcd: cannot revoke the earlier daemon's session "
+				"%016" PRIx64 " (%s): its locks end with it in at most %" PRId64
+				" s\n", (uint64_t)old, strerror(-rc), e->ttl_s);
+	}
+	return 0;
 }

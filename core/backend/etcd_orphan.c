@@ -323,6 +323,8 @@ void lockfs_etcdbe_tick(struct etcd_store *e)
 	memset(&o->recheck, 0, sizeof(o->recheck));
 	pthread_mutex_unlock(&o->mu);
 	sweep_orphans(e, &changed);
+	/* Deletes put off whose claim never came (etcd_judge.c). */
+	lockfs_etcdbe_settle(e, NULL, &changed);
 	if (changed.n || changed.all)
 		lockfs_etcdbe_report(e, &changed, false);
 	else

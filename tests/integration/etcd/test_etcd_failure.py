@@ -69,6 +69,32 @@ def test_killed_daemon_frees_its_lock_only_after_ttl_and_lock_delay(etcd1, etcd_
 
 
 @pytest.mark.slow
+def test_a_waiter_on_another_host_waits_out_lock_delay_after_the_holders_daemon_dies(
+        etcd1, etcd_mounts, procs):
+    # The waiter here is told of the holder's key going by its name's watch,
+    # before or after the host-key watch tells of the session's end: either
+    # way its claim is not granted until lock_delay is over (a claim that
+    # comes first proves a release or fails, and then etcd is asked).
+    hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY)
+    h1, h2 = hosts
+    holder, waiter = procs.agent(), procs.agent()
+    assert holder.mkdir(h1.path('x')) == 0
+    fd = waiter.open(h2.path('.flock', 'x'))
+    rid = waiter.flock_start(fd, fcntl.LOCK_EX)
+    wait_until(lambda: len(hosts.lock_keys('x')) == 2, timeout=10, what="h2's waiter in line")
+
+    asked, left = lease_left(hosts, 'h1')
+    h1.kill9()
+    ans = waiter.wait(rid, timeout=TTL + LOCK_DELAY + 15)
+    granted = time.monotonic()
+    assert ans.get('errno', 0) == 0, ans
+    assert granted >= asked + left + LOCK_DELAY, \
+        f"h2's waiter got x {granted - asked:.2f} s after h1's lease had {left} s left: " \
+        f'before the lease and lock_delay ({LOCK_DELAY} s) were over'
+    assert waiter.flock(fd, fcntl.LOCK_UN) == 0
+
+
+@pytest.mark.slow
 def test_frozen_daemon_loses_its_lock_and_the_holder_gets_estale(etcd1, etcd_mounts, procs):
     hosts = etcd_mounts(etcd1, hosts=('h1', 'h2'), ttl=TTL, lock_delay=LOCK_DELAY)
     h1, h2 = hosts
