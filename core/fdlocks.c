@@ -170,7 +170,6 @@ int lockfs_core_fd_lock_as(struct lockfs_core *core, const struct lockfs_fd_aske
 			   const struct lockfs_fd_request *rq, struct lockfs_wait *w)
 {
 	struct qentry *e;
-	size_t n = 0;
 	int rc = lockfs_name_check_stored(rq->name);
 
 	if (rc < 0)
@@ -182,12 +181,7 @@ int lockfs_core_fd_lock_as(struct lockfs_core *core, const struct lockfs_fd_aske
 	e->next = e->prev = NULL;
 	e->who.has_pidfd = false; /* the template keeps its own */
 	e->slug = a->e.slug ? strdup(a->e.slug) : NULL;
-	e->cmdline = NULL;
-	while (a->e.cmdline && a->e.cmdline[n])
-		n++;
-	if (a->e.cmdline && (e->cmdline = calloc(n + 1, sizeof(char *))))
-		for (size_t i = 0; i < n; i++)
-			e->cmdline[i] = strdup(a->e.cmdline[i]);
+	e->cmdline = a->e.cmdline ? lockfs_argv_dup(a->e.cmdline) : NULL;
 	snprintf(e->owner, sizeof(e->owner), "%s", rq->owner);
 	e->via_file = rq->via_file;
 	e->mode = rq->mode;

@@ -20,11 +20,16 @@
 #include "store.h"
 #include "table.h"
 
-/* The record of a new fd holder E of NAME (E's cmdline goes into it). */
+/* The record of a new fd holder E of NAME (a copy of E's cmdline goes
+ * into it: a store may ask for the record again, at the claim, and a
+ * hand-off should do no /proc read). */
 int lockfs_grant_fd_record(struct lockfs_table *t, const char *name, struct qentry *e,
 			   struct lockfs_record *rec)
 {
-	int rc = lockfs_caller_record(t, name, &e->who, NULL, rec, &e->cmdline);
+	char **cmdline = e->cmdline ? lockfs_argv_dup(e->cmdline) : NULL;
+	int rc = lockfs_caller_record(t, name, &e->who, NULL, rec, &cmdline);
+
+	lockfs_argv_free(cmdline);  /* (taken unless the record failed) */
 
 	if (rc < 0)
 		return rc;

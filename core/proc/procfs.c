@@ -619,6 +619,26 @@ void lockfs_argv_free(char **argv)
 	free(argv);
 }
 
+char **lockfs_argv_dup(char *const *argv)
+{
+	size_t n = 0;
+	char **out;
+
+	while (argv && argv[n])
+		n++;
+	out = calloc(n + 1, sizeof(*out));
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		out[i] = strdup(argv[i]);
+		if (!out[i]) {
+			lockfs_argv_free(out);
+			return NULL;
+		}
+	}
+	return out;
+}
+
 int lockfs_procfs_cmdline(pid_t pid, size_t max_bytes, char ***argv)
 {
 	char path[64];

@@ -26,27 +26,6 @@ struct lockfs_requesters {
 	struct slot slots[SLOTS]; /* protected by mu */
 };
 
-/* A copy of ARGV (NULL-terminated), or NULL when out of memory. */
-static char **argv_dup(char *const *argv)
-{
-	size_t n = 0;
-	char **out;
-
-	while (argv && argv[n])
-		n++;
-	out = calloc(n + 1, sizeof(*out));
-	if (!out)
-		return NULL;
-	for (size_t i = 0; i < n; i++) {
-		out[i] = strdup(argv[i]);
-		if (!out[i]) {
-			lockfs_argv_free(out);
-			return NULL;
-		}
-	}
-	return out;
-}
-
 static void slot_clear(struct slot *s)
 {
 	lockfs_argv_free(s->facts.cmdline);
@@ -116,7 +95,7 @@ int lockfs_requesters_get(struct lockfs_requesters *r, pid_t pid, unsigned long 
 	pthread_mutex_lock(&r->mu);
 	if (pid > 0 && s->pid == pid && s->start == start && s->ready) {
 		*out = s->facts;
-		out->cmdline = argv_dup(s->facts.cmdline);
+		out->cmdline = lockfs_argv_dup(s->facts.cmdline);
 		rc = out->cmdline ? 0 : -ENOMEM;
 	}
 	pthread_mutex_unlock(&r->mu);
@@ -132,7 +111,7 @@ int lockfs_requesters_current(struct lockfs_requesters *r, pid_t pid,
 	pthread_mutex_lock(&r->mu);
 	if (pid > 0 && s->pid == pid && s->ready && s->facts.start) {
 		*out = s->facts;
-		out->cmdline = argv_dup(s->facts.cmdline);
+		out->cmdline = lockfs_argv_dup(s->facts.cmdline);
 		rc = out->cmdline ? 0 : -ENOMEM;
 	}
 	pthread_mutex_unlock(&r->mu);
@@ -170,7 +149,7 @@ bool lockfs_requesters_put(struct lockfs_requesters *r, pid_t pid, uint64_t tick
 			   const struct lockfs_requester *facts)
 {
 	struct slot *s = &r->slots[(size_t)pid % SLOTS];
-	char **argv = argv_dup(facts->cmdline);
+	char **argv = lockfs_argv_dup(facts->cmdline);
 	bool kept = false;
 
 	if (!argv)

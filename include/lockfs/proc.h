@@ -179,6 +179,9 @@ int lockfs_container_of_cgroup_under(const char *text, const char *own, char *ou
 int lockfs_procfs_cmdline(pid_t pid, size_t max_bytes, char ***argv)
 	__attribute__((warn_unused_result));
 void lockfs_argv_free(char **argv);
+/* A copy of ARGV (NULL-terminated; NULL: an empty one), or NULL when out
+ * of memory. */
+char **lockfs_argv_dup(char *const *argv);
 
 /*
  * Look up VAR in the environment PID was exec'd with (/proc/PID/environ).
