@@ -299,7 +299,8 @@ static int etcd_acquire(struct lockfs_backend *be, const char *name,
 		return rc;
 	/* A release or a session's end just before: judged now (a grant
 	 * here carries no proof). */
-	lockfs_etcdbe_settle(e, name, NULL);
+	if (lockfs_etcdbe_unjudged(e))
+		lockfs_etcdbe_settle(e, name, NULL);
 	rc = need_live(e, &lease);
 	if (rc)
 		return rc;
@@ -853,6 +854,11 @@ static int shown_head(struct etcd_store *e, const char *name, bool want_value,
 	 * answers as it can: reads never fail for want of etcd. */
 	int rc = lockfs_etcdbe_look(e, name, true);
 
+	/* Exact: a delete not judged yet is judged now (one read), unless a
+	 * waiter here heads NAME -- its claim judges it, and this may be the
+	 * engine's own look on the way to that claim. */
+	if (rc == 0 && lockfs_etcdbe_unjudged(e) && !lockfs_etcdbe_heads_here(e, name))
+		lockfs_etcdbe_settle(e, name, NULL);
 	if (rc == 0 || rc == -EIO)
 		rc = lockfs_etcdbe_mirror_head(&e->mirror, name, want_value, now_ms(), h);
 	if (rc)

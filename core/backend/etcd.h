@@ -534,6 +534,8 @@ struct etcd_store {
 	/* Deletes whose judgment is put off (etcd_judge.c), protected by
 	 * mirror.mu. */
 	struct etcd_unjudged unjudged[ETCD_UNJUDGED];
+	unsigned n_unjudged;          /* in use (written under mirror.mu,
+					 read without it: __atomic) */
 	uint64_t list_gen;            /* events applied (__atomic): a listing
 					 read before the last one may be stale */
 
@@ -612,6 +614,8 @@ void lockfs_etcdbe_report_both(struct etcd_store *e, struct etcd_names *changed,
 void lockfs_etcdbe_judge_events(struct etcd_store *e, enum etcd_watch_of of,
 				const struct lockfs_etcd_event *events, size_t n_events,
 				bool ended[ETCD_JUDGED]);
+/* Is any delete's judgment put off?  (No lock: a hint.) */
+bool lockfs_etcdbe_unjudged(struct etcd_store *e);
 /* Judge the deletes put off, of NAME (NULL: all): ask etcd, and put the
  * names whose session had ended in lock-delay, and into DELAYED (may be
  * NULL).  No lock held; it asks etcd. */
@@ -635,6 +639,12 @@ int lockfs_etcdbe_release_proof(struct etcd_store *e, const char *name,
 bool lockfs_etcdbe_expiry_locked(struct etcd_store *e, int64_t lease, int64_t rev,
 				 int64_t *at_ms);
 
+/* Does this daemon's key head NAME now, as far as the mirror shows (no
+ * lock held)?  When the key ahead of a waiter here went and no other key
+ * was ahead, the waiter is first: its claim need not wait for NAME to be
+ * read again (a key the mirror missed ahead makes the claim's compare
+ * fail, and the read that follows finds it). */
+bool lockfs_etcdbe_heads_here(struct etcd_store *e, const char *name);
 /* The watch set and the host keys' watch, from FROM (open), with the
  * mirror holding the whole prefix for the startup scan.  0 or -errno. */
 int lockfs_etcdbe_interest_open(struct etcd_store *e, int64_t from);

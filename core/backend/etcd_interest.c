@@ -124,12 +124,7 @@ static int64_t narrow_from_locked(struct etcd_store *e, const struct etcd_intere
 	return from;
 }
 
-/* Does this daemon's key head NAME now, as far as the mirror shows?  The
- * key ahead of a waiter here just went: when no other key was ahead, the
- * waiter is first, and its claim need not wait for NAME to be read again
- * (a key the mirror missed ahead makes that claim's compare fail, and the
- * read that follows finds it). */
-static bool heads_now(struct etcd_store *e, const char *name)
+bool lockfs_etcdbe_heads_here(struct etcd_store *e, const char *name)
 {
 	struct our_leases ours;
 	bool heads;
@@ -531,7 +526,7 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 			}
 		}
 		pthread_mutex_unlock(&in->mu);
-		if (ahead_gone && heads_now(e, ahead_gone)) {
+		if (ahead_gone && lockfs_etcdbe_heads_here(e, ahead_gone)) {
 			/* The hand-off: told first, so the claim (whose
 			 * compare is the proof) runs beside the read. */
 			lockfs_etcdbe_report_both(e, &changed, &own);
@@ -545,7 +540,7 @@ static void on_wset(void *arg, const struct lockfs_etcd_wset_msg *msg)
 		/* After the report; a waiter's claim here judges its own. */
 		changed = (struct etcd_names){ 0 };
 		own = (struct etcd_names){ .own = true };
-		lockfs_etcdbe_settle_unclaimed(e, heads_now, &changed);
+		lockfs_etcdbe_settle_unclaimed(e, lockfs_etcdbe_heads_here, &changed);
 		lockfs_etcdbe_report_both(e, &changed, &own);
 		return;
 	}

@@ -14,10 +14,9 @@
  * that lives after the delete did not end with it, so the delete was a
  * release.  A claim that succeeds so settles it; one whose compare fails
  * asks, then claims again or waits out the delay.  For a name no waiter
- * here claims, the watch's thread asks right after its report; a try-lock
- * asks first if it comes before, and the session's tick settles what a
- * claim that never came left.  Until then, stat and `owner` show the name
- * as the delete left it (free, or the next key's), not in lock-delay.
+ * here claims, the watch's thread asks right after its report; a try-lock,
+ * a stat or a read of the name asks first if it comes before, and the
+ * session's tick settles what a claim that never came left.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -116,6 +115,7 @@ static bool put_off(struct etcd_store *e, const char *name, int64_t lease, int64
 		n = snprintf(u->host_key, sizeof(u->host_key), "%s.hosts/%s", e->prefix, host);
 		if (n > 0 && (size_t)n < sizeof(u->host_key)) {
 			strcpy(u->name, name);
+			__atomic_add_fetch(&e->n_unjudged, 1, __ATOMIC_RELEASE);
 			u->lease = lease;
 			u->rev = rev;
 			u->at_ms = lockfs_wall_ms();
@@ -187,6 +187,18 @@ void lockfs_etcdbe_judge_events(struct etcd_store *e, enum etcd_watch_of of,
 	}
 }
 
+/* X judged.  MIRROR_MU held. */
+static void forget_locked(struct etcd_store *e, struct etcd_unjudged *x)
+{
+	x->lease = 0;
+	__atomic_sub_fetch(&e->n_unjudged, 1, __ATOMIC_RELEASE);
+}
+
+bool lockfs_etcdbe_unjudged(struct etcd_store *e)
+{
+	return __atomic_load_n(&e->n_unjudged, __ATOMIC_ACQUIRE) != 0;
+}
+
 void lockfs_etcdbe_settle(struct etcd_store *e, const char *name, struct etcd_names *delayed)
 {
 	/* Bounded: each round settles one delete, and only the watch's
@@ -215,7 +227,7 @@ void lockfs_etcdbe_settle(struct etcd_store *e, const char *name, struct etcd_na
 			struct etcd_unjudged *x = &e->unjudged[i];
 
 			if (x->lease == u.lease && x->rev == u.rev && strcmp(x->name, u.name) == 0)
-				x->lease = 0;
+				forget_locked(e, x);
 		}
 		pthread_mutex_unlock(&e->mirror.mu);
 		if (ended)
@@ -247,7 +259,7 @@ void lockfs_etcdbe_proved(struct etcd_store *e, const char *name, int64_t lease)
 		struct etcd_unjudged *x = &e->unjudged[i];
 
 		if (x->lease == lease && strcmp(x->name, name) == 0)
-			x->lease = 0;
+			forget_locked(e, x);
 	}
 	pthread_mutex_unlock(&e->mirror.mu);
 }
