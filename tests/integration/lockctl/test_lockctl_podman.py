@@ -65,12 +65,15 @@ def test_podman_a_killed_lockctl_leaves_the_lock_with_cmd(service, podman):
     static_lockctl_or_skip()
     service.start()
     in_c = start_container(service, podman)
-    r = in_c('lockctl', 'run', 'job', '--', 'sh', '-c',
-             'while [ ! -e /go ]; do sleep 0.05; done', detach=True)
+    cmd = ['sh', '-c', 'while [ ! -e /go ]; do sleep 0.05; done']
+    r = in_c('lockctl', 'run', 'job', '--', *cmd, detach=True)
     assert r['rc'] == 0, r['err']
     wait_until(lambda: held(service, 'job'), 10, what='the lock of lockctl run')
     lockctl = pid_of_cmdline(['lockctl', 'run', 'job'])
     assert lockctl, 'lockctl run is not found'
+    # lockctl takes the lock before it starts CMD: killed in between, it
+    # leaves no CMD to hold the lock (and the lock rightly goes).
+    wait_until(lambda: pid_of_cmdline(cmd), 10, what='CMD to run')
     os.kill(lockctl, signal.SIGKILL)
     wait_until(lambda: not os.path.exists(f'/proc/{lockctl}'), 10, what='lockctl to die')
     deadline = time.monotonic() + 1.0
