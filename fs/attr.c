@@ -134,6 +134,14 @@ int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_M
 	return rc;
 }
 
+int lockfs_attr_walk_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
+			       struct lockfs_lock_stat *ls)
+{
+	int rc = lockfs_attr_lock_name(fs, ino, name, ls);
+
+	return rc == -ENOENT && ino_is_lock(ino) ? -ESTALE : rc;
+}
+
 /*
  * What REQ's caller reads in FILE of LOCK now: the text an open for reading
  * takes, and so the size stat shows.  sendfile(2), splice(2) and

@@ -28,6 +28,18 @@ void lockfs_attr_lock(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
 int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
 			  struct lockfs_lock_stat *ls);
 /*
+ * lockfs_attr_lock_name for a request the kernel makes on its way along a
+ * path -- a lookup in INO, or the getattr, setattr, open or opendir of
+ * the node a walk just found -- where a node whose lock was released or
+ * changed hands since is ESTALE, not ENOENT: the VFS then walks the whole
+ * path once more with fresh lookups.  A walk that met a hand-off between
+ * looking up NAME and NAME/owner would otherwise show a held lock as free.
+ * A walk that starts at such a directory (a cwd, a dir fd) meets it again,
+ * and its caller hears ESTALE: the directory is gone.
+ */
+int lockfs_attr_walk_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
+			       struct lockfs_lock_stat *ls);
+/*
  * What REQ's caller reads in FILE of LOCK now: the text an open for reading
  * takes, and so the size stat shows.  *DATA is malloc'd (NULL for nothing).
  * 0 or -errno.

@@ -129,7 +129,7 @@ static void lfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return lockfs_flock_lookup(req, fs, name);
 	if (!ino_is_lock(parent) || ino_file(parent) != LF_DIR)
 		return (void)fuse_reply_err(req, ENOTDIR);
-	rc = lockfs_attr_lock_name(fs, parent, lock, &ls);
+	rc = lockfs_attr_walk_lock_name(fs, parent, lock, &ls);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	for (int f = LF_DIR + 1; f < LF_COUNT; f++)
@@ -185,7 +185,7 @@ static int attr_of(fuse_req_t req, fuse_ino_t ino, struct stat *st)
 			lockfs_attr_flock_file(fs, ino, st);
 		return rc;
 	}
-	rc = lockfs_attr_lock_name(fs, ino, lock, &ls);
+	rc = lockfs_attr_walk_lock_name(fs, ino, lock, &ls);
 	if (rc == 0) {
 		lockfs_attr_lock(fs, ino_id(ino), ino_file(ino), &ls, st);
 		lockfs_attr_content_size(fs, req, lock, ino_file(ino), &ls, st);
@@ -232,7 +232,7 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	if (!ino_is_lock(ino))
 		return (void)fuse_reply_err(req, EPERM);
 	lockfs_fs_caller(req, &caller);
-	rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
+	rc = lockfs_attr_walk_lock_name(fs, ino, lock, NULL);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	if (file == LF_DIR && to_set && !(to_set & ~TIME_BITS) &&
@@ -389,7 +389,7 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		goto out;
 	}
-	rc = lockfs_attr_lock_name(fs, ino, lock, &ls);
+	rc = lockfs_attr_walk_lock_name(fs, ino, lock, &ls);
 	if (rc < 0)
 		goto out;
 	switch (ino_file(ino)) {
@@ -720,7 +720,7 @@ static void lfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	} else if (ino == INO_FLOCK_SLOTS_DIR) {
 		d->count = 0; /* its files exist while open, and are not listed */
 	} else if (ino_is_lock(ino) && ino_file(ino) == LF_DIR) {
-		rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
+		rc = lockfs_attr_walk_lock_name(fs, ino, lock, NULL);
 		d->slotted = rc == 0 && lock[0] == '/';
 	} else {
 		rc = -ENOTDIR;

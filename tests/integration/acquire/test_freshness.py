@@ -1,9 +1,21 @@
 """Point 9: no stale views (no positive or negative caching)."""
 
+import collections
+import errno
+import json
 import os
 import shutil
+import subprocess
 
 import pytest
+
+from lockfs_helpers import PYTHON, errno_of, read_owner, wait_until
+
+
+def fence_of(mnt, name):
+    """NAME's fence now (each grant, a hand-off too, has a larger one)."""
+    with open(mnt.path(name, 'fence'), 'rb') as f:
+        return int(f.read())
 
 
 def test_release_then_immediate_mkdir_by_other_process(mnt, procs):
@@ -74,3 +86,81 @@ def test_reacquired_lock_shows_new_owner_at_once(mnt, procs):
     finally:
         os.close(fd)
     assert b.rmdir(mnt.path('x')) == 0
+
+
+# Two processes that hand NAME to each other through M/.flock/NAME: each
+# lets go only while the other waits in line, so the lock passes straight
+# from one to the other and NAME is held at every instant.
+HANDOFF_SRC = r'''
+import fcntl, os, sys
+mnt, name = sys.argv[1], sys.argv[2]
+fd = os.open(os.path.join(mnt, '.flock', name), os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(1, b'held\n')
+waiters = os.path.join(mnt, name, 'waiters')
+for _ in range(200000):
+    with open(waiters, 'rb') as f:
+        if not f.read():
+            continue  # the other is not in line yet
+    fcntl.flock(fd, fcntl.LOCK_UN)  # a hand-off: the waiter holds it now
+    fcntl.flock(fd, fcntl.LOCK_EX)
+'''
+
+
+def test_a_lock_handed_on_is_never_seen_free_on_the_way_to_its_files(mnt):
+    """`cat M/NAME/owner` and `stat M/NAME` of a lock that is held at every
+    instant never answer ENOENT, even when the lock changes hands between the
+    kernel's lookup of NAME and its lookup (or open) of NAME/owner: the old
+    directory is stale, and the kernel walks the path again."""
+    procs = [subprocess.Popen([PYTHON, '-c', HANDOFF_SRC, mnt.mnt, 'h'], stdout=subprocess.PIPE)
+             for _ in range(2)]
+    try:
+        # Both have held it: from here on one holds, the other waits in
+        # line, and NAME is never free.
+        assert [p.stdout.readline() for p in procs] == [b'held\n'] * 2
+        wait_until(lambda: fence_of(mnt, 'h') > 0, what='hand-offs under way')
+        fence0 = fence_of(mnt, 'h')
+        answers = collections.Counter()
+        for i in range(4000):
+            try:
+                if i % 2:
+                    os.stat(mnt.path('h'))
+                else:
+                    with open(mnt.path('h', 'owner'), 'rb') as f:
+                        assert json.loads(f.read())['holder']['pid'] in (p.pid for p in procs)
+                answers['ok'] += 1
+            except OSError as e:
+                answers[errno.errorcode[e.errno]] += 1
+        handoffs = fence_of(mnt, 'h') - fence0
+        assert all(p.poll() is None for p in procs), 'a hand-off process ended'
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert handoffs >= 100, f'only {handoffs} hand-offs during the reads'
+    # Seen free: the lie this test is about.
+    assert answers['ENOENT'] == 0, f'{dict(answers)} in {handoffs} hand-offs'
+    # ESTALE only when the lock changed hands twice within one walk (the
+    # kernel walks again once): rare.
+    assert answers['ok'] >= 3960, f'{dict(answers)} in {handoffs} hand-offs'
+
+
+def test_a_walk_from_a_lock_directory_that_changed_hands_hears_estale(mnt, procs):
+    """A cwd or dir fd inside M/NAME outlives the lock: once NAME is let go
+    (here an fd lock's close) and taken again, what is looked up from there
+    is ESTALE, the directory is gone; the same path from the mount shows
+    the new holder.  (After an `rmdir` through the mount the kernel itself
+    says ENOENT: it marks the directory removed.)"""
+    a, b = procs.agent(), procs.agent()
+    fa = a.take(mnt.path('.flock', 'x'))
+    fd = os.open(mnt.path('x'), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert os.stat('owner', dir_fd=fd)
+        a.close(fa)
+        assert errno_of(os.stat, 'owner', dir_fd=fd) == errno.ESTALE
+        b.take(mnt.path('.flock', 'x'))
+        assert errno_of(os.open, 'owner', os.O_RDONLY, dir_fd=fd) == errno.ESTALE
+        assert errno_of(os.stat, 'owner', dir_fd=fd) == errno.ESTALE
+        assert read_owner(mnt.mnt, 'x')['holder']['pid'] == b.pid
+    finally:
+        os.close(fd)
