@@ -731,6 +731,8 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 	if (lockfs_etcdbe_session_lost_lease(e, h.lease))
 		return -ESTALE;
 	cmp.number = h.create_rev;
+	/* Its echo may come before the answer (etcd_watch.c). */
+	lockfs_etcdbe_owned_deleting(e, h.key, true);
 	/* Guarded by create_revision, harmless to send again: tried in short
 	 * calls until the op's bound, riding out a leader election; EIO means
 	 * etcd stayed unavailable for the whole bound (docs/etcd.md). */
@@ -749,8 +751,10 @@ static int etcd_release(struct lockfs_backend *be, const char *name, uint64_t id
 			nanosleep(&(struct timespec){ .tv_nsec = RELEASE_RETRY_GAP_MS * 1000000L },
 				  NULL);
 	}
-	if (rc)
+	if (rc) {
+		lockfs_etcdbe_owned_deleting(e, h.key, false);
 		return store_error(e, rc);
+	}
 	lockfs_etcdbe_say_reachable(e);
 	/* The key gone: removed by a first copy of this delete, by the
 	 * session's end, or behind our back (docs/etcd.md, "Failures"). */

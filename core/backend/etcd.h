@@ -172,6 +172,8 @@ int lockfs_etcdbe_mirror_load(struct etcd_mirror *m, const struct lockfs_etcd_kv
  */
 void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name,
 					  const char *key, int64_t rev);
+/* Is KEY alone in NAME's line (no other live key)?  MIRROR_MU held. */
+bool lockfs_etcdbe_mirror_alone_locked(struct etcd_mirror *m, const char *name, const char *key);
 /* The lease of KEY (a contender key, or a host key) as the mirror has it
  * while KEY lives, into *LEASE: 0; -ENOENT (not there, or deleted).  With
  * MIRROR_MU held.  What a DELETE event without prev_kv deleted. */
@@ -378,7 +380,7 @@ int lockfs_etcdbe_line(struct lockfs_backend *be, const char *name, lockfs_line_
 bool lockfs_etcdbe_own_key_seq(const char *prefix, const char *name, const char *key,
 			       int64_t lease, uint64_t *seq);
 
-/* ---- Keys the engine has, and orphans (etcd_orphan.c) ---- */
+/* ---- Keys the engine has (etcd_owned.c), and orphans (etcd_orphan.c) ---- */
 
 #define ETCD_OWNED_BUCKETS 256
 #define ETCD_SUSPECTS_MAX 64     /* orphans looked at per tick, at most */
@@ -386,6 +388,7 @@ bool lockfs_etcdbe_own_key_seq(const char *prefix, const char *name, const char 
 struct etcd_owned_key {
 	struct etcd_owned_key *next;
 	bool granted;            /* an op of ours returned it to the engine as a grant */
+	bool deleting;           /* its release's delete is on its way */
 	char key[];
 };
 
@@ -419,6 +422,18 @@ void lockfs_etcdbe_owned_drop(struct etcd_store *e, const char *key);
 /* KEY (owned) was returned to the engine as a grant; was it? */
 void lockfs_etcdbe_owned_granted(struct etcd_store *e, const char *key);
 bool lockfs_etcdbe_owned_is_granted(struct etcd_store *e, const char *key);
+/* KEY's release is about to send its delete (ON), or it failed (off). */
+void lockfs_etcdbe_owned_deleting(struct etcd_store *e, const char *key, bool on);
+/*
+ * May an event of KEY be the echo of a write of this daemon's whose answer
+ * is not in yet?  A PUT of an owned key: every write of an owned key is
+ * ours (owned from before it is sent).  A DELETE only while its release is
+ * on its way: any other delete of an owned key is news (removed behind
+ * its holder, its session's end).
+ */
+bool lockfs_etcdbe_owned_echo(struct etcd_store *e, const char *key, bool deleted);
+/* Is KEY owned (or is any add unsure)?  With O->mu held. */
+bool lockfs_etcdbe_owned_has_locked(struct etcd_owned *o, const char *key);
 /* A claim of NAME's place had an unknown outcome: report NAME changed at
  * the next tick, so the engine claims again or leaves. */
 void lockfs_etcdbe_recheck_later(struct etcd_store *e, const char *name);

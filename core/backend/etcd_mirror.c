@@ -421,15 +421,26 @@ void lockfs_etcdbe_mirror_gone_before_locked(struct etcd_mirror *m, const char *
 	}
 }
 
-void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name,
-					  const char *key, int64_t rev)
+bool lockfs_etcdbe_mirror_alone_locked(struct etcd_mirror *m, const char *name, const char *key)
 {
 	struct etcd_name *n = find_name(m, name, false);
 
 	for (size_t i = 0; n && i < n->n; i++)
 		if (!n->keys[i].dead && strcmp(n->keys[i].key, key) != 0)
-			return;  /* someone else is in NAME's line */
-	if ((n && rev < n->next_rev) || m->n_own_revs == MIRROR_OWN_REVS)
+			return false;
+	return true;
+}
+
+void lockfs_etcdbe_mirror_note_own_locked(struct etcd_mirror *m, const char *name,
+					  const char *key, int64_t rev)
+{
+	struct etcd_name *n = find_name(m, name, false);
+
+	if (!lockfs_etcdbe_mirror_alone_locked(m, name, key))
+		return;  /* someone else is in NAME's line */
+	/* Delivered already (NAME gone from the mirror: its last key's
+	 * delete came and was swept), or not to be remembered. */
+	if (!n || rev < n->next_rev || m->n_own_revs == MIRROR_OWN_REVS)
 		return;
 	m->own_ms[m->n_own_revs] = lockfs_wall_ms();
 	m->own_revs[m->n_own_revs++] = rev;

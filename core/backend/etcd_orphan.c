@@ -1,7 +1,7 @@
 /*
  * Keys of this daemon's session that nobody here holds or waits with
- * (orphans), and claims whose outcome was unknown (etcd.h: struct
- * etcd_owned).  See docs/etcd.md, "Orphans".
+ * (orphans: not in the owned set, etcd_owned.c), and claims whose outcome
+ * was unknown (etcd.h: struct etcd_owned).  See docs/etcd.md, "Orphans".
  *
  * Why: a key of ours at the head of a name holds that name for every host
  * (etcdctl lock, concurrency.Mutex, other lockfs daemons) until it is
@@ -32,15 +32,6 @@
 #include "base/clock.h"
 #include "etcd.h"
 
-static size_t bucket_of(const char *key)
-{
-	uint64_t h = 1469598103934665603u;
-
-	for (; *key; key++)
-		h = (h ^ (unsigned char)*key) * 1099511628211u;
-	return h % ETCD_OWNED_BUCKETS;
-}
-
 void lockfs_etcdbe_owned_init(struct etcd_owned *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -70,90 +61,6 @@ void lockfs_etcdbe_owned_destroy(struct etcd_owned *o)
 	lockfs_etcdbe_names_free(&o->recheck);
 	pthread_mutex_destroy(&o->mu);
 	o->ready = false;
-}
-
-void lockfs_etcdbe_owned_add(struct etcd_store *e, const char *key)
-{
-	struct etcd_owned *o = &e->owned;
-	size_t b = bucket_of(key), len = strlen(key);
-	struct etcd_owned_key *k;
-
-	pthread_mutex_lock(&o->mu);
-	for (k = o->buckets[b]; k; k = k->next)
-		if (strcmp(k->key, key) == 0)
-			break;
-	if (k) {
-		/* owned already: one entry per key string */
-	} else if ((k = malloc(sizeof(*k) + len + 1)) != NULL) {
-		k->granted = false;
-		memcpy(k->key, key, len + 1);
-		k->next = o->buckets[b];
-		o->buckets[b] = k;
-	} else {
-		/* No memory: the orphan check stays off until it is freed
-		 * again (never a held key deleted). */
-		o->unsure++;
-	}
-	pthread_mutex_unlock(&o->mu);
-}
-
-void lockfs_etcdbe_owned_drop(struct etcd_store *e, const char *key)
-{
-	struct etcd_owned *o = &e->owned;
-
-	pthread_mutex_lock(&o->mu);
-	for (struct etcd_owned_key **pp = &o->buckets[bucket_of(key)]; *pp; pp = &(*pp)->next)
-		if (strcmp((*pp)->key, key) == 0) {
-			struct etcd_owned_key *k = *pp;
-
-			/* Every life of the key ends here: a key is written
-			 * again only after its own guarded delete. */
-			*pp = k->next;
-			free(k);
-			break;
-		}
-	pthread_mutex_unlock(&o->mu);
-}
-
-static struct etcd_owned_key *find_locked(struct etcd_owned *o, const char *key)
-{
-	for (struct etcd_owned_key *k = o->buckets[bucket_of(key)]; k; k = k->next)
-		if (strcmp(k->key, key) == 0)
-			return k;
-	return NULL;
-}
-
-void lockfs_etcdbe_owned_granted(struct etcd_store *e, const char *key)
-{
-	struct etcd_owned_key *k;
-
-	pthread_mutex_lock(&e->owned.mu);
-	k = find_locked(&e->owned, key);
-	if (k)
-		k->granted = true;
-	pthread_mutex_unlock(&e->owned.mu);
-}
-
-bool lockfs_etcdbe_owned_is_granted(struct etcd_store *e, const char *key)
-{
-	struct etcd_owned_key *k;
-	bool granted;
-
-	pthread_mutex_lock(&e->owned.mu);
-	k = find_locked(&e->owned, key);
-	/* Not known (no memory at its add): as granted, so that leave keeps
-	 * it (fail closed). */
-	granted = k ? k->granted : e->owned.unsure > 0;
-	pthread_mutex_unlock(&e->owned.mu);
-	return granted;
-}
-
-static bool owned_locked(struct etcd_owned *o, const char *key)
-{
-	for (struct etcd_owned_key *k = o->buckets[bucket_of(key)]; k; k = k->next)
-		if (strcmp(k->key, key) == 0)
-			return true;
-	return o->unsure > 0;
 }
 
 void lockfs_etcdbe_recheck_later(struct etcd_store *e, const char *name)
@@ -192,7 +99,7 @@ static void find_candidates(struct etcd_store *e, int64_t lease, struct etcd_sus
 				if (!n->keys[i].dead)
 					head = &n->keys[i];
 			if (!head || head->lease != lease || n->delay_until_ms > now ||
-			    owned_locked(&e->owned, head->key))
+			    lockfs_etcdbe_owned_has_locked(&e->owned, head->key))
 				continue;
 			out[*n_out] = (struct etcd_suspect){
 				.key = strdup(head->key), .create_rev = head->create_rev,
@@ -216,7 +123,7 @@ static bool seen_before(struct etcd_store *e, const struct etcd_suspect *s)
 		seen = strcmp(o->suspects[i].key, s->key) == 0 &&
 		       o->suspects[i].create_rev == s->create_rev &&
 		       o->suspects[i].mod_rev == s->mod_rev;
-	seen = seen && !owned_locked(o, s->key);
+	seen = seen && !lockfs_etcdbe_owned_has_locked(o, s->key);
 	pthread_mutex_unlock(&o->mu);
 	return seen;
 }

@@ -14,6 +14,11 @@
 #include "base/clock.h"
 #include "etcd.h"
 
+/* Events of one watch message looked at as a possible echo of an own
+ * write whose answer is not in yet (one write's echo comes alone); a
+ * longer message's are reported as changes. */
+#define ECHO_EVENTS 8
+
 /* ---- Reporting ---- */
 
 void lockfs_etcdbe_report(struct etcd_store *e, struct etcd_names *changed, bool session_changed)
@@ -44,14 +49,24 @@ void lockfs_etcdbe_apply_events(struct etcd_store *e, enum etcd_watch_of of, con
 	struct etcd_mirror *m = &e->mirror;
 	int64_t now = lockfs_wall_ms();
 	char evname[LOCKFS_STORE_KEY_MAX];
+	bool echo[ECHO_EVENTS] = { false };
 
+	/* (Asked before mirror.mu: the owned set's lock comes first.) */
+	for (size_t i = 0; of != ETCD_WATCH_HOSTS && n_events <= ECHO_EVENTS && i < n_events; i++)
+		echo[i] = lockfs_etcdbe_owned_echo(e, events[i].kv.key,
+						   events[i].type != LOCKFS_ETCD_EVENT_PUT);
 	pthread_mutex_lock(&m->mu);
 	for (size_t i = 0; i < n_events; i++) {
 		const struct lockfs_etcd_event *ev = &events[i];
 		/* The echo of this daemon's own uncontended write: the mirror
-		 * and the engine have it already. */
-		struct etcd_names *to = lockfs_etcdbe_mirror_is_own_locked(m, ev->kv.mod_revision)
-					? own : changed;
+		 * and the engine have it already, or will have once its
+		 * answer is in -- the watch often brings the echo first. */
+		bool is_own = lockfs_etcdbe_mirror_is_own_locked(m, ev->kv.mod_revision) ||
+			      (i < ECHO_EVENTS && echo[i] &&
+			       lockfs_etcdbe_mirror_classify(m, ev->kv.key, evname,
+							     sizeof(evname)) == 1 &&
+			       lockfs_etcdbe_mirror_alone_locked(m, evname, ev->kv.key));
+		struct etcd_names *to = is_own ? own : changed;
 
 		if (ev->type == LOCKFS_ETCD_EVENT_PUT) {
 			(void)lockfs_etcdbe_mirror_put_locked(m, &ev->kv, now, to);

@@ -290,6 +290,18 @@ static inline int64_t keys_of(struct world *w, const char *name)
 	return n;
 }
 
+/* Delete every key under PREFIX NAME "/", as `etcdctl del --prefix` would. */
+static inline void delete_keys_of(struct world *w, const char *name)
+{
+	char key[256];
+	struct lockfs_etcd_op op = { .type = LOCKFS_ETCD_DELETE, .key = key, .prefix = true };
+	struct lockfs_etcd_op_resp r;
+
+	snprintf(key, sizeof(key), "%s%s/", w->prefix, name);
+	assert_int_equal(lockfs_etcd_delete(client(), &op, &r), 0);
+	lockfs_etcd_op_resp_free(&r);
+}
+
 static inline int count_name(void *arg, const char *name)
 {
 	(*(int *)arg)++;

@@ -13,6 +13,7 @@ Wake-ups are counted per thread (voluntary context switches in
 import fcntl
 import os
 import threading
+import time
 
 from etcd_fixtures import etcd1  # noqa: F401
 from etcd_mounts import etcd_mounts  # noqa: F401
@@ -103,3 +104,32 @@ def test_names_looked_at_cost_nothing_once_looked_at(etcd1, etcd_mounts, procs):
         f'with {len(names)} names looked at, h2 woke over {QUIET_S} s: {woke}'
     # (the settling itself is in the figure: it is bounded too)
     assert cpu_ms(h2.pid) - cpu0 < 100
+
+
+# The liveness thread's tick while a lock is held here (core/engine.c).
+TICK_S = 0.05
+PAIRS = 200
+
+
+def test_a_hosts_own_mkdir_and_rmdir_wake_no_thread_for_their_echo(etcd1, etcd_mounts, procs):
+    """The watch brings back every write of this host to a name it watches.
+    For an uncontended mkdir or rmdir that echo is no news -- the engine has
+    the result already, or will have once etcd's answer to the write is in,
+    which the echo usually beats -- so the liveness thread is not woken for
+    it: it wakes only for its ticks while the lock is held."""
+    h1, = etcd_mounts(etcd1, hosts=('h1',), ttl=TTL)
+    a = procs.agent()
+    assert a.mkdir(h1.path('p')) == 0  # from here on h1 watches p
+    assert a.rmdir(h1.path('p')) == 0
+    before = thread_wakeups(h1.pid)
+    t0 = time.monotonic()
+    for i in range(PAIRS):
+        assert a.mkdir(h1.path('p')) == 0, f'pair {i}'
+        assert a.rmdir(h1.path('p')) == 0, f'pair {i}'
+    elapsed = time.monotonic() - t0
+    after = thread_wakeups(h1.pid)
+    woke = sum(n - before.get(key, 0) for key, n in after.items() if key[0] == 'lockfs-liveness')
+    # Its ticks, with room for the odd round of work; one wake per echo
+    # would be 2 per pair.
+    assert woke <= elapsed / TICK_S * 1.5 + 10, \
+        f'the liveness thread woke {woke} times in {PAIRS} pairs ({elapsed:.2f} s)'
