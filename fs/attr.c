@@ -114,8 +114,10 @@ void lockfs_attr_lock(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
  * after someone takes the name again.  0, -ENOENT, or -ESTALE for a node
  * the daemon dropped (inode.c: the kernel looks the name up again).
  */
-int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
-			struct lockfs_lock_stat *ls)
+/* INO's lock name and NAME's state now; with SAME_GENERATION, only while
+ * INO still shows the acquisition that holds NAME now. */
+static int lock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
+			struct lockfs_lock_stat *ls, bool same_generation)
 {
 	struct lockfs_lock_stat cur;
 	uint64_t generation;
@@ -127,19 +129,23 @@ int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_M
 	if (rc == 0)
 		rc = name[0] == '/' ? lockfs_core_slot_stat(fs->core, name + 1, &cur) /* slots.c */
 				    : lockfs_core_stat(fs->core, name, &cur);
-	if (rc == 0 && cur.generation != generation)
+	if (rc == 0 && same_generation && cur.generation != generation)
 		rc = -ENOENT;
 	if (rc == 0 && ls)
 		*ls = cur;
 	return rc;
 }
 
+int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
+			struct lockfs_lock_stat *ls)
+{
+	return lock_name_of(fs, ino, name, ls, true);
+}
+
 int lockfs_attr_walk_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
 			       struct lockfs_lock_stat *ls)
 {
-	int rc = lockfs_attr_lock_name(fs, ino, name, ls);
-
-	return rc == -ENOENT && ino_is_lock(ino) ? -ESTALE : rc;
+	return lock_name_of(fs, ino, name, ls, false);
 }
 
 /*

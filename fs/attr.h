@@ -23,19 +23,21 @@ void lockfs_attr_lock(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
  * The lock name of inode INO into NAME, and the lock's current state into
  * *LS (may be NULL), provided INO still shows the acquisition that holds
  * NAME now.  An inode of a released lock answers ENOENT for good, even
- * after someone takes the name again.  0, -ENOENT.
+ * after someone takes the name again: the check for what changes a lock,
+ * and for files already open.  0, -ENOENT.
  */
 int lockfs_attr_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
 			  struct lockfs_lock_stat *ls);
 /*
- * lockfs_attr_lock_name for a request the kernel makes on its way along a
- * path -- a lookup in INO, or the getattr, setattr, open or opendir of
- * the node a walk just found -- where a node whose lock was released or
- * changed hands since is ESTALE, not ENOENT: the VFS then walks the whole
- * path once more with fresh lookups.  A walk that met a hand-off between
- * looking up NAME and NAME/owner would otherwise show a held lock as free.
- * A walk that starts at such a directory (a cwd, a dir fd) meets it again,
- * and its caller hears ESTALE: the directory is gone.
+ * lockfs_attr_lock_name for a request that only looks, made on the way
+ * along a path -- a lookup in INO, or the getattr, opendir or read-only
+ * open of the node a walk just found: it answers for NAME as it is now,
+ * *LS the acquisition that holds it now, even when INO is of an earlier
+ * one; -ENOENT only when NAME is not held.  A reader whose walk met a
+ * hand-off between looking up NAME and NAME/owner would otherwise see a
+ * held lock as free (the kernel walks again only on ESTALE, once, and a
+ * churning name can change twice within one walk).  What changes a lock
+ * (a write, setattr) keeps lockfs_attr_lock_name's check.
  */
 int lockfs_attr_walk_lock_name(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
 			       struct lockfs_lock_stat *ls);

@@ -232,7 +232,7 @@ static void lfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	if (!ino_is_lock(ino))
 		return (void)fuse_reply_err(req, EPERM);
 	lockfs_fs_caller(req, &caller);
-	rc = lockfs_attr_walk_lock_name(fs, ino, lock, NULL);
+	rc = lockfs_attr_lock_name(fs, ino, lock, NULL);
 	if (rc < 0)
 		return (void)fuse_reply_err(req, -rc);
 	if (file == LF_DIR && to_set && !(to_set & ~TIME_BITS) &&
@@ -389,7 +389,9 @@ static void lfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		goto out;
 	}
-	rc = lockfs_attr_walk_lock_name(fs, ino, lock, &ls);
+	/* A writer changes the acquisition it opened, or nothing. */
+	rc = writing ? lockfs_attr_lock_name(fs, ino, lock, &ls)
+		     : lockfs_attr_walk_lock_name(fs, ino, lock, &ls);
 	if (rc < 0)
 		goto out;
 	switch (ino_file(ino)) {
