@@ -6,7 +6,9 @@
  * lock taken again must not come back under the old inode number.
  * Kept apart from the lock state (core/), which the kernel never pins: a
  * lock can be released while the kernel still holds its inode, and the
- * node then simply answers ENOENT until it is forgotten.
+ * node then answers for its name as it is now to what only looks, and
+ * ENOENT to what would change the lock it was made for (attr.c), until it
+ * is forgotten.
  *
  * The kernel forgets an inode only when its dentry goes, and an unused
  * dentry goes only under memory pressure: a node the kernel still knows
