@@ -108,14 +108,12 @@ void lockfs_attr_lock(struct lockfs_fs *fs, uint64_t id, enum lock_file file,
 }
 
 /*
- * The lock name of inode INO into NAME, and the lock's current state into
- * *LS (may be NULL), provided INO still shows the acquisition that holds
- * NAME now.  An inode of a released lock answers ENOENT for good, even
- * after someone takes the name again.  0, -ENOENT, or -ESTALE for a node
- * the daemon dropped (inode.c: the kernel looks the name up again).
+ * The lock name of inode INO into NAME, and NAME's state now into *LS (may
+ * be NULL); with SAME_GENERATION only while INO still shows the
+ * acquisition that holds NAME now (attr.h: lockfs_attr_lock_name, and
+ * lockfs_attr_walk_lock_name without it).  0, -ENOENT, or -ESTALE for a
+ * node the daemon dropped (inode.c: the kernel looks the name up again).
  */
-/* INO's lock name and NAME's state now; with SAME_GENERATION, only while
- * INO still shows the acquisition that holds NAME now. */
 static int lock_name_of(struct lockfs_fs *fs, fuse_ino_t ino, char name[NAME_MAX + 1],
 			struct lockfs_lock_stat *ls, bool same_generation)
 {
