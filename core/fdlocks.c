@@ -226,12 +226,20 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 			rc = -EPERM;
 		} else {
 			uint64_t fence = lockfs_record_fence_at(&c->rec, (size_t)held);
+			/* Not granted: OWNER's place at the head of the store's
+			 * line, never claimed (its waiter gave up just then).
+			 * The store shows it as held, but nobody had it and no
+			 * `acquired` was logged: it is withdrawn, no end line,
+			 * and a refused withdrawal is the engine's to retry. */
+			const bool granted = c->granted;
 
 			rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 				.identity = st.identity, .index = (size_t)held,
-				.event = "released" });
+				.event = granted ? "released" : NULL });
 			if (rc < 0 && rc != -ENOENT)
-				lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, true, asked_ms);
+				lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, granted, asked_ms);
+			if (!granted)
+				rc = 0;
 		}
 	}
 	lockfs_table_unlock(s);

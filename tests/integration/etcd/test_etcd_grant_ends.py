@@ -119,6 +119,54 @@ def test_fd_holder_letting_go_while_etcd_is_silent_ends_once_when_it_answers(
     assert hosts.check_history(held=set()) == []
 
 
+EINTR_SETUP = r'''
+import signal
+signal.signal(signal.SIGUSR1, lambda s, f: None)
+signal.siginterrupt(signal.SIGUSR1, True)       # no SA_RESTART: flock(2) says EINTR
+'''
+
+
+def test_a_waiter_that_gave_up_at_the_head_of_the_line_ends_no_grant(etcd1, etcd_mounts, procs):
+    # Seen in the partition herd: a blocking flock was interrupted (its
+    # caller's alarm) just as its place reached the head of etcd's line,
+    # and its file was closed while etcd was slow.  The store then showed
+    # that place as the holder, so the close "released" it -- retried, and
+    # logged `released retried=1` for a fence no `acquired` line ever gave.
+    # A place nobody was granted is withdrawn, not released: no end line.
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder, waiter = procs.agent(), procs.agent(setup=EINTR_SETUP)
+    fh = holder.open(h1.path('.flock', 'f'))
+    assert holder.flock(fh, fcntl.LOCK_EX) == 0
+    fw = waiter.open(h1.path('.flock', 'f'))
+    rid = waiter.cflock_start(fw, fcntl.LOCK_EX)
+    wait_until(lambda: len(hosts.lock_keys('f')) == 2, timeout=10, what="the waiter's place")
+    os.kill(waiter.pid, signal.SIGUSR1)
+    assert waiter.wait(rid, timeout=10).get('errno') == errno.EINTR
+    # Its place is kept a moment (an interrupted flock(2) may be restarted);
+    # the holder lets go meanwhile, so that place is the head of the line.
+    assert holder.flock(fh, fcntl.LOCK_UN) == 0
+    (_, _, place, _), = hosts.lock_keys('f')
+    member = etcd1.members[0]
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        waiter.close(fw)
+        wait_until(lambda: 'does not answer' in h1.stderr(), timeout=10,
+                   what="h1 says etcd does not answer")
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    wait_until(lambda: hosts.lock_keys('f') == [], timeout=20, what='the place gone from etcd')
+    other = procs.agent()
+    wait_until(lambda: other.mkdir(h1.path('f')) == 0, timeout=10, what='f taken again')
+    assert other.rmdir(h1.path('f')) == 0
+    lines = hosts.log_lines(h1, 'f')
+    assert [(l.event, int(l.details['pid'])) for l in lines] == [
+        ('acquired', holder.pid), ('released', holder.pid),
+        ('acquired', other.pid), ('released', other.pid)], lines
+    assert all(int(l.details['fence']) != place for l in lines), (place, lines)
+    assert hosts.check_history(held=set()) == []
+
+
 def warm(agent, m):
     """One grant and release first, so that the daemon's connections to
     etcd are kept ones (libcurl resends only on a kept connection)."""
