@@ -119,13 +119,20 @@ def _name(b):
     return b.decode('utf-8', 'replace')
 
 
-def check_history(logs, held=None, cross_host_ms=0):
+def check_history(logs, held=None, cross_host_ms=0, let_go_at=None):
     """The violations (a list of strings; empty: the history is sound).
 
     LOGS: {host: [LogLine]}.  HELD: what may still be held at the end of the
     run -- None (anything: only what did end is checked), a set of names
     (bytes or str: every open grant of those names is allowed), or a set of
-    (name, fence) pairs.  CROSS_HOST_MS: see the module docstring."""
+    (name, fence) pairs.  CROSS_HOST_MS: see the module docstring.
+    LET_GO_AT(host, line): when the holder asked for the release that the
+    `released` LINE logged, as its client recorded it (or None), on the
+    scale of the lines' times (seconds).  A
+    `released` line is written once the store answered, which on a slow
+    link may be long after the store applied it; as Jepsen's checkers take
+    an operation at its invocation, the critical section ended when asked
+    (the same rule as a `retried=1` line's asked=)."""
     problems = []
     grants = {}                                   # (name, fence) -> Grant
     by_name = collections.defaultdict(list)
@@ -175,6 +182,10 @@ def check_history(logs, held=None, cross_host_ms=0):
         # critical section ended then, whenever the store applied it.
         if line.event == 'released' and 'asked' in line.details:
             t = min(t, max(g.t, parse_rfc3339_ms(line.details['asked'])))
+        elif line.event == 'released' and let_go_at is not None:
+            asked = let_go_at(host, line)
+            if asked is not None:
+                t = min(t, max(g.t, asked))
         g.end, g.end_t = (host, line), t
 
     held_names, held_pairs = set(), set()

@@ -33,7 +33,10 @@ The checker (check()): from the daemons' lock.log lines (acquired,
 released, lost, with fence=) and the agents' records:
   overlap      no two holders at once among grants that did not end `lost`:
                history.check_history over the logs (a cross-host allowance
-               for the order in which two daemons write their lines), and the
+               for the order in which two daemons write their lines; a
+               release its agent saw succeed ended when the agent asked for
+               it, as Jepsen takes an operation at its invocation: the
+               daemon writes `released` when etcd's answer comes), and the
                agents' own intervals [grant returned, release called], which
                lie inside the real ones and need no allowance
   fences       strictly increasing in grant order (the logs, and the order
@@ -341,8 +344,15 @@ def check(logs, recs, stderr_texts=(), hung=(), active_at=lambda t: [], run_end=
     each a string with the log lines or records that show it (module doc)."""
     out = {'violations': [], 'notes': []}
     v = out['violations']
-    # -- the logs: every end, overlap, fences (history.py)
-    for p in check_history(logs, held=set(), cross_host_ms=LOG_LAG_MS):
+    # -- the logs: every end, overlap, fences (history.py); a release its
+    # agent saw succeed ended when the agent asked for it (its daemon logs
+    # the line when etcd's answer comes, late on a slow link)
+    asked = {(r['host'], r['name'].encode(), r['fence']): r['t_rel'] for r in recs
+             if r['ev'] == 'release' and r.get('fence') is not None and r['rc'] == 0}
+
+    def let_go_at(host, line):
+        return asked.get((host, line.name, int(line.details['fence'])))
+    for p in check_history(logs, held=set(), cross_host_ms=LOG_LAG_MS, let_go_at=let_go_at):
         kind = ('no-end' if 'has no end' in p or 'never ended' in p else
                 'overlap' if 'two holders' in p else
                 'fence' if 'fence went backwards' in p or 'granted twice' in p else

@@ -224,6 +224,21 @@ def test_checker_passes_a_sound_history_and_finds_each_violation():
                    'mode': 'mkdir', 'errno': errno.ESTALE}]
     assert any(v.startswith('[told-twice]') for v in check(lost, twice)['violations'])
 
+    # h1's `released` written 800 ms after its agent let go (etcd's answer
+    # came late over a slow link), h2 granted in between: sound, since the
+    # holder asked before h2's grant -- but not when it asked after
+    late = {'h1': [_line(T, 1, 'mk', 5, 'acquired'), _line(T + 820, 1, 'mk', 5, 'released')],
+            'h2': [_line(T + 30, 2, 'mk', 7, 'acquired'), _line(T + 50, 2, 'mk', 7, 'released')]}
+    assert check(late, recs)['violations'] == []
+    asked_late = _grant(1, 'h1', 'mk', 5, T / 1000 + 0.001, T / 1000 + 0.600) \
+        + _grant(2, 'h2', 'mk', 7, T / 1000 + 0.031, T / 1000 + 0.049)
+    assert any(v.startswith('[overlap]') and 'two holders' in v
+               for v in check(late, asked_late)['violations'])
+    # (the rule is only for a release the agent saw succeed)
+    failed = _grant(1, 'h1', 'mk', 5, T / 1000 + 0.001, T / 1000 + 0.019, rc=errno.EIO) \
+        + _grant(2, 'h2', 'mk', 7, T / 1000 + 0.031, T / 1000 + 0.049)
+    assert any('two holders' in v for v in check(late, failed)['violations'])
+
     # a lock with nobody holding it for 20 s while agents wanted it
     slow = {'h1': logs['h1'],
             'h2': [_line(T + 20_030, 2, 'mk', 7, 'acquired'),
