@@ -361,6 +361,18 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 				   ? "other-host" : "not-holder");
 			return rc;
 		}
+		/* The caller's tree asked for NAME by flock and gave up just
+		 * as its place became the head (or waits there still): that
+		 * place, never granted, is withdrawn as its own unlock would
+		 * withdraw it -- no end line for a grant nobody had. */
+		if (lockfs_table_place_only(t, c)) {
+			char owner[LOCKFS_FD_OWNER_MAX];
+
+			snprintf(owner, sizeof(owner), "%s", lockfs_record_fd_owner_at(&c->rec, i));
+			lockfs_queue_forget_kept(s, name, owner);
+			rc = lockfs_core_fd_let_go_locked(t, s, c, st.identity, i, owner, asked_ms);
+			goto out;
+		}
 		/* Also a grant whose descriptor let go while the store
 		 * refused (struct unlock_retry): nothing was logged for it
 		 * then, so this is its `released` -- unless it is a grant the

@@ -197,8 +197,10 @@ int lockfs_core_bind(struct lockfs_core *core, const char *name, const struct lo
 	      strcmp(c->rec.holder.boot_id, t->boot_id) == 0))
 		rc = lockfs_caller_may_act(t, c, caller);
 	/* A grant its descriptor let go (the store is yet to take it) is
-	 * nobody's to keep. */
-	if (rc == 0 && lockfs_fdlock_retry_pending(s, name, &c->rec, 0))
+	 * nobody's to keep; nor is a waiter's place at the head of the
+	 * store's line, which no grant made the writer's. */
+	if (rc == 0 && (lockfs_fdlock_retry_pending(s, name, &c->rec, 0) ||
+			lockfs_table_place_only(t, c)))
 		rc = -EPERM;
 	if (rc < 0)
 		goto out;

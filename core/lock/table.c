@@ -408,6 +408,11 @@ bool lockfs_table_issued_here(const struct held_lock *c)
 	return strcmp(c->issued, c->rec.token) == 0;
 }
 
+bool lockfs_table_place_only(const struct lockfs_table *t, const struct held_lock *c)
+{
+	return (t->be->caps & LOCKFS_BE_SESSIONS) && !c->granted && c->rec.bound == LOCKFS_BOUND_FD;
+}
+
 /* The store no longer shows WAS (TOKEN: what it shows instead): tell the
  * floor above (t->vanished), which decides whether that is a loss. */
 static void vanished(struct lockfs_table *t, struct stripe *s, struct held_lock *was,

@@ -268,6 +268,13 @@ void lockfs_table_put_read(struct lockfs_table *t, struct stripe *s, const char 
  * for C's acquisition?  false: the record was rewritten behind our back. */
 bool lockfs_table_issued_here(const struct held_lock *c);
 
+/* Is C only a waiter's place, which a store with a line of its own (etcd)
+ * shows as the holder once it is the head, before the claim that would
+ * grant it -- never granted by this daemon?  Nobody holds it, and no
+ * `acquired` was logged: letting go of it withdraws it, with no end line,
+ * and nobody may bind it. */
+bool lockfs_table_place_only(const struct lockfs_table *t, const struct held_lock *c);
+
 /* Write C's record back to the store and follow its new identity (ST's
  * identity is the one written over, and is updated).  0 or -errno (then C
  * is gone: the entry is read back from the store as it was).

@@ -126,14 +126,12 @@ signal.siginterrupt(signal.SIGUSR1, True)       # no SA_RESTART: flock(2) says E
 '''
 
 
-def test_a_waiter_that_gave_up_at_the_head_of_the_line_ends_no_grant(etcd1, etcd_mounts, procs):
-    # Seen in the partition herd: a blocking flock was interrupted (its
-    # caller's alarm) just as its place reached the head of etcd's line,
-    # and its file was closed while etcd was slow.  The store then showed
-    # that place as the holder, so the close "released" it -- retried, and
-    # logged `released retried=1` for a fence no `acquired` line ever gave.
-    # A place nobody was granted is withdrawn, not released: no end line.
-    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+def gave_up_at_the_head(hosts, procs):
+    """A holder of M/.flock/f and a waiter whose blocking flock a signal
+    interrupted; the holder lets go within the second the waiter's place
+    is kept (an interrupted flock(2) may be restarted), so that place is
+    the head of etcd's line -- shown as the holder, granted to nobody.
+    (holder, waiter, the waiter's fd, the place's create_revision)."""
     h1, = hosts
     holder, waiter = procs.agent(), procs.agent(setup=EINTR_SETUP)
     fh = holder.open(h1.path('.flock', 'f'))
@@ -143,18 +141,15 @@ def test_a_waiter_that_gave_up_at_the_head_of_the_line_ends_no_grant(etcd1, etcd
     wait_until(lambda: len(hosts.lock_keys('f')) == 2, timeout=10, what="the waiter's place")
     os.kill(waiter.pid, signal.SIGUSR1)
     assert waiter.wait(rid, timeout=10).get('errno') == errno.EINTR
-    # Its place is kept a moment (an interrupted flock(2) may be restarted);
-    # the holder lets go meanwhile, so that place is the head of the line.
     assert holder.flock(fh, fcntl.LOCK_UN) == 0
     (_, _, place, _), = hosts.lock_keys('f')
-    member = etcd1.members[0]
-    os.kill(member.pid, signal.SIGSTOP)
-    try:
-        waiter.close(fw)
-        wait_until(lambda: 'does not answer' in h1.stderr(), timeout=10,
-                   what="h1 says etcd does not answer")
-    finally:
-        os.kill(member.pid, signal.SIGCONT)
+    return holder, waiter, fw, place
+
+
+def assert_only_real_grants(hosts, procs, holder, place):
+    """F free in etcd, taken and let go once more; the log shows the two
+    real grants, and nothing of the waiter's place."""
+    h1, = hosts
     wait_until(lambda: hosts.lock_keys('f') == [], timeout=20, what='the place gone from etcd')
     other = procs.agent()
     wait_until(lambda: other.mkdir(h1.path('f')) == 0, timeout=10, what='f taken again')
@@ -165,6 +160,53 @@ def test_a_waiter_that_gave_up_at_the_head_of_the_line_ends_no_grant(etcd1, etcd
         ('acquired', other.pid), ('released', other.pid)], lines
     assert all(int(l.details['fence']) != place for l in lines), (place, lines)
     assert hosts.check_history(held=set()) == []
+
+
+def test_a_waiter_that_gave_up_at_the_head_of_the_line_ends_no_grant(etcd1, etcd_mounts, procs):
+    # Seen in the partition herd: a blocking flock was interrupted (its
+    # caller's alarm) just as its place reached the head of etcd's line,
+    # and its file was closed while etcd was slow.  The store then showed
+    # that place as the holder, so the close "released" it -- retried, and
+    # logged `released retried=1` for a fence no `acquired` line ever gave.
+    # A place nobody was granted is withdrawn, not released: no end line.
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder, waiter, fw, place = gave_up_at_the_head(hosts, procs)
+    member = etcd1.members[0]
+    os.kill(member.pid, signal.SIGSTOP)
+    try:
+        waiter.close(fw)
+        wait_until(lambda: 'does not answer' in h1.stderr(), timeout=10,
+                   what="h1 says etcd does not answer")
+    finally:
+        os.kill(member.pid, signal.SIGCONT)
+    assert_only_real_grants(hosts, procs, holder, place)
+
+
+def test_a_waiter_that_gave_up_at_the_head_and_rmdirs_withdraws_its_place(
+        etcd1, etcd_mounts, procs):
+    # `owner` names the waiter while its place is the head (etcd's view);
+    # its rmdir then takes the place back, as its close would: 0, the name
+    # free at once, and no `released` for a grant it never had.
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder, waiter, fw, place = gave_up_at_the_head(hosts, procs)
+    assert waiter.owner(h1.mnt, 'f')['holder']['pid'] == waiter.pid
+    assert waiter.rmdir(h1.path('f')) == 0
+    assert hosts.lock_keys('f') == []
+    assert_only_real_grants(hosts, procs, holder, place)
+    waiter.close(fw)
+
+
+def test_a_waiters_place_at_the_head_cannot_be_bound(etcd1, etcd_mounts, procs):
+    # Writing `process` to M/NAME/bind turns a held fd lock into a process
+    # lock; a place no grant made the writer's is not one: EPERM.
+    hosts = etcd_mounts(etcd1, hosts=('h1',), ttl=20, lock_delay=LOCK_DELAY)
+    h1, = hosts
+    holder, waiter, fw, place = gave_up_at_the_head(hosts, procs)
+    assert waiter.write(h1.path('f', 'bind'), b'process') == errno.EPERM
+    waiter.close(fw)
+    assert_only_real_grants(hosts, procs, holder, place)
 
 
 def warm(agent, m):
