@@ -370,7 +370,8 @@ int lockfs_core_release(struct lockfs_core *core, const char *name,
 
 			snprintf(owner, sizeof(owner), "%s", lockfs_record_fd_owner_at(&c->rec, i));
 			lockfs_queue_forget_kept(s, name, owner);
-			rc = lockfs_core_fd_let_go_locked(t, s, c, st.identity, i, owner, asked_ms);
+			rc = lockfs_core_fd_let_go_locked(t, s, name, c, st.identity, i, owner,
+							  asked_ms);
 			goto out;
 		}
 		/* Also a grant whose descriptor let go while the store

@@ -197,25 +197,20 @@ int lockfs_core_fd_cancel(struct lockfs_core *core, const char *name, struct loc
 	return rc;
 }
 
-int lockfs_core_fd_let_go_locked(struct lockfs_table *t, struct stripe *s, struct held_lock *c,
-				 uint64_t identity, size_t i, const char *owner, int64_t asked_ms)
+int lockfs_core_fd_let_go_locked(struct lockfs_table *t, struct stripe *s, const char *name,
+				 struct held_lock *c, uint64_t identity, size_t i, const char *owner,
+				 int64_t asked_ms)
 {
-	const char *name = c->name;
 	uint64_t fence = lockfs_record_fence_at(&c->rec, i);
 	/* OWNER's place at the head of the store's line, never claimed (its
 	 * waiter gave up just then): withdrawn, no end line, and a refused
 	 * withdrawal is the engine's to retry, not the caller's error. */
 	const bool granted = !lockfs_table_place_only(t, c);
-	char *dup = strdup(name); /* C may go with the let-go */
-	int rc;
-
-	if (!dup)
-		return -ENOMEM;
-	rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
+	int rc = lockfs_queue_let_go_locked(t, s, c, &(struct lockfs_let_go){
 		.identity = identity, .index = i, .event = granted ? "released" : NULL });
+
 	if (rc < 0 && rc != -ENOENT)
-		lockfs_fdlock_retry_add(t, s, dup, owner, fence, rc, granted, asked_ms);
-	free(dup);
+		lockfs_fdlock_retry_add(t, s, name, owner, fence, rc, granted, asked_ms);
 	return granted ? rc : 0;
 }
 
@@ -247,8 +242,8 @@ int lockfs_core_fd_unlock(struct lockfs_core *core, const char *name, const char
 			lockfs_audit_event(t, "?", name, kv, "denied");
 			rc = -EPERM;
 		} else {
-			rc = lockfs_core_fd_let_go_locked(t, s, c, st.identity, (size_t)held, owner,
-							  asked_ms);
+			rc = lockfs_core_fd_let_go_locked(t, s, name, c, st.identity, (size_t)held,
+							  owner, asked_ms);
 		}
 	}
 	lockfs_table_unlock(s);
