@@ -30,10 +30,11 @@ struct lockfs_core {
 };
 
 /* Holder I of C (NAME's), OWNER's fd lock read with IDENTITY, lets go
- * (fdlocks.c; S's mutex held).  A grant is released, logged `released`; OWNER's place
- * that the store shows at the head of its line (lockfs_table_place_only)
- * is withdrawn with no line, and is 0 whatever the store said.  A refused
- * one is retried by the engine (asked at ASKED_MS).  0 or -errno. */
+ * (fdlocks.c; S's mutex held).  A grant is released, logged `released`;
+ * OWNER's place that the store shows at the head of its line
+ * (lockfs_table_place_only) is withdrawn with no line, and is 0 whatever
+ * the store said.  A refused one is retried by the engine (asked at
+ * ASKED_MS).  0 or -errno. */
 int lockfs_core_fd_let_go_locked(struct lockfs_table *t, struct stripe *s, const char *name,
 				 struct held_lock *c, uint64_t identity, size_t i, const char *owner,
 				 int64_t asked_ms);

@@ -128,11 +128,11 @@ def check_history(logs, held=None, cross_host_ms=0, let_go_at=None):
     (name, fence) pairs.  CROSS_HOST_MS: see the module docstring.
     LET_GO_AT(host, line): when the holder asked for the release that the
     `released` LINE logged, as its client recorded it (or None), on the
-    scale of the lines' times (seconds).  A
-    `released` line is written once the store answered, which on a slow
-    link may be long after the store applied it; as Jepsen's checkers take
-    an operation at its invocation, the critical section ended when asked
-    (the same rule as a `retried=1` line's asked=)."""
+    scale of the lines' times (seconds).  A `released` line is written once
+    the store answered, which on a slow link may be long after the store
+    applied it; as Jepsen's checkers take an operation at its invocation,
+    the critical section ended when asked (the same rule as a `retried=1`
+    line's asked=)."""
     problems = []
     grants = {}                                   # (name, fence) -> Grant
     by_name = collections.defaultdict(list)
